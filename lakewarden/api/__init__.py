@@ -1,0 +1,1 @@
+"""api layer of lakewarden (see DESIGN.md)."""

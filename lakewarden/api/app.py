@@ -1,0 +1,70 @@
+"""The server application: one factory, explicit routers, and a lifespan as the only start/stop hook."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI
+from sqlalchemy import text
+
+from lakewarden import __version__
+from lakewarden.api import errors
+from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.routes import catalogs, groups, tables
+from lakewarden.api.schemas import Health
+from lakewarden.config import Config
+from lakewarden.services.bootstrap import ensure_seeds
+from lakewarden.services.explorer import TableExplorer
+from lakewarden.store.database import Database, utcnow
+
+log = logging.getLogger(__name__)
+health_router = APIRouter(tags=["health"])
+
+
+@health_router.get("/health", response_model=Health)
+def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
+    try:
+        with ctx.db.read() as session:
+            session.execute(text("SELECT 1"))
+        database = "ok"
+    except Exception as exc:
+        database = f"error: {type(exc).__name__}"
+    return Health(status="ok" if database == "ok" else "degraded", version=__version__, database=database, time=utcnow())
+
+
+def create_app(config: Config, start_services: bool = True) -> FastAPI:
+    """Build the server. `start_services=False` leaves background loops stopped (tests drive them)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(config.database_url)
+        db.migrate()
+        ensure_seeds(db, config)
+        refresh = config.ams.refresh_external_catalogs
+        explorer = TableExplorer(db, refresh.interval.total_seconds(), refresh.thread_count)
+        app.state.context = ServerContext(config=config, db=db, explorer=explorer)
+        if start_services:
+            explorer.start()
+        log.info("lakewarden %s serving; system database %s", __version__, db.engine.url.render_as_string())
+        try:
+            yield
+        finally:
+            explorer.stop()
+            db.dispose()
+            log.info("lakewarden stopped")
+
+    app = FastAPI(
+        title="lakewarden",
+        version=__version__,
+        description="Lakehouse table management for Apache Iceberg: self-optimizing, maintenance, REST catalog.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    api = APIRouter(prefix="/api/v1")
+    for router in (health_router, catalogs.router, groups.router, tables.router):
+        api.include_router(router)
+    app.include_router(api)
+    return app

@@ -1,0 +1,23 @@
+"""What the routes need from the running server, handed over through `app.state`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from lakewarden.config import Config
+from lakewarden.services.explorer import TableExplorer
+from lakewarden.store.database import Database
+
+
+@dataclass
+class ServerContext:
+    config: Config
+    db: Database
+    explorer: TableExplorer
+
+
+def server_context(request: Request) -> ServerContext:
+    ctx: ServerContext = request.app.state.context
+    return ctx

@@ -1,0 +1,71 @@
+"""Error responses: one body everywhere, the Iceberg REST ErrorModel shape.
+
+    {"error": {"message": "properties.uri: is required for a sql catalog", "type": "BadRequestException", "code": 400}}
+
+Bad input is a 4xx whose message names the field; nothing the user sends produces a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, LakewardenError, NotFound
+
+log = logging.getLogger(__name__)
+
+_STATUS: dict[type[LakewardenError], tuple[int, str]] = {
+    InvalidField: (400, "BadRequestException"),
+    NotFound: (404, "NotFoundException"),
+    AlreadyExists: (409, "AlreadyExistsException"),
+    Conflict: (409, "CommitFailedException"),
+}
+_HTTP_TYPES = {400: "BadRequestException", 401: "NotAuthorizedException", 403: "ForbiddenException",
+               404: "NotFoundException", 405: "MethodNotAllowedException", 406: "NotAcceptableException",
+               409: "ConflictException", 415: "UnsupportedMediaTypeException", 503: "ServiceUnavailableException"}  # fmt: skip
+
+
+def error_response(code: int, message: str, type_: str | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": type_ or _HTTP_TYPES.get(code, "ServerError"), "code": code}}
+    return JSONResponse(body, status_code=code)
+
+
+def _field_of(loc: tuple[int | str, ...]) -> str:
+    # drop the request part ("body", "query", "path") and the JSON-schema tags pydantic adds
+    parts = [str(p) for p in loc[1:] if not (isinstance(p, str) and p.startswith(("function-", "json-or-python")))]
+    return ".".join(parts) or str(loc[0] if loc else "request")
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(LakewardenError)
+    async def _domain(_: Request, exc: LakewardenError) -> JSONResponse:
+        for kind, (code, type_) in _STATUS.items():
+            if isinstance(exc, kind):
+                return error_response(code, str(exc), type_)
+        return error_response(400, str(exc), "BadRequestException")
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if not errors:
+            return error_response(400, "malformed request")
+        first = errors[0]
+        if first.get("type") == "json_invalid":
+            return error_response(400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(": "))
+        message = f"{_field_of(tuple(first.get('loc', ())))}: {first.get('msg', 'invalid')}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem(s))"
+        return error_response(400, message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return error_response(500, f"internal error: {type(exc).__name__}", "ServerError")

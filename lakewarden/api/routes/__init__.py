@@ -1,0 +1,1 @@
+"""Routes of the ams API, one module per resource."""

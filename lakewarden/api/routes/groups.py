@@ -1,0 +1,67 @@
+"""`/api/v1/resource-groups`: the groups optimizers run in and tables are scheduled by."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+
+from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate
+from lakewarden.domain.groups import validate_group, validate_group_update
+from lakewarden.store import groups as store
+from lakewarden.store.models import ResourceGroupRow
+
+router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
+Ctx = Annotated[ServerContext, Depends(server_context)]
+
+
+def _read(row: ResourceGroupRow, table_count: int) -> GroupRead:
+    return GroupRead(
+        name=row.name,
+        container=row.container,
+        properties=row.properties,
+        table_count=table_count,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+@router.post("", status_code=201, response_model=GroupRead)
+def create_group(body: GroupCreate, ctx: Ctx) -> GroupRead:
+    validate_group(body.name, body.container, body.properties, ctx.config.container_names)
+    with ctx.db.write() as session:
+        return _read(store.create_group(session, body.name, body.container, body.properties), 0)
+
+
+@router.get("", response_model=list[GroupRead])
+def list_groups(ctx: Ctx) -> list[GroupRead]:
+    with ctx.db.read() as session:
+        counts = store.table_counts(session)
+        return [_read(row, counts.get(row.name, 0)) for row in store.list_groups(session)]
+
+
+@router.get("/{name}", response_model=GroupRead)
+def get_group(name: str, ctx: Ctx) -> GroupRead:
+    with ctx.db.read() as session:
+        return _read(store.get_group(session, name), store.table_counts(session).get(name, 0))
+
+
+@router.put("/{name}", response_model=GroupRead)
+def update_group(name: str, body: GroupUpdate, ctx: Ctx) -> GroupRead:
+    with ctx.db.write() as session:
+        current = store.get_group(session, name)
+        validate_group_update(
+            body.container or current.container,
+            body.properties if body.properties is not None else current.properties,
+            ctx.config.container_names,
+        )
+        row = store.update_group(session, name, body.container, body.properties)
+        return _read(row, store.table_counts(session).get(name, 0))
+
+
+@router.delete("/{name}", status_code=204)
+def delete_group(name: str, ctx: Ctx) -> Response:
+    with ctx.db.write() as session:
+        store.delete_group(session, name)
+    return Response(status_code=204)

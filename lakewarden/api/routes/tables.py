@@ -1,0 +1,66 @@
+"""`/api/v1/tables`: the tables lakewarden manages, with status, group, config and summary."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.schemas import TableBrief, TableRead
+from lakewarden.domain.tables import TableIdentifier, TableStatus
+from lakewarden.store import tables as store
+from lakewarden.store.tables import TableRecord
+
+router = APIRouter(prefix="/tables", tags=["tables"])
+Ctx = Annotated[ServerContext, Depends(server_context)]
+
+
+def _brief_fields(rec: TableRecord) -> dict[str, object]:
+    summary = rec.runtime.summary or {}
+    status = TableStatus(rec.runtime.status_code)
+    return {
+        "catalog": rec.identifier.catalog_name,
+        "database": rec.identifier.db_name,
+        "table": rec.identifier.table_name,
+        "identifier": str(rec.name),
+        "format": rec.identifier.format,
+        "status": status.label,
+        "status_code": int(status),
+        "group": rec.runtime.optimizing_group,
+        "data_files": int(summary.get("data-files", 0)),
+        "delete_files": int(summary.get("delete-files", 0)),
+        "files_size_bytes": int(summary.get("files-size-bytes", 0)),
+        "last_refreshed_at": rec.runtime.last_refreshed_at,
+    }
+
+
+@router.get("", response_model=list[TableBrief])
+def list_tables(
+    ctx: Ctx,
+    catalog: str | None = None,
+    database: str | None = None,
+    status: Annotated[str | None, Query(description="idle, pending, … or a status code")] = None,
+    group: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[TableBrief]:
+    wanted = TableStatus.parse(status) if status is not None else None
+    with ctx.db.read() as session:
+        records = store.list_tables(session, catalog, database, wanted, group, limit=limit, offset=offset)
+    return [TableBrief(**_brief_fields(rec)) for rec in records]  # type: ignore[arg-type]
+
+
+@router.get("/{catalog}/{database}/{table}", response_model=TableRead)
+def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
+    with ctx.db.read() as session:
+        rec = store.get_table(session, TableIdentifier(catalog, database, table))
+    return TableRead(
+        **_brief_fields(rec),  # type: ignore[arg-type]
+        status_changed_at=rec.runtime.status_changed_at,
+        config=rec.runtime.config,
+        summary=rec.runtime.summary,
+        metadata_location=rec.runtime.metadata_location,
+        current_snapshot_id=rec.runtime.current_snapshot_id,
+        refresh_error=rec.runtime.refresh_error,
+    )

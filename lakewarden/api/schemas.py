@@ -1,0 +1,110 @@
+"""Request and read models of the ams API (`/api/v1`). Requests forbid unknown fields."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Read(BaseModel):
+    @field_serializer("*", when_used="json")
+    def _utc(self, value: Any) -> Any:
+        # SQLite hands back naive datetimes; everything lakewarden stores is UTC.
+        if isinstance(value, datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=UTC).isoformat()
+        return value.isoformat() if isinstance(value, datetime) else value
+
+
+class CatalogCreate(_Request):
+    name: str = Field(description="Unique name: a letter, then letters, digits, '_' or '-' (max 64)")
+    type: str = Field(description="sql | rest")
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Connection (uri, warehouse, credential, …), database-filter / table-filter regexes, "
+        "and `table.`-prefixed table defaults such as table.self-optimizing.group",
+    )
+
+
+class CatalogUpdate(_Request):
+    type: str | None = None
+    properties: dict[str, str] = Field(description="Replaces the catalog's properties")
+
+
+class CatalogRead(_Read):
+    name: str
+    type: str
+    properties: dict[str, str]
+    health: str
+    last_refresh_at: datetime | None
+    last_error: str | None
+    table_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RefreshRead(_Read):
+    catalog: str
+    health: str
+    error: str | None
+    tables: int
+    added: list[str]
+    updated: list[str]
+    disposed: list[str]
+    duration_ms: int
+
+
+class GroupCreate(_Request):
+    name: str = Field(description="1-64 letters, digits, '_' or '-', starting with a letter or digit")
+    container: str = Field(description="A container configured in the server config")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class GroupUpdate(_Request):
+    container: str | None = None
+    properties: dict[str, str] | None = Field(None, description="Replaces the group's properties")
+
+
+class GroupRead(_Read):
+    name: str
+    container: str
+    properties: dict[str, str]
+    table_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class TableBrief(_Read):
+    catalog: str
+    database: str
+    table: str
+    identifier: str
+    format: str
+    status: str
+    status_code: int
+    group: str
+    data_files: int
+    delete_files: int
+    files_size_bytes: int
+    last_refreshed_at: datetime | None
+
+
+class TableRead(TableBrief):
+    status_changed_at: datetime
+    config: dict[str, str] = Field(description="Effective configuration: defaults < catalog table.* < table properties")
+    summary: dict[str, Any] = Field(description="File and snapshot summary of the current snapshot")
+    metadata_location: str | None
+    current_snapshot_id: int | None
+    refresh_error: str | None
+
+
+class Health(_Read):
+    status: str
+    version: str
+    database: str
+    time: datetime

@@ -1,0 +1,1 @@
+"""cli layer of lakewarden (see DESIGN.md)."""

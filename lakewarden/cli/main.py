@@ -1,0 +1,254 @@
+"""The `lakewarden` command: the server, and client commands over its HTTP API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lakewarden.cli import render
+from lakewarden.cli.client import AmsClient, ClientError
+from lakewarden.domain.errors import LakewardenError
+
+DEFAULT_SERVER = "http://127.0.0.1:1630"
+app = typer.Typer(help="lakewarden: lakehouse table management for Apache Iceberg.", no_args_is_help=True)
+catalog_app = typer.Typer(help="Registered catalogs.", no_args_is_help=True)
+group_app = typer.Typer(help="Resource groups.", no_args_is_help=True)
+table_app = typer.Typer(help="Managed tables.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(group_app, name="group")
+app.add_typer(table_app, name="table")
+
+ServerOpt = Annotated[
+    str, typer.Option("--server", envvar="LAKEWARDEN_SERVER", help="URL of the lakewarden server")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts")]
+PropOpt = Annotated[list[str] | None, typer.Option("--property", "-p", help="key=value (repeatable)")]
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def call(server: str, fn: Any) -> Any:
+    try:
+        return fn(AmsClient(server))
+    except ClientError as exc:
+        fail(str(exc))
+
+
+def parse_properties(pairs: list[str] | None) -> dict[str, str]:
+    properties: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            fail(f"--property {pair!r}: expected key=value")
+        properties[key.strip()] = value
+    return properties
+
+
+@app.command()
+def server(
+    config: Annotated[Path | None, typer.Option("--config", "-c", envvar="LAKEWARDEN_CONFIG", help="YAML config file")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+) -> None:
+    """Run the lakewarden server (HTTP API, catalogs, scheduler services)."""
+    from lakewarden.config import load_config
+    from lakewarden.server import serve
+
+    try:
+        cfg = load_config(config)
+    except LakewardenError as exc:
+        fail(f"invalid config: {exc}")
+    serve(cfg, log_level)
+
+
+@app.command("setup-spark")
+def setup_spark() -> None:
+    """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
+    from lakewarden.spark.jars import JarSetupError, ensure_spark_jars
+
+    try:
+        jars = ensure_spark_jars()
+    except JarSetupError as exc:
+        fail(str(exc))
+    for jar in jars.jars:
+        typer.echo(jar)
+
+
+# ---- catalogs
+
+
+def _catalog_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [c["name"], c["type"], c["health"], c["table_count"], c["last_refresh_at"], c["last_error"] or ""]
+        for c in items
+    ]
+
+
+@catalog_app.command("add")
+def catalog_add(
+    name: str,
+    type_: Annotated[str, typer.Option("--type", "-t", help="sql | rest")],
+    uri: Annotated[str | None, typer.Option(help="SQLAlchemy URL (sql) or http(s) URL (rest)")] = None,
+    warehouse: Annotated[str | None, typer.Option(help="Warehouse location")] = None,
+    prop: PropOpt = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """Register a catalog."""
+    properties = parse_properties(prop)
+    if uri is not None:
+        properties["uri"] = uri
+    if warehouse is not None:
+        properties["warehouse"] = warehouse
+    created = call(server, lambda c: c.post("/catalogs", {"name": name, "type": type_, "properties": properties}))
+    if json_:
+        render.emit_json(created)
+    else:
+        typer.echo(f"catalog {created['name']} registered")
+
+
+@catalog_app.command("list")
+def catalog_list(server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
+    """List registered catalogs with their health."""
+    items = call(server, lambda c: c.get("/catalogs"))
+    if json_:
+        render.emit_json(items)
+    else:
+        render.table("catalogs", ["name", "type", "health", "tables", "last refresh", "error"], _catalog_rows(items))
+
+
+@catalog_app.command("show")
+def catalog_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
+    """Show one catalog."""
+    item = call(server, lambda c: c.get(f"/catalogs/{name}"))
+    if json_:
+        render.emit_json(item)
+        return
+    pairs = [(k, item[k]) for k in ("name", "type", "health", "table_count", "last_refresh_at", "last_error")]
+    pairs += [(f"property {k}", v) for k, v in sorted(item["properties"].items())]
+    render.key_values(f"catalog {name}", pairs)
+
+
+@catalog_app.command("rm")
+def catalog_rm(name: str, server: ServerOpt = DEFAULT_SERVER) -> None:
+    """Unregister a catalog (its tables are left untouched)."""
+    call(server, lambda c: c.delete(f"/catalogs/{name}"))
+    typer.echo(f"catalog {name} removed")
+
+
+@catalog_app.command("refresh")
+def catalog_refresh(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
+    """Explore a catalog now: add new tables, dispose dropped ones."""
+    result = call(server, lambda c: c.post(f"/catalogs/{name}/refresh"))
+    if json_:
+        render.emit_json(result)
+        return
+    if result["error"]:
+        fail(f"catalog {name} is unhealthy: {result['error']}")
+    typer.echo(
+        f"catalog {name}: {result['tables']} tables, {len(result['added'])} added, "
+        f"{len(result['updated'])} updated, {len(result['disposed'])} disposed ({result['duration_ms']} ms)"
+    )
+
+
+# ---- resource groups
+
+
+@group_app.command("add")
+def group_add(
+    name: str,
+    container: Annotated[str, typer.Option(help="A container from the server config")] = "local",
+    prop: PropOpt = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """Create a resource group."""
+    body = {"name": name, "container": container, "properties": parse_properties(prop)}
+    created = call(server, lambda c: c.post("/resource-groups", body))
+    if json_:
+        render.emit_json(created)
+    else:
+        typer.echo(f"resource group {created['name']} created")
+
+
+@group_app.command("list")
+def group_list(server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
+    """List resource groups."""
+    items = call(server, lambda c: c.get("/resource-groups"))
+    if json_:
+        render.emit_json(items)
+        return
+    rows = [
+        [g["name"], g["container"], g["table_count"], ", ".join(f"{k}={v}" for k, v in sorted(g["properties"].items()))]
+        for g in items
+    ]
+    render.table("resource groups", ["name", "container", "tables", "properties"], rows)
+
+
+@group_app.command("rm")
+def group_rm(name: str, server: ServerOpt = DEFAULT_SERVER) -> None:
+    """Delete a resource group no table uses."""
+    call(server, lambda c: c.delete(f"/resource-groups/{name}"))
+    typer.echo(f"resource group {name} removed")
+
+
+# ---- tables
+
+
+@table_app.command("list")
+def table_list(
+    catalog: Annotated[str | None, typer.Option(help="Only this catalog")] = None,
+    database: Annotated[str | None, typer.Option(help="Only this database (namespace)")] = None,
+    status: Annotated[str | None, typer.Option(help="idle, pending, minor_optimizing, …")] = None,
+    group: Annotated[str | None, typer.Option(help="Only this resource group")] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """List managed tables."""
+    items = call(server, lambda c: c.get("/tables", catalog=catalog, database=database, status=status, group=group))
+    if json_:
+        render.emit_json(items)
+        return
+    rows = [
+        [t["identifier"], t["status"], t["group"], t["data_files"], t["delete_files"], render.human_bytes(t["files_size_bytes"])]
+        for t in items
+    ]
+    render.table("tables", ["table", "status", "group", "data files", "delete files", "size"], rows)
+
+
+@table_app.command("show")
+def table_show(
+    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """Show a table: status, group, effective config, file and snapshot summary."""
+    from lakewarden.domain.tables import TableIdentifier
+
+    try:
+        name = TableIdentifier.parse(identifier)
+    except LakewardenError as exc:
+        fail(str(exc))
+    item = call(server, lambda c: c.get(f"/tables/{name.catalog}/{name.database}/{name.table}"))
+    if json_:
+        render.emit_json(item)
+        return
+    pairs: list[tuple[str, Any]] = [
+        (k, item[k]) for k in ("identifier", "format", "status", "status_code", "group", "metadata_location",
+                               "current_snapshot_id", "last_refreshed_at", "refresh_error")
+    ]  # fmt: skip
+    pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
+    render.key_values(f"table {name}", pairs)
+    render.key_values("effective config", sorted(item["config"].items()))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

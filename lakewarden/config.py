@@ -1,0 +1,181 @@
+"""Server configuration: a YAML file with Amoro-like keys, overridable from the environment.
+
+    ams:
+      server-bind-host: 127.0.0.1
+      http-server: {bind-port: 1630}
+      data-dir: ~/.lakewarden          # SQLite system database and local warehouse live here
+      database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
+      refresh-external-catalogs: {interval: 3min, thread-count: 10}
+      optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h}
+    containers:
+      - {name: local, container-impl: local}
+    resource-groups:                   # ensured at start (created when absent, never changed)
+      - {name: default, container: local}
+    catalogs:                          # ensured at start; omitted = one `sql` catalog `local` in data-dir
+      - {name: lake, type: sql, properties: {uri: "sqlite:////data/lake.db", warehouse: /data/lake}}
+
+Any key can be overridden by an environment variable named LAKEWARDEN_ followed by the key path,
+levels separated by `__`, dashes written as `_`: `LAKEWARDEN_AMS__HTTP_SERVER__BIND_PORT=1631`,
+`LAKEWARDEN_AMS__DATABASE__URL=postgresql+psycopg://…`. Values are read as YAML scalars.
+Durations are milliseconds or a number with a unit: 500ms, 30s, 3min, 1h, 1d.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from lakewarden.domain.errors import InvalidField
+
+ENV_PREFIX = "LAKEWARDEN_"
+_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+def parse_duration(value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return timedelta(milliseconds=value)
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", value.lower())
+        if match and match.group(2) in ("", *_UNITS):
+            number = float(match.group(1))
+            unit = match.group(2)
+            return timedelta(milliseconds=number) if unit == "" else timedelta(seconds=number * _UNITS[unit])
+    raise ValueError(f"{value!r} is not a duration (e.g. 500ms, 30s, 3min, 1h)")
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class HttpServerConfig(_Model):
+    bind_port: int = Field(1630, alias="bind-port", ge=0, le=65535)
+
+
+class DatabaseConfig(_Model):
+    url: str | None = None  # a SQLAlchemy URL; None = SQLite file in the data directory
+
+
+class RefreshCatalogsConfig(_Model):
+    interval: Duration = timedelta(minutes=3)
+    thread_count: int = Field(10, alias="thread-count", ge=1, le=256)
+
+
+class OptimizerConfig(_Model):
+    heart_beat_timeout: Duration = Field(timedelta(minutes=1), alias="heart-beat-timeout")
+    task_ack_timeout: Duration = Field(timedelta(seconds=30), alias="task-ack-timeout")
+    task_execute_timeout: Duration = Field(timedelta(hours=1), alias="task-execute-timeout")
+
+
+class AmsConfig(_Model):
+    server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
+    http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
+    data_dir: Path = Field(Path("~/.lakewarden"), alias="data-dir")
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    refresh_external_catalogs: RefreshCatalogsConfig = Field(
+        default_factory=RefreshCatalogsConfig, alias="refresh-external-catalogs"
+    )
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+
+
+class ContainerConfig(_Model):
+    name: str
+    container_impl: str = Field("local", alias="container-impl")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class GroupSeed(_Model):
+    name: str
+    container: str = "local"
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class CatalogSeed(_Model):
+    name: str
+    type: str
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class Config(_Model):
+    ams: AmsConfig = Field(default_factory=AmsConfig)
+    containers: list[ContainerConfig] = Field(default_factory=lambda: [ContainerConfig(name="local")])
+    resource_groups: list[GroupSeed] = Field(default_factory=lambda: [GroupSeed(name="default")], alias="resource-groups")
+    catalogs: list[CatalogSeed] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.ams.data_dir.expanduser().resolve()
+
+    @property
+    def database_url(self) -> str:
+        return self.ams.database.url or f"sqlite:///{self.data_dir / 'lakewarden.db'}"
+
+    @property
+    def container_names(self) -> list[str]:
+        return [c.name for c in self.containers]
+
+    def catalog_seeds(self) -> list[CatalogSeed]:
+        """The catalogs ensured at start; by default one local SQL catalog inside the data directory."""
+        if self.catalogs is not None:
+            return list(self.catalogs)
+        local = self.data_dir
+        return [
+            CatalogSeed(
+                name="local",
+                type="sql",
+                properties={"uri": f"sqlite:///{local / 'catalog.db'}", "warehouse": str(local / "warehouse")},
+            )
+        ]
+
+
+def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    top_level = {"ams", "containers", "resource-groups", "catalogs"}
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = [part.lower().replace("_", "-") for part in name[len(ENV_PREFIX) :].split("__")]
+        if path[0] not in top_level:
+            continue  # other LAKEWARDEN_* variables (LAKEWARDEN_SERVER, …) are not config keys
+        node = raw
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[path[-1]] = yaml.safe_load(value) if value != "" else ""
+    return raw
+
+
+def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the YAML file (optional) and the environment; raise InvalidField naming a bad key."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise InvalidField("config", f"{file} does not exist")
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise InvalidField("config", f"{file} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise InvalidField("config", f"{file} must hold a mapping at the top level")
+        raw = loaded
+    raw = _apply_env(raw, environ)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise InvalidField(where, first["msg"]) from exc

@@ -1,0 +1,1 @@
+"""domain layer of lakewarden (see DESIGN.md)."""

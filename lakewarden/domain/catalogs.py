@@ -1,0 +1,110 @@
+"""Catalog registrations: types, required properties, filters and table defaults (pure rules)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from lakewarden.domain.errors import InvalidField
+
+CATALOG_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+TABLE_DEFAULT_PREFIX = "table."
+DATABASE_FILTER = "database-filter"
+TABLE_FILTER = "table-filter"
+
+# Properties every catalog type must carry; the message names the missing one.
+REQUIRED_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "sql": ("uri", "warehouse"),
+    "rest": ("uri",),
+}
+CATALOG_TYPES = tuple(REQUIRED_PROPERTIES)
+# Values never shown by the API (they still reach the optimizer through its own endpoint).
+SECRET_PROPERTIES = ("credential", "token", "jdbc.password", "password", "s3.secret-access-key")
+
+
+@dataclass(frozen=True)
+class CatalogSpec:
+    """What a registered catalog is: enough to open it with pyiceberg or Spark."""
+
+    name: str
+    type: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def table_defaults(self) -> dict[str, str]:
+        """`table.`-prefixed properties, without the prefix: defaults for every table of the catalog."""
+        n = len(TABLE_DEFAULT_PREFIX)
+        return {k[n:]: v for k, v in self.properties.items() if k.startswith(TABLE_DEFAULT_PREFIX)}
+
+    @property
+    def connection_properties(self) -> dict[str, str]:
+        """Properties that configure the catalog client (filters and table defaults removed)."""
+        return {
+            k: v
+            for k, v in self.properties.items()
+            if not k.startswith(TABLE_DEFAULT_PREFIX) and k not in (DATABASE_FILTER, TABLE_FILTER)
+        }
+
+
+@dataclass(frozen=True)
+class TableFilter:
+    """The database and table regexes of a catalog; both must match the whole name."""
+
+    database: re.Pattern[str] | None
+    table: re.Pattern[str] | None
+
+    @classmethod
+    def of(cls, spec: CatalogSpec) -> TableFilter:
+        return cls(
+            _compile(spec.properties.get(DATABASE_FILTER), f"properties.{DATABASE_FILTER}"),
+            _compile(spec.properties.get(TABLE_FILTER), f"properties.{TABLE_FILTER}"),
+        )
+
+    def accepts_database(self, database: str) -> bool:
+        return self.database is None or self.database.fullmatch(database) is not None
+
+    def accepts_table(self, database: str, table: str) -> bool:
+        """The table filter matches `table` or `database.table`, as Amoro's does."""
+        if not self.accepts_database(database):
+            return False
+        if self.table is None:
+            return True
+        return self.table.fullmatch(table) is not None or self.table.fullmatch(f"{database}.{table}") is not None
+
+
+def _compile(pattern: str | None, field_name: str) -> re.Pattern[str] | None:
+    if pattern is None or pattern == "":
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise InvalidField(field_name, f"is not a valid regular expression: {exc}") from exc
+
+
+def validate_catalog(spec: CatalogSpec) -> None:
+    """Raise InvalidField naming the first problem with a catalog registration."""
+    if not CATALOG_NAME_PATTERN.match(spec.name):
+        raise InvalidField("name", f"{spec.name!r} must match {CATALOG_NAME_PATTERN.pattern}")
+    if spec.type not in REQUIRED_PROPERTIES:
+        raise InvalidField("type", f"{spec.type!r} is not a catalog type; use one of {', '.join(CATALOG_TYPES)}")
+    for key, value in spec.properties.items():
+        if not isinstance(value, str):
+            raise InvalidField(f"properties.{key}", "must be a string")
+    for key in REQUIRED_PROPERTIES[spec.type]:
+        if not spec.properties.get(key, "").strip():
+            raise InvalidField(f"properties.{key}", f"is required for a {spec.type} catalog")
+    TableFilter.of(spec)
+    uri = spec.properties.get("uri", "")
+    if spec.type == "sql":
+        if uri.startswith("sqlite"):
+            if not uri.startswith("sqlite:////"):
+                raise InvalidField("properties.uri", "a SQLite catalog needs an absolute path: sqlite:////abs/path.db")
+        elif not uri.startswith("postgresql"):
+            raise InvalidField("properties.uri", "must be a sqlite:// or postgresql:// SQLAlchemy URL")
+    if spec.type == "rest" and not uri.startswith(("http://", "https://")):
+        raise InvalidField("properties.uri", "must be an http:// or https:// URL")
+
+
+def redact(properties: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("****" if k in SECRET_PROPERTIES else v) for k, v in properties.items()}

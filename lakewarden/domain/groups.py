@@ -1,0 +1,38 @@
+"""Resource groups: the unit optimizers run in and tables are scheduled by (pure rules)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+
+from lakewarden.domain.errors import InvalidField
+
+# Letters, digits, '_' and '-', 1 to 64 characters, starting with a letter or digit.
+GROUP_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+SCHEDULING_POLICIES = ("quota", "balanced")
+
+
+def validate_group(name: str, container: str, properties: Mapping[str, str], containers: Collection[str]) -> None:
+    if not GROUP_NAME_PATTERN.match(name):
+        raise InvalidField(
+            "name", f"{name!r} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+        )
+    validate_group_update(container, properties, containers)
+
+
+def validate_group_update(container: str, properties: Mapping[str, str], containers: Collection[str]) -> None:
+    if container not in containers:
+        known = ", ".join(sorted(containers)) or "none"
+        raise InvalidField("container", f"{container!r} is not a configured container (configured: {known})")
+    for key, value in properties.items():
+        if not isinstance(value, str):
+            raise InvalidField(f"properties.{key}", "must be a string")
+    policy = properties.get("scheduling-policy")
+    if policy is not None and policy not in SCHEDULING_POLICIES:
+        raise InvalidField("properties.scheduling-policy", f"{policy!r} is not one of {', '.join(SCHEDULING_POLICIES)}")
+    for key in ("instances", "parallelism"):
+        if key in properties:
+            value = properties[key]
+            minimum = 1 if key == "parallelism" else 0
+            if not value.isdigit() or int(value) < minimum:
+                raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")

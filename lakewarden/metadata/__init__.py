@@ -1,0 +1,1 @@
+"""metadata layer of lakewarden (see DESIGN.md)."""

@@ -1,0 +1,124 @@
+"""Opening registered catalogs with pyiceberg, listing their tables and summarising them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from lakewarden.domain.catalogs import CatalogSpec, TableFilter
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.tables import TableSnapshot
+
+MAX_NAMESPACE_DEPTH = 8
+
+
+def _sql_uri(uri: str, must_exist: bool) -> str:
+    """For exploring, open SQLite read-write without creating it: a vanished file is an error, not an empty catalog."""
+    if must_exist and uri.startswith("sqlite:////") and "?" not in uri:
+        return f"sqlite:///file:{uri[len('sqlite:///') :]}?mode=rw&uri=true"
+    return uri
+
+
+def _load_sql(spec: CatalogSpec, initialize: bool) -> Catalog:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    props = spec.connection_properties
+    props["uri"] = _sql_uri(props["uri"], must_exist=not initialize)
+    props["init_catalog_tables"] = "true" if initialize else "false"
+    return SqlCatalog(spec.name, **props)
+
+
+def _load_rest(spec: CatalogSpec, initialize: bool) -> Catalog:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog(spec.name, **spec.connection_properties)
+
+
+# Lazy loaders by catalog type, as pyiceberg's AVAILABLE_CATALOGS: importing one costs nothing until used.
+CATALOG_LOADERS: dict[str, Callable[[CatalogSpec, bool], Catalog]] = {
+    "sql": _load_sql,
+    "rest": _load_rest,
+}
+
+
+def open_catalog(spec: CatalogSpec, initialize: bool = False) -> Catalog:
+    """A pyiceberg catalog for a registration. `initialize` creates an SQL catalog's tables when absent."""
+    loader = CATALOG_LOADERS.get(spec.type)
+    if loader is None:
+        raise InvalidField("type", f"{spec.type!r} catalogs cannot be opened")
+    return loader(spec, initialize)
+
+
+def initialize_catalog(spec: CatalogSpec) -> None:
+    """Create what a new catalog needs before Spark uses it (an SQL catalog's two tables).
+
+    Spark's JdbcCatalog must not create them itself on SQLite (it keeps a read lock open that
+    blocks every other writer), so lakewarden creates them with pyiceberg, in the layout Java expects.
+    """
+    if spec.type == "sql":
+        catalog = open_catalog(spec, initialize=True)
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+
+def list_tables(catalog: Catalog, table_filter: TableFilter) -> Iterator[tuple[str, str]]:
+    """(database, table) of every table the filters accept; namespaces are walked to any depth.
+
+    Errors propagate: a listing that fails part-way must not look like a catalog that lost tables.
+    """
+    pending: list[tuple[str, ...]] = [()]
+    seen: set[tuple[str, ...]] = set()
+    while pending:
+        parent = pending.pop()
+        children = catalog.list_namespaces(parent) if parent else catalog.list_namespaces()
+        for namespace in children:
+            namespace = tuple(namespace)
+            if namespace in seen or namespace == parent or len(namespace) > MAX_NAMESPACE_DEPTH:
+                continue
+            seen.add(namespace)
+            pending.append(namespace)
+            database = ".".join(namespace)
+            if not table_filter.accepts_database(database):
+                continue
+            for identifier in catalog.list_tables(namespace):
+                name = identifier[-1]
+                if table_filter.accepts_table(database, name):
+                    yield database, name
+
+
+def _int(summary: dict[str, str], key: str) -> int:
+    try:
+        return int(summary.get(key, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def snapshot_of(table: Table) -> TableSnapshot:
+    metadata = table.metadata
+    snapshot = table.current_snapshot()
+    totals = dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
+    spec = metadata.spec()
+    summary: dict[str, Any] = {
+        "format-version": metadata.format_version,
+        "location": metadata.location,
+        "partition-spec": [f"{f.transform}({metadata.schema().find_column_name(f.source_id)})" for f in spec.fields],
+        "snapshot-count": len(metadata.snapshots),
+        "last-updated-ms": metadata.last_updated_ms,
+        "operation": snapshot.summary.operation.value if snapshot and snapshot.summary else None,
+        "data-files": _int(totals, "total-data-files"),
+        "delete-files": _int(totals, "total-delete-files"),
+        "position-deletes": _int(totals, "total-position-deletes"),
+        "equality-deletes": _int(totals, "total-equality-deletes"),
+        "records": _int(totals, "total-records"),
+        "files-size-bytes": _int(totals, "total-files-size"),
+    }
+    return TableSnapshot(
+        metadata_location=table.metadata_location,
+        current_snapshot_id=snapshot.snapshot_id if snapshot else None,
+        properties=dict(metadata.properties),
+        summary=summary,
+    )

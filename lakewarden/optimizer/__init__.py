@@ -1,0 +1,1 @@
+"""optimizer layer of lakewarden (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""services layer of lakewarden (see DESIGN.md)."""

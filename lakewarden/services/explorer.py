@@ -1,0 +1,160 @@
+"""The table explorer: keeps the set of managed tables equal to what the registered catalogs hold.
+
+Each pass lists every catalog with pyiceberg, applies its database and table filters, adds the
+tables it has not seen, refreshes the runtime of tables whose metadata location moved, and disposes
+tables that are gone. A catalog whose listing fails keeps all its tables: it is marked unhealthy
+with the error instead, because a failed listing says nothing about what exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from lakewarden.domain.catalogs import CatalogSpec, TableFilter
+from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
+from lakewarden.metadata.catalogs import list_tables, open_catalog, snapshot_of
+from lakewarden.services.loop import LoopService
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RefreshResult:
+    catalog: str
+    health: str = "healthy"
+    error: str | None = None
+    tables: int = 0
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    disposed: list[str] = field(default_factory=list)
+    duration_ms: int = 0
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:2000]
+
+
+class TableExplorer(LoopService):
+    name = "table-explorer"
+
+    def __init__(self, db: Database, interval_seconds: float, thread_count: int) -> None:
+        super().__init__(interval_seconds)
+        self.db = db
+        self.thread_count = thread_count
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def run_once(self) -> None:
+        with self.db.read() as session:
+            names = [row.name for row in catalog_store.list_catalogs(session)]
+        for name in names:
+            if self.stopping:
+                return
+            result = self.refresh(name)
+            if result.error:
+                log.warning("catalog %s unhealthy: %s", name, result.error)
+
+    def _lock(self, catalog: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(catalog, threading.Lock())
+
+    def refresh(self, catalog_name: str) -> RefreshResult:
+        """Explore one catalog now; one refresh per catalog at a time."""
+        with self._lock(catalog_name):
+            started = time.monotonic()
+            result = self._refresh(catalog_name)
+            result.duration_ms = int((time.monotonic() - started) * 1000)
+            return result
+
+    def _refresh(self, catalog_name: str) -> RefreshResult:
+        with self.db.read() as session:
+            spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog_name))
+        result = RefreshResult(catalog_name)
+        catalog: Catalog | None = None
+        try:
+            catalog = open_catalog(spec)
+            listed = {TableIdentifier(catalog_name, db, tbl) for db, tbl in list_tables(catalog, TableFilter.of(spec))}
+            snapshots = self._load_all(catalog, sorted(listed))
+        except Exception as exc:  # any failure to list: keep every table, report the catalog unhealthy
+            result.health, result.error = "unhealthy", _describe(exc)
+            with self.db.write() as session:
+                catalog_store.record_refresh(session, catalog_name, result.error)
+            return result
+        finally:
+            close = getattr(catalog, "close", None)
+            if callable(close):
+                close()
+        # A table that vanished between listing and loading is gone as well.
+        listed -= {name for name, snap in snapshots.items() if snap is None}
+        self._apply(spec, listed, snapshots, result)
+        return result
+
+    def _load_all(
+        self, catalog: Catalog, names: list[TableIdentifier]
+    ) -> dict[TableIdentifier, TableSnapshot | str | None]:
+        """Load every listed table in parallel: a snapshot, None when it no longer exists, or the error text."""
+
+        def load(name: TableIdentifier) -> TableSnapshot | str | None:
+            try:
+                return snapshot_of(catalog.load_table((*name.database.split("."), name.table)))
+            except NoSuchTableError:
+                return None
+            except Exception as exc:
+                return _describe(exc)
+
+        if not names:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(self.thread_count, len(names)), thread_name_prefix="explorer") as pool:
+            return dict(zip(names, pool.map(load, names), strict=True))
+
+    def _apply(
+        self,
+        spec: CatalogSpec,
+        listed: set[TableIdentifier],
+        snapshots: dict[TableIdentifier, TableSnapshot | str | None],
+        result: RefreshResult,
+    ) -> None:
+        defaults = spec.table_defaults
+        with self.db.write() as session:
+            current = {rec.name: rec for rec in table_store.list_tables(session, catalog=spec.name)}
+            for name in sorted(set(current) - listed):
+                table_store.dispose_table(session, current[name].identifier.table_id)
+                result.disposed.append(str(name))
+            for name in sorted(listed):
+                loaded = snapshots.get(name)
+                record = current.get(name)
+                if isinstance(loaded, TableSnapshot):
+                    config = effective_config(defaults, loaded.properties)
+                    group = optimizing_group(config)
+                    if record is None:
+                        record = table_store.add_table(session, name, group, config)
+                        result.added.append(str(name))
+                    elif (
+                        record.runtime.metadata_location != loaded.metadata_location
+                        or record.runtime.config != config
+                    ):
+                        result.updated.append(str(name))
+                    else:
+                        continue
+                    table_store.record_table_snapshot(session, record.runtime, loaded, group, config)
+                elif isinstance(loaded, str):
+                    if record is None:
+                        config = effective_config(defaults, {})
+                        record = table_store.add_table(session, name, optimizing_group(config), config)
+                        result.added.append(str(name))
+                    table_store.record_table_error(session, record.runtime, loaded)
+            catalog_store.record_refresh(session, spec.name, None)
+        result.tables = len(listed)
+        if result.added or result.disposed:
+            log.info("catalog %s: %d added, %d disposed", spec.name, len(result.added), len(result.disposed))

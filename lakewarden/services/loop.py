@@ -1,0 +1,63 @@
+"""Background loop services: one `run_once()` called on an interval from a daemon thread.
+
+A pass that raises is logged and the loop goes on; a pass that overruns its interval is
+warned about; `stop()` interrupts the sleep at once; `wake()` runs the next pass now.
+Tests call `run_once()` directly instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+
+class LoopService:
+    name = "loop"
+
+    def __init__(self, interval_seconds: float) -> None:
+        self.interval_seconds = interval_seconds
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"lakewarden-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("%s did not stop within %.0fs", self.name, timeout)
+            self._thread = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("%s pass failed; continuing", self.name)
+            elapsed = time.monotonic() - started
+            if elapsed > self.interval_seconds:
+                log.warning("%s pass took %.1fs, longer than its %.1fs interval", self.name, elapsed, self.interval_seconds)
+            self._wake.wait(max(0.0, self.interval_seconds - elapsed))
+            self._wake.clear()

@@ -1,0 +1,1 @@
+"""spark layer of lakewarden (see DESIGN.md)."""

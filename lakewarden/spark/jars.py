@@ -1,0 +1,321 @@
+"""The Spark jar set-up step: a complete Iceberg 1.10.2 runtime for PySpark 3.5 from registry packages.
+
+The Iceberg runtime jar shipped by the PyPI package ``snowpark-connect-deps-iceberg`` references
+relocated classes it does not contain (``org.apache.iceberg.shaded.com.fasterxml.jackson`` and
+``org.apache.iceberg.shaded.org.apache.hc``). This step rebuilds them: Jackson from pyspark's own
+jars, Apache httpclient5/httpcore5 (>= 5.4, the REST client needs it) from Debian's archive,
+relocated with Debian's jarjar. It also collects the JDBC drivers Iceberg's JdbcCatalog needs for
+``sql`` catalogs (xerial SQLite with its JNI library, PostgreSQL).
+
+Nothing is installed system-wide: apt runs with a private sources list and lists directory only to
+download .deb files, which are unpacked with ``dpkg-deb -x``. The result is cached in
+``jars_dir()``; a re-run with the same inputs does nothing.
+
+Users with Maven access may skip all this and set ``spark.jars.packages`` to
+``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2`` (see ``session.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ICEBERG_VERSION = "1.10.2"
+SCALA_BINARY = "2.12"
+RELOCATED_JAR = "iceberg-deps-relocated.jar"
+MANIFEST = "jars.json"
+# Bump when the way the output is built changes, so cached outputs are rebuilt.
+RECIPE_REVISION = "1"
+
+DEBIAN_MIRROR = os.environ.get("LAKEWARDEN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+
+@dataclass(frozen=True)
+class DebianPackage:
+    name: str
+    suite: str  # the suite to take it from; httpclient5 >= 5.4 is only in sid
+
+    @property
+    def request(self) -> str:
+        return f"{self.name}/{self.suite}"
+
+
+PACKAGES = (
+    DebianPackage("libhttpclient5-java", "sid"),
+    DebianPackage("libhttpcore5-java", "sid"),
+    DebianPackage("libjarjar-java", "bookworm"),
+    DebianPackage("libxerial-sqlite-jdbc-java", "bookworm"),
+    DebianPackage("libxerial-sqlite-jdbc-jni", "bookworm"),
+    DebianPackage("libpostgresql-jdbc-java", "bookworm"),
+)
+JACKSON_ARTIFACTS = ("jackson-annotations", "jackson-core", "jackson-databind", "jackson-datatype-jsr310")
+MIN_HTTPCLIENT5 = (5, 4)
+
+
+class JarSetupError(RuntimeError):
+    """The jar set-up step could not produce a working set of jars; the message says why."""
+
+
+@dataclass(frozen=True)
+class SparkJars:
+    """The jars (and native library directory) a SparkSession with Iceberg needs."""
+
+    jars: tuple[str, ...]
+    native_library_dir: str
+
+    @property
+    def classpath(self) -> str:
+        return ",".join(self.jars)
+
+
+def jars_dir() -> Path:
+    explicit = os.environ.get("LAKEWARDEN_JARS_DIR")
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return (cache / "lakewarden" / f"spark-jars-iceberg-{ICEBERG_VERSION}").resolve()
+
+
+def _iceberg_jar_dir() -> Path:
+    try:
+        import snowpark_connect_deps_iceberg as deps  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - the package is a pinned dependency
+        raise JarSetupError(
+            "the package snowpark-connect-deps-iceberg is not installed; "
+            "install lakewarden's pinned requirements (requirements.lock)"
+        ) from exc
+    return Path(deps.__file__).parent / "jars"
+
+
+def _iceberg_jars() -> list[Path]:
+    base = _iceberg_jar_dir()
+    wanted = [
+        base / f"iceberg-spark-runtime-3.5_{SCALA_BINARY}-{ICEBERG_VERSION}.jar",
+        base / f"iceberg-spark-extensions-3.5_{SCALA_BINARY}-{ICEBERG_VERSION}.jar",
+    ]
+    for jar in wanted:
+        if not jar.is_file():
+            raise JarSetupError(f"missing Iceberg jar {jar}")
+    return wanted
+
+
+def _pyspark_jackson_jars() -> list[Path]:
+    import pyspark
+
+    base = Path(pyspark.__file__).parent / "jars"
+    found = []
+    for artifact in JACKSON_ARTIFACTS:
+        matches = sorted(base.glob(f"{artifact}-2.*.jar"))
+        if len(matches) != 1:
+            raise JarSetupError(f"expected exactly one {artifact}-2.*.jar in {base}, found {len(matches)}")
+        found.append(matches[0])
+    return found
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stamp(inputs: list[Path]) -> str:
+    lines = sorted(f"{p}:{p.stat().st_size}" for p in inputs)
+    return hashlib.sha256("\n".join([RECIPE_REVISION, *lines]).encode()).hexdigest()[:16]
+
+
+def _cached_debs(cache: Path) -> dict[str, Path]:
+    debs: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        matches = sorted(cache.glob(f"{pkg.name}_*.deb"))
+        if matches:
+            debs[pkg.name] = matches[-1]
+    return debs
+
+
+def _download_debs(cache: Path, log: _Log) -> dict[str, Path]:
+    debs = _cached_debs(cache)
+    missing = [pkg for pkg in PACKAGES if pkg.name not in debs]
+    if not missing:
+        return debs
+    if shutil.which("apt-get") is None:
+        raise JarSetupError("apt-get is needed to download the Debian packages for the Spark jars")
+    apt_dir = cache / "apt"
+    (apt_dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (apt_dir / "sources").mkdir(parents=True, exist_ok=True)
+    (apt_dir / "sources" / "debian.sources").write_text(
+        f"Types: deb\nURIs: {DEBIAN_MIRROR}\nSuites: bookworm sid\nComponents: main\nSigned-By: {DEBIAN_KEYRING}\n"
+    )
+    options = [
+        "-o", "Dir::Etc::SourceList=/dev/null",
+        "-o", f"Dir::Etc::SourceParts={apt_dir / 'sources'}",
+        "-o", f"Dir::State::Lists={apt_dir / 'lists'}",
+        "-o", "Dir::Cache::pkgcache=",
+        "-o", "Dir::Cache::srcpkgcache=",
+        # sid's index may be past its valid-until date on some mirrors; signatures are still checked
+        "-o", "Acquire::Check-Valid-Until=false",
+    ]  # fmt: skip
+    if os.geteuid() == 0:
+        options += ["-o", "APT::Sandbox::User=root"]
+    log(f"downloading {len(missing)} Debian package(s): {', '.join(p.name for p in missing)}")
+    _run(["apt-get", *options, "-qq", "update"], cwd=cache)
+    _run(["apt-get", *options, "-qq", "download", *(p.request for p in missing)], cwd=cache)
+    debs = _cached_debs(cache)
+    still_missing = [pkg.name for pkg in PACKAGES if pkg.name not in debs]
+    if still_missing:
+        raise JarSetupError(f"apt-get did not download: {', '.join(still_missing)}")
+    return debs
+
+
+def _deb_version(deb: Path) -> tuple[int, ...]:
+    match = re.match(r"[^_]+_(\d+)\.(\d+)", deb.name.replace("%3a", ":"))
+    if not match:
+        raise JarSetupError(f"cannot read a version from {deb.name}")
+    return (int(match.group(1)), int(match.group(2)))
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise JarSetupError(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def _merge_jars(jars: list[Path], out: Path) -> None:
+    """Merge class files into one jar; META-INF (signatures, services, multi-release) is dropped."""
+    seen: dict[str, str] = {}
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as merged:
+        for jar in jars:
+            with zipfile.ZipFile(jar) as source:
+                for info in source.infolist():
+                    name = info.filename
+                    if info.is_dir() or name.endswith("module-info.class"):
+                        continue
+                    if name.startswith("META-INF/"):
+                        base = name.rsplit("/", 1)[-1]
+                        if base.startswith(("LICENSE", "NOTICE")):
+                            merged.writestr(f"META-INF/licenses/{jar.stem}/{base}", source.read(info))
+                        continue
+                    if name in seen:
+                        raise JarSetupError(f"{name} is in both {seen[name]} and {jar.name}")
+                    seen[name] = jar.name
+                    merged.writestr(name, source.read(info))
+
+
+def _normalise_relocated(src: Path, dst: Path) -> None:
+    """Check every class moved under the shaded prefixes, and write a byte-reproducible jar."""
+    prefixes = ("org/apache/iceberg/shaded/com/fasterxml/jackson/", "org/apache/iceberg/shaded/org/apache/hc/")
+    with zipfile.ZipFile(src) as z:
+        names = sorted(n for n in z.namelist() if not n.endswith("/") and n != "META-INF/MANIFEST.MF")
+        classes = [n for n in names if n.endswith(".class")]
+        stray = [n for n in classes if not n.startswith(prefixes)]
+        if stray or len(classes) < 2000:
+            raise JarSetupError(f"relocation check failed ({len(classes)} classes; not relocated: {stray[:3]})")
+        with zipfile.ZipFile(dst, "w") as out:
+            for name in ["META-INF/MANIFEST.MF", *names]:
+                data = b"Manifest-Version: 1.0\r\nCreated-By: lakewarden\r\n\r\n" if name == "META-INF/MANIFEST.MF" else z.read(name)
+                info = zipfile.ZipInfo(name, (2000, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                out.writestr(info, data)
+
+
+class _Log:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[lakewarden setup-spark] {message}", file=sys.stderr, flush=True)
+
+
+def ensure_spark_jars(quiet: bool = False) -> SparkJars:
+    """Build (or reuse) the jar set; returns the jars to put on ``spark.jars``."""
+    log = _Log(quiet)
+    out = jars_dir()
+    manifest_path = out / MANIFEST
+    iceberg = _iceberg_jars()
+    jackson = _pyspark_jackson_jars()
+    deb_cache = out / "debs"
+    deb_cache.mkdir(parents=True, exist_ok=True)
+    debs = _cached_debs(deb_cache)
+    stamp = _stamp([*iceberg, *jackson, *debs.values()])
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("stamp") == stamp and all(Path(j).is_file() for j in manifest["jars"]):
+            return SparkJars(tuple(manifest["jars"]), manifest["native_library_dir"])
+
+    debs = _download_debs(deb_cache, log)
+    if _deb_version(debs["libhttpclient5-java"]) < MIN_HTTPCLIENT5:
+        raise JarSetupError(f"{debs['libhttpclient5-java'].name}: the Iceberg REST client needs httpclient5 >= 5.4")
+    log("building the relocated Jackson + httpclient5 jar and collecting JDBC drivers")
+    with tempfile.TemporaryDirectory(prefix="lakewarden-jars-") as tmp:
+        work = Path(tmp)
+        root = work / "root"
+        for deb in debs.values():
+            _run(["dpkg-deb", "-x", str(deb), str(root)])
+        java_dir = root / "usr" / "share" / "java"
+
+        def one(pattern: str) -> Path:
+            matches = sorted(p for p in java_dir.glob(pattern) if not p.is_symlink())
+            if len(matches) != 1:
+                raise JarSetupError(f"expected one {pattern} in the Debian packages, found {len(matches)}")
+            return matches[0]
+
+        http = [one("httpcore5-[0-9]*.jar"), one("httpcore5-h2-[0-9]*.jar"), one("httpclient5-[0-9]*.jar")]
+        _merge_jars([*jackson, *http], work / "merged.jar")
+        (work / "rules.txt").write_text(
+            "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1\n"
+            "rule org.apache.hc.** org.apache.iceberg.shaded.org.apache.hc.@1\n"
+        )
+        java = shutil.which("java")
+        if java is None:
+            raise JarSetupError("java (17) is needed on PATH to relocate the jars")
+        jarjar = one("jarjar-[0-9]*.jar")
+        _run([java, "-jar", str(jarjar), "process", str(work / "rules.txt"), str(work / "merged.jar"), str(work / "relocated.jar")])
+        _normalise_relocated(work / "relocated.jar", work / RELOCATED_JAR)
+
+        native = out / "native"
+        native.mkdir(exist_ok=True)
+        shutil.copy2(work / RELOCATED_JAR, out / RELOCATED_JAR)
+        shutil.copy2(one("xerial-sqlite-jdbc*.jar"), out / "sqlite-jdbc.jar")
+        shutil.copy2(one("postgresql.jar"), out / "postgresql-jdbc.jar")
+        so_files = list(root.rglob("libsqlitejdbc.so"))
+        if len(so_files) != 1:
+            raise JarSetupError("libsqlitejdbc.so not found in libxerial-sqlite-jdbc-jni")
+        shutil.copy2(so_files[0], native / "libsqlitejdbc.so")
+
+    jars = [str(p) for p in iceberg] + [str(out / n) for n in (RELOCATED_JAR, "sqlite-jdbc.jar", "postgresql-jdbc.jar")]
+    # The stamp covers the debs actually used, so the next call is a cache hit.
+    stamp = _stamp([*iceberg, *jackson, *debs.values()])
+    manifest = {"stamp": stamp, "jars": jars, "native_library_dir": str(out / "native")}
+    tmp_manifest = manifest_path.with_suffix(".tmp")
+    tmp_manifest.write_text(json.dumps(manifest, indent=2))
+    tmp_manifest.replace(manifest_path)
+    log(f"ready: {out} (relocated jar sha256 {_sha256(out / RELOCATED_JAR)[:16]}…)")
+    return SparkJars(tuple(jars), manifest["native_library_dir"])
+
+
+def main() -> int:
+    try:
+        jars = ensure_spark_jars(quiet="--quiet" in sys.argv)
+    except JarSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if "--quiet" not in sys.argv:
+        print("\n".join(jars.jars))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

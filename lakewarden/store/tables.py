@@ -1,0 +1,111 @@
+"""Store functions for discovered tables and their runtimes. They flush, never commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import NotFound
+from lakewarden.domain.tables import TableIdentifier, TableSnapshot, TableStatus
+from lakewarden.store.database import utcnow
+from lakewarden.store.models import TableIdentifierRow, TableRuntimeRow
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    identifier: TableIdentifierRow
+    runtime: TableRuntimeRow
+
+    @property
+    def name(self) -> TableIdentifier:
+        return TableIdentifier(self.identifier.catalog_name, self.identifier.db_name, self.identifier.table_name)
+
+
+def _query() -> select:  # type: ignore[type-arg]
+    return select(TableIdentifierRow, TableRuntimeRow).join(
+        TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id
+    )
+
+
+def list_tables(
+    session: Session,
+    catalog: str | None = None,
+    database: str | None = None,
+    status: TableStatus | None = None,
+    group: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[TableRecord]:
+    query = _query()
+    if catalog is not None:
+        query = query.where(TableIdentifierRow.catalog_name == catalog)
+    if database is not None:
+        query = query.where(TableIdentifierRow.db_name == database)
+    if status is not None:
+        query = query.where(TableRuntimeRow.status_code == int(status))
+    if group is not None:
+        query = query.where(TableRuntimeRow.optimizing_group == group)
+    query = query.order_by(TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name)
+    query = query.offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    return [TableRecord(ident, runtime) for ident, runtime in session.execute(query)]
+
+
+def get_table(session: Session, name: TableIdentifier) -> TableRecord:
+    row = session.execute(
+        _query().where(
+            TableIdentifierRow.catalog_name == name.catalog,
+            TableIdentifierRow.db_name == name.database,
+            TableIdentifierRow.table_name == name.table,
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"table {name} is not managed by lakewarden")
+    return TableRecord(row[0], row[1])
+
+
+def add_table(session: Session, name: TableIdentifier, group: str, config: dict[str, str], fmt: str = "iceberg") -> TableRecord:
+    now = utcnow()
+    ident = TableIdentifierRow(catalog_name=name.catalog, db_name=name.database, table_name=name.table, format=fmt, created_at=now)
+    session.add(ident)
+    session.flush()
+    runtime = TableRuntimeRow(
+        table_id=ident.table_id,
+        status_code=int(TableStatus.IDLE),
+        status_changed_at=now,
+        optimizing_group=group,
+        config=config,
+        summary={},
+    )
+    session.add(runtime)
+    session.flush()
+    return TableRecord(ident, runtime)
+
+
+def record_table_snapshot(
+    session: Session, runtime: TableRuntimeRow, snapshot: TableSnapshot, group: str, config: dict[str, str]
+) -> None:
+    runtime.metadata_location = snapshot.metadata_location
+    runtime.current_snapshot_id = snapshot.current_snapshot_id
+    runtime.summary = snapshot.summary
+    runtime.config = config
+    runtime.optimizing_group = group
+    runtime.last_refreshed_at = utcnow()
+    runtime.refresh_error = None
+    session.flush()
+
+
+def record_table_error(session: Session, runtime: TableRuntimeRow, error: str) -> None:
+    runtime.refresh_error = error
+    runtime.last_refreshed_at = utcnow()
+    session.flush()
+
+
+def dispose_table(session: Session, table_id: int) -> None:
+    """Forget a table that no longer exists in its catalog."""
+    session.execute(delete(TableRuntimeRow).where(TableRuntimeRow.table_id == table_id))
+    session.execute(delete(TableIdentifierRow).where(TableIdentifierRow.table_id == table_id))
+    session.flush()
