@@ -110,7 +110,9 @@ class CatalogSeed(_Model):
 class Config(_Model):
     ams: AmsConfig = Field(default_factory=AmsConfig)
     containers: list[ContainerConfig] = Field(default_factory=lambda: [ContainerConfig(name="local")])
-    resource_groups: list[GroupSeed] = Field(default_factory=lambda: [GroupSeed(name="default")], alias="resource-groups")
+    resource_groups: list[GroupSeed] = Field(
+        default_factory=lambda: [GroupSeed(name="default")], alias="resource-groups"
+    )
     catalogs: list[CatalogSeed] | None = None
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+from types import FrameType
 
 import uvicorn
 
@@ -14,8 +16,16 @@ def configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _exit_cleanly(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
 def serve(config: Config, log_level: str = "info") -> None:
     configure_logging(log_level.upper())
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler that
+    # was there before it: make that a plain exit 0, since the shutdown was clean.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    signal.signal(signal.SIGINT, _exit_cleanly)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     uvicorn.run(
         create_app(config),

@@ -32,7 +32,9 @@ def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
         database = "ok"
     except Exception as exc:
         database = f"error: {type(exc).__name__}"
-    return Health(status="ok" if database == "ok" else "degraded", version=__version__, database=database, time=utcnow())
+    return Health(
+        status="ok" if database == "ok" else "degraded", version=__version__, database=database, time=utcnow()
+    )
 
 
 def create_app(config: Config, start_services: bool = True) -> FastAPI:

@@ -24,9 +24,17 @@ _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
     AlreadyExists: (409, "AlreadyExistsException"),
     Conflict: (409, "CommitFailedException"),
 }
-_HTTP_TYPES = {400: "BadRequestException", 401: "NotAuthorizedException", 403: "ForbiddenException",
-               404: "NotFoundException", 405: "MethodNotAllowedException", 406: "NotAcceptableException",
-               409: "ConflictException", 415: "UnsupportedMediaTypeException", 503: "ServiceUnavailableException"}  # fmt: skip
+_HTTP_TYPES = {
+    400: "BadRequestException",
+    401: "NotAuthorizedException",
+    403: "ForbiddenException",
+    404: "NotFoundException",
+    405: "MethodNotAllowedException",
+    406: "NotAcceptableException",
+    409: "ConflictException",
+    415: "UnsupportedMediaTypeException",
+    503: "ServiceUnavailableException",
+}
 
 
 def error_response(code: int, message: str, type_: str | None = None) -> JSONResponse:
@@ -55,7 +63,9 @@ def install(app: FastAPI) -> None:
             return error_response(400, "malformed request")
         first = errors[0]
         if first.get("type") == "json_invalid":
-            return error_response(400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(": "))
+            return error_response(
+                400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(": ")
+            )
         message = f"{_field_of(tuple(first.get('loc', ())))}: {first.get('msg', 'invalid')}"
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem(s))"

@@ -20,7 +20,9 @@ class AmsClient:
         try:
             response = self._http.request(method, f"/api/v1{path}", **kwargs)
         except httpx.ConnectError:
-            raise ClientError(f"cannot reach the lakewarden server at {self.base_url} (is `lakewarden server` running?)") from None
+            raise ClientError(
+                f"cannot reach the lakewarden server at {self.base_url} (is `lakewarden server` running?)"
+            ) from None
         except httpx.HTTPError as exc:
             raise ClientError(f"request to {self.base_url} failed: {exc}") from None
         if response.status_code >= 400:

@@ -20,9 +20,7 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(group_app, name="group")
 app.add_typer(table_app, name="table")
 
-ServerOpt = Annotated[
-    str, typer.Option("--server", envvar="LAKEWARDEN_SERVER", help="URL of the lakewarden server")
-]
+ServerOpt = Annotated[str, typer.Option("--server", envvar="LAKEWARDEN_SERVER", help="URL of the lakewarden server")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts")]
 PropOpt = Annotated[list[str] | None, typer.Option("--property", "-p", help="key=value (repeatable)")]
 
@@ -51,7 +49,9 @@ def parse_properties(pairs: list[str] | None) -> dict[str, str]:
 
 @app.command()
 def server(
-    config: Annotated[Path | None, typer.Option("--config", "-c", envvar="LAKEWARDEN_CONFIG", help="YAML config file")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", envvar="LAKEWARDEN_CONFIG", help="YAML config file")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
 ) -> None:
     """Run the lakewarden server (HTTP API, catalogs, scheduler services)."""
@@ -150,7 +150,7 @@ def catalog_refresh(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOp
     if result["error"]:
         fail(f"catalog {name} is unhealthy: {result['error']}")
     typer.echo(
-        f"catalog {name}: {result['tables']} tables, {len(result['added'])} added, "
+        f"catalog {name} is {result['health']}: {result['tables']} tables, {len(result['added'])} added, "
         f"{len(result['updated'])} updated, {len(result['disposed'])} disposed ({result['duration_ms']} ms)"
     )
 
@@ -214,7 +214,14 @@ def table_list(
         render.emit_json(items)
         return
     rows = [
-        [t["identifier"], t["status"], t["group"], t["data_files"], t["delete_files"], render.human_bytes(t["files_size_bytes"])]
+        [
+            t["identifier"],
+            t["status"],
+            t["group"],
+            t["data_files"],
+            t["delete_files"],
+            render.human_bytes(t["files_size_bytes"]),
+        ]
         for t in items
     ]
     render.table("tables", ["table", "status", "group", "data files", "delete files", "size"], rows)

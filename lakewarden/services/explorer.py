@@ -141,8 +141,7 @@ class TableExplorer(LoopService):
                         record = table_store.add_table(session, name, group, config)
                         result.added.append(str(name))
                     elif (
-                        record.runtime.metadata_location != loaded.metadata_location
-                        or record.runtime.config != config
+                        record.runtime.metadata_location != loaded.metadata_location or record.runtime.config != config
                     ):
                         result.updated.append(str(name))
                     else:

@@ -58,6 +58,8 @@ class LoopService:
                 log.exception("%s pass failed; continuing", self.name)
             elapsed = time.monotonic() - started
             if elapsed > self.interval_seconds:
-                log.warning("%s pass took %.1fs, longer than its %.1fs interval", self.name, elapsed, self.interval_seconds)
+                log.warning(
+                    "%s pass took %.1fs, longer than its %.1fs interval", self.name, elapsed, self.interval_seconds
+                )
             self._wake.wait(max(0.0, self.interval_seconds - elapsed))
             self._wake.clear()

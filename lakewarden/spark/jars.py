@@ -88,7 +88,7 @@ def jars_dir() -> Path:
 
 def _iceberg_jar_dir() -> Path:
     try:
-        import snowpark_connect_deps_iceberg as deps  # type: ignore[import-untyped]
+        import snowpark_connect_deps_iceberg as deps
     except ImportError as exc:  # pragma: no cover - the package is a pinned dependency
         raise JarSetupError(
             "the package snowpark-connect-deps-iceberg is not installed; "
@@ -223,7 +223,11 @@ def _normalise_relocated(src: Path, dst: Path) -> None:
             raise JarSetupError(f"relocation check failed ({len(classes)} classes; not relocated: {stray[:3]})")
         with zipfile.ZipFile(dst, "w") as out:
             for name in ["META-INF/MANIFEST.MF", *names]:
-                data = b"Manifest-Version: 1.0\r\nCreated-By: lakewarden\r\n\r\n" if name == "META-INF/MANIFEST.MF" else z.read(name)
+                data = (
+                    b"Manifest-Version: 1.0\r\nCreated-By: lakewarden\r\n\r\n"
+                    if name == "META-INF/MANIFEST.MF"
+                    else z.read(name)
+                )
                 info = zipfile.ZipInfo(name, (2000, 1, 1, 0, 0, 0))
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
@@ -282,7 +286,17 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
         if java is None:
             raise JarSetupError("java (17) is needed on PATH to relocate the jars")
         jarjar = one("jarjar-[0-9]*.jar")
-        _run([java, "-jar", str(jarjar), "process", str(work / "rules.txt"), str(work / "merged.jar"), str(work / "relocated.jar")])
+        _run(
+            [
+                java,
+                "-jar",
+                str(jarjar),
+                "process",
+                str(work / "rules.txt"),
+                str(work / "merged.jar"),
+                str(work / "relocated.jar"),
+            ]
+        )
         _normalise_relocated(work / "relocated.jar", work / RELOCATED_JAR)
 
         native = out / "native"

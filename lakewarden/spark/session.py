@@ -91,13 +91,30 @@ def build_spark_session(
         conf.update(catalog_conf(spec))
     conf.update(extra_conf or {})
 
-    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("LAKEWARDEN_SPARK_MASTER", "local[2]"))
+    master = master or os.environ.get("LAKEWARDEN_SPARK_MASTER", "local[2]")
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback; no hostname lookups
+    builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    # getOrCreate reuses a running session: catalogs are runtime SQL settings, so add them there too.
-    for spec in catalogs:
-        for key, value in catalog_conf(spec).items():
-            spark.conf.set(key, value)
+    # getOrCreate may reuse a running session: make sure it sees these catalogs too.
+    configure_catalogs(spark, catalogs)
     spark.sparkContext.setLogLevel(os.environ.get("LAKEWARDEN_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def configure_catalogs(spark: SparkSession, catalogs: Iterable[CatalogSpec]) -> None:
+    """Add or redefine catalogs on a running session.
+
+    Spark instantiates a catalog once per name and caches it; when a definition changes (a new
+    warehouse, a new credential), the cache is reset so the next statement opens it afresh.
+    """
+    changed = False
+    for spec in catalogs:
+        for key, value in catalog_conf(spec).items():
+            if spark.conf.get(key, None) != value:
+                spark.conf.set(key, value)
+                changed = True
+    if changed:
+        spark._jsparkSession.sessionState().catalogManager().reset()

@@ -20,7 +20,12 @@ def create_catalog(session: Session, spec: CatalogSpec) -> CatalogRow:
         raise AlreadyExists(f"catalog {spec.name!r} already exists")
     now = utcnow()
     row = CatalogRow(
-        name=spec.name, type=spec.type, properties=dict(spec.properties), health="unknown", created_at=now, updated_at=now
+        name=spec.name,
+        type=spec.type,
+        properties=dict(spec.properties),
+        health="unknown",
+        created_at=now,
+        updated_at=now,
     )
     session.add(row)
     session.flush()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import Select, delete, select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -23,7 +23,7 @@ class TableRecord:
         return TableIdentifier(self.identifier.catalog_name, self.identifier.db_name, self.identifier.table_name)
 
 
-def _query() -> select:  # type: ignore[type-arg]
+def _query() -> Select[TableIdentifierRow, TableRuntimeRow]:
     return select(TableIdentifierRow, TableRuntimeRow).join(
         TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id
     )
@@ -67,9 +67,13 @@ def get_table(session: Session, name: TableIdentifier) -> TableRecord:
     return TableRecord(row[0], row[1])
 
 
-def add_table(session: Session, name: TableIdentifier, group: str, config: dict[str, str], fmt: str = "iceberg") -> TableRecord:
+def add_table(
+    session: Session, name: TableIdentifier, group: str, config: dict[str, str], fmt: str = "iceberg"
+) -> TableRecord:
     now = utcnow()
-    ident = TableIdentifierRow(catalog_name=name.catalog, db_name=name.database, table_name=name.table, format=fmt, created_at=now)
+    ident = TableIdentifierRow(
+        catalog_name=name.catalog, db_name=name.database, table_name=name.table, format=fmt, created_at=now
+    )
     session.add(ident)
     session.flush()
     runtime = TableRuntimeRow(

@@ -41,7 +41,9 @@ def _check(ctx: ServerContext, spec: CatalogSpec) -> None:
     if group is not None:
         with ctx.db.read() as session:
             if not group_store.group_exists(session, group):
-                raise InvalidField(f"properties.{group_store.CATALOG_GROUP_DEFAULT}", f"resource group {group!r} does not exist")
+                raise InvalidField(
+                    f"properties.{group_store.CATALOG_GROUP_DEFAULT}", f"resource group {group!r} does not exist"
+                )
 
 
 def _initialize(spec: CatalogSpec) -> None:

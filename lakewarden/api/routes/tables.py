@@ -48,7 +48,7 @@ def list_tables(
     wanted = TableStatus.parse(status) if status is not None else None
     with ctx.db.read() as session:
         records = store.list_tables(session, catalog, database, wanted, group, limit=limit, offset=offset)
-    return [TableBrief(**_brief_fields(rec)) for rec in records]  # type: ignore[arg-type]
+    return [TableBrief(**_brief_fields(rec)) for rec in records]
 
 
 @router.get("/{catalog}/{database}/{table}", response_model=TableRead)
@@ -56,7 +56,7 @@ def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
     with ctx.db.read() as session:
         rec = store.get_table(session, TableIdentifier(catalog, database, table))
     return TableRead(
-        **_brief_fields(rec),  # type: ignore[arg-type]
+        **_brief_fields(rec),
         status_changed_at=rec.runtime.status_changed_at,
         config=rec.runtime.config,
         summary=rec.runtime.summary,

@@ -1,0 +1,67 @@
+"""Shared fixtures: one real SparkSession per test session, real servers on real SQLite databases."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lakewarden.api.app import create_app
+from lakewarden.config import Config, load_config
+from lakewarden.domain.catalogs import CatalogSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_catalog_numbers = itertools.count(1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_config(data_dir: Path, **ams: Any) -> Config:
+    """A server config on a fresh data directory, with no catalogs unless a test registers them."""
+    env = {"LAKEWARDEN_AMS__DATA_DIR": str(data_dir), "LAKEWARDEN_CATALOGS": "[]"}
+    for key, value in ams.items():
+        env[f"LAKEWARDEN_AMS__{key.upper()}"] = str(value)
+    return load_config(environ=env)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return make_config(tmp_path / "data")
+
+
+@pytest.fixture
+def client(config: Config) -> Iterator[TestClient]:
+    """The real server app (migrations, seeds, routes) over ASGI, background loops left to the test."""
+    with TestClient(create_app(config, start_services=False)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def sql_catalog(tmp_path: Path) -> CatalogSpec:
+    """A fresh Iceberg SQL catalog on SQLite, with a name no other test uses (Spark caches catalogs by name)."""
+    name = f"cat{next(_catalog_numbers)}"
+    root = tmp_path / name
+    root.mkdir()
+    return CatalogSpec(name, "sql", {"uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": str(root / "warehouse")})
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from lakewarden.spark.session import build_spark_session
+
+    os.environ.setdefault("LAKEWARDEN_SPARK_LOG_LEVEL", "ERROR")
+    session = build_spark_session(app_name="lakewarden-tests", driver_memory="2g", master="local[2]")
+    yield session
+    session.stop()

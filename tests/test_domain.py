@@ -1,0 +1,100 @@
+"""Pure rules, tested with plain values."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakewarden.domain.catalogs import CatalogSpec, TableFilter, redact, validate_catalog
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.groups import validate_group
+from lakewarden.domain.tables import TABLE_DEFAULTS, TableIdentifier, TableStatus, effective_config
+
+SQL = {"uri": "sqlite:////tmp/c.db", "warehouse": "/tmp/w"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (CatalogSpec("1bad", "sql", SQL), "name"),
+        (CatalogSpec("ok", "hive", SQL), "type"),
+        (CatalogSpec("ok", "sql", {"uri": "sqlite:////tmp/c.db"}), "properties.warehouse"),
+        (CatalogSpec("ok", "sql", {"uri": "sqlite:///relative.db", "warehouse": "/w"}), "properties.uri"),
+        (CatalogSpec("ok", "sql", {"uri": "mysql://h/db", "warehouse": "/w"}), "properties.uri"),
+        (CatalogSpec("ok", "rest", {"uri": "ftp://x"}), "properties.uri"),
+        (CatalogSpec("ok", "sql", {**SQL, "database-filter": "("}), "properties.database-filter"),
+        (CatalogSpec("ok", "sql", {**SQL, "table-filter": "[a-"}), "properties.table-filter"),
+    ],
+)
+def test_invalid_catalogs_name_the_field(spec: CatalogSpec, field: str) -> None:
+    with pytest.raises(InvalidField) as info:
+        validate_catalog(spec)
+    assert info.value.field == field
+
+
+def test_valid_catalogs() -> None:
+    validate_catalog(CatalogSpec("lake_1", "sql", SQL))
+    validate_catalog(CatalogSpec("lake-2", "sql", {"uri": "postgresql+psycopg://u:p@h/db", "warehouse": "s3://b/w"}))
+    validate_catalog(CatalogSpec("r", "rest", {"uri": "http://localhost:8181", "credential": "id:secret"}))
+
+
+def test_filters_match_whole_names() -> None:
+    spec = CatalogSpec("c", "sql", {**SQL, "database-filter": "sales|ops", "table-filter": "sales\\.orders|events_.*"})
+    flt = TableFilter.of(spec)
+    assert flt.accepts_table("sales", "orders")
+    assert flt.accepts_table("ops", "events_1")
+    assert not flt.accepts_table("sales", "customers")
+    assert not flt.accepts_table("sales_eu", "orders")  # fullmatch, not search
+    assert not flt.accepts_database("hr")
+    assert TableFilter.of(CatalogSpec("c", "sql", SQL)).accepts_table("any", "thing")
+
+
+def test_table_defaults_and_connection_properties() -> None:
+    spec = CatalogSpec("c", "sql", {**SQL, "table-filter": "x", "table.self-optimizing.group": "g1"})
+    assert spec.table_defaults == {"self-optimizing.group": "g1"}
+    assert spec.connection_properties == SQL
+    assert redact({"credential": "a:b", "uri": "u"}) == {"credential": "****", "uri": "u"}
+
+
+def test_effective_config_precedence() -> None:
+    config = effective_config(
+        {"self-optimizing.group": "catalog-group", "self-optimizing.quota": "0.2"},
+        {"self-optimizing.quota": "0.9", "write.format.default": "parquet"},
+    )
+    assert config["self-optimizing.group"] == "catalog-group"  # catalog default over built-in
+    assert config["self-optimizing.quota"] == "0.9"  # table property over catalog default
+    assert config["self-optimizing.target-size"] == TABLE_DEFAULTS["self-optimizing.target-size"]
+    assert "write.format.default" not in config  # not a property lakewarden reads
+
+
+def test_status_parse() -> None:
+    assert TableStatus.parse("pending") is TableStatus.PENDING
+    assert TableStatus.parse("MINOR_OPTIMIZING") is TableStatus.MINOR_OPTIMIZING
+    assert TableStatus.parse("700") is TableStatus.IDLE
+    with pytest.raises(InvalidField, match="status"):
+        TableStatus.parse("sleeping")
+    with pytest.raises(InvalidField, match="status"):
+        TableStatus.parse("123")
+
+
+def test_table_identifier_parse() -> None:
+    assert TableIdentifier.parse("c.db.t") == TableIdentifier("c", "db", "t")
+    assert TableIdentifier.parse("c.a.b.t") == TableIdentifier("c", "a.b", "t")
+    with pytest.raises(InvalidField):
+        TableIdentifier.parse("c.t")
+
+
+@pytest.mark.parametrize(
+    ("name", "container", "props", "field"),
+    [
+        ("bad name", "local", {}, "name"),
+        ("-x", "local", {}, "name"),
+        ("g", "yarn", {}, "container"),
+        ("g", "local", {"scheduling-policy": "fifo"}, "properties.scheduling-policy"),
+        ("g", "local", {"instances": "-1"}, "properties.instances"),
+        ("g", "local", {"parallelism": "0"}, "properties.parallelism"),
+    ],
+)
+def test_invalid_groups(name: str, container: str, props: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidField) as info:
+        validate_group(name, container, props, ["local"])
+    assert info.value.field == field

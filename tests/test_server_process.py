@@ -1,0 +1,182 @@
+"""A real `lakewarden server` process driven by the real `lakewarden` CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.spark.session import configure_catalogs
+from tests.conftest import free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LAKEWARDEN = [sys.executable, "-m", "lakewarden.cli.main"]
+REFRESH_SECONDS = 2
+
+
+class ServerProcess:
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = tmp_path / "data"
+        self.config = tmp_path / "lakewarden.yaml"
+        self.config.write_text(
+            f"ams:\n  data-dir: {self.data_dir}\n  http-server: {{bind-port: {self.port}}}\n"
+            f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n"
+        )
+        self.log = tmp_path / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([*LAKEWARDEN, "server", "--config", str(self.config)], stdout=out, stderr=out)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"server did not start:\n{self.log.read_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+
+def cli(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [*LAKEWARDEN, *args, "--server", server.url], capture_output=True, text=True, timeout=60, check=False
+    )
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def cli_json(server: ServerProcess, *args: str) -> Any:
+    return json.loads(cli(server, *args, "--json").stdout)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path)
+    process.start()
+    yield process
+    if process.proc is not None and process.proc.poll() is None:
+        process.proc.kill()
+        process.proc.wait()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_table_created_by_spark_is_listed_within_one_refresh(server: ServerProcess, spark: SparkSession) -> None:
+    # the embedded default: a `local` SQL catalog in the data directory, a `default` group
+    (local,) = cli_json(server, "catalog", "list")
+    assert (local["name"], local["type"]) == ("local", "sql")
+    assert [g["name"] for g in cli_json(server, "group", "list")] == ["default"]
+    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
+    c = "local"  # Iceberg's JDBC catalog keys its rows by catalog name: Spark must use the same one
+    spark.sql(f"CREATE NAMESPACE {c}.sales")
+    # one commit (CTAS), so the explorer never sees the table half-written
+    spark.sql(
+        f"CREATE TABLE {c}.sales.orders USING iceberg AS SELECT * FROM VALUES (1L, 9.5D), (2L, 7.25D) AS v(id, amount)"
+    )
+    created = time.monotonic()
+
+    while time.monotonic() - created < REFRESH_SECONDS * 3:
+        tables = cli_json(server, "table", "list")
+        if tables:
+            break
+        time.sleep(0.2)
+    assert [t["identifier"] for t in tables] == ["local.sales.orders"]
+    assert time.monotonic() - created <= REFRESH_SECONDS + 2  # one interval, plus the pass itself
+
+    human = cli(server, "table", "list").stdout
+    assert "local.sales.orders" in human and "idle" in human
+    shown = cli_json(server, "table", "show", "local.sales.orders")
+    assert shown["summary"]["records"] == 2
+    assert "self-optimizing.group" in cli(server, "table", "show", "local.sales.orders").stdout
+
+
+def test_cli_commands_and_errors(server: ServerProcess, tmp_path: Path) -> None:
+    wh = tmp_path / "lake"
+    out = cli(server, "catalog", "add", "lake", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", str(wh),
+              "-p", "table-filter=keep_.*").stdout  # fmt: skip
+    assert "registered" in out
+    assert cli_json(server, "catalog", "show", "lake")["properties"]["table-filter"] == "keep_.*"
+    assert "healthy" in cli(server, "catalog", "refresh", "lake").stdout
+    assert "lake" in cli(server, "catalog", "list").stdout
+
+    dup = cli(
+        server, "catalog", "add", "lake", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", "/w", ok=False
+    )
+    assert dup.returncode == 1
+    assert dup.stderr.strip() == "error: catalog 'lake' already exists (HTTP 409)"
+    bad = cli(server, "catalog", "add", "x", "--type", "sql", "--warehouse", "/w", ok=False)
+    assert bad.returncode == 1
+    assert "properties.uri: is required" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+    assert "created" in cli(server, "group", "add", "etl", "-p", "scheduling-policy=balanced").stdout
+    assert "etl" in cli(server, "group", "list").stdout
+    bad_group = cli(server, "group", "add", "g", "--container", "yarn", ok=False)
+    assert bad_group.returncode == 1 and "container: 'yarn' is not a configured container" in bad_group.stderr
+    assert "error: --property 'novalue'" in cli(server, "group", "add", "g", "-p", "novalue", ok=False).stderr
+    assert "removed" in cli(server, "group", "rm", "etl").stdout
+
+    assert (
+        "status: 'asleep' is not a table status" in cli(server, "table", "list", "--status", "asleep", ok=False).stderr
+    )
+    assert "must be catalog.database.table" in cli(server, "table", "show", "nodots", ok=False).stderr
+    assert "not managed" in cli(server, "table", "show", "a.b.c", ok=False).stderr
+    assert "removed" in cli(server, "catalog", "rm", "lake").stdout
+    assert "does not exist" in cli(server, "catalog", "rm", "lake", ok=False).stderr
+
+
+def test_cli_without_a_server_says_so(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*LAKEWARDEN, "catalog", "list", "--server", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "cannot reach the lakewarden server" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_config_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("ams:\n  http-server: {bind-port: many}\n")
+    proc = subprocess.run(
+        [*LAKEWARDEN, "server", "--config", str(config)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: invalid config: ams.http-server.bind-port")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_clean_shutdown_and_restart_keeps_state(tmp_path: Path, sig: int) -> None:
+    server = ServerProcess(tmp_path)
+    server.start()
+    try:
+        cli(server, "group", "add", "keepme")
+        assert server.stop(sig) == 0
+        assert "lakewarden stopped" in server.log.read_text()
+        server.start()  # same data directory: migrations are a no-op, state is there
+        assert "keepme" in [g["name"] for g in cli_json(server, "group", "list")]
+        assert server.stop(sig) == 0
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.kill()
