@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from lakewarden.api.app import create_app
 from lakewarden.config import Config, load_config
 from lakewarden.domain.catalogs import CatalogSpec
+from tests.postgres import fresh_database, postgres_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,14 +32,28 @@ def free_port() -> int:
 def make_config(data_dir: Path, **ams: Any) -> Config:
     """A server config on a fresh data directory, with no catalogs unless a test registers them."""
     env = {"LAKEWARDEN_AMS__DATA_DIR": str(data_dir), "LAKEWARDEN_CATALOGS": "[]"}
-    for key, value in ams.items():
+    for key, value in ams.items():  # database__url=… sets ams.database.url
         env[f"LAKEWARDEN_AMS__{key.upper()}"] = str(value)
     return load_config(environ=env)
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> Config:
-    return make_config(tmp_path / "data")
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str | None]:
+    with postgres_server(free_port()) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def config(request: pytest.FixtureRequest, tmp_path: Path) -> Config:
+    """The system database is SQLite by default and PostgreSQL by URL: API tests run on both."""
+    if request.param == "sqlite":
+        return make_config(tmp_path / "data")
+    server = request.getfixturevalue("postgres")
+    if server is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is required in CI (.ci/run installs it)")
+        pytest.skip("no PostgreSQL server on this machine (apt-get install postgresql)")
+    return make_config(tmp_path / "data", database__url=fresh_database(server))
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def ensure_seeds(db: Database, config: Config) -> None:
     for seed in config.catalog_seeds():
         spec = CatalogSpec(seed.name, seed.type, seed.properties)
         with db.write() as session:
-            exists = any(row.name == seed.name for row in catalog_store.list_catalogs(session))
+            exists = catalog_store.catalog_exists(session, seed.name)
             if not exists:
                 validate_catalog(spec)
                 catalog_store.create_catalog(session, spec)

@@ -74,8 +74,15 @@ class SparkJars:
     native_library_dir: str
 
     @property
-    def classpath(self) -> str:
-        return ",".join(self.jars)
+    def spark_jars(self) -> str:
+        """Iceberg runtime, extensions and relocated dependencies: for `spark.jars` (driver and executors)."""
+        return ",".join(j for j in self.jars if not j.endswith("-jdbc.jar"))
+
+    @property
+    def driver_classpath(self) -> str:
+        """The JDBC drivers: only the driver talks to a catalog. On the JVM's own class path (not Spark's
+        mutable loader), so the SQLite driver's JNI library is bound once, by the loader that lives longest."""
+        return ":".join(j for j in self.jars if j.endswith("-jdbc.jar"))
 
 
 def jars_dir() -> Path:

@@ -8,6 +8,7 @@ resolves the official Iceberg runtime from Maven instead.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -78,13 +79,15 @@ def build_spark_session(
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp -XX:+UseG1GC",
+        # crash reports go to the temp dir, not into whatever directory Spark was started from
+        "spark.driver.extraJavaOptions": f"-XX:ErrorFile={tempfile.gettempdir()}/lakewarden-hs_err_pid%p.log",
     }
     if maven_packages:
         conf["spark.jars.packages"] = os.environ.get("LAKEWARDEN_SPARK_PACKAGES") or MAVEN_RUNTIME
     else:
         jars = ensure_spark_jars(quiet=True)
-        conf["spark.jars"] = jars.classpath
+        conf["spark.jars"] = jars.spark_jars
+        conf["spark.driver.extraClassPath"] = jars.driver_classpath
         conf["spark.driver.extraLibraryPath"] = jars.native_library_dir
         conf["spark.driver.extraJavaOptions"] += f" -Djava.library.path={jars.native_library_dir}"
     for spec in catalogs:

@@ -16,7 +16,7 @@ def spec_of(row: CatalogRow) -> CatalogSpec:
 
 
 def create_catalog(session: Session, spec: CatalogSpec) -> CatalogRow:
-    if session.get(CatalogRow, spec.name) is not None:
+    if catalog_exists(session, spec.name):
         raise AlreadyExists(f"catalog {spec.name!r} already exists")
     now = utcnow()
     row = CatalogRow(
@@ -37,6 +37,10 @@ def get_catalog(session: Session, name: str) -> CatalogRow:
     if row is None:
         raise NotFound(f"catalog {name!r} does not exist")
     return row
+
+
+def catalog_exists(session: Session, name: str) -> bool:
+    return session.get(CatalogRow, name) is not None
 
 
 def list_catalogs(session: Session) -> list[CatalogRow]:
