@@ -1,0 +1,94 @@
+"""The self-optimizing configuration of one table, parsed from its effective properties."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.tables import TABLE_DEFAULTS
+
+P = "self-optimizing."
+
+
+def _get(props: Mapping[str, str], key: str) -> str:
+    return str(props.get(P + key, TABLE_DEFAULTS[P + key])).strip()
+
+
+def _int(props: Mapping[str, str], key: str, minimum: int | None = None) -> int:
+    text = _get(props, key)
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidField(P + key, f"{text!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise InvalidField(P + key, f"{value} must be >= {minimum}")
+    return value
+
+
+def _float(props: Mapping[str, str], key: str, low: float, high: float) -> float:
+    text = _get(props, key)
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidField(P + key, f"{text!r} is not a number") from None
+    if not low <= value <= high:
+        raise InvalidField(P + key, f"{value} must be between {low} and {high}")
+    return value
+
+
+def _bool(props: Mapping[str, str], key: str) -> bool:
+    text = _get(props, key).lower()
+    if text not in ("true", "false"):
+        raise InvalidField(P + key, f"{text!r} must be true or false")
+    return text == "true"
+
+
+@dataclass(frozen=True)
+class OptimizingConfig:
+    enabled: bool
+    group: str
+    quota: float
+    target_size: int
+    max_task_size: int
+    fragment_ratio: int
+    min_target_size_ratio: float
+    minor_trigger_file_count: int
+    minor_trigger_interval_ms: int
+    major_duplicate_ratio: float
+    full_trigger_interval_ms: int
+    full_rewrite_all_files: bool
+    min_plan_interval_ms: int
+    execute_num_retries: int
+    filter: str | None
+
+    @property
+    def fragment_threshold(self) -> int:
+        """A data file of at most this many bytes is a fragment."""
+        return self.target_size // self.fragment_ratio
+
+    @property
+    def undersized_threshold(self) -> int:
+        """A data file above the fragment threshold and at most this many bytes is an undersized segment."""
+        return int(self.target_size * self.min_target_size_ratio)
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> OptimizingConfig:
+        """Parse; a bad value raises InvalidField naming the property."""
+        return cls(
+            enabled=_bool(props, "enabled"),
+            group=_get(props, "group") or "default",
+            quota=_float(props, "quota", 0.0, 1024.0),
+            target_size=_int(props, "target-size", 1),
+            max_task_size=_int(props, "max-task-size-bytes", 1),
+            fragment_ratio=_int(props, "fragment-ratio", 1),
+            min_target_size_ratio=_float(props, "min-target-size-ratio", 0.0, 1.0),
+            minor_trigger_file_count=_int(props, "minor.trigger.file-count", 1),
+            minor_trigger_interval_ms=_int(props, "minor.trigger.interval"),
+            major_duplicate_ratio=_float(props, "major.trigger.duplicate-ratio", 0.0, 1.0),
+            full_trigger_interval_ms=_int(props, "full.trigger.interval"),
+            full_rewrite_all_files=_bool(props, "full.rewrite-all-files"),
+            min_plan_interval_ms=_int(props, "min-plan-interval", 0),
+            execute_num_retries=_int(props, "execute.num-retries", 0),
+            filter=_get(props, "filter") or None,
+        )

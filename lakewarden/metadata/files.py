@@ -1,0 +1,215 @@
+"""Reading a snapshot's live files with pyiceberg, parsing each manifest once.
+
+Manifests are immutable: a manifest path always holds the same entries, so the parsed, lightweight
+records are cached by path. Re-evaluating a table after a small commit parses only the manifests
+that commit wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions.parser import parse as parse_predicate
+from pyiceberg.expressions.visitors import expression_evaluator, inclusive_projection
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFileContent, ManifestFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import DateType, TimestampType, TimestamptzType
+
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
+
+FILE_PATH_FIELD_ID = 2147483546  # the file_path column of position-delete files
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class ManifestContents:
+    data: tuple[DataFile, ...]
+    deletes: tuple[DeleteFile, ...]
+    # the partition record of each key, for evaluating filters on partition values
+    records: dict[PartitionKey, Record]
+
+
+class ManifestCache:
+    """Parsed manifests by path, least recently used evicted past `max_entries` file records."""
+
+    def __init__(self, max_entries: int = 5_000_000) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[str, ManifestContents] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, path: str) -> ManifestContents | None:
+        with self._lock:
+            item = self._items.get(path)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(path)
+            self.hits += 1
+            return item
+
+    def put(self, path: str, contents: ManifestContents) -> None:
+        with self._lock:
+            if path in self._items:
+                return
+            self._items[path] = contents
+            self._size += len(contents.data) + len(contents.deletes)
+            while self._size > self.max_entries and len(self._items) > 1:
+                _, evicted = self._items.popitem(last=False)
+                self._size -= len(evicted.data) + len(evicted.deletes)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def json_partition_value(spec: PartitionSpec, schema: Schema, index: int, value: Any) -> Any:
+    """A partition value as Iceberg's JSON expressions write literals of the transform's result type."""
+    if value is None:
+        return None
+    field = spec.fields[index]
+    source_type = schema.find_type(field.source_id)
+    if isinstance(field.transform, DayTransform) or (
+        isinstance(field.transform, IdentityTransform) and isinstance(source_type, DateType)
+    ):
+        return (EPOCH.date() + dt.timedelta(days=int(value))).isoformat()
+    if isinstance(field.transform, IdentityTransform) and isinstance(source_type, (TimestampType, TimestamptzType)):
+        stamp = (EPOCH + dt.timedelta(microseconds=int(value))).isoformat(timespec="microseconds")
+        return stamp + ("+00:00" if isinstance(source_type, TimestamptzType) else "")
+    if isinstance(value, (Decimal, UUID)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+class _Reader:
+    """Turns one manifest's pyiceberg entries into lakewarden's plain file records."""
+
+    def __init__(self, table: Table) -> None:
+        self.schema = table.schema()
+        self.specs = table.specs()
+        self._keys: dict[tuple[int, tuple[Any, ...]], PartitionKey] = {}
+
+    def key(self, spec_id: int, record: Record) -> PartitionKey:
+        raw: tuple[Any, ...] = tuple(record[i] for i in range(len(record)))
+        found = self._keys.get((spec_id, raw))
+        if found is None:
+            spec = self.specs[spec_id]
+            path = spec.partition_to_path(record, self.schema) if spec.fields else ""
+            values = tuple(json_partition_value(spec, self.schema, i, v) for i, v in enumerate(raw))
+            found = self._keys[(spec_id, raw)] = PartitionKey(spec_id, path, values)
+        return found
+
+    def read(self, manifest: ManifestFile, io: FileIO) -> ManifestContents:
+        data: list[DataFile] = []
+        deletes: list[DeleteFile] = []
+        records: dict[PartitionKey, Record] = {}
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            f = entry.data_file
+            key = self.key(f.spec_id, f.partition)
+            records.setdefault(key, f.partition)
+            sequence = entry.sequence_number or 0
+            if f.content == DataFileContent.DATA:
+                data.append(DataFile(f.file_path, key, f.file_size_in_bytes, f.record_count, sequence))
+                continue
+            equality = f.content == DataFileContent.EQUALITY_DELETES
+            size = f.file_size_in_bytes
+            referenced = None
+            if not equality:
+                referenced = _referenced_data_file(f)
+                content_size = _field(f, "content_size_in_bytes")
+                if content_size:  # a deletion vector: the Puffin file is shared, count the vector's own bytes
+                    size = int(content_size)
+            deletes.append(DeleteFile(f.file_path, key, equality, size, f.record_count, sequence, referenced))
+        return ManifestContents(tuple(data), tuple(deletes), records)
+
+
+def _field(f: Any, name: str) -> Any:
+    try:
+        return getattr(f, name)
+    except (AttributeError, KeyError, IndexError):
+        return None
+
+
+def _referenced_data_file(f: Any) -> str | None:
+    named = _field(f, "referenced_data_file")
+    if named:
+        return str(named)
+    lower = (f.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
+    upper = (f.upper_bounds or {}).get(FILE_PATH_FIELD_ID)
+    if lower is not None and lower == upper:
+        return bytes(lower).decode("utf-8", errors="replace")
+    return None
+
+
+@dataclass(frozen=True)
+class SnapshotFiles:
+    snapshot_id: int | None
+    data: list[DataFile]
+    deletes: list[DeleteFile]
+    manifests_read: int  # parsed now (the rest came from the cache)
+
+
+def partition_filter(table: Table, predicate: str | None) -> Callable[[PartitionKey, Record], bool]:
+    """Whether a partition may hold rows matching `self-optimizing.filter` (a SQL predicate)."""
+    if not predicate:
+        return lambda _key, _record: True
+    try:
+        expression: BooleanExpression = parse_predicate(predicate)
+    except Exception as exc:
+        raise InvalidField("self-optimizing.filter", f"{predicate!r} is not a valid predicate: {exc}") from exc
+    schema = table.schema()
+    evaluators: dict[int, Callable[[Record], bool]] = {}
+    for spec_id, spec in table.specs().items():
+        try:
+            projected = inclusive_projection(schema, spec)(expression)
+        except Exception as exc:
+            raise InvalidField("self-optimizing.filter", f"{predicate!r}: {exc}") from exc
+        if projected == AlwaysTrue():
+            evaluators[spec_id] = lambda _record: True
+        else:
+            partition_schema = Schema(*spec.partition_type(schema).fields)
+            evaluators[spec_id] = expression_evaluator(partition_schema, projected, True)
+    return lambda key, record: evaluators[key.spec_id](record)
+
+
+def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = None) -> SnapshotFiles:
+    """The live data and delete files of the table's current snapshot (limited by `predicate`, if any)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return SnapshotFiles(None, [], [], 0)
+    accept = partition_filter(table, predicate)
+    reader = _Reader(table)
+    data: list[DataFile] = []
+    deletes: list[DeleteFile] = []
+    read = 0
+    for manifest in snapshot.manifests(table.io):
+        contents = cache.get(manifest.manifest_path)
+        if contents is None:
+            contents = reader.read(manifest, table.io)
+            cache.put(manifest.manifest_path, contents)
+            read += 1
+        if predicate:
+            rejected = {k for k, rec in contents.records.items() if not accept(k, rec)}
+            data.extend(d for d in contents.data if d.partition not in rejected)
+            deletes.extend(d for d in contents.deletes if d.partition not in rejected)
+        else:
+            data.extend(contents.data)
+            deletes.extend(contents.deletes)
+    return SnapshotFiles(snapshot.snapshot_id, data, deletes, read)
