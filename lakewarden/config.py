@@ -7,6 +7,7 @@
       database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
       refresh-external-catalogs: {interval: 3min, thread-count: 10}
       optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h}
+      evaluator: {interval: 10s, thread-count: 4, recheck-interval: 1min}
     containers:
       - {name: local, container-impl: local}
     resource-groups:                   # ensured at start (created when absent, never changed)
@@ -78,6 +79,15 @@ class OptimizerConfig(_Model):
     task_execute_timeout: Duration = Field(timedelta(hours=1), alias="task-execute-timeout")
 
 
+class EvaluatorConfig(_Model):
+    """How often tables are evaluated (a changed snapshot is evaluated on the next pass; others are
+    re-checked after `recheck-interval`, since minor and full triggers are also time-based)."""
+
+    interval: Duration = timedelta(seconds=10)
+    thread_count: int = Field(4, alias="thread-count", ge=1, le=64)
+    recheck_interval: Duration = Field(timedelta(minutes=1), alias="recheck-interval")
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -87,6 +97,7 @@ class AmsConfig(_Model):
         default_factory=RefreshCatalogsConfig, alias="refresh-external-catalogs"
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
 
 
 class ContainerConfig(_Model):

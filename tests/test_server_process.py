@@ -109,6 +109,10 @@ def test_table_created_by_spark_is_listed_within_one_refresh(server: ServerProce
     shown = cli_json(server, "table", "show", "local.sales.orders")
     assert shown["summary"]["records"] == 2
     assert "self-optimizing.group" in cli(server, "table", "show", "local.sales.orders").stdout
+    evaluated = cli(server, "table", "evaluate", "local.sales.orders").stdout
+    assert "local.sales.orders is idle" in evaluated
+    assert "no partition needs optimizing" in evaluated
+    assert "< minor.trigger.file-count 12" in evaluated  # the partition's own reason
 
 
 def test_cli_commands_and_errors(server: ServerProcess, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from lakewarden.api.routes import catalogs, groups, tables
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
 from lakewarden.services.bootstrap import ensure_seeds
+from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.store.database import Database, utcnow
 
@@ -46,15 +47,25 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         db.migrate()
         ensure_seeds(db, config)
         refresh = config.ams.refresh_external_catalogs
-        explorer = TableExplorer(db, refresh.interval.total_seconds(), refresh.thread_count)
-        app.state.context = ServerContext(config=config, db=db, explorer=explorer)
+        evaluating = config.ams.evaluator
+        evaluator = TableEvaluator(
+            db,
+            evaluating.interval.total_seconds(),
+            evaluating.thread_count,
+            evaluating.recheck_interval.total_seconds(),
+        )
+        explorer = TableExplorer(db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake)
+        app.state.context = ServerContext(config=config, db=db, explorer=explorer, evaluator=evaluator)
+        services = [explorer, evaluator]
         if start_services:
-            explorer.start()
+            for service in services:
+                service.start()
         log.info("lakewarden %s serving; system database %s", __version__, db.engine.url.render_as_string())
         try:
             yield
         finally:
-            explorer.stop()
+            for service in services:
+                service.stop()
             db.dispose()
             log.info("lakewarden stopped")
 

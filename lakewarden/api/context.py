@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from lakewarden.config import Config
+from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.store.database import Database
 
@@ -16,6 +17,7 @@ class ServerContext:
     config: Config
     db: Database
     explorer: TableExplorer
+    evaluator: TableEvaluator
 
 
 def server_context(request: Request) -> ServerContext:

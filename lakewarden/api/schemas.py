@@ -101,6 +101,14 @@ class TableRead(TableBrief):
     metadata_location: str | None
     current_snapshot_id: int | None
     refresh_error: str | None
+    evaluation: dict[str, Any] | None = Field(
+        description="The evaluator's verdict on evaluation.snapshot_id: type, reasons, and per partition "
+        "its file classes, type and reasons (why the table is pending or idle)"
+    )
+    evaluated_at: datetime | None
+    last_minor_optimizing_at: datetime | None
+    last_major_optimizing_at: datetime | None
+    last_full_optimizing_at: datetime | None
 
 
 class Health(_Read):

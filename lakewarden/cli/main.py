@@ -250,7 +250,48 @@ def table_show(
     ]  # fmt: skip
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
+    render_evaluation(item.get("evaluation"))
     render.key_values("effective config", sorted(item["config"].items()))
+
+
+def render_evaluation(evaluation: dict[str, Any] | None) -> None:
+    """Why the table is pending or idle, partition by partition."""
+    if not evaluation:
+        render.console.print("not evaluated yet")
+        return
+    verdict = evaluation.get("type") or "nothing to optimize"
+    render.console.print(f"[bold]evaluation[/bold] of snapshot {evaluation.get('snapshot_id')}: {verdict}")
+    for reason in evaluation.get("reasons", []):
+        render.console.print(f"  - {reason}")
+    rows = [
+        [p["partition"], p["type"] or "-", p["data_files"], p["fragment_files"], p["undersized_files"],
+         p["position_delete_files"] + p["equality_delete_files"], "; ".join(p["reasons"])]
+        for p in evaluation.get("partitions", [])
+    ]  # fmt: skip
+    if rows:
+        columns = ["partition", "type", "files", "fragments", "undersized", "deletes", "why"]
+        render.table("partitions", columns, rows)
+
+
+@table_app.command("evaluate")
+def table_evaluate(
+    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """Evaluate a table now and say whether and why it needs optimizing."""
+    from lakewarden.domain.tables import TableIdentifier
+
+    try:
+        name = TableIdentifier.parse(identifier)
+    except LakewardenError as exc:
+        fail(str(exc))
+    item = call(server, lambda c: c.post(f"/tables/{name.catalog}/{name.database}/{name.table}/evaluate"))
+    if json_:
+        render.emit_json(item)
+        return
+    render.console.print(f"{item['identifier']} is {item['status']}")
+    render_evaluation(item.get("evaluation"))
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pyiceberg.catalog import Catalog
@@ -50,6 +51,18 @@ def open_catalog(spec: CatalogSpec, initialize: bool = False) -> Catalog:
     if loader is None:
         raise InvalidField("type", f"{spec.type!r} catalogs cannot be opened")
     return loader(spec, initialize)
+
+
+@contextmanager
+def opened_catalog(spec: CatalogSpec) -> Iterator[Catalog]:
+    """A catalog for the duration of a block, its connections released afterwards."""
+    catalog = open_catalog(spec)
+    try:
+        yield catalog
+    finally:
+        close = getattr(catalog, "close", None)
+        if callable(close):
+            close()
 
 
 def initialize_catalog(spec: CatalogSpec) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
-from lakewarden.metadata.catalogs import list_tables, open_catalog, snapshot_of
+from lakewarden.metadata.catalogs import list_tables, opened_catalog, snapshot_of
 from lakewarden.services.loop import LoopService
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as table_store
@@ -48,10 +49,13 @@ def _describe(exc: BaseException) -> str:
 class TableExplorer(LoopService):
     name = "table-explorer"
 
-    def __init__(self, db: Database, interval_seconds: float, thread_count: int) -> None:
+    def __init__(
+        self, db: Database, interval_seconds: float, thread_count: int, on_change: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(interval_seconds)
         self.db = db
         self.thread_count = thread_count
+        self.on_change = on_change  # called after a refresh that added or changed tables
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -81,23 +85,20 @@ class TableExplorer(LoopService):
         with self.db.read() as session:
             spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog_name))
         result = RefreshResult(catalog_name)
-        catalog: Catalog | None = None
         try:
-            catalog = open_catalog(spec)
-            listed = {TableIdentifier(catalog_name, db, tbl) for db, tbl in list_tables(catalog, TableFilter.of(spec))}
-            snapshots = self._load_all(catalog, sorted(listed))
+            with opened_catalog(spec) as catalog:
+                listed = {TableIdentifier(catalog_name, db, t) for db, t in list_tables(catalog, TableFilter.of(spec))}
+                snapshots = self._load_all(catalog, sorted(listed))
         except Exception as exc:  # any failure to list: keep every table, report the catalog unhealthy
             result.health, result.error = "unhealthy", _describe(exc)
             with self.db.write() as session:
                 catalog_store.record_refresh(session, catalog_name, result.error)
             return result
-        finally:
-            close = getattr(catalog, "close", None)
-            if callable(close):
-                close()
         # A table that vanished between listing and loading is gone as well.
         listed -= {name for name, snap in snapshots.items() if snap is None}
         self._apply(spec, listed, snapshots, result)
+        if (result.added or result.updated) and self.on_change is not None:
+            self.on_change()
         return result
 
     def _load_all(

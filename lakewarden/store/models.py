@@ -8,6 +8,9 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# 64-bit ids; SQLite autoincrements only an INTEGER PRIMARY KEY (which is 64-bit there anyway)
+ID = BigInteger().with_variant(Integer, "sqlite")
+
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
@@ -64,3 +67,71 @@ class TableRuntimeRow(Base):
     current_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     last_refreshed_at: Mapped[datetime | None]
     refresh_error: Mapped[str | None] = mapped_column(Text)
+    # the evaluator's verdict on `evaluated_snapshot_id`: type, reasons, partitions (why pending or idle)
+    evaluated_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    evaluated_at: Mapped[datetime | None]
+    evaluation: Mapped[dict[str, Any] | None]
+    last_minor_optimizing_at: Mapped[datetime | None]
+    last_major_optimizing_at: Mapped[datetime | None]
+    last_full_optimizing_at: Mapped[datetime | None]
+    last_planned_at: Mapped[datetime | None]
+    optimizing_process_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class OptimizerRow(Base):
+    """A registered optimizer (one PySpark application); lost when its heartbeat stops."""
+
+    __tablename__ = "optimizer"
+
+    token: Mapped[str] = mapped_column(String(64), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(64), index=True)
+    container: Mapped[str | None] = mapped_column(String(64))
+    resource_id: Mapped[str | None] = mapped_column(String(128))
+    parallelism: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(255))
+    properties: Mapped[dict[str, Any]]
+    registered_at: Mapped[datetime]
+    last_heartbeat_at: Mapped[datetime]
+
+
+class ProcessRow(Base):
+    """One run of an action on a table (self-optimizing now; maintenance actions later)."""
+
+    __tablename__ = "optimizing_process"
+
+    process_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    table_id: Mapped[int] = mapped_column(Integer, index=True)
+    catalog_name: Mapped[str] = mapped_column(String(64))
+    db_name: Mapped[str] = mapped_column(String(255))
+    table_name: Mapped[str] = mapped_column(String(255))
+    group_name: Mapped[str] = mapped_column(String(64), index=True)
+    action: Mapped[str] = mapped_column(String(32))
+    type: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    target_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    plan_time: Mapped[datetime]
+    end_time: Mapped[datetime | None]
+    fail_reason: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[dict[str, Any]]
+
+
+class TaskRow(Base):
+    __tablename__ = "optimizing_task"
+
+    process_id: Mapped[int] = mapped_column(ID, ForeignKey("optimizing_process.process_id"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    type: Mapped[str] = mapped_column(String(16))
+    # bumped each time the task is handed out: an ack or completion naming an older attempt is refused
+    attempt: Mapped[int] = mapped_column(Integer)
+    retry_count: Mapped[int] = mapped_column(Integer)
+    optimizer_token: Mapped[str | None] = mapped_column(String(64), index=True)
+    thread_id: Mapped[int | None] = mapped_column(Integer)
+    partitions: Mapped[list[Any]] = mapped_column(JSON)
+    input: Mapped[dict[str, Any]]
+    output: Mapped[dict[str, Any] | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    cost_bytes: Mapped[int] = mapped_column(BigInteger)
+    scheduled_at: Mapped[datetime | None]
+    acked_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]

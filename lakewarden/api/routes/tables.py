@@ -8,7 +8,10 @@ from fastapi import APIRouter, Depends, Query
 
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import TableBrief, TableRead
+from lakewarden.domain.errors import Conflict
 from lakewarden.domain.tables import TableIdentifier, TableStatus
+from lakewarden.metadata.catalogs import opened_catalog
+from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as store
 from lakewarden.store.tables import TableRecord
 
@@ -51,10 +54,7 @@ def list_tables(
     return [TableBrief(**_brief_fields(rec)) for rec in records]
 
 
-@router.get("/{catalog}/{database}/{table}", response_model=TableRead)
-def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
-    with ctx.db.read() as session:
-        rec = store.get_table(session, TableIdentifier(catalog, database, table))
+def _read(rec: TableRecord) -> TableRead:
     return TableRead(
         **_brief_fields(rec),
         status_changed_at=rec.runtime.status_changed_at,
@@ -63,4 +63,31 @@ def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
         metadata_location=rec.runtime.metadata_location,
         current_snapshot_id=rec.runtime.current_snapshot_id,
         refresh_error=rec.runtime.refresh_error,
+        evaluation=rec.runtime.evaluation,
+        evaluated_at=rec.runtime.evaluated_at,
+        last_minor_optimizing_at=rec.runtime.last_minor_optimizing_at,
+        last_major_optimizing_at=rec.runtime.last_major_optimizing_at,
+        last_full_optimizing_at=rec.runtime.last_full_optimizing_at,
     )
+
+
+@router.get("/{catalog}/{database}/{table}", response_model=TableRead)
+def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
+    with ctx.db.read() as session:
+        return _read(store.get_table(session, TableIdentifier(catalog, database, table)))
+
+
+@router.post("/{catalog}/{database}/{table}/evaluate", response_model=TableRead)
+def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
+    """Evaluate the table now (as the evaluator service does on its interval) and return the verdict."""
+    name = TableIdentifier(catalog, database, table)
+    with ctx.db.read() as session:
+        rec = store.get_table(session, name)
+        spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog))
+    status = TableStatus(rec.runtime.status_code)
+    if status not in (TableStatus.IDLE, TableStatus.PENDING):
+        raise Conflict(f"table {name} is {status.label}; it is evaluated again when that ends")
+    with opened_catalog(spec) as catalog_handle:
+        ctx.evaluator.evaluate(catalog_handle, rec)
+    with ctx.db.read() as session:
+        return _read(store.get_table(session, name))

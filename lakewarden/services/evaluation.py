@@ -1,0 +1,132 @@
+"""The evaluator service: re-evaluates tables whose snapshot changed (or whose time triggers may have fired).
+
+A verdict with something to optimize turns an IDLE table PENDING; a verdict with nothing turns a
+PENDING table IDLE. Both are compare-and-swaps, so a table another service moved meanwhile
+(e.g. into PLANNING) is left alone. The verdict and its reasons are stored for the API and CLI.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
+from lakewarden.domain.files import group_by_partition
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.tables import TableStatus
+from lakewarden.metadata.catalogs import opened_catalog
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.services.loop import LoopService
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import runtime as runtime_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database, utcnow
+from lakewarden.store.tables import TableRecord
+
+log = logging.getLogger(__name__)
+MAX_PARTITIONS_SHOWN = 200
+
+
+def _ms(moment: datetime | None) -> int:
+    if moment is None:
+        return 0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
+    """What is stored and shown: the verdict, and its partitions (those pending first)."""
+    ordered = sorted(verdict.partitions, key=lambda p: (p.type is None, -(p.type or 0), str(p.partition)))
+    return {
+        **verdict.summary(),
+        "partitions": [p.to_dict() for p in ordered[:MAX_PARTITIONS_SHOWN]],
+        "partitions_omitted": max(0, len(ordered) - MAX_PARTITIONS_SHOWN),
+    }
+
+
+class TableEvaluator(LoopService):
+    name = "table-evaluator"
+
+    def __init__(self, db: Database, interval_seconds: float, thread_count: int, recheck_seconds: float = 60.0) -> None:
+        super().__init__(interval_seconds)
+        self.db = db
+        self.thread_count = thread_count
+        # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
+        self.recheck = timedelta(seconds=recheck_seconds)
+        self.cache = ManifestCache()
+
+    def _due(self, rec: TableRecord, now: datetime) -> bool:
+        runtime = rec.runtime
+        if TableStatus(runtime.status_code) not in (TableStatus.IDLE, TableStatus.PENDING):
+            return False
+        if runtime.evaluated_at is None or runtime.current_snapshot_id != runtime.evaluated_snapshot_id:
+            return True
+        # new metadata without a new snapshot (e.g. changed properties) deserves a new verdict too
+        if (runtime.evaluation or {}).get("metadata_location") != runtime.metadata_location:
+            return True
+        evaluated = runtime.evaluated_at if runtime.evaluated_at.tzinfo else runtime.evaluated_at.replace(tzinfo=UTC)
+        return now - evaluated >= self.recheck
+
+    def run_once(self) -> None:
+        now = utcnow()
+        with self.db.read() as session:
+            due = [rec for rec in table_store.list_tables(session) if self._due(rec, now)]
+            specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
+        by_catalog: dict[str, list[TableRecord]] = defaultdict(list)
+        for rec in due:
+            by_catalog[rec.identifier.catalog_name].append(rec)
+        for catalog_name, records in by_catalog.items():
+            if self.stopping or catalog_name not in specs:
+                continue
+            try:
+                with (
+                    opened_catalog(specs[catalog_name]) as catalog,
+                    ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool,
+                ):
+                    list(pool.map(lambda rec: self.evaluate(catalog, rec), records))
+            except Exception as exc:
+                log.warning("cannot evaluate the tables of catalog %s: %s", catalog_name, exc)
+
+    def evaluate(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
+        """Evaluate one table now and move it between IDLE and PENDING accordingly."""
+        started = time.monotonic()
+        runtime = rec.runtime
+        snapshot_id = runtime.current_snapshot_id
+        try:
+            config = OptimizingConfig.of(runtime.config)
+            table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
+            files = snapshot_files(table, self.cache, config.filter)
+            snapshot_id = files.snapshot_id
+            clock = OptimizingClock(
+                now_ms=_ms(utcnow()),
+                last_minor_ms=_ms(runtime.last_minor_optimizing_at),
+                last_full_ms=_ms(runtime.last_full_optimizing_at),
+            )
+            verdict = evaluate_table(snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
+            document = evaluation_document(verdict)
+            document["manifests_read"] = files.manifests_read
+        except InvalidField as exc:
+            document = {"snapshot_id": snapshot_id, "type": None, "reasons": [f"invalid table property {exc}"],
+                        "partitions": [], "pending_partitions": 0}  # fmt: skip
+        except Exception as exc:
+            log.warning("evaluating %s failed: %s", rec.name, exc)
+            document = {"snapshot_id": snapshot_id, "type": None, "partitions": [], "pending_partitions": 0,
+                        "reasons": [f"evaluation failed: {type(exc).__name__}: {exc}"[:1000]]}  # fmt: skip
+        document["duration_ms"] = int((time.monotonic() - started) * 1000)
+        document["metadata_location"] = runtime.metadata_location
+        with self.db.write() as session:
+            runtime_store.save_evaluation(session, runtime.table_id, document["snapshot_id"], document)
+            if document["type"] is not None:
+                moved = runtime_store.transition_table(session, runtime.table_id, TableStatus.IDLE, TableStatus.PENDING)
+            else:
+                moved = runtime_store.transition_table(session, runtime.table_id, TableStatus.PENDING, TableStatus.IDLE)
+        if moved:
+            now = "pending" if document["type"] else "idle"
+            log.info("%s is now %s: %s", rec.name, now, "; ".join(document["reasons"]))
+        return document
