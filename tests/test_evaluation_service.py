@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+TWO = "'self-optimizing.minor.trigger.file-count'='2'"
 
 
 def ctx(client: TestClient) -> ServerContext:
@@ -99,9 +100,7 @@ def test_transitions_are_compare_and_swap(client: TestClient, spark: SparkSessio
     register(client, sql_catalog)
     configure_catalogs(spark, [sql_catalog])
     spark.sql(f"CREATE NAMESPACE {c}.db")
-    spark.sql(
-        f"CREATE TABLE {c}.db.t (id BIGINT) USING iceberg TBLPROPERTIES ('self-optimizing.minor.trigger.file-count'='2')"
-    )
+    spark.sql(f"CREATE TABLE {c}.db.t (id BIGINT) USING iceberg TBLPROPERTIES ({TWO})")
     for i in range(2):
         spark.sql(f"INSERT INTO {c}.db.t VALUES ({i})")
     refresh(client, c)

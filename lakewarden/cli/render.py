@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# In a terminal Rich fits its width; piped (scripts, tests) nothing is cut off at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 250)
 
 
 def emit_json(data: Any) -> None:

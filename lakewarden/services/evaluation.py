@@ -103,10 +103,12 @@ class TableEvaluator(LoopService):
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
             files = snapshot_files(table, self.cache, config.filter)
             snapshot_id = files.snapshot_id
+            # a table never optimized counts its minor and full intervals from when lakewarden took it on
+            managed_since = rec.identifier.created_at
             clock = OptimizingClock(
                 now_ms=_ms(utcnow()),
-                last_minor_ms=_ms(runtime.last_minor_optimizing_at),
-                last_full_ms=_ms(runtime.last_full_optimizing_at),
+                last_minor_ms=_ms(runtime.last_minor_optimizing_at or managed_since),
+                last_full_ms=_ms(runtime.last_full_optimizing_at or managed_since),
             )
             verdict = evaluate_table(snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
             document = evaluation_document(verdict)
