@@ -26,14 +26,14 @@ REFRESH_SECONDS = 2
 
 
 class ServerProcess:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, extra: str = "") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = tmp_path / "data"
         self.config = tmp_path / "lakewarden.yaml"
         self.config.write_text(
             f"ams:\n  data-dir: {self.data_dir}\n  http-server: {{bind-port: {self.port}}}\n"
-            f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n"
+            f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n" + extra
         )
         self.log = tmp_path / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -13,12 +13,13 @@ from sqlalchemy import text
 from lakewarden import __version__
 from lakewarden.api import errors
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.routes import catalogs, groups, tables
+from lakewarden.api.routes import catalogs, groups, optimizer, processes, tables
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database, utcnow
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,11 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             evaluating.recheck_interval.total_seconds(),
         )
         explorer = TableExplorer(db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake)
-        app.state.context = ServerContext(config=config, db=db, explorer=explorer, evaluator=evaluator)
+        scheduler = OptimizingScheduler(db, evaluator.cache, on_table_done=evaluator.wake)
+        evaluator.on_pending = scheduler.wake
+        app.state.context = ServerContext(
+            config=config, db=db, explorer=explorer, evaluator=evaluator, scheduler=scheduler
+        )
         services = [explorer, evaluator]
         if start_services:
             for service in services:
@@ -77,7 +82,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     )
     errors.install(app)
     api = APIRouter(prefix="/api/v1")
-    for router in (health_router, catalogs.router, groups.router, tables.router):
+    for router in (health_router, catalogs.router, groups.router, tables.router, optimizer.router, processes.router):
         api.include_router(router)
     app.include_router(api)
     return app

@@ -9,6 +9,7 @@ from fastapi import Request
 from lakewarden.config import Config
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database
 
 
@@ -18,6 +19,7 @@ class ServerContext:
     db: Database
     explorer: TableExplorer
     evaluator: TableEvaluator
+    scheduler: OptimizingScheduler
 
 
 def server_context(request: Request) -> ServerContext:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from lakewarden.cli import render
@@ -19,6 +20,8 @@ table_app = typer.Typer(help="Managed tables.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(group_app, name="group")
 app.add_typer(table_app, name="table")
+process_app = typer.Typer(help="Optimizing processes: history, tasks, cancel.", no_args_is_help=True)
+app.add_typer(process_app, name="process")
 
 ServerOpt = Annotated[str, typer.Option("--server", envvar="LAKEWARDEN_SERVER", help="URL of the lakewarden server")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts")]
@@ -63,6 +66,29 @@ def server(
     except LakewardenError as exc:
         fail(f"invalid config: {exc}")
     serve(cfg, log_level)
+
+
+@app.command()
+def optimizer(
+    group: Annotated[str, typer.Option(help="The resource group whose tasks to run")] = "default",
+    parallelism: Annotated[int, typer.Option(min=1, max=256, help="Executor threads (and local[N] cores)")] = 1,
+    spark_master: Annotated[str | None, typer.Option(help="Spark master; default local[parallelism]")] = None,
+    driver_memory: Annotated[str, typer.Option(help="Spark driver memory")] = "2g",
+    resource_id: Annotated[str | None, typer.Option(hidden=True)] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+) -> None:
+    """Run an optimizer: a PySpark application that pulls self-optimizing tasks of one group from the server."""
+    from lakewarden.optimizer.app import Optimizer
+    from lakewarden.optimizer.client import ProtocolError
+    from lakewarden.server import configure_logging
+
+    configure_logging()
+    try:
+        Optimizer(server, group, parallelism, spark_master, resource_id, driver_memory).run()
+    except ProtocolError as exc:
+        fail(str(exc))
+    except httpx.ConnectError:
+        fail(f"cannot reach the lakewarden server at {server}")
 
 
 @app.command("setup-spark")
@@ -292,6 +318,80 @@ def table_evaluate(
         return
     render.console.print(f"{item['identifier']} is {item['status']}")
     render_evaluation(item.get("evaluation"))
+
+
+# ---- processes
+
+
+@process_app.command("list")
+def process_list(
+    table: Annotated[str | None, typer.Option(help="Only this table (catalog.database.table)")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """Process history, newest first: type, status, table, start, duration, files and bytes in and out."""
+    items = call(server, lambda c: c.get("/processes", table=table, limit=limit))
+    if json_:
+        render.emit_json(items)
+        return
+    rows = [
+        [p["process_id"], p["table"], p["type"], p["status"], p["start_time"], p["duration_ms"],
+         p["summary"].get("files_in", ""), p["summary"].get("files_out", ""),
+         render.human_bytes(p["summary"].get("bytes_in", 0)), render.human_bytes(p["summary"].get("bytes_out", 0)),
+         p["fail_reason"] or ""]
+        for p in items
+    ]  # fmt: skip
+    columns = [
+        "id",
+        "table",
+        "type",
+        "status",
+        "start",
+        "ms",
+        "files in",
+        "files out",
+        "bytes in",
+        "bytes out",
+        "error",
+    ]
+    render.table("processes", columns, rows)
+
+
+@process_app.command("show")
+def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
+    """One process with its tasks: partitions, attempts, optimizer, output or error."""
+    item = call(server, lambda c: c.get(f"/processes/{process_id}"))
+    if json_:
+        render.emit_json(item)
+        return
+    keys = (
+        "table",
+        "group",
+        "type",
+        "status",
+        "target_snapshot_id",
+        "start_time",
+        "end_time",
+        "duration_ms",
+        "fail_reason",
+    )
+    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + list(item["summary"].items()))
+    rows = [
+        [t["task_id"], t["status"], ", ".join(t["partitions"]), t["attempt"], t["retry_count"],
+         (t["output"] or {}).get("files_in", ""), (t["output"] or {}).get("files_out", ""), t["error"] or ""]
+        for t in item["tasks"]
+    ]  # fmt: skip
+    render.table(
+        "tasks", ["task", "status", "partitions", "attempt", "retries", "files in", "files out", "error"], rows
+    )
+
+
+@process_app.command("cancel")
+def process_cancel(process_id: int, server: ServerOpt = DEFAULT_SERVER) -> None:
+    """Cancel a running process: its tasks are canceled and the table is planned afresh later."""
+    call(server, lambda c: c.post(f"/processes/{process_id}/cancel"))
+    typer.echo(f"process {process_id} canceled")
 
 
 def main() -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from lakewarden.domain.errors import InvalidField
@@ -25,7 +26,7 @@ from lakewarden.services.loop import LoopService
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
-from lakewarden.store.database import Database, utcnow
+from lakewarden.store.database import Database, as_utc, utcnow
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,7 @@ MAX_PARTITIONS_SHOWN = 200
 
 
 def _ms(moment: datetime | None) -> int:
-    if moment is None:
-        return 0
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    return 0 if moment is None else int(as_utc(moment).timestamp() * 1000)
 
 
 def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
@@ -60,6 +57,7 @@ class TableEvaluator(LoopService):
         # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
         self.recheck = timedelta(seconds=recheck_seconds)
         self.cache = ManifestCache()
+        self.on_pending: Callable[[], None] | None = None  # called when a table turns pending
 
     def _due(self, rec: TableRecord, now: datetime) -> bool:
         runtime = rec.runtime
@@ -70,8 +68,7 @@ class TableEvaluator(LoopService):
         # new metadata without a new snapshot (e.g. changed properties) deserves a new verdict too
         if (runtime.evaluation or {}).get("metadata_location") != runtime.metadata_location:
             return True
-        evaluated = runtime.evaluated_at if runtime.evaluated_at.tzinfo else runtime.evaluated_at.replace(tzinfo=UTC)
-        return now - evaluated >= self.recheck
+        return now - as_utc(runtime.evaluated_at) >= self.recheck
 
     def run_once(self) -> None:
         now = utcnow()
@@ -128,6 +125,8 @@ class TableEvaluator(LoopService):
                 moved = runtime_store.transition_table(session, runtime.table_id, TableStatus.IDLE, TableStatus.PENDING)
             else:
                 moved = runtime_store.transition_table(session, runtime.table_id, TableStatus.PENDING, TableStatus.IDLE)
+        if moved and document["type"] is not None and self.on_pending is not None:
+            self.on_pending()
         if moved:
             now = "pending" if document["type"] else "idle"
             log.info("%s is now %s: %s", rec.name, now, "; ".join(document["reasons"]))

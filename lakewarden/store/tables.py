@@ -113,3 +113,13 @@ def dispose_table(session: Session, table_id: int) -> None:
     session.execute(delete(TableRuntimeRow).where(TableRuntimeRow.table_id == table_id))
     session.execute(delete(TableIdentifierRow).where(TableIdentifierRow.table_id == table_id))
     session.flush()
+
+
+def runtime_of(session: Session, table_id: int) -> TableRuntimeRow | None:
+    return session.get(TableRuntimeRow, table_id)
+
+
+def runtime_config(session: Session, table_id: int) -> dict[str, str]:
+    """The table's effective configuration (empty when the table is gone)."""
+    runtime = session.get(TableRuntimeRow, table_id)
+    return {} if runtime is None else dict(runtime.config)

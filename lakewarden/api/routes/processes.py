@@ -1,0 +1,93 @@
+"""`/api/v1/processes`: optimizing process history with its tasks; cancel a running process."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+
+from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.schemas import _Read
+from lakewarden.domain.tables import TableIdentifier
+from lakewarden.store import optimizing as store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import as_utc
+from lakewarden.store.models import ProcessRow, TaskRow
+
+router = APIRouter(prefix="/processes", tags=["processes"])
+Ctx = Annotated[ServerContext, Depends(server_context)]
+
+
+class TaskRead(_Read):
+    task_id: int
+    status: str
+    type: str
+    attempt: int
+    retry_count: int
+    partitions: list[str]
+    optimizer: str | None
+    scheduled_at: datetime | None
+    acked_at: datetime | None
+    ended_at: datetime | None
+    output: dict[str, Any] | None
+    error: str | None
+
+
+class ProcessRead(_Read):
+    process_id: int
+    table: str
+    group: str
+    action: str
+    type: str
+    status: str
+    target_snapshot_id: int | None
+    start_time: datetime
+    end_time: datetime | None
+    duration_ms: int | None
+    summary: dict[str, Any]
+    fail_reason: str | None
+    tasks: list[TaskRead]
+
+
+def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
+    end = process.end_time
+    return ProcessRead(
+        process_id=process.process_id,
+        table=f"{process.catalog_name}.{process.db_name}.{process.table_name}",
+        group=process.group_name, action=process.action, type=process.type, status=process.status,
+        target_snapshot_id=process.target_snapshot_id, start_time=process.plan_time, end_time=end,
+        duration_ms=None if end is None else int((as_utc(end) - as_utc(process.plan_time)).total_seconds() * 1000),
+        summary=process.summary, fail_reason=process.fail_reason,
+        tasks=[
+            TaskRead(
+                task_id=t.task_id, status=t.status, type=t.type, attempt=t.attempt, retry_count=t.retry_count,
+                partitions=[p["path"] or "(unpartitioned)" for p in t.partitions], optimizer=t.optimizer_token,
+                scheduled_at=t.scheduled_at, acked_at=t.acked_at, ended_at=t.ended_at, output=t.output, error=t.error,
+            )
+            for t in tasks
+        ],
+    )  # fmt: skip
+
+
+@router.get("", response_model=list[ProcessRead])
+def list_processes(ctx: Ctx, table: str | None = None, limit: int = 100) -> list[ProcessRead]:
+    """Newest first; `table=catalog.database.table` limits to one table."""
+    with ctx.db.read() as session:
+        table_id = None
+        if table is not None:
+            table_id = table_store.get_table(session, TableIdentifier.parse(table)).runtime.table_id
+        processes = store.list_processes(session, table_id, limit)
+        return [_read(p, store.tasks_of(session, p.process_id)) for p in processes]
+
+
+@router.get("/{process_id}", response_model=ProcessRead)
+def get_process(process_id: int, ctx: Ctx) -> ProcessRead:
+    with ctx.db.read() as session:
+        return _read(store.get_process(session, process_id), store.tasks_of(session, process_id))
+
+
+@router.post("/{process_id}/cancel", response_model=ProcessRead)
+def cancel_process(process_id: int, ctx: Ctx) -> ProcessRead:
+    ctx.scheduler.cancel(process_id)
+    return get_process(process_id, ctx)

@@ -1,0 +1,124 @@
+"""`lakewarden optimizer`: a PySpark application whose N threads pull tasks from the server and run them.
+
+One SparkSession (local[N] by default, any master via --spark-master or spark-submit), a heartbeat
+thread, and N worker threads each looping poll -> ack -> execute -> complete. SIGTERM or SIGINT
+stops polling; tasks already running are finished and reported before the process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+import traceback
+from types import FrameType
+from typing import Any
+
+from lakewarden.optimizer.client import OptimizerClient, ProtocolError
+
+log = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = 10.0
+
+
+class Optimizer:
+    def __init__(
+        self, server: str, group: str, parallelism: int, spark_master: str | None = None,
+        resource_id: str | None = None, driver_memory: str = "2g", spark: Any = None,
+    ) -> None:  # fmt: skip
+        self.client = OptimizerClient(server)
+        self.group = group
+        self.parallelism = parallelism
+        self.spark_master = spark_master or f"local[{parallelism}]"
+        self.resource_id = resource_id
+        self.driver_memory = driver_memory
+        self.stop = threading.Event()
+        self.token = ""
+        self._token_lock = threading.Lock()
+        self.completed = 0
+        self.spark = spark  # an existing SparkSession to use (and leave running); None builds one
+
+    def _register(self) -> str:
+        with self._token_lock:
+            self.token = self.client.register(self.group, self.parallelism, self.resource_id, socket.gethostname())
+            log.info("registered with group %s (token %s…)", self.group, self.token[:8])
+            return self.token
+
+    def _heartbeat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self.client.touch(self.token)
+            except ProtocolError as exc:
+                if exc.status == 404:  # the server declared us lost: start over with a new token
+                    self._register()
+                else:
+                    log.warning("heartbeat failed: %s", exc)
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    def _work(self, spark: Any, thread_id: int) -> None:
+        from lakewarden.optimizer.executor import execute_task
+
+        while not self.stop.is_set():
+            token = self.token
+            try:
+                task = self.client.poll(token, thread_id)
+            except Exception as exc:
+                log.warning("thread %d: poll failed: %s", thread_id, exc)
+                self.stop.wait(2.0)
+                continue
+            if task is None:
+                continue
+            try:
+                self.client.ack(token, task)
+            except ProtocolError as exc:
+                log.warning("thread %d: ack of %s.%s refused: %s", thread_id, task["process_id"], task["task_id"], exc)
+                continue
+            log.info("thread %d: running %s task %s.%s on %s", thread_id, task["type"], task["process_id"],
+                     task["task_id"], task["input"]["table"])  # fmt: skip
+            output: dict[str, Any] | None = None
+            error: str | None = None
+            try:
+                output = execute_task(spark, task, token)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"[:4000]
+                log.warning("thread %d: task failed: %s\n%s", thread_id, error, traceback.format_exc(limit=3))
+            try:
+                self.client.complete(token, task, output, error)
+                self.completed += 1
+            except ProtocolError as exc:
+                log.warning("thread %d: completion refused: %s", thread_id, exc)
+
+    def run(self) -> None:
+        from lakewarden.spark.session import build_spark_session
+
+        def on_signal(_signum: int, _frame: FrameType | None) -> None:
+            log.info("stopping: finishing running tasks")
+            self.stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        self._register()
+        spark = self.spark or build_spark_session(
+            master=self.spark_master, app_name=f"lakewarden-optimizer-{self.group}", driver_memory=self.driver_memory,
+            extra_conf={"spark.scheduler.mode": "FAIR"},
+        )  # fmt: skip
+        threads = [threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)]
+        threads += [
+            threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while not self.stop.is_set():
+                time.sleep(0.5)
+        finally:
+            self.stop.set()
+            for thread in threads[1:]:
+                thread.join()
+            self.client.close()
+            if self.spark is None:
+                spark.stop()
+            log.info("optimizer stopped after %d task(s)", self.completed)

@@ -1,0 +1,53 @@
+"""The optimizer's side of the protocol: an HTTP client of `/api/v1/optimizer`. It never touches the database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ProtocolError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
+
+
+class OptimizerClient:
+    def __init__(self, server: str) -> None:
+        # a poll may wait up to 3 s on the server: leave room for it
+        self._http = httpx.Client(base_url=server.rstrip("/") + "/api/v1/optimizer", timeout=30.0)
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        response = self._http.post(path, json=body)
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text
+            raise ProtocolError(response.status_code, message)
+        return None if response.status_code == 204 else response.json()
+
+    def register(self, group: str, parallelism: int, resource_id: str | None, host: str) -> str:
+        body = {"group": group, "parallelism": parallelism, "resource_id": resource_id, "host": host}
+        return str(self._post("/register", body)["token"])
+
+    def touch(self, token: str) -> None:
+        self._post("/touch", {"token": token})
+
+    def poll(self, token: str, thread_id: int) -> dict[str, Any] | None:
+        result = self._post("/poll", {"token": token, "thread_id": thread_id})
+        return None if result is None else dict(result)
+
+    def ack(self, token: str, task: dict[str, Any]) -> None:
+        self._post("/ack", {"token": token, **_ref(task)})
+
+    def complete(self, token: str, task: dict[str, Any], output: dict[str, Any] | None, error: str | None) -> None:
+        self._post("/complete", {"token": token, **_ref(task), "output": output, "error": error})
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _ref(task: dict[str, Any]) -> dict[str, Any]:
+    return {"process_id": task["process_id"], "task_id": task["task_id"], "attempt": task["attempt"]}

@@ -1,0 +1,72 @@
+"""Running one optimizing task on Spark with Iceberg's own rewrite machinery, through the JVM.
+
+The task names its partitions as an ExpressionParser JSON filter and carries the rewrite options
+that select exactly the planned file classes. Iceberg plans the file groups, rewrites them and
+validates the commit against concurrent changes; the snapshot summary names lakewarden, the
+process and the task.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.spark.session import configure_catalogs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def execute_task(spark: SparkSession, task: dict[str, Any], optimizer: str) -> dict[str, Any]:
+    started = time.monotonic()
+    spec = CatalogSpec(task["catalog"]["name"], task["catalog"]["type"], task["catalog"]["properties"])
+    configure_catalogs(spark, [spec])
+    jvm: Any = spark._jvm
+    jss: Any = spark._jsparkSession
+    # Each Python thread runs on its own JVM thread, which starts with no active SparkSession; without
+    # one, Spark's SQLConf.get answers with a blank conf and Iceberg's rewrite cannot find its catalogs.
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(jss)
+    work = task["input"]
+    name = f"{spec.name}.{work['table']}"
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
+    spark.sparkContext.setJobGroup(f"lakewarden-{task['process_id']}-{task['task_id']}", f"optimizing {name}")
+    expression = jvm.org.apache.iceberg.expressions.ExpressionParser.fromJson(work["filter"])
+    properties = {
+        "lakewarden.optimizer": optimizer,
+        "lakewarden.process-id": str(task["process_id"]),
+        "lakewarden.task-id": str(task["task_id"]),
+        "lakewarden.optimizing-type": work["type"],
+        "lakewarden.planned-snapshot-id": str(work["snapshot_id"]),
+    }
+    actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jss)
+    output: dict[str, Any] = {"files_in": 0, "bytes_in": 0, "files_out": 0, "bytes_out": 0, "delete_files_removed": 0}
+
+    rewrite = actions.rewriteDataFiles(table).filter(expression)
+    for key, value in work["options"].items():
+        rewrite = rewrite.option(key, str(value))
+    for key, value in properties.items():
+        rewrite = rewrite.snapshotProperty(key, value)
+    result = rewrite.execute()
+    output["files_in"] += int(result.rewrittenDataFilesCount())
+    output["files_out"] += int(result.addedDataFilesCount())
+    output["bytes_in"] += int(result.rewrittenBytesCount())
+    output["delete_files_removed"] += int(result.removedDeleteFilesCount())
+    if output["files_out"]:
+        table.refresh()
+        summary = table.currentSnapshot().summary()
+        output["bytes_out"] += int(summary.getOrDefault("added-files-size", "0"))
+
+    if work.get("rewrite_position_deletes"):
+        deletes = actions.rewritePositionDeletes(table).filter(expression).option("rewrite-all", "true")
+        for key, value in properties.items():
+            deletes = deletes.snapshotProperty(key, value)
+        combined = deletes.execute()
+        output["delete_files_removed"] += int(combined.rewrittenDeleteFilesCount())
+        output["delete_files_added"] = int(combined.addedDeleteFilesCount())
+
+    table.refresh()
+    current = table.currentSnapshot()
+    output["snapshot_id"] = None if current is None else int(current.snapshotId())
+    output["duration_ms"] = int((time.monotonic() - started) * 1000)
+    return output

@@ -1,0 +1,292 @@
+"""The optimizing queues: one per resource group, planning pending tables and handing tasks to optimizers.
+
+An optimizer thread polls its group's queue. The queue first hands out a PLANNED task of a running
+process (respecting the table's concurrency cap, derived from self-optimizing.quota); failing that,
+it picks a PENDING table by the group's scheduling policy, plans it on its current snapshot and
+hands out the first task. Acks and completions are compare-and-swaps on (status, attempt, optimizer):
+a message from a superseded attempt is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.errors import Conflict
+from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
+from lakewarden.domain.files import group_by_partition
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.planning import plan_tasks
+from lakewarden.domain.states import OPTIMIZING_STATUS, TASK_ACTIVE, ProcessStatus, TaskStatus
+from lakewarden.domain.tables import TableStatus
+from lakewarden.metadata.catalogs import opened_catalog
+from lakewarden.metadata.expressions import partition_filter_json
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import optimizing as store
+from lakewarden.store import runtime as runtime_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import ProcessRow
+from lakewarden.store.tables import TableRecord
+
+log = logging.getLogger(__name__)
+LAST_OPTIMIZED = {
+    "minor": "last_minor_optimizing_at",
+    "major": "last_major_optimizing_at",
+    "full": "last_full_optimizing_at",
+}
+
+
+@dataclass(frozen=True)
+class Assignment:
+    process_id: int
+    task_id: int
+    attempt: int
+    type: str
+    input: dict[str, Any]
+    catalog: CatalogSpec
+
+
+class OptimizingScheduler:
+    def __init__(self, db: Database, cache: ManifestCache, on_table_done: Any = None) -> None:
+        self.db = db
+        self.cache = cache
+        self.on_table_done = on_table_done  # called when a process ends (the evaluator looks again)
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._wakeup = threading.Condition()
+
+    def _lock(self, group: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(group, threading.Lock())
+
+    def wake(self) -> None:
+        """New work may exist (a table turned pending, a task went back to PLANNED): wake long polls."""
+        with self._wakeup:
+            self._wakeup.notify_all()
+
+    # ---- poll
+
+    def poll(self, token: str, thread_id: int, timeout_seconds: float) -> Assignment | None:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            with self.db.write() as session:
+                optimizer = store.touch_optimizer(session, token)
+                group = optimizer.group_name
+            assignment = self._schedule(group, token, thread_id)
+            remaining = deadline - time.monotonic()
+            if assignment is not None or remaining <= 0:
+                return assignment
+            with self._wakeup:
+                self._wakeup.wait(min(remaining, 1.0))
+
+    def _schedule(self, group: str, token: str, thread_id: int) -> Assignment | None:
+        with self._lock(group):
+            assignment = self._next_planned(group, token, thread_id)
+            if assignment is None and self._plan_next_table(group):
+                assignment = self._next_planned(group, token, thread_id)
+            return assignment
+
+    def _next_planned(self, group: str, token: str, thread_id: int) -> Assignment | None:
+        with self.db.write() as session:
+            threads = max(1, store.group_threads(session, group))
+            for process in store.running_processes(session, group):
+                tasks = store.tasks_of(session, process.process_id)
+                config = table_store.runtime_config(session, process.table_id)
+                cap = max(1, math.ceil(float(config.get("self-optimizing.quota", 0.5)) * threads))
+                if sum(1 for t in tasks if t.status in TASK_ACTIVE) >= cap:
+                    continue  # the table has its share of the group's threads
+                for task in tasks:
+                    if task.status == TaskStatus.PLANNED and store.transition_task(
+                        session, process.process_id, task.task_id, TaskStatus.PLANNED, TaskStatus.SCHEDULED,
+                        expected_attempt=task.attempt, attempt=task.attempt + 1, optimizer_token=token,
+                        thread_id=thread_id, scheduled_at=utcnow(), acked_at=None,
+                    ):  # fmt: skip
+                        spec = catalog_store.spec_of(catalog_store.get_catalog(session, process.catalog_name))
+                        return Assignment(
+                            process.process_id, task.task_id, task.attempt + 1, task.type, dict(task.input), spec
+                        )
+        return None
+
+    # ---- planning
+
+    def _pick_table(self, group: str) -> TableRecord | None:
+        """The next PENDING table of the group by its scheduling policy, past its min-plan-interval."""
+        now = utcnow()
+        with self.db.read() as session:
+            policy = store.group_policy(session, group)
+            candidates = []
+            for rec in table_store.list_tables(session, status=TableStatus.PENDING, group=group):
+                interval = timedelta(
+                    milliseconds=int(rec.runtime.config.get("self-optimizing.min-plan-interval", 60000))
+                )
+                planned = rec.runtime.last_planned_at
+                if planned is not None and now - as_utc(planned) < interval:
+                    continue
+                if policy == "balanced":
+                    r = rec.runtime
+                    times = (r.last_minor_optimizing_at, r.last_major_optimizing_at, r.last_full_optimizing_at)
+                    last = [as_utc(t) for t in times if t is not None]
+                    key: tuple[float, str] = (max(last).timestamp() if last else 0.0, str(rec.name))
+                else:  # quota: lowest share of its quota used in the last hour
+                    quota = max(float(rec.runtime.config.get("self-optimizing.quota", 0.5)), 1e-6)
+                    used = store.task_seconds_since(session, rec.runtime.table_id, now - timedelta(hours=1))
+                    key = (used / (quota * 3600.0), str(rec.name))
+                candidates.append((key, rec))
+        return min(candidates, key=lambda c: c[0])[1] if candidates else None
+
+    def _plan_next_table(self, group: str) -> bool:
+        rec = self._pick_table(group)
+        if rec is None:
+            return False
+        table_id = rec.runtime.table_id
+        with self.db.write() as session:
+            if not runtime_store.transition_table(
+                session, table_id, TableStatus.PENDING, TableStatus.PLANNING, last_planned_at=utcnow()
+            ):
+                return False
+            spec = catalog_store.spec_of(catalog_store.get_catalog(session, rec.identifier.catalog_name))
+        try:
+            process = self._plan(rec, spec, group)
+        except Exception as exc:
+            log.warning("planning %s failed: %s", rec.name, exc)
+            process = None
+        with self.db.write() as session:
+            if process is None:
+                runtime_store.transition_table(session, table_id, TableStatus.PLANNING, TableStatus.IDLE)
+                return False
+            status = OPTIMIZING_STATUS[process[1]]
+            runtime_store.transition_table(
+                session, table_id, TableStatus.PLANNING, status, optimizing_process_id=process[0]
+            )
+        log.info("planned %s: process %s (%s)", rec.name, process[0], process[1].label)
+        return True
+
+    def _plan(self, rec: TableRecord, spec: CatalogSpec, group: str) -> tuple[int, Any] | None:
+        """Plan on the table's current snapshot; the process and its tasks are written in one transaction."""
+        config = OptimizingConfig.of(rec.runtime.config)
+        with opened_catalog(spec) as catalog:
+            table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
+            files = snapshot_files(table, self.cache, config.filter)
+            clock = OptimizingClock(
+                now_ms=int(time.time() * 1000),
+                last_minor_ms=_ms(rec.runtime.last_minor_optimizing_at or rec.identifier.created_at),
+                last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
+            )
+            verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
+            plans = plan_tasks(verdict, config)
+            if not plans or verdict.type is None:
+                return None
+            inputs = [
+                {
+                    "table": f"{rec.identifier.db_name}.{rec.identifier.table_name}",
+                    "snapshot_id": files.snapshot_id,
+                    "type": plan.type.label,
+                    "partitions": plan.partitions,
+                    "filter": partition_filter_json(table, plan.partitions),
+                    "options": plan.options,
+                    "rewrite_position_deletes": plan.rewrite_position_deletes,
+                    "reasons": plan.reasons,
+                }
+                for plan in plans
+            ]
+        with self.db.write() as session:
+            process = store.create_process(session, rec, group, verdict.type.label, files.snapshot_id, plans, inputs)
+            return process.process_id, verdict.type
+
+    # ---- ack and complete
+
+    def ack(self, token: str, process_id: int, task_id: int, attempt: int) -> None:
+        with self.db.write() as session:
+            store.touch_optimizer(session, token)
+            if not store.transition_task(
+                session, process_id, task_id, TaskStatus.SCHEDULED, TaskStatus.ACKED,
+                expected_attempt=attempt, expected_token=token, acked_at=utcnow(),
+            ):  # fmt: skip
+                raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
+
+    def complete(
+        self, token: str, process_id: int, task_id: int, attempt: int, output: dict[str, Any] | None, error: str | None
+    ) -> None:
+        new = TaskStatus.FAILED if error else TaskStatus.SUCCESS
+        with self.db.write() as session:
+            store.touch_optimizer(session, token)
+            if not store.transition_task(
+                session, process_id, task_id, TaskStatus.ACKED, new, expected_attempt=attempt, expected_token=token,
+                output=output, error=error, ended_at=utcnow(),
+            ):  # fmt: skip
+                raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not running on this optimizer")
+        self._settle(process_id)
+
+    def _settle(self, process_id: int) -> None:
+        """Retry a failed task, or end the process when its tasks are done (or one failed for good)."""
+        with self.db.write() as session:
+            process = store.get_process(session, process_id)
+            if process.status != ProcessStatus.RUNNING:
+                return
+            config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
+            tasks = store.tasks_of(session, process_id)
+            for task in tasks:
+                if task.status == TaskStatus.FAILED and task.retry_count < config.execute_num_retries:
+                    store.transition_task(
+                        session, process_id, task.task_id, TaskStatus.FAILED, TaskStatus.PLANNED,
+                        expected_attempt=task.attempt, retry_count=task.retry_count + 1,
+                    )  # fmt: skip
+                    self.wake()
+                    return
+            failed = [t for t in tasks if t.status == TaskStatus.FAILED]
+            if failed:
+                reason = f"task {failed[0].task_id} failed {failed[0].retry_count + 1} time(s): {failed[0].error}"
+                self._end(session, process, ProcessStatus.FAILED, reason)
+            elif all(t.status == TaskStatus.SUCCESS for t in tasks):
+                self._end(session, process, ProcessStatus.SUCCESS, None)
+            else:
+                return
+        if self.on_table_done is not None:
+            self.on_table_done()
+
+    def cancel(self, process_id: int, reason: str = "canceled") -> None:
+        with self.db.write() as session:
+            process = store.get_process(session, process_id)
+            if process.status != ProcessStatus.RUNNING:
+                raise Conflict(f"process {process_id} is {process.status}, not running")
+            self._end(session, process, ProcessStatus.CANCELED, reason)
+
+    def _end(self, session: Any, process: ProcessRow, status: ProcessStatus, reason: str | None) -> None:
+        tasks = store.tasks_of(session, process.process_id)
+        for task in tasks:
+            if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
+                store.transition_task(session, process.process_id, task.task_id, TaskStatus(task.status),
+                                      TaskStatus.CANCELED, ended_at=utcnow())  # fmt: skip
+        outputs = [t.output or {} for t in tasks if t.status == TaskStatus.SUCCESS]
+        summary = {key: sum(int(o.get(key, 0)) for o in outputs) for key in OUTPUT_TOTALS}
+        store.transition_process(
+            session, process.process_id, ProcessStatus.RUNNING, status, end_time=utcnow(), fail_reason=reason,
+            summary=summary,
+        )  # fmt: skip
+        runtime = table_store.runtime_of(session, process.table_id)
+        if runtime is None:
+            return
+        fields: dict[str, Any] = {"optimizing_process_id": None}
+        if status is ProcessStatus.SUCCESS:
+            fields[LAST_OPTIMIZED[process.type]] = utcnow()
+            if process.type == "full":  # a full optimizing also did everything a minor would
+                fields["last_minor_optimizing_at"] = utcnow()
+        runtime_store.transition_table(session, process.table_id, TableStatus(runtime.status_code), TableStatus.IDLE,
+                                       **fields)  # fmt: skip
+        log.info("process %s of %s.%s.%s ended: %s%s", process.process_id, process.catalog_name, process.db_name,
+                 process.table_name, status.value, f" ({reason})" if reason else "")  # fmt: skip
+
+
+OUTPUT_TOTALS = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")
+
+
+def _ms(moment: Any) -> int:
+    return int(as_utc(moment).timestamp() * 1000)

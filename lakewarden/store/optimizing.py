@@ -1,0 +1,177 @@
+"""Store functions for optimizers, optimizing processes and tasks. Every status change is a compare-and-swap."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import NotFound
+from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.states import ProcessStatus, TaskStatus, check_process, check_task
+from lakewarden.store.database import as_utc, utcnow
+from lakewarden.store.models import OptimizerRow, ProcessRow, ResourceGroupRow, TaskRow
+from lakewarden.store.tables import TableRecord
+
+# ---- optimizers
+
+
+def register_optimizer(
+    session: Session, group: str, parallelism: int, resource_id: str | None, host: str | None, container: str | None
+) -> OptimizerRow:
+    now = utcnow()
+    row = OptimizerRow(
+        token=secrets.token_hex(16), group_name=group, container=container, resource_id=resource_id,
+        parallelism=parallelism, host=host, properties={}, registered_at=now, last_heartbeat_at=now,
+    )  # fmt: skip
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_optimizer(session: Session, token: str) -> OptimizerRow:
+    row = session.get(OptimizerRow, token)
+    if row is None:
+        raise NotFound("unknown optimizer token (lost or never registered): register again")
+    return row
+
+
+def touch_optimizer(session: Session, token: str) -> OptimizerRow:
+    row = get_optimizer(session, token)
+    row.last_heartbeat_at = utcnow()
+    session.flush()
+    return row
+
+
+def list_optimizers(session: Session, group: str | None = None) -> list[OptimizerRow]:
+    query = select(OptimizerRow).order_by(OptimizerRow.group_name, OptimizerRow.registered_at)
+    if group is not None:
+        query = query.where(OptimizerRow.group_name == group)
+    return list(session.scalars(query))
+
+
+def group_policy(session: Session, group: str) -> str:
+    row = session.get(ResourceGroupRow, group)
+    return str((row.properties if row else {}).get("scheduling-policy", "quota"))
+
+
+def group_threads(session: Session, group: str) -> int:
+    return int(session.scalar(select(func.sum(OptimizerRow.parallelism)).where(OptimizerRow.group_name == group)) or 0)
+
+
+# ---- processes and tasks
+
+
+def create_process(
+    session: Session, rec: TableRecord, group: str, kind: str, snapshot_id: int | None, plans: list[TaskPlan],
+    inputs: list[dict[str, Any]],
+) -> ProcessRow:  # fmt: skip
+    process = ProcessRow(
+        table_id=rec.identifier.table_id, catalog_name=rec.identifier.catalog_name, db_name=rec.identifier.db_name,
+        table_name=rec.identifier.table_name, group_name=group, action="optimizing", type=kind,
+        status=ProcessStatus.RUNNING.value, target_snapshot_id=snapshot_id, plan_time=utcnow(), summary={},
+    )  # fmt: skip
+    session.add(process)
+    session.flush()
+    for task_id, (plan, task_input) in enumerate(zip(plans, inputs, strict=True), start=1):
+        session.add(
+            TaskRow(
+                process_id=process.process_id,
+                task_id=task_id,
+                status=TaskStatus.PLANNED.value,
+                type=plan.type.label,
+                attempt=0,
+                retry_count=0,
+                partitions=plan.partitions,
+                input=task_input,
+                cost_bytes=plan.cost_bytes,
+            )
+        )
+    session.flush()
+    return process
+
+
+def get_process(session: Session, process_id: int) -> ProcessRow:
+    row = session.get(ProcessRow, process_id)
+    if row is None:
+        raise NotFound(f"process {process_id} does not exist")
+    return row
+
+
+def tasks_of(session: Session, process_id: int) -> list[TaskRow]:
+    return list(session.scalars(select(TaskRow).where(TaskRow.process_id == process_id).order_by(TaskRow.task_id)))
+
+
+def running_processes(session: Session, group: str | None = None) -> list[ProcessRow]:
+    query = select(ProcessRow).where(ProcessRow.status == ProcessStatus.RUNNING.value).order_by(ProcessRow.plan_time)
+    if group is not None:
+        query = query.where(ProcessRow.group_name == group)
+    return list(session.scalars(query))
+
+
+def list_processes(session: Session, table_id: int | None = None, limit: int = 100) -> list[ProcessRow]:
+    query = select(ProcessRow).order_by(ProcessRow.process_id.desc()).limit(limit)
+    if table_id is not None:
+        query = query.where(ProcessRow.table_id == table_id)
+    return list(session.scalars(query))
+
+
+def transition_task(
+    session: Session,
+    process_id: int,
+    task_id: int,
+    expected: TaskStatus,
+    new: TaskStatus,
+    *,
+    expected_attempt: int | None = None,
+    expected_token: str | None = None,
+    **fields: Any,
+) -> bool:
+    """CAS on (status, and the attempt and optimizer when given); False when the task moved on meanwhile."""
+    check_task(expected, new)
+    query = update(TaskRow).where(
+        TaskRow.process_id == process_id, TaskRow.task_id == task_id, TaskRow.status == expected.value
+    )
+    if expected_attempt is not None:
+        query = query.where(TaskRow.attempt == expected_attempt)
+    if expected_token is not None:
+        query = query.where(TaskRow.optimizer_token == expected_token)
+    result = session.execute(query.values(status=new.value, **fields).execution_options(synchronize_session=False))
+    session.flush()
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def transition_process(
+    session: Session, process_id: int, expected: ProcessStatus, new: ProcessStatus, **fields: Any
+) -> bool:
+    check_process(expected, new)
+    result = session.execute(
+        update(ProcessRow)
+        .where(ProcessRow.process_id == process_id, ProcessRow.status == expected.value)
+        .values(status=new.value, **fields)
+        .execution_options(synchronize_session=False)
+    )
+    session.flush()
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def task_seconds_since(session: Session, table_id: int, since: datetime) -> float:
+    """Seconds of optimizer-thread time the table's tasks used since `since` (for the quota policy)."""
+    rows = session.execute(
+        select(TaskRow.acked_at, TaskRow.ended_at)
+        .join(ProcessRow, ProcessRow.process_id == TaskRow.process_id)
+        .where(ProcessRow.table_id == table_id, TaskRow.acked_at.is_not(None))
+    )
+    now = utcnow()
+    total = 0.0
+    for acked, ended in rows:
+        if acked is None:
+            continue
+        start = max(as_utc(acked), since)
+        end = as_utc(ended) if ended is not None else now
+        if end > start:
+            total += (end - start).total_seconds()
+    return total
