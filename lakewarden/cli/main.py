@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -28,7 +28,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts")]
 PropOpt = Annotated[list[str] | None, typer.Option("--property", "-p", help="key=value (repeatable)")]
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
 
@@ -225,6 +225,17 @@ def group_rm(name: str, server: ServerOpt = DEFAULT_SERVER) -> None:
 # ---- tables
 
 
+def table_path(identifier: str) -> tuple[str, str]:
+    """The API path of `catalog.database.table`, and the name as given; a malformed one is a CLI error."""
+    from lakewarden.domain.tables import TableIdentifier
+
+    try:
+        name = TableIdentifier.parse(identifier)
+    except LakewardenError as exc:
+        fail(str(exc))
+    return f"/tables/{name.catalog}/{name.database}/{name.table}", str(name)
+
+
 @table_app.command("list")
 def table_list(
     catalog: Annotated[str | None, typer.Option(help="Only this catalog")] = None,
@@ -259,14 +270,9 @@ def table_show(
     server: ServerOpt = DEFAULT_SERVER,
     json_: JsonOpt = False,
 ) -> None:
-    """Show a table: status, group, effective config, file and snapshot summary."""
-    from lakewarden.domain.tables import TableIdentifier
-
-    try:
-        name = TableIdentifier.parse(identifier)
-    except LakewardenError as exc:
-        fail(str(exc))
-    item = call(server, lambda c: c.get(f"/tables/{name.catalog}/{name.database}/{name.table}"))
+    """Show a table: status, group, why it is pending or idle, effective config, file and snapshot summary."""
+    path, name = table_path(identifier)
+    item = call(server, lambda c: c.get(path))
     if json_:
         render.emit_json(item)
         return
@@ -306,13 +312,8 @@ def table_evaluate(
     json_: JsonOpt = False,
 ) -> None:
     """Evaluate a table now and say whether and why it needs optimizing."""
-    from lakewarden.domain.tables import TableIdentifier
-
-    try:
-        name = TableIdentifier.parse(identifier)
-    except LakewardenError as exc:
-        fail(str(exc))
-    item = call(server, lambda c: c.post(f"/tables/{name.catalog}/{name.database}/{name.table}/evaluate"))
+    path, _ = table_path(identifier)
+    item = call(server, lambda c: c.post(f"{path}/evaluate"))
     if json_:
         render.emit_json(item)
         return
