@@ -19,6 +19,7 @@ from lakewarden.config import Config
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database, utcnow
 
@@ -58,10 +59,18 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         explorer = TableExplorer(db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake)
         scheduler = OptimizingScheduler(db, evaluator.cache, on_table_done=evaluator.wake)
         evaluator.on_pending = scheduler.wake
-        app.state.context = ServerContext(
-            config=config, db=db, explorer=explorer, evaluator=evaluator, scheduler=scheduler
+        timeouts = config.ams.optimizer
+        keeper = OptimizerKeeper(
+            db,
+            timeouts.heart_beat_timeout,
+            timeouts.task_ack_timeout,
+            timeouts.task_execute_timeout,
+            on_released=scheduler.wake,
         )
-        services = [explorer, evaluator]
+        app.state.context = ServerContext(
+            config=config, db=db, explorer=explorer, evaluator=evaluator, scheduler=scheduler, keeper=keeper
+        )
+        services = [explorer, evaluator, keeper]
         if start_services:
             for service in services:
                 service.start()

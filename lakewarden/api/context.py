@@ -9,6 +9,7 @@ from fastapi import Request
 from lakewarden.config import Config
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database
 
@@ -20,6 +21,7 @@ class ServerContext:
     explorer: TableExplorer
     evaluator: TableEvaluator
     scheduler: OptimizingScheduler
+    keeper: OptimizerKeeper
 
 
 def server_context(request: Request) -> ServerContext:

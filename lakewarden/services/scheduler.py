@@ -279,8 +279,12 @@ class OptimizingScheduler:
             fields[LAST_OPTIMIZED[process.type]] = utcnow()
             if process.type == "full":  # a full optimizing also did everything a minor would
                 fields["last_minor_optimizing_at"] = utcnow()
-        runtime_store.transition_table(session, process.table_id, TableStatus(runtime.status_code), TableStatus.IDLE,
-                                       **fields)  # fmt: skip
+        current = TableStatus(runtime.status_code)
+        if current in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING):
+            runtime_store.transition_table(session, process.table_id, current, TableStatus.IDLE, **fields)
+        else:  # the table is not optimizing (any more): record the outcome, leave its status alone
+            for key, value in fields.items():
+                setattr(runtime, key, value)
         log.info("process %s of %s.%s.%s ended: %s%s", process.process_id, process.catalog_name, process.db_name,
                  process.table_name, status.value, f" ({reason})" if reason else "")  # fmt: skip
 

@@ -138,7 +138,8 @@ def _sha256(path: Path) -> str:
 
 
 def _stamp(inputs: list[Path]) -> str:
-    lines = sorted(f"{p}:{p.stat().st_size}" for p in inputs)
+    # names and sizes, not paths: every checkout and virtualenv with the same inputs shares one cache
+    lines = sorted(f"{p.name}:{p.stat().st_size}" for p in inputs)
     return hashlib.sha256("\n".join([RECIPE_REVISION, *lines]).encode()).hexdigest()[:16]
 
 
@@ -241,6 +242,19 @@ def _normalise_relocated(src: Path, dst: Path) -> None:
                 out.writestr(info, data)
 
 
+def _install(source: Path, target: Path) -> None:
+    """Put a file in place atomically, as a new inode, and only when its bytes changed.
+
+    A running JVM maps these jars and this native library; rewriting them in place (as a plain copy
+    does) changes the pages under it and crashes it. os.replace leaves its mapping intact.
+    """
+    if target.is_file() and _sha256(target) == _sha256(source):
+        return
+    staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.copy2(source, staging)
+    os.replace(staging, target)
+
+
 class _Log:
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
@@ -263,8 +277,10 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
     stamp = _stamp([*iceberg, *jackson, *debs.values()])
     if manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text())
-        if manifest.get("stamp") == stamp and all(Path(j).is_file() for j in manifest["jars"]):
-            return SparkJars(tuple(manifest["jars"]), manifest["native_library_dir"])
+        built = manifest.get("built", [])
+        if manifest.get("stamp") == stamp and built and all(Path(j).is_file() for j in built):
+            # the Iceberg jars always come from this environment; the cache holds only what was built
+            return SparkJars((*map(str, iceberg), *built), manifest["native_library_dir"])
 
     debs = _download_debs(deb_cache, log)
     if _deb_version(debs["libhttpclient5-java"]) < MIN_HTTPCLIENT5:
@@ -308,23 +324,23 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
 
         native = out / "native"
         native.mkdir(exist_ok=True)
-        shutil.copy2(work / RELOCATED_JAR, out / RELOCATED_JAR)
-        shutil.copy2(one("xerial-sqlite-jdbc*.jar"), out / "sqlite-jdbc.jar")
-        shutil.copy2(one("postgresql.jar"), out / "postgresql-jdbc.jar")
         so_files = list(root.rglob("libsqlitejdbc.so"))
         if len(so_files) != 1:
             raise JarSetupError("libsqlitejdbc.so not found in libxerial-sqlite-jdbc-jni")
-        shutil.copy2(so_files[0], native / "libsqlitejdbc.so")
+        _install(work / RELOCATED_JAR, out / RELOCATED_JAR)
+        _install(one("xerial-sqlite-jdbc*.jar"), out / "sqlite-jdbc.jar")
+        _install(one("postgresql.jar"), out / "postgresql-jdbc.jar")
+        _install(so_files[0], native / "libsqlitejdbc.so")
 
-    jars = [str(p) for p in iceberg] + [str(out / n) for n in (RELOCATED_JAR, "sqlite-jdbc.jar", "postgresql-jdbc.jar")]
+    built = [str(out / n) for n in (RELOCATED_JAR, "sqlite-jdbc.jar", "postgresql-jdbc.jar")]
     # The stamp covers the debs actually used, so the next call is a cache hit.
     stamp = _stamp([*iceberg, *jackson, *debs.values()])
-    manifest = {"stamp": stamp, "jars": jars, "native_library_dir": str(out / "native")}
+    manifest = {"stamp": stamp, "built": built, "native_library_dir": str(out / "native")}
     tmp_manifest = manifest_path.with_suffix(".tmp")
     tmp_manifest.write_text(json.dumps(manifest, indent=2))
     tmp_manifest.replace(manifest_path)
     log(f"ready: {out} (relocated jar sha256 {_sha256(out / RELOCATED_JAR)[:16]}…)")
-    return SparkJars(tuple(jars), manifest["native_library_dir"])
+    return SparkJars((*map(str, iceberg), *built), str(out / "native"))
 
 
 def main() -> int:

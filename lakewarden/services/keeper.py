@@ -1,0 +1,85 @@
+"""The keeper: takes work back from optimizers that went silent or too slow, so nothing stays stuck.
+
+- an optimizer without a heartbeat for heart-beat-timeout is lost: it is forgotten, and its
+  SCHEDULED and ACKED tasks go back to PLANNED;
+- a task SCHEDULED but not acked within task-ack-timeout goes back to PLANNED;
+- a task ACKED for longer than task-execute-timeout goes back to PLANNED.
+Each is a compare-and-swap on the task's status and attempt; the next hand-out bumps the attempt, so
+a late ack or completion from the old one is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy import delete, select
+
+from lakewarden.domain.states import TaskStatus
+from lakewarden.services.loop import LoopService
+from lakewarden.store import optimizing as store
+from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import OptimizerRow, TaskRow
+
+log = logging.getLogger(__name__)
+
+
+class OptimizerKeeper(LoopService):
+    name = "optimizer-keeper"
+
+    def __init__(
+        self, db: Database, heartbeat_timeout: timedelta, ack_timeout: timedelta, execute_timeout: timedelta,
+        interval_seconds: float = 5.0, on_released: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(interval_seconds)
+        self.db = db
+        self.heartbeat_timeout = heartbeat_timeout
+        self.ack_timeout = ack_timeout
+        self.execute_timeout = execute_timeout
+        self.on_released = on_released
+
+    def run_once(self) -> None:
+        self.release()
+
+    def release(self) -> int:
+        """Release what is overdue; returns how many tasks went back to PLANNED."""
+        now = utcnow()
+        released = 0
+        with self.db.write() as session:
+            lost = [
+                row.token for row in store.list_optimizers(session)
+                if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout
+            ]  # fmt: skip
+            active = session.scalars(
+                select(TaskRow).where(TaskRow.status.in_([TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]))
+            ).all()
+            for task in active:
+                status = TaskStatus(task.status)
+                if task.optimizer_token in lost:
+                    why = "its optimizer was lost"
+                elif (
+                    status is TaskStatus.SCHEDULED
+                    and task.scheduled_at
+                    and now - as_utc(task.scheduled_at) > self.ack_timeout
+                ):
+                    why = "it was not acked in time"
+                elif (
+                    status is TaskStatus.ACKED and task.acked_at and now - as_utc(task.acked_at) > self.execute_timeout
+                ):
+                    why = "it ran past the execute timeout"
+                else:
+                    continue
+                if store.transition_task(
+                    session, task.process_id, task.task_id, status, TaskStatus.PLANNED,
+                    expected_attempt=task.attempt, optimizer_token=None, thread_id=None,
+                ):  # fmt: skip
+                    released += 1
+                    log.warning("task %s.%s (attempt %s) back to planned: %s", task.process_id, task.task_id,
+                                task.attempt, why)  # fmt: skip
+            if lost:
+                session.execute(delete(OptimizerRow).where(OptimizerRow.token.in_(lost)))
+                log.warning("lost %d optimizer(s) without a heartbeat for %s", len(lost), self.heartbeat_timeout)
+        if released and self.on_released is not None:
+            self.on_released()
+        return released

@@ -1,0 +1,89 @@
+"""The keeper and the protocol's refusals, on the real server app and database (no Spark needed)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from lakewarden.api.context import ServerContext
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.evaluator import OptimizingType
+from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.tables import TableIdentifier
+from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import optimizing as store
+from lakewarden.store import tables as table_store
+
+ZERO = timedelta(0)
+HOUR = timedelta(hours=1)
+
+
+def setup_process(ctx: ServerContext) -> int:
+    """A running process with one planned task, as the planner would leave it."""
+    with ctx.db.write() as session:
+        catalog_store.create_catalog(session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"}))
+        rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
+        plan = TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": "", "values": []}], 10, 20, {}, False)
+        return store.create_process(session, rec, "default", "minor", 1, [plan], [{"table": "db.t"}]).process_id
+
+
+def post(client: TestClient, path: str, body: dict[str, Any]) -> Any:
+    return client.post(f"/api/v1/optimizer/{path}", json=body)
+
+
+def test_timeouts_and_lost_optimizers_send_tasks_back(client: TestClient) -> None:
+    ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
+    process_id = setup_process(ctx)
+    token = post(client, "register", {"group": "default", "parallelism": 2}).json()["token"]
+    ref = {"token": token, "process_id": process_id, "task_id": 1}
+
+    first = post(client, "poll", {"token": token, "thread_id": 0, "timeout_seconds": 0})
+    assert first.status_code == 200, first.text
+    assert (first.json()["attempt"], first.json()["catalog"]["name"]) == (1, "c")
+    assert post(client, "ack", {**ref, "attempt": 1}).status_code == 204
+
+    # running past the execute timeout: back to PLANNED; the late completion is refused
+    assert OptimizerKeeper(ctx.db, HOUR, HOUR, ZERO).release() == 1
+    late = post(client, "complete", {**ref, "attempt": 1, "output": {"files_in": 1}})
+    assert late.status_code == 409
+    assert "attempt 1" in late.json()["error"]["message"]
+
+    # handed out again with a new attempt; not acked in time: back to PLANNED, the late ack refused
+    assert post(client, "poll", {"token": token, "thread_id": 1, "timeout_seconds": 0}).json()["attempt"] == 2
+    assert OptimizerKeeper(ctx.db, HOUR, ZERO, HOUR).release() == 1
+    assert post(client, "ack", {**ref, "attempt": 2}).status_code == 409
+
+    # an optimizer that stops its heartbeat is lost with its tasks
+    assert post(client, "poll", {"token": token, "thread_id": 0, "timeout_seconds": 0}).json()["attempt"] == 3
+    assert post(client, "ack", {**ref, "attempt": 3}).status_code == 204
+    assert OptimizerKeeper(ctx.db, ZERO, HOUR, HOUR).release() == 1
+    assert post(client, "touch", {"token": token}).status_code == 404
+    assert post(client, "poll", {"token": token, "thread_id": 0, "timeout_seconds": 0}).status_code == 404
+
+    # another optimizer picks the task up and completes it; the process succeeds
+    other = post(client, "register", {"group": "default", "parallelism": 1}).json()["token"]
+    task = post(client, "poll", {"token": other, "thread_id": 0, "timeout_seconds": 0}).json()
+    assert task["attempt"] == 4
+    done = {"token": other, "process_id": process_id, "task_id": 1, "attempt": 4}
+    assert post(client, "ack", done).status_code == 204
+    assert post(client, "complete", {**done, "output": {"files_in": 3, "files_out": 1}}).status_code == 204
+    process = client.get(f"/api/v1/processes/{process_id}").json()
+    assert process["status"] == "success"
+    assert process["summary"]["files_in"] == 3
+    # nothing left to hand out
+    assert post(client, "poll", {"token": other, "thread_id": 0, "timeout_seconds": 0}).status_code == 204
+
+
+def test_protocol_rejects_bad_input(client: TestClient) -> None:
+    bad_group = post(client, "register", {"group": "nope", "parallelism": 1})
+    assert bad_group.status_code == 400 and bad_group.json()["error"]["message"].startswith("group")
+    assert post(client, "register", {"group": "default", "parallelism": 0}).status_code == 400
+    token = post(client, "register", {"group": "default", "parallelism": 1}).json()["token"]
+    both = post(client, "complete", {"token": token, "process_id": 1, "task_id": 1, "attempt": 1})
+    assert both.status_code == 400 and "exactly one of output and error" in both.json()["error"]["message"]
+    too_long = post(client, "poll", {"token": token, "thread_id": 0, "timeout_seconds": 60})
+    assert too_long.status_code == 400 and too_long.json()["error"]["message"].startswith("timeout_seconds")
+    assert client.post("/api/v1/processes/999/cancel").status_code == 404

@@ -1,0 +1,30 @@
+"""The Spark jar set-up step: cached, and never rewriting a file a running JVM may have mapped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lakewarden.spark.jars import _install, ensure_spark_jars
+
+
+def test_second_run_is_a_cache_hit_that_leaves_files_in_place() -> None:
+    first = ensure_spark_jars(quiet=True)
+    native = Path(first.native_library_dir) / "libsqlitejdbc.so"
+    inode = native.stat().st_ino
+    assert ensure_spark_jars(quiet=True) == first
+    assert native.stat().st_ino == inode
+    assert all(Path(j).is_file() for j in first.jars)
+    assert "sqlite-jdbc.jar" in first.driver_classpath and "sqlite-jdbc" not in first.spark_jars
+
+
+def test_install_replaces_atomically_and_only_on_change(tmp_path: Path) -> None:
+    source, target = tmp_path / "a.so", tmp_path / "b.so"
+    source.write_bytes(b"one")
+    _install(source, target)
+    inode = target.stat().st_ino
+    _install(source, target)  # same bytes: untouched
+    assert target.stat().st_ino == inode
+    source.write_bytes(b"two")
+    _install(source, target)  # new bytes: a new file, the old inode (still mapped elsewhere) intact
+    assert target.read_bytes() == b"two" and target.stat().st_ino != inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.so", "b.so"]
