@@ -8,6 +8,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from lakewarden.api.context import ServerContext
+from lakewarden.config import Config
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.evaluator import OptimizingType
 from lakewarden.domain.planning import TaskPlan
@@ -87,3 +88,38 @@ def test_protocol_rejects_bad_input(client: TestClient) -> None:
     too_long = post(client, "poll", {"token": token, "thread_id": 0, "timeout_seconds": 60})
     assert too_long.status_code == 400 and too_long.json()["error"]["message"].startswith("timeout_seconds")
     assert client.post("/api/v1/processes/999/cancel").status_code == 404
+
+
+def test_restart_heals_what_a_dead_server_left(config: Config) -> None:
+    from lakewarden.api.app import create_app
+    from lakewarden.domain.states import TaskStatus
+    from lakewarden.domain.tables import TableStatus
+    from lakewarden.store.runtime import transition_table
+
+    with TestClient(create_app(config, start_services=False)) as first:
+        ctx: ServerContext = first.app.state.context  # type: ignore[attr-defined]
+        process_id = setup_process(ctx)
+        with ctx.db.write() as session:
+            table_id = table_store.get_table(session, TableIdentifier("c", "db", "t")).runtime.table_id
+            for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING)]:
+                assert transition_table(session, table_id, a, b)
+            assert transition_table(session, table_id, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING,
+                                    optimizing_process_id=process_id)  # fmt: skip
+            stuck = table_store.add_table(session, TableIdentifier("c", "db", "planning"), "default", {})
+            for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING)]:
+                assert transition_table(session, stuck.runtime.table_id, a, b)
+            gone = table_store.add_table(session, TableIdentifier("c", "db", "orphan"), "default", {})
+            for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING),
+                         (TableStatus.PLANNING, TableStatus.MAJOR_OPTIMIZING)]:  # fmt: skip
+                assert transition_table(session, gone.runtime.table_id, a, b)
+            # the task finished, but the server died before it settled the process
+            for a, b in [(TaskStatus.PLANNED, TaskStatus.SCHEDULED), (TaskStatus.SCHEDULED, TaskStatus.ACKED),
+                         (TaskStatus.ACKED, TaskStatus.SUCCESS)]:  # fmt: skip
+                assert store.transition_task(session, process_id, 1, a, b)
+
+    with TestClient(create_app(config, start_services=False)) as second:  # the restart
+        tables = {t["table"]: t["status"] for t in second.get("/api/v1/tables").json()}
+        assert tables == {"t": "idle", "planning": "pending", "orphan": "idle"}
+        process = second.get(f"/api/v1/processes/{process_id}").json()
+        assert process["status"] == "success"
+        assert second.get("/api/v1/tables/c/db/t").json()["last_minor_optimizing_at"] is not None

@@ -17,6 +17,7 @@ from lakewarden.api.routes import catalogs, groups, optimizer, processes, tables
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
 from lakewarden.services.bootstrap import ensure_seeds
+from lakewarden.services.containers import ResourceMaintainer
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.keeper import OptimizerKeeper
@@ -70,7 +71,12 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         app.state.context = ServerContext(
             config=config, db=db, explorer=explorer, evaluator=evaluator, scheduler=scheduler, keeper=keeper
         )
-        services = [explorer, evaluator, keeper]
+        host = config.ams.server_bind_host
+        server_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
+        maintainer = ResourceMaintainer(db, config, server_url)
+        app.state.context.maintainer = maintainer
+        scheduler.recover()
+        services = [explorer, evaluator, keeper, maintainer]
         if start_services:
             for service in services:
                 service.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -13,6 +14,9 @@ from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database
 
+if TYPE_CHECKING:
+    from lakewarden.services.containers import ResourceMaintainer
+
 
 @dataclass
 class ServerContext:
@@ -22,6 +26,7 @@ class ServerContext:
     evaluator: TableEvaluator
     scheduler: OptimizingScheduler
     keeper: OptimizerKeeper
+    maintainer: ResourceMaintainer | None = None
 
 
 def server_context(request: Request) -> ServerContext:

@@ -215,6 +215,32 @@ def group_list(server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> No
     render.table("resource groups", ["name", "container", "tables", "properties"], rows)
 
 
+@group_app.command("show")
+def group_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
+    """A group and its optimizers: threads, resource id, last heartbeat."""
+    group = call(server, lambda c: c.get(f"/resource-groups/{name}"))
+    optimizers = call(server, lambda c: c.get(f"/resource-groups/{name}/optimizers"))
+    if json_:
+        render.emit_json({**group, "optimizers": optimizers})
+        return
+    pairs = [(k, group[k]) for k in ("name", "container", "table_count")]
+    render.key_values(f"resource group {name}", pairs + sorted(group["properties"].items()))
+    rows = [[o["token"], o["resource_id"] or "(external)", o["threads"], o["host"], o["last_heartbeat_at"]]
+            for o in optimizers]  # fmt: skip
+    render.table("optimizers", ["token", "resource", "threads", "host", "last heartbeat"], rows)
+
+
+@group_app.command("scale")
+def group_scale(
+    name: str,
+    instances: Annotated[int, typer.Option(min=0, max=64, help="Optimizers the container keeps alive")],
+    server: ServerOpt = DEFAULT_SERVER,
+) -> None:
+    """Scale out or release the optimizers a group's container keeps alive."""
+    call(server, lambda c: c.post(f"/resource-groups/{name}/scale", {"instances": instances}))
+    typer.echo(f"resource group {name}: {instances} optimizer instance(s)")
+
+
 @group_app.command("rm")
 def group_rm(name: str, server: ServerOpt = DEFAULT_SERVER) -> None:
     """Delete a resource group no table uses."""

@@ -118,6 +118,10 @@ class Optimizer:
             self.stop.set()
             for thread in threads[1:]:
                 thread.join()
+            try:
+                self.client.unregister(self.token)
+            except Exception as exc:  # the server may be gone; it will declare us lost
+                log.info("could not unregister: %s", exc)
             self.client.close()
             if self.spark is None:
                 spark.stop()

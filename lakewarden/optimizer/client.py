@@ -35,6 +35,9 @@ class OptimizerClient:
     def touch(self, token: str) -> None:
         self._post("/touch", {"token": token})
 
+    def unregister(self, token: str) -> None:
+        self._post("/unregister", {"token": token})
+
     def poll(self, token: str, thread_id: int) -> dict[str, Any] | None:
         result = self._post("/poll", {"token": token, "thread_id": thread_id})
         return None if result is None else dict(result)

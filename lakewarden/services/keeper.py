@@ -42,14 +42,14 @@ class OptimizerKeeper(LoopService):
     def run_once(self) -> None:
         self.release()
 
-    def release(self) -> int:
-        """Release what is overdue; returns how many tasks went back to PLANNED."""
+    def release(self, lost_tokens: set[str] | None = None) -> int:
+        """Release what is overdue (and whatever `lost_tokens` hold); returns how many tasks went back to PLANNED."""
         now = utcnow()
         released = 0
         with self.db.write() as session:
             lost = [
                 row.token for row in store.list_optimizers(session)
-                if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout
+                if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout or row.token in (lost_tokens or ())
             ]  # fmt: skip
             active = session.scalars(
                 select(TaskRow).where(TaskRow.status.in_([TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]))

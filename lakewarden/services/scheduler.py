@@ -72,6 +72,37 @@ class OptimizingScheduler:
         with self._wakeup:
             self._wakeup.notify_all()
 
+    # ---- recovery
+
+    def recover(self) -> list[str]:
+        """At start-up: heal what a server that died mid-way left behind; returns what was done.
+
+        Planning is not persisted half-way (a process and its tasks are written in one transaction),
+        so a table still PLANNING goes back to PENDING. A table optimizing for a process that is no
+        longer running goes IDLE. A running process whose tasks all ended is settled now. Tasks held
+        by optimizers stay theirs: the keeper takes them back if those optimizers are gone.
+        """
+        done: list[str] = []
+        with self.db.write() as session:
+            running = {p.process_id for p in store.running_processes(session)}
+            for rec in table_store.list_tables(session):
+                status = TableStatus(rec.runtime.status_code)
+                if status is TableStatus.PLANNING:
+                    runtime_store.transition_table(session, rec.runtime.table_id, status, TableStatus.PENDING)
+                    done.append(f"{rec.name}: planning interrupted, pending again")
+                elif status in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING) and (
+                    rec.runtime.optimizing_process_id not in running
+                ):
+                    runtime_store.transition_table(
+                        session, rec.runtime.table_id, status, TableStatus.IDLE, optimizing_process_id=None
+                    )
+                    done.append(f"{rec.name}: its process is over, idle again")
+        for process_id in sorted(running):
+            self._settle(process_id)
+        for line in done:
+            log.warning("recovered %s", line)
+        return done
+
     # ---- poll
 
     def poll(self, token: str, thread_id: int, timeout_seconds: float) -> Assignment | None:

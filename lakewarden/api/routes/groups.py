@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
+from pydantic import Field
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate
+from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate, _Read, _Request
 from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.store import groups as store
+from lakewarden.store import optimizing as optimizer_store
 from lakewarden.store.models import ResourceGroupRow
 
 router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
@@ -58,6 +61,54 @@ def update_group(name: str, body: GroupUpdate, ctx: Ctx) -> GroupRead:
         )
         row = store.update_group(session, name, body.container, body.properties)
         return _read(row, store.table_counts(session).get(name, 0))
+
+
+class Scale(_Request):
+    instances: int = Field(ge=0, le=64, description="Optimizer processes the group's container keeps alive")
+
+
+class OptimizerRead(_Read):
+    token: str
+    group: str
+    container: str | None
+    resource_id: str | None
+    threads: int
+    host: str | None
+    registered_at: datetime
+    last_heartbeat_at: datetime
+
+
+@router.post("/{name}/scale", response_model=GroupRead)
+def scale_group(name: str, body: Scale, ctx: Ctx) -> GroupRead:
+    """Scale out or release: set how many optimizers the group's container keeps alive."""
+    with ctx.db.write() as session:
+        current = store.get_group(session, name)
+        properties = {**current.properties, "instances": str(body.instances)}
+        row = store.update_group(session, name, None, properties)
+        read = _read(row, store.table_counts(session).get(name, 0))
+    if ctx.maintainer is not None:
+        ctx.maintainer.wake()
+    return read
+
+
+@router.get("/{name}/optimizers", response_model=list[OptimizerRead])
+def group_optimizers(name: str, ctx: Ctx) -> list[OptimizerRead]:
+    """The optimizers registered in the group, with their threads and last heartbeat."""
+    with ctx.db.read() as session:
+        store.get_group(session, name)
+        return [
+            OptimizerRead(
+                token=o.token[:8] + "…",
+                group=o.group_name,
+                container=o.container,
+                resource_id=o.resource_id,
+                threads=o.parallelism,
+                host=o.host,
+                registered_at=o.registered_at,
+                last_heartbeat_at=o.last_heartbeat_at,
+            )
+            for o in optimizer_store.list_optimizers(session, name)
+        ]
 
 
 @router.delete("/{name}", status_code=204)

@@ -86,6 +86,15 @@ def touch(body: Token, ctx: Ctx) -> Response:
     return Response(status_code=204)
 
 
+@router.post("/unregister", status_code=204)
+def unregister(body: Token, ctx: Ctx) -> Response:
+    """An optimizer leaving cleanly; whatever it still held goes back to PLANNED at once."""
+    with ctx.db.write() as session:
+        store.get_optimizer(session, body.token)
+    ctx.keeper.release(lost_tokens={body.token})
+    return Response(status_code=204)
+
+
 @router.post("/poll", response_model=Assigned, responses={204: {"description": "no task within the timeout"}})
 def poll(body: Poll, ctx: Ctx) -> Any:
     assignment = ctx.scheduler.poll(body.token, body.thread_id, body.timeout_seconds)

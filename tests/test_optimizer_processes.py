@@ -1,0 +1,108 @@
+"""Optimizer processes: the `local` container keeps them alive; one killed mid-task loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.optimizer.app import Optimizer
+from lakewarden.spark.session import configure_catalogs
+from tests.test_self_optimizing import PROPS, checksum, wait_for
+from tests.test_server_process import ServerProcess, cli
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+FAST_TIMEOUTS = (
+    "  evaluator: {interval: 1s, recheck-interval: 1s}\n"
+    "  optimizer: {heart-beat-timeout: 4s, task-ack-timeout: 10s, task-execute-timeout: 10min}\n"
+)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Any:
+    process = ServerProcess(tmp_path, extra=FAST_TIMEOUTS)
+    process.start()
+    yield process
+    if process.proc is not None and process.proc.poll() is None:
+        process.stop()
+
+
+def optimizers(server: ServerProcess) -> list[dict[str, Any]]:
+    return list(json.loads(cli(server, "group", "show", "default", "--json").stdout)["optimizers"])
+
+
+def test_local_container_scales_out_and_releases(server: ServerProcess) -> None:
+    assert optimizers(server) == []
+    assert "1 optimizer instance(s)" in cli(server, "group", "scale", "default", "--instances", "1").stdout
+    (started,) = wait_for("an optimizer to register", lambda: optimizers(server), timeout=120)
+    assert started["resource_id"].startswith("local-default-")
+    assert started["threads"] == 1
+    cli(server, "group", "scale", "default", "--instances", "0")
+    wait_for("the optimizer to be released", lambda: optimizers(server) == [], timeout=90)
+    bad = cli(server, "group", "scale", "default", "--instances", "-1", ok=False)
+    assert bad.returncode != 0
+
+
+def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: SparkSession) -> None:
+    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    (local,) = api.get("/catalogs").json()
+    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
+    spark.sql("CREATE NAMESPACE local.db")
+    spark.sql(f"CREATE TABLE local.db.k (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
+    for i in range(12):
+        spark.sql(f"INSERT INTO local.db.k SELECT id, 'a', repeat('x', 50) FROM range({i * 20000}, {(i + 1) * 20000})")
+    before = checksum(spark, "local.db.k")
+    api.post("/catalogs/local/refresh")
+    wait_for("pending", lambda: api.get("/tables/local/db/k").json()["status"] == "pending")
+
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+
+        def acked() -> dict[str, Any] | None:
+            for process in api.get("/processes").json():
+                if any(t["status"] == "acked" for t in process["tasks"]):
+                    return dict(process)
+            return None
+
+        process = wait_for("the task to be acked", acked, timeout=120)
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)  # the optimizer and its JVM, mid-task
+        victim.wait()
+
+    # after the heartbeat timeout the task goes back to PLANNED, and another optimizer finishes it
+    wait_for(
+        "the task to be planned again",
+        lambda: api.get(f"/processes/{process['process_id']}").json()["tasks"][0]["status"] == "planned",
+        timeout=60,
+    )
+    rescuer = Optimizer(server.url, "default", parallelism=1, spark=spark)
+    runner = threading.Thread(target=rescuer.run, daemon=True)
+    runner.start()
+    try:
+        done = wait_for(
+            "the process to end",
+            lambda: (p := api.get(f"/processes/{process['process_id']}").json())["status"] != "running" and p,
+        )
+    finally:
+        rescuer.stop.set()
+        runner.join(60)
+    assert done["status"] == "success", done
+    assert done["tasks"][0]["attempt"] >= 2
+    spark.sql("REFRESH TABLE local.db.k")
+    assert checksum(spark, "local.db.k") == before
+    assert spark.sql("SELECT count(*) FROM local.db.k.files").first()[0] < 12  # type: ignore[index]
