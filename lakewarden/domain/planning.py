@@ -69,7 +69,8 @@ class TaskPlan:
     input_bytes: int
     cost_bytes: int
     options: dict[str, str]
-    # combine position-delete files of segments (Iceberg's rewrite_position_delete_files)
+    # rewrite the position-delete files too (Iceberg's rewrite_position_delete_files): combines them and
+    # drops the deletes of data files the rewrite replaced
     rewrite_position_deletes: bool
     reasons: list[str] = field(default_factory=list)
 
@@ -110,7 +111,11 @@ def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig) -> list[TaskP
                     input_bytes=size,
                     cost_bytes=sum(p.cost for p in members_of_bin),
                     options=dict(options),
-                    rewrite_position_deletes=any(p.combine_position_segments for p in members_of_bin),
+                    # also where data files with position deletes are rewritten: Iceberg keeps the rewritten
+                    # files' sequence number, so their deletes only go when the delete files are rewritten
+                    rewrite_position_deletes=any(
+                        p.combine_position_segments or p.position_delete_files for p in members_of_bin
+                    ),
                     reasons=[f"{p.partition}: {'; '.join(p.reasons)}" for p in members_of_bin],
                 )
             )
