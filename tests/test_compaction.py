@@ -41,6 +41,14 @@ def lake(tmp_path: Path, spark: SparkSession) -> Iterator[tuple[ServerProcess, h
     server.stop()
 
 
+def wait_for_status(api: httpx.Client, table: str, status: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        shown = dict(api.get(f"/tables/local/db/{table}").json())
+        return shown if shown["status"] == status else None
+
+    return dict(wait_for(f"{table} {status}", check))
+
+
 def counts(spark: SparkSession, table: str) -> tuple[int, int]:
     spark.sql(f"REFRESH TABLE {table}")
     rows = {r[0]: r[1] for r in spark.sql(f"SELECT content, count(*) FROM {table}.files GROUP BY content").collect()}
@@ -86,10 +94,7 @@ def test_every_layout_is_compacted_with_data_unchanged(
         assert files_before[name][1] > 0, f"{name}: merge-on-read wrote no delete files"
     api.post("/catalogs/local/refresh")
     for name in LAYOUTS:
-        shown = wait_for(
-            f"{name} pending",
-            lambda n=name: (t := api.get(f"/tables/local/db/{n}").json())["status"] == "pending" and t,
-        )  # type: ignore[misc]
+        shown = wait_for_status(api, name, "pending")
         assert shown["evaluation"]["type"] == "minor", (name, shown["evaluation"])
         assert all("fragment(s)" in " ".join(p["reasons"]) for p in shown["evaluation"]["partitions"] if p["type"])
 
@@ -128,12 +133,10 @@ def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], s
     expected = {t: checksum_with_ts(spark, f"local.db.{t}") for t in ("major", "full")}
     major_files = counts(spark, "local.db.major")
     api.post("/catalogs/local/refresh")
-    major = wait_for(
-        "major pending", lambda: (t := api.get("/tables/local/db/major").json())["status"] == "pending" and t
-    )
+    major = wait_for_status(api, "major", "pending")
     assert major["evaluation"]["type"] == "major"
     assert [p["type"] for p in major["evaluation"]["partitions"]] == ["major", None]
-    full = wait_for("full pending", lambda: (t := api.get("/tables/local/db/full").json())["status"] == "pending" and t)
+    full = wait_for_status(api, "full", "pending")
     assert full["evaluation"]["type"] == "full"
 
     def both() -> dict[str, Any] | None:

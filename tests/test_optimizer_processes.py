@@ -106,3 +106,40 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
     spark.sql("REFRESH TABLE local.db.k")
     assert checksum(spark, "local.db.k") == before
     assert spark.sql("SELECT count(*) FROM local.db.k.files").first()[0] < 12  # type: ignore[index]
+
+
+def test_server_killed_mid_task_leaves_nothing_stuck(server: ServerProcess, spark: SparkSession) -> None:
+    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    (local,) = api.get("/catalogs").json()
+    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
+    spark.sql("CREATE NAMESPACE local.db")
+    spark.sql(f"CREATE TABLE local.db.r (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
+    for i in range(8):
+        spark.sql(f"INSERT INTO local.db.r SELECT id, 'a', repeat('y', 40) FROM range({i * 20000}, {(i + 1) * 20000})")
+    before = checksum(spark, "local.db.r")
+    api.post("/catalogs/local/refresh")
+    wait_for("pending", lambda: api.get("/tables/local/db/r").json()["status"] == "pending")
+
+    optimizer = Optimizer(server.url, "default", parallelism=1, spark=spark)
+    runner = threading.Thread(target=optimizer.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(
+            "a task in flight",
+            lambda: any(
+                t["status"] in ("scheduled", "acked") for p in api.get("/processes").json() for t in p["tasks"]
+            ),
+        )
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL  # no clean shutdown at all
+        server.start()  # same data directory: state recovered from the system database
+        process = wait_for(
+            "the process to end",
+            lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
+        )
+    finally:
+        optimizer.stop.set()
+        runner.join(60)
+    assert process["status"] == "success", process
+    assert wait_for("idle", lambda: api.get("/tables/local/db/r").json()["status"] == "idle")
+    spark.sql("REFRESH TABLE local.db.r")
+    assert checksum(spark, "local.db.r") == before

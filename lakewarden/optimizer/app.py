@@ -89,6 +89,9 @@ class Optimizer:
                 self.completed += 1
             except ProtocolError as exc:
                 log.warning("thread %d: completion refused: %s", thread_id, exc)
+            except Exception as exc:  # the server stayed away: the keeper will hand the task out again
+                log.warning("thread %d: could not report task %s.%s: %s", thread_id, task["process_id"],
+                            task["task_id"], exc)  # fmt: skip
 
     def run(self) -> None:
         from lakewarden.spark.session import build_spark_session

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -45,8 +46,27 @@ class OptimizerClient:
     def ack(self, token: str, task: dict[str, Any]) -> None:
         self._post("/ack", {"token": token, **_ref(task)})
 
-    def complete(self, token: str, task: dict[str, Any], output: dict[str, Any] | None, error: str | None) -> None:
-        self._post("/complete", {"token": token, **_ref(task), "output": output, "error": error})
+    def complete(
+        self, token: str, task: dict[str, Any], output: dict[str, Any] | None, error: str | None,
+        retry_seconds: float = 300.0,
+    ) -> None:  # fmt: skip
+        """Report the result; while the server is unreachable (e.g. restarting), keep trying.
+
+        The work is done and committed: losing its report would leave the task ACKED until the
+        execute timeout. A refusal (4xx) is final and raised at once.
+        """
+        body = {"token": token, **_ref(task), "output": output, "error": error}
+        deadline = time.monotonic() + retry_seconds
+        pause = 0.5
+        while True:
+            try:
+                self._post("/complete", body)
+                return
+            except httpx.TransportError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 10.0)
 
     def close(self) -> None:
         self._http.close()
