@@ -37,13 +37,13 @@ def checksum(spark: SparkSession, table: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
+def wait_for(what: str, check: Any, timeout: float = 120.0, interval: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -72,8 +72,8 @@ class Optimizer:
                 continue
             try:
                 self.client.ack(token, task)
-            except ProtocolError as exc:
-                log.warning("thread %d: ack of %s.%s refused: %s", thread_id, task["process_id"], task["task_id"], exc)
+            except Exception as exc:  # refused, or the server is away: the keeper re-plans the task
+                log.warning("thread %d: ack of %s.%s failed: %s", thread_id, task["process_id"], task["task_id"], exc)
                 continue
             log.info("thread %d: running %s task %s.%s on %s", thread_id, task["type"], task["process_id"],
                      task["task_id"], task["input"]["table"])  # fmt: skip

@@ -22,7 +22,7 @@ from lakewarden.domain.errors import Conflict
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.domain.planning import plan_tasks
+from lakewarden.domain.planning import TaskPlan, plan_tasks
 from lakewarden.domain.states import OPTIMIZING_STATUS, TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.catalogs import opened_catalog
@@ -108,9 +108,8 @@ class OptimizingScheduler:
     def poll(self, token: str, thread_id: int, timeout_seconds: float) -> Assignment | None:
         deadline = time.monotonic() + timeout_seconds
         while True:
-            with self.db.write() as session:
-                optimizer = store.touch_optimizer(session, token)
-                group = optimizer.group_name
+            with self.db.read() as session:
+                group = store.get_optimizer(session, token).group_name
             assignment = self._schedule(group, token, thread_id)
             remaining = deadline - time.monotonic()
             if assignment is not None or remaining <= 0:
@@ -126,24 +125,28 @@ class OptimizingScheduler:
             return assignment
 
     def _next_planned(self, group: str, token: str, thread_id: int) -> Assignment | None:
+        """Hand out the first planned task a table may still run; polling counts as a heartbeat."""
         with self.db.write() as session:
+            store.touch_optimizer(session, token)
             threads = max(1, store.group_threads(session, group))
             for process in store.running_processes(session, group):
-                tasks = store.tasks_of(session, process.process_id)
+                counts = store.task_status_counts(session, process.process_id)
+                if not counts.get(TaskStatus.PLANNED):
+                    continue
                 config = table_store.runtime_config(session, process.table_id)
                 cap = max(1, math.ceil(float(config.get("self-optimizing.quota", 0.5)) * threads))
-                if sum(1 for t in tasks if t.status in TASK_ACTIVE) >= cap:
+                if sum(counts.get(s, 0) for s in TASK_ACTIVE) >= cap:
                     continue  # the table has its share of the group's threads
-                for task in tasks:
-                    if task.status == TaskStatus.PLANNED and store.transition_task(
-                        session, process.process_id, task.task_id, TaskStatus.PLANNED, TaskStatus.SCHEDULED,
-                        expected_attempt=task.attempt, attempt=task.attempt + 1, optimizer_token=token,
-                        thread_id=thread_id, scheduled_at=utcnow(), acked_at=None,
-                    ):  # fmt: skip
-                        spec = catalog_store.spec_of(catalog_store.get_catalog(session, process.catalog_name))
-                        return Assignment(
-                            process.process_id, task.task_id, task.attempt + 1, task.type, dict(task.input), spec
-                        )
+                task = store.first_planned_task(session, process.process_id)
+                if task is not None and store.transition_task(
+                    session, process.process_id, task.task_id, TaskStatus.PLANNED, TaskStatus.SCHEDULED,
+                    expected_attempt=task.attempt, attempt=task.attempt + 1, optimizer_token=token,
+                    thread_id=thread_id, scheduled_at=utcnow(), acked_at=None,
+                ):  # fmt: skip
+                    spec = catalog_store.spec_of(catalog_store.get_catalog(session, process.catalog_name))
+                    return Assignment(
+                        process.process_id, task.task_id, task.attempt + 1, task.type, dict(task.input), spec
+                    )
         return None
 
     # ---- planning
@@ -215,19 +218,8 @@ class OptimizingScheduler:
             plans = plan_tasks(verdict, config)
             if not plans or verdict.type is None:
                 return None
-            inputs = [
-                {
-                    "table": f"{rec.identifier.db_name}.{rec.identifier.table_name}",
-                    "snapshot_id": files.snapshot_id,
-                    "type": plan.type.label,
-                    "partitions": plan.partitions,
-                    "filter": partition_filter_json(table, plan.partitions),
-                    "options": plan.options,
-                    "rewrite_position_deletes": plan.rewrite_position_deletes,
-                    "reasons": plan.reasons,
-                }
-                for plan in plans
-            ]
+            name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
+            inputs = [task_input(name, table, files.snapshot_id, plan) for plan in plans]
         with self.db.write() as session:
             process = store.create_process(session, rec, group, verdict.type.label, files.snapshot_id, plans, inputs)
             return process.process_id, verdict.type
@@ -262,6 +254,9 @@ class OptimizingScheduler:
             process = store.get_process(session, process_id)
             if process.status != ProcessStatus.RUNNING:
                 return
+            counts = store.task_status_counts(session, process_id)
+            if counts.get(TaskStatus.FAILED, 0) == 0 and set(counts) != {TaskStatus.SUCCESS}:
+                return  # tasks still to run, none failed: nothing to settle yet
             config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
             tasks = store.tasks_of(session, process_id)
             for task in tasks:
@@ -318,6 +313,20 @@ class OptimizingScheduler:
                 setattr(runtime, key, value)
         log.info("process %s of %s.%s.%s ended: %s%s", process.process_id, process.catalog_name, process.db_name,
                  process.table_name, status.value, f" ({reason})" if reason else "")  # fmt: skip
+
+
+def task_input(name: str, table: Any, snapshot_id: int | None, plan: TaskPlan) -> dict[str, Any]:
+    """What an optimizer needs to run one planned task (stored with the task, sent on poll)."""
+    return {
+        "table": name,
+        "snapshot_id": snapshot_id,
+        "type": plan.type.label,
+        "partitions": plan.partitions,
+        "filter": partition_filter_json(table, plan.partitions),
+        "options": plan.options,
+        "rewrite_position_deletes": plan.rewrite_position_deletes,
+        "reasons": plan.reasons,
+    }
 
 
 OUTPUT_TOTALS = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")

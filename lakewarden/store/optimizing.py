@@ -105,6 +105,22 @@ def tasks_of(session: Session, process_id: int) -> list[TaskRow]:
     return list(session.scalars(select(TaskRow).where(TaskRow.process_id == process_id).order_by(TaskRow.task_id)))
 
 
+def first_planned_task(session: Session, process_id: int) -> TaskRow | None:
+    return session.scalars(
+        select(TaskRow)
+        .where(TaskRow.process_id == process_id, TaskRow.status == TaskStatus.PLANNED.value)
+        .order_by(TaskRow.task_id)
+        .limit(1)
+    ).first()
+
+
+def task_status_counts(session: Session, process_id: int) -> dict[TaskStatus, int]:
+    rows = session.execute(
+        select(TaskRow.status, func.count()).where(TaskRow.process_id == process_id).group_by(TaskRow.status)
+    )
+    return {TaskStatus(status): int(count) for status, count in rows}
+
+
 def running_processes(session: Session, group: str | None = None) -> list[ProcessRow]:
     query = select(ProcessRow).where(ProcessRow.status == ProcessStatus.RUNNING.value).order_by(ProcessRow.plan_time)
     if group is not None:

@@ -1,0 +1,112 @@
+"""Compaction throughput of lakewarden's optimizer vs a raw Spark Parquet read+write (zstd) of the same bytes.
+
+A table of many small files is planned by lakewarden's own evaluator and planner, and the resulting
+task is run by the optimizer's executor (Iceberg's rewrite, scoped and tuned by the plan). In the
+same run and SparkSession, the same data files are read and written as plain zstd Parquet. Both are
+timed as MB of input per second. Goal: optimizer >= 0.95x the raw copy.
+
+    .venv/bin/python bench/compaction_throughput.py [--files 240] [--rows-per-file 40000] [--parallelism 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import write
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
+from lakewarden.domain.files import group_by_partition
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.planning import plan_tasks
+from lakewarden.metadata.catalogs import initialize_catalog, opened_catalog
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.optimizer.executor import execute_task
+from lakewarden.services.scheduler import task_input
+from lakewarden.spark.session import build_spark_session
+
+MB = 1024 * 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=240)
+    parser.add_argument("--rows-per-file", type=int, default=40_000)
+    parser.add_argument("--parallelism", type=int, default=2)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="lakewarden-bench-"))
+    try:
+        spec = CatalogSpec("bench", "sql", {"uri": f"sqlite:///{tmp}/catalog.db", "warehouse": str(tmp / "warehouse")})
+        initialize_catalog(spec)
+        spark = build_spark_session([spec], master=f"local[{args.parallelism}]", driver_memory="4g",
+                                    app_name="lakewarden-bench")  # fmt: skip
+        spark.sql("CREATE NAMESPACE bench.db")
+        spark.sql("CREATE TABLE bench.db.small (id BIGINT, name STRING, amount DOUBLE, day DATE, note STRING) "
+                  "USING iceberg TBLPROPERTIES ('write.parquet.compression-codec'='zstd')")  # fmt: skip
+        rows = args.files * args.rows_per_file
+        print(f"writing {args.files} small files ({rows:,} rows)…", flush=True)
+        (spark.range(rows).selectExpr(
+            "id", "concat('name-', CAST(id % 100003 AS STRING)) AS name", "rand(7) * 1000 AS amount",
+            "date_add(DATE '2026-01-01', CAST(id % 365 AS INT)) AS day", "sha2(CAST(id AS STRING), 256) AS note",
+        ).repartition(args.files).writeTo("bench.db.small").append())  # fmt: skip
+        paths = [r[0] for r in spark.sql("SELECT file_path FROM bench.db.small.files").collect()]
+        input_bytes = sum(r[0] for r in spark.sql("SELECT file_size_in_bytes FROM bench.db.small.files").collect())
+
+        def raw_copy() -> float:
+            out = tmp / "raw"
+            started = time.perf_counter()
+            spark.read.parquet(*paths).write.option("compression", "zstd").mode("overwrite").parquet(str(out))
+            seconds = time.perf_counter() - started
+            shutil.rmtree(out, ignore_errors=True)
+            return seconds
+
+        print("warming up the JVM…", flush=True)
+        spark.read.parquet(*paths[:20]).write.mode("overwrite").parquet(str(tmp / "warm"))
+        raw_first = raw_copy()
+
+        with opened_catalog(spec) as catalog:
+            table = catalog.load_table(("db", "small"))
+            config = OptimizingConfig.of(table.properties)
+            files = snapshot_files(table, ManifestCache())
+            now = int(time.time() * 1000)
+            verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config,
+                                     OptimizingClock(now, now, now))  # fmt: skip
+            (plan,) = plan_tasks(verdict, config)
+            task = {
+                "process_id": 1, "task_id": 1, "attempt": 1, "type": plan.type.label,
+                "catalog": {"name": spec.name, "type": spec.type, "properties": dict(spec.properties)},
+                "input": task_input("db.small", table, files.snapshot_id, plan),
+            }  # fmt: skip
+        print(f"optimizing: {plan.type.label}, {len(files.data)} files, {input_bytes / MB:.0f} MB…", flush=True)
+        started = time.perf_counter()
+        output = execute_task(spark, task, "bench")
+        optimizer_seconds = time.perf_counter() - started
+        raw_second = raw_copy()
+        spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    raw_seconds = (raw_first + raw_second) / 2
+    optimizer_rate = input_bytes / MB / optimizer_seconds
+    raw_rate = input_bytes / MB / raw_seconds
+    ratio = optimizer_rate / raw_rate
+    print(f"input: {len(paths)} files, {input_bytes / MB:.1f} MB; optimizer wrote {output['files_out']} file(s)")
+    print(f"optimizer (Iceberg rewrite via lakewarden's plan): {optimizer_seconds:.1f} s = {optimizer_rate:.1f} MB/s")
+    print(f"raw Spark Parquet read+write (zstd):             {raw_seconds:.1f} s = {raw_rate:.1f} MB/s "
+          f"(runs {raw_first:.1f} s, {raw_second:.1f} s)")  # fmt: skip
+    print(f"ratio: {ratio:.2f}x (goal >= 0.95x)")
+    write("compaction_throughput", {
+        "files": len(paths), "input_mb": round(input_bytes / MB, 1), "parallelism": args.parallelism,
+        "optimizer_seconds": round(optimizer_seconds, 2), "optimizer_mb_per_s": round(optimizer_rate, 1),
+        "raw_seconds": [round(raw_first, 2), round(raw_second, 2)], "raw_mb_per_s": round(raw_rate, 1),
+        "ratio": round(ratio, 3), "goal_ratio": 0.95, "met": ratio >= 0.95, "optimizer_output": output,
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The optimizer protocol's cost per task outside Spark: poll -> ack -> complete against a real server.
+
+A real `lakewarden server` process (uvicorn, SQLite system database) holds a running process with
+N planned tasks (written through the store, as the planner would); one client plays an optimizer
+thread and drains them over HTTP. Goal: <= 20 ms per task.
+
+    .venv/bin/python bench/protocol_overhead.py [--tasks 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import summary, write
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.evaluator import OptimizingType
+from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.tables import TableIdentifier
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import optimizing as store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp:
+        port = free_port()
+        config = Path(tmp) / "c.yaml"
+        config.write_text(f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\ncatalogs: []\n")
+        server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(config),
+                                   "--log-level", "warning"])  # fmt: skip
+        url = f"http://127.0.0.1:{port}/api/v1"
+        try:
+            for _ in range(100):
+                try:
+                    if httpx.get(f"{url}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            db = Database(f"sqlite:///{tmp}/data/lakewarden.db")
+            with db.write() as session:
+                catalog_store.create_catalog(
+                    session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"})
+                )
+                rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
+                plans = [
+                    TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1, 1, {}, False)
+                    for i in range(args.tasks)
+                ]
+                store.create_process(session, rec, "default", "minor", 1, plans, [{"table": "db.t"}] * args.tasks)
+            db.dispose()
+
+            http = httpx.Client(base_url=f"{url}/optimizer")
+            token = http.post("/register", json={"group": "default", "parallelism": 1}).json()["token"]
+            per_task: list[float] = []
+            phases: dict[str, list[float]] = {"poll": [], "ack": [], "complete": []}
+            for _ in range(args.tasks):
+                t0 = time.perf_counter()
+                task = http.post("/poll", json={"token": token, "thread_id": 0, "timeout_seconds": 0}).json()
+                t1 = time.perf_counter()
+                ref = {"token": token, "process_id": task["process_id"], "task_id": task["task_id"],
+                       "attempt": task["attempt"]}  # fmt: skip
+                assert http.post("/ack", json=ref).status_code == 204
+                t2 = time.perf_counter()
+                done = http.post("/complete", json={**ref, "output": {"files_in": 1, "files_out": 1}})
+                assert done.status_code == 204, done.text
+                t3 = time.perf_counter()
+                per_task.append((t3 - t0) * 1000)
+                for name, (a, b) in {"poll": (t0, t1), "ack": (t1, t2), "complete": (t2, t3)}.items():
+                    phases[name].append((b - a) * 1000)
+            http.close()
+        finally:
+            server.terminate()
+            server.wait(30)
+    result = summary(per_task)
+    print(f"poll -> ack -> complete over HTTP, {args.tasks} tasks: p50 {result['p50']:.1f} ms, "
+          f"p99 {result['p99']:.1f} ms, mean {result['mean']:.1f} ms (goal <= 20 ms)")  # fmt: skip
+    for name, values in phases.items():
+        print(f"  {name:9s} p50 {summary(values)['p50']:.1f} ms")
+    write("protocol_overhead", {
+        "tasks": args.tasks, "per_task_ms": result, "phases_ms": {k: summary(v) for k, v in phases.items()},
+        "goal_ms": 20, "met": result["p50"] <= 20,
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
