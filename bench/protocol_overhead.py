@@ -44,7 +44,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp:
         port = free_port()
         config = Path(tmp) / "c.yaml"
-        config.write_text(f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\ncatalogs: []\n")
+        config.write_text(
+            f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\ncatalogs: []\n"
+            "resource-groups: [{name: default, container: local}]\n"  # this client plays the optimizer
+        )
         server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(config),
                                    "--log-level", "warning"])  # fmt: skip
         url = f"http://127.0.0.1:{port}/api/v1"

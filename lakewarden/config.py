@@ -11,7 +11,7 @@
     containers:
       - {name: local, container-impl: local}
     resource-groups:                   # ensured at start (created when absent, never changed)
-      - {name: default, container: local}
+      - {name: default, container: local, properties: {instances: "1"}}
     catalogs:                          # ensured at start; omitted = one `sql` catalog `local` in data-dir
       - {name: lake, type: sql, properties: {uri: "sqlite:////data/lake.db", warehouse: /data/lake}}
 
@@ -121,8 +121,9 @@ class CatalogSeed(_Model):
 class Config(_Model):
     ams: AmsConfig = Field(default_factory=AmsConfig)
     containers: list[ContainerConfig] = Field(default_factory=lambda: [ContainerConfig(name="local")])
+    # the embedded default: one group whose local container keeps one Spark optimizer running
     resource_groups: list[GroupSeed] = Field(
-        default_factory=lambda: [GroupSeed(name="default")], alias="resource-groups"
+        default_factory=lambda: [GroupSeed(name="default", properties={"instances": "1"})], alias="resource-groups"
     )
     catalogs: list[CatalogSeed] | None = None
 

@@ -31,7 +31,11 @@ def free_port() -> int:
 
 def make_config(data_dir: Path, **ams: Any) -> Config:
     """A server config on a fresh data directory, with no catalogs unless a test registers them."""
-    env = {"LAKEWARDEN_AMS__DATA_DIR": str(data_dir), "LAKEWARDEN_CATALOGS": "[]"}
+    env = {
+        "LAKEWARDEN_AMS__DATA_DIR": str(data_dir),
+        "LAKEWARDEN_CATALOGS": "[]",
+        "LAKEWARDEN_RESOURCE_GROUPS": "[{name: default, container: local}]",
+    }
     for key, value in ams.items():  # database__url=… sets ams.database.url
         env[f"LAKEWARDEN_AMS__{key.upper()}"] = str(value)
     return load_config(environ=env)

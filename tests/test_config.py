@@ -16,7 +16,7 @@ def test_defaults_are_amoro_like(tmp_path: Path) -> None:
     assert cfg.ams.optimizer.heart_beat_timeout == timedelta(minutes=1)
     assert cfg.ams.optimizer.task_ack_timeout == timedelta(seconds=30)
     assert cfg.database_url == f"sqlite:///{tmp_path / 'lakewarden.db'}"
-    assert [g.name for g in cfg.resource_groups] == ["default"]
+    assert [(g.name, g.properties) for g in cfg.resource_groups] == [("default", {"instances": "1"})]
     (seed,) = cfg.catalog_seeds()
     assert (seed.name, seed.type) == ("local", "sql")
     assert seed.properties["warehouse"] == str(tmp_path / "warehouse")

@@ -33,7 +33,10 @@ class ServerProcess:
         self.config = tmp_path / "lakewarden.yaml"
         self.config.write_text(
             f"ams:\n  data-dir: {self.data_dir}\n  http-server: {{bind-port: {self.port}}}\n"
-            f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n" + extra
+            f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n"
+            + extra
+            # no optimizer started by the server: tests run their own where they need one
+            + "resource-groups:\n  - {name: default, container: local}\n"
         )
         self.log = tmp_path / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -1,0 +1,175 @@
+"""Scheduling without Spark: group isolation, the quota and balanced policies, the per-table cap, cancel."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from lakewarden.api.context import ServerContext
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.evaluator import OptimizingType
+from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.states import ProcessStatus
+from lakewarden.domain.tables import TableIdentifier, TableStatus
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import optimizing as store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import utcnow
+from lakewarden.store.models import TaskRow
+from lakewarden.store.runtime import transition_table
+from lakewarden.store.tables import TableRecord
+
+
+def ctx_of(client: TestClient) -> ServerContext:
+    return client.app.state.context  # type: ignore[attr-defined, no-any-return]
+
+
+def add_table(ctx: ServerContext, name: str, group: str = "default", **config: str) -> TableRecord:
+    with ctx.db.write() as session:
+        if not catalog_store.catalog_exists(session, "c"):
+            catalog_store.create_catalog(
+                session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"})
+            )
+        return table_store.add_table(session, TableIdentifier("c", "db", name), group, dict(config))
+
+
+def make_pending(ctx: ServerContext, rec: TableRecord, **fields: Any) -> None:
+    with ctx.db.write() as session:
+        assert transition_table(session, rec.runtime.table_id, TableStatus.IDLE, TableStatus.PENDING, **fields)
+
+
+def process_with_tasks(ctx: ServerContext, rec: TableRecord, tasks: int, group: str = "default") -> int:
+    plans = [TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1, 1, {}, False)
+             for i in range(tasks)]  # fmt: skip
+    with ctx.db.write() as session:
+        return store.create_process(session, rec, group, "minor", 1, plans, [{"table": "db.t"}] * tasks).process_id
+
+
+def register(client: TestClient, group: str, parallelism: int = 1) -> str:
+    response = client.post("/api/v1/optimizer/register", json={"group": group, "parallelism": parallelism})
+    assert response.status_code == 200, response.text
+    return str(response.json()["token"])
+
+
+def poll(client: TestClient, token: str) -> Any:
+    response = client.post("/api/v1/optimizer/poll", json={"token": token, "thread_id": 0, "timeout_seconds": 0})
+    return None if response.status_code == 204 else response.json()
+
+
+def test_groups_are_isolated(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    assert client.post("/api/v1/resource-groups", json={"name": "etl", "container": "local"}).status_code == 201
+    process_with_tasks(ctx, add_table(ctx, "t"), tasks=1, group="default")
+    assert poll(client, register(client, "etl")) is None  # another group's work is not handed out
+    assert poll(client, register(client, "default"))["task_id"] == 1
+
+
+def test_per_table_cap_follows_quota(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t", **{"self-optimizing.quota": "0.5"})
+    process_with_tasks(ctx, rec, tasks=4)
+    token = register(client, "default", parallelism=4)  # 4 threads x quota 0.5 = 2 tasks at once
+    assert [poll(client, token)["task_id"] for _ in range(2)] == [1, 2]
+    assert poll(client, token) is None
+    ref = {"token": token, "process_id": 1, "task_id": 1, "attempt": 1}
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+    assert client.post("/api/v1/optimizer/complete", json={**ref, "output": {}}).status_code == 204
+    assert poll(client, token)["task_id"] == 3  # a slot came free
+
+
+def test_balanced_policy_picks_the_least_recently_optimized(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    assert (
+        client.put(
+            "/api/v1/resource-groups/default", json={"properties": {"scheduling-policy": "balanced"}}
+        ).status_code
+        == 200
+    )
+    now = utcnow()
+    recent, old, never = add_table(ctx, "recent"), add_table(ctx, "old"), add_table(ctx, "never")
+    make_pending(ctx, recent, last_minor_optimizing_at=now - timedelta(minutes=1))
+    make_pending(ctx, old, last_minor_optimizing_at=now - timedelta(days=1))
+    picked = ctx.scheduler._pick_table("default")
+    assert picked is not None and picked.name.table == "old"
+    make_pending(ctx, never)
+    picked = ctx.scheduler._pick_table("default")
+    assert picked is not None and picked.name.table == "never"
+
+
+def test_quota_policy_picks_the_lowest_share_of_quota_used(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    busy = add_table(ctx, "busy", **{"self-optimizing.quota": "0.5"})
+    idle = add_table(ctx, "idle", **{"self-optimizing.quota": "0.1"})
+    # `busy` ran a task for 20 minutes in the last hour: 0.33 h / (0.5 x 1 h) = 67% of its quota
+    pid = process_with_tasks(ctx, busy, tasks=1)
+    with ctx.db.write() as session:
+        session.execute(
+            update(TaskRow).values(
+                acked_at=utcnow() - timedelta(minutes=25),
+                ended_at=utcnow() - timedelta(minutes=5),
+            )
+        )
+        store.transition_process(session, pid, ProcessStatus.RUNNING, ProcessStatus.SUCCESS)
+    make_pending(ctx, busy)
+    make_pending(ctx, idle)
+    picked = ctx.scheduler._pick_table("default")
+    assert picked is not None and picked.name.table == "idle"  # 0% used beats 67%
+
+
+def test_min_plan_interval_holds_a_table_back(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t", **{"self-optimizing.min-plan-interval": "600000"})
+    make_pending(ctx, rec, last_planned_at=utcnow() - timedelta(minutes=1))
+    assert ctx.scheduler._pick_table("default") is None
+
+
+def test_cancel_a_running_process(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t")
+    pid = process_with_tasks(ctx, rec, tasks=2)
+    with ctx.db.write() as session:
+        for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING),
+                     (TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING)]:  # fmt: skip
+            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=pid)
+    token = register(client, "default")
+    task = poll(client, token)
+    ref = {"token": token, "process_id": pid, "task_id": task["task_id"], "attempt": task["attempt"]}
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+
+    canceled = client.post(f"/api/v1/processes/{pid}/cancel")
+    assert canceled.status_code == 200, canceled.text
+    assert canceled.json()["status"] == "canceled"
+    assert [t["status"] for t in canceled.json()["tasks"]] == ["canceled", "canceled"]
+    assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"
+    late = client.post("/api/v1/optimizer/complete", json={**ref, "output": {}})
+    assert late.status_code == 409  # the running task's report is refused
+    again = client.post(f"/api/v1/processes/{pid}/cancel")
+    assert again.status_code == 409 and "not running" in again.json()["error"]["message"]
+    assert poll(client, token) is None
+
+
+def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t", **{"self-optimizing.execute.num-retries": "2"})
+    pid = process_with_tasks(ctx, rec, tasks=1)
+    with ctx.db.write() as session:
+        for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING),
+                     (TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING)]:  # fmt: skip
+            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=pid)
+    token = register(client, "default")
+    for attempt in (1, 2, 3):  # the first try and two retries
+        task = poll(client, token)
+        assert (task["task_id"], task["attempt"]) == (1, attempt)
+        ref = {"token": token, "process_id": pid, "task_id": 1, "attempt": attempt}
+        assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+        failed = client.post("/api/v1/optimizer/complete", json={**ref, "error": f"boom {attempt}"})
+        assert failed.status_code == 204
+    process = client.get(f"/api/v1/processes/{pid}").json()
+    assert process["status"] == "failed"
+    assert process["fail_reason"] == "task 1 failed 3 time(s): boom 3"
+    assert process["tasks"][0]["retry_count"] == 2
+    assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"  # to be planned afresh
+    assert poll(client, token) is None
