@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.optimizer.app import Optimizer
-from lakewarden.spark.session import configure_catalogs
-from tests.test_self_optimizing import PROPS, wait_for
+from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, table_status, wait_for
 from tests.test_server_process import ServerProcess
 
 if TYPE_CHECKING:
@@ -31,22 +28,8 @@ LAYOUTS = {
 
 @pytest.fixture
 def lake(tmp_path: Path, spark: SparkSession) -> Iterator[tuple[ServerProcess, httpx.Client]]:
-    server = ServerProcess(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n")
-    server.start()
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-    (local,) = api.get("/catalogs").json()
-    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
-    spark.sql("CREATE NAMESPACE local.db")
-    yield server, api
-    server.stop()
-
-
-def wait_for_status(api: httpx.Client, table: str, status: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        shown = dict(api.get(f"/tables/local/db/{table}").json())
-        return shown if shown["status"] == status else None
-
-    return dict(wait_for(f"{table} {status}", check))
+    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as server:
+        yield server, open_lake(server, spark)
 
 
 def counts(spark: SparkSession, table: str) -> tuple[int, int]:
@@ -56,14 +39,8 @@ def counts(spark: SparkSession, table: str) -> tuple[int, int]:
 
 
 def run_optimizer_until(api: httpx.Client, server: ServerProcess, spark: SparkSession, done: Any) -> Any:
-    optimizer = Optimizer(server.url, "default", parallelism=2, spark=spark)
-    runner = threading.Thread(target=optimizer.run, daemon=True)
-    runner.start()
-    try:
+    with running_optimizer(server, spark, parallelism=2):
         return wait_for("optimizing to finish", done, timeout=240)
-    finally:
-        optimizer.stop.set()
-        runner.join(120)
 
 
 def write(spark: SparkSession, table: str, rounds: int) -> None:
@@ -94,7 +71,7 @@ def test_every_layout_is_compacted_with_data_unchanged(
         assert files_before[name][1] > 0, f"{name}: merge-on-read wrote no delete files"
     api.post("/catalogs/local/refresh")
     for name in LAYOUTS:
-        shown = wait_for_status(api, name, "pending")
+        shown = table_status(api, name, "pending")
         assert shown["evaluation"]["type"] == "minor", (name, shown["evaluation"])
         assert all("fragment(s)" in " ".join(p["reasons"]) for p in shown["evaluation"]["partitions"] if p["type"])
 
@@ -113,9 +90,7 @@ def test_every_layout_is_compacted_with_data_unchanged(
 
 
 def checksum_with_ts(spark: SparkSession, table: str) -> tuple[int, int]:
-    row = spark.sql(f"SELECT count(*), sum(xxhash64(id, cat, ts, v)) FROM {table}").first()
-    assert row is not None
-    return int(row[0]), int(row[1])
+    return checksum(spark, table, "id, cat, ts, v")
 
 
 def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
@@ -133,10 +108,10 @@ def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], s
     expected = {t: checksum_with_ts(spark, f"local.db.{t}") for t in ("major", "full")}
     major_files = counts(spark, "local.db.major")
     api.post("/catalogs/local/refresh")
-    major = wait_for_status(api, "major", "pending")
+    major = table_status(api, "major", "pending")
     assert major["evaluation"]["type"] == "major"
     assert [p["type"] for p in major["evaluation"]["partitions"]] == ["major", None]
-    full = wait_for_status(api, "full", "pending")
+    full = table_status(api, "full", "pending")
     assert full["evaluation"]["type"] == "full"
 
     def both() -> dict[str, Any] | None:

@@ -7,17 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
-from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.optimizer.app import Optimizer
-from lakewarden.spark.session import configure_catalogs
-from tests.test_self_optimizing import PROPS, checksum, wait_for
+from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, wait_for
 from tests.test_server_process import ServerProcess, cli
 
 if TYPE_CHECKING:
@@ -31,12 +27,9 @@ FAST_TIMEOUTS = (
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Any:
-    process = ServerProcess(tmp_path, extra=FAST_TIMEOUTS)
-    process.start()
-    yield process
-    if process.proc is not None and process.proc.poll() is None:
-        process.stop()
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    with started_server(tmp_path, extra=FAST_TIMEOUTS) as process:
+        yield process
 
 
 def optimizers(server: ServerProcess) -> list[dict[str, Any]]:
@@ -56,10 +49,7 @@ def test_local_container_scales_out_and_releases(server: ServerProcess) -> None:
 
 
 def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: SparkSession) -> None:
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-    (local,) = api.get("/catalogs").json()
-    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
-    spark.sql("CREATE NAMESPACE local.db")
+    api = open_lake(server, spark)
     spark.sql(f"CREATE TABLE local.db.k (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
     for i in range(12):
         spark.sql(f"INSERT INTO local.db.k SELECT id, 'a', repeat('x', 50) FROM range({i * 20000}, {(i + 1) * 20000})")
@@ -90,17 +80,11 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
         lambda: api.get(f"/processes/{process['process_id']}").json()["tasks"][0]["status"] == "planned",
         timeout=60,
     )
-    rescuer = Optimizer(server.url, "default", parallelism=1, spark=spark)
-    runner = threading.Thread(target=rescuer.run, daemon=True)
-    runner.start()
-    try:
+    with running_optimizer(server, spark):
         done = wait_for(
             "the process to end",
             lambda: (p := api.get(f"/processes/{process['process_id']}").json())["status"] != "running" and p,
         )
-    finally:
-        rescuer.stop.set()
-        runner.join(60)
     assert done["status"] == "success", done
     assert done["tasks"][0]["attempt"] >= 2
     spark.sql("REFRESH TABLE local.db.k")
@@ -109,10 +93,7 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
 
 
 def test_server_killed_mid_task_leaves_nothing_stuck(server: ServerProcess, spark: SparkSession) -> None:
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-    (local,) = api.get("/catalogs").json()
-    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
-    spark.sql("CREATE NAMESPACE local.db")
+    api = open_lake(server, spark)
     spark.sql(f"CREATE TABLE local.db.r (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
     for i in range(8):  # enough rows that the rewrite takes a while, even on a warm JVM
         rows = f"range({i * 150000}, {(i + 1) * 150000})"
@@ -121,10 +102,7 @@ def test_server_killed_mid_task_leaves_nothing_stuck(server: ServerProcess, spar
     api.post("/catalogs/local/refresh")
     wait_for("pending", lambda: api.get("/tables/local/db/r").json()["status"] == "pending")
 
-    optimizer = Optimizer(server.url, "default", parallelism=1, spark=spark)
-    runner = threading.Thread(target=optimizer.run, daemon=True)
-    runner.start()
-    try:
+    with running_optimizer(server, spark):
         statuses = wait_for(
             "a task in flight (or done)",
             lambda: {t["status"] for p in api.get("/processes").json() for t in p["tasks"]} - {"planned"},
@@ -138,9 +116,6 @@ def test_server_killed_mid_task_leaves_nothing_stuck(server: ServerProcess, spar
             "the process to end",
             lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
         )
-    finally:
-        optimizer.stop.set()
-        runner.join(60)
     assert process["status"] == "success", process
     assert wait_for("idle", lambda: api.get("/tables/local/db/r").json()["status"] == "idle")
     spark.sql("REFRESH TABLE local.db.r")

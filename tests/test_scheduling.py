@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +47,14 @@ def process_with_tasks(ctx: ServerContext, rec: TableRecord, tasks: int, group: 
              for i in range(tasks)]  # fmt: skip
     with ctx.db.write() as session:
         return store.create_process(session, rec, group, "minor", 1, plans, [{"table": "db.t"}] * tasks).process_id
+
+
+def start_optimizing(ctx: ServerContext, rec: TableRecord, process_id: int) -> None:
+    """Walk the table IDLE -> PENDING -> PLANNING -> MINOR_OPTIMIZING, as the planner does for `process_id`."""
+    steps = [TableStatus.IDLE, TableStatus.PENDING, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING]
+    with ctx.db.write() as session:
+        for a, b in itertools.pairwise(steps):
+            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=process_id)
 
 
 def register(client: TestClient, group: str, parallelism: int = 1) -> str:
@@ -130,10 +139,7 @@ def test_cancel_a_running_process(client: TestClient) -> None:
     ctx = ctx_of(client)
     rec = add_table(ctx, "t")
     pid = process_with_tasks(ctx, rec, tasks=2)
-    with ctx.db.write() as session:
-        for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING),
-                     (TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING)]:  # fmt: skip
-            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=pid)
+    start_optimizing(ctx, rec, pid)
     token = register(client, "default")
     task = poll(client, token)
     ref = {"token": token, "process_id": pid, "task_id": task["task_id"], "attempt": task["attempt"]}
@@ -155,10 +161,7 @@ def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> No
     ctx = ctx_of(client)
     rec = add_table(ctx, "t", **{"self-optimizing.execute.num-retries": "2"})
     pid = process_with_tasks(ctx, rec, tasks=1)
-    with ctx.db.write() as session:
-        for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING),
-                     (TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING)]:  # fmt: skip
-            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=pid)
+    start_optimizing(ctx, rec, pid)
     token = register(client, "default")
     for attempt in (1, 2, 3):  # the first try and two retries
         task = poll(client, token)

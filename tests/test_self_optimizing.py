@@ -2,65 +2,29 @@
 
 from __future__ import annotations
 
-import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
-from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.optimizer.app import Optimizer
-from lakewarden.spark.session import configure_catalogs
+from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, table_status, wait_for
 from tests.test_server_process import ServerProcess, cli
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-PROPS = ", ".join(
-    f"'{k}'='{v}'"
-    for k, v in {
-        "self-optimizing.minor.trigger.file-count": "3",
-        "self-optimizing.min-plan-interval": "0",
-        "write.delete.mode": "merge-on-read",
-        "write.update.mode": "merge-on-read",
-        "write.merge.mode": "merge-on-read",
-    }.items()
-)
-
-
-def checksum(spark: SparkSession, table: str) -> tuple[int, int]:
-    row = spark.sql(f"SELECT count(*), sum(xxhash64(id, cat, v)) FROM {table}").first()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
-def wait_for(what: str, check: Any, timeout: float = 120.0, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Any:
-    process = ServerProcess(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n")
-    process.start()
-    yield process
-    if process.proc is not None and process.proc.poll() is None:
-        process.stop()
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as process:
+        yield process
 
 
 def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: SparkSession) -> None:
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-    (local,) = api.get("/catalogs").json()
-    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
-    spark.sql("CREATE NAMESPACE local.db")
+    api = open_lake(server, spark)
     spark.sql(f"CREATE TABLE local.db.t (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
               f"TBLPROPERTIES ({PROPS})")  # fmt: skip
     for i in range(4):
@@ -73,20 +37,14 @@ def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: Spa
     assert files_before == 8
 
     api.post("/catalogs/local/refresh")
-    table = wait_for("pending", lambda: (t := api.get("/tables/local/db/t").json())["status"] == "pending" and t)
+    table = table_status(api, "t", "pending")
     assert table["evaluation"]["type"] == "minor"
 
-    optimizer = Optimizer(server.url, "default", parallelism=1, spark=spark)
-    runner = threading.Thread(target=optimizer.run, daemon=True)
-    runner.start()
-    try:
+    with running_optimizer(server, spark):
         process = wait_for(
             "a finished process",
             lambda: next((p for p in api.get("/processes").json() if p["status"] in ("success", "failed")), None),
         )
-    finally:
-        optimizer.stop.set()
-        runner.join(60)
     assert process["status"] == "success", process
     assert process["type"] == "minor"
     assert [t["status"] for t in process["tasks"]] == ["success"]
@@ -101,7 +59,7 @@ def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: Spa
     summary = spark.sql("SELECT summary FROM local.db.t.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]  # type: ignore[index]
     assert summary["lakewarden.process-id"] == str(process["process_id"])
     assert summary["lakewarden.optimizing-type"] == "minor"
-    after = wait_for("idle", lambda: (t := api.get("/tables/local/db/t").json())["status"] == "idle" and t)
+    after = table_status(api, "t", "idle")
     assert after["last_minor_optimizing_at"] is not None
 
     # history in the CLI; a finished process cannot be canceled

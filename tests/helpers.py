@@ -1,0 +1,95 @@
+"""Helpers shared by the end-to-end tests: waiting, checksums, a lake on a server, an optimizer thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.optimizer.app import Optimizer
+from lakewarden.spark.session import configure_catalogs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.test_server_process import ServerProcess
+
+# small files pile up into a minor optimizing quickly; deletes and updates are merge-on-read
+PROPS = ", ".join(
+    f"'{k}'='{v}'"
+    for k, v in {
+        "self-optimizing.minor.trigger.file-count": "3",
+        "self-optimizing.min-plan-interval": "0",
+        "write.delete.mode": "merge-on-read",
+        "write.update.mode": "merge-on-read",
+        "write.merge.mode": "merge-on-read",
+    }.items()
+)
+
+
+def wait_for(what: str, check: Any, timeout: float = 120.0, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def checksum(spark: SparkSession, table: str, columns: str = "id, cat, v") -> tuple[int, int]:
+    row = spark.sql(f"SELECT count(*), sum(xxhash64({columns})) FROM {table}").first()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def open_lake(server: ServerProcess, spark: SparkSession) -> httpx.Client:
+    """An API client of the server, and Spark on its embedded `local` catalog with a namespace `db`."""
+    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    (local,) = api.get("/catalogs").json()
+    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
+    spark.sql("CREATE NAMESPACE local.db")
+    return api
+
+
+@contextmanager
+def running_optimizer(server: ServerProcess, spark: SparkSession, parallelism: int = 1) -> Iterator[Optimizer]:
+    """A real optimizer on the test session's Spark, in a thread, stopped (tasks finished) on exit."""
+    optimizer = Optimizer(server.url, "default", parallelism=parallelism, spark=spark)
+    runner = threading.Thread(target=optimizer.run, daemon=True)
+    runner.start()
+    try:
+        yield optimizer
+    finally:
+        optimizer.stop.set()
+        runner.join(120)
+
+
+def table_status(api: httpx.Client, table: str, status: str) -> dict[str, Any]:
+    """Wait until local.db.<table> has the status; returns the table."""
+
+    def check() -> dict[str, Any] | None:
+        shown = dict(api.get(f"/tables/local/db/{table}").json())
+        return shown if shown["status"] == status else None
+
+    return dict(wait_for(f"{table} {status}", check))
+
+
+@contextmanager
+def started_server(tmp_path: Path, extra: str = "") -> Iterator[ServerProcess]:
+    """A real `lakewarden server` process on a fresh data directory; `extra` adds `ams:` settings."""
+    from tests.test_server_process import ServerProcess
+
+    process = ServerProcess(tmp_path, extra=extra)
+    process.start()
+    try:
+        yield process
+    finally:
+        if process.proc is not None and process.proc.poll() is None:
+            process.stop()
