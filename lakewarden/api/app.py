@@ -13,14 +13,16 @@ from sqlalchemy import text
 from lakewarden import __version__
 from lakewarden.api import errors
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.routes import catalogs, groups, optimizer, processes, tables
+from lakewarden.api.routes import catalogs, events, groups, iceberg_rest, optimizer, processes, tables
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
 from lakewarden.services.evaluation import TableEvaluator
+from lakewarden.services.events import EventDispatcher
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database, utcnow
 
@@ -43,12 +45,15 @@ def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
 
 def create_app(config: Config, start_services: bool = True) -> FastAPI:
     """Build the server. `start_services=False` leaves background loops stopped (tests drive them)."""
+    host = config.ams.server_bind_host
+    server_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(config.database_url)
         db.migrate()
-        ensure_seeds(db, config)
+        ensure_seeds(db, config, server_url)
+        metadata = MetadataService(db)
         refresh = config.ams.refresh_external_catalogs
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(
@@ -69,12 +74,20 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             on_released=scheduler.wake,
         )
         app.state.context = ServerContext(
-            config=config, db=db, explorer=explorer, evaluator=evaluator, scheduler=scheduler, keeper=keeper
+            config=config,
+            db=db,
+            explorer=explorer,
+            evaluator=evaluator,
+            scheduler=scheduler,
+            keeper=keeper,
+            metadata=metadata,
         )
-        host = config.ams.server_bind_host
-        server_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
         maintainer = ResourceMaintainer(db, config, server_url)
         app.state.context.maintainer = maintainer
+        dispatcher = EventDispatcher(explorer, evaluator)
+        metadata.subscribe(dispatcher)
+        if start_services:
+            dispatcher.start()
         scheduler.recover()
         services = [explorer, evaluator, keeper, maintainer]
         if start_services:
@@ -86,6 +99,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         finally:
             for service in services:
                 service.stop()
+            if start_services:
+                dispatcher.stop()
             db.dispose()
             log.info("lakewarden stopped")
 
@@ -97,7 +112,10 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     )
     errors.install(app)
     api = APIRouter(prefix="/api/v1")
-    for router in (health_router, catalogs.router, groups.router, tables.router, optimizer.router, processes.router):
+    routers = (health_router, catalogs.router, groups.router, tables.router, optimizer.router, processes.router,
+               events.router)  # fmt: skip
+    for router in routers:
         api.include_router(router)
     app.include_router(api)
+    app.include_router(iceberg_rest.router)
     return app

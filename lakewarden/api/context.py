@@ -11,6 +11,7 @@ from lakewarden.config import Config
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.scheduler import OptimizingScheduler
 from lakewarden.store.database import Database
 
@@ -26,6 +27,7 @@ class ServerContext:
     evaluator: TableEvaluator
     scheduler: OptimizingScheduler
     keeper: OptimizerKeeper
+    metadata: MetadataService
     maintainer: ResourceMaintainer | None = None
 
 

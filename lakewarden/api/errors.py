@@ -15,10 +15,18 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, LakewardenError, NotFound
+from lakewarden.services.metadata_service import CommitFailed, NoSuchWarehouse
+from lakewarden.store.metadata import NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
 
 log = logging.getLogger(__name__)
 
+# most specific first: the first class an error is an instance of decides
 _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
+    NoSuchNamespace: (404, "NoSuchNamespaceException"),
+    NoSuchTable: (404, "NoSuchTableException"),
+    NoSuchWarehouse: (404, "NoSuchWarehouseException"),
+    NamespaceNotEmpty: (409, "NamespaceNotEmptyException"),
+    CommitFailed: (409, "CommitFailedException"),
     InvalidField: (400, "BadRequestException"),
     NotFound: (404, "NotFoundException"),
     AlreadyExists: (409, "AlreadyExistsException"),

@@ -17,6 +17,8 @@ TABLE_FILTER = "table-filter"
 REQUIRED_PROPERTIES: dict[str, tuple[str, ...]] = {
     "sql": ("uri", "warehouse"),
     "rest": ("uri",),
+    # lakewarden's own REST catalog: `warehouse` is where data and metadata go; `uri` is this server
+    "internal": ("uri", "warehouse"),
 }
 CATALOG_TYPES = tuple(REQUIRED_PROPERTIES)
 # Values never shown by the API (they still reach the optimizer through its own endpoint).
@@ -102,9 +104,19 @@ def validate_catalog(spec: CatalogSpec) -> None:
                 raise InvalidField("properties.uri", "a SQLite catalog needs an absolute path: sqlite:////abs/path.db")
         elif not uri.startswith("postgresql"):
             raise InvalidField("properties.uri", "must be a sqlite:// or postgresql:// SQLAlchemy URL")
-    if spec.type == "rest" and not uri.startswith(("http://", "https://")):
+    if spec.type in ("rest", "internal") and not uri.startswith(("http://", "https://")):
         raise InvalidField("properties.uri", "must be an http:// or https:// URL")
 
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:
     return {k: ("****" if k in SECRET_PROPERTIES else v) for k, v in properties.items()}
+
+
+def with_internal_defaults(spec: CatalogSpec, server_url: str, default_warehouse: str) -> CatalogSpec:
+    """An internal catalog is served by this server: its `uri` is ours, its warehouse defaults under the data dir."""
+    if spec.type != "internal":
+        return spec
+    properties = dict(spec.properties)
+    properties["uri"] = f"{server_url.rstrip('/')}/iceberg"
+    properties.setdefault("warehouse", default_warehouse)
+    return CatalogSpec(spec.name, spec.type, properties)

@@ -38,10 +38,18 @@ def _load_rest(spec: CatalogSpec, initialize: bool) -> Catalog:
     return RestCatalog(spec.name, **spec.connection_properties)
 
 
+def _load_internal(spec: CatalogSpec, initialize: bool) -> Catalog:
+    """lakewarden's own REST catalog, through its REST API like any client (the name is the warehouse)."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog(spec.name, uri=spec.properties["uri"], warehouse=spec.name)
+
+
 # Lazy loaders by catalog type, as pyiceberg's AVAILABLE_CATALOGS: importing one costs nothing until used.
 CATALOG_LOADERS: dict[str, Callable[[CatalogSpec, bool], Catalog]] = {
     "sql": _load_sql,
     "rest": _load_rest,
+    "internal": _load_internal,
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from lakewarden.config import Config
-from lakewarden.domain.catalogs import CatalogSpec, validate_catalog
+from lakewarden.domain.catalogs import CatalogSpec, validate_catalog, with_internal_defaults
 from lakewarden.domain.groups import validate_group
 from lakewarden.metadata.catalogs import initialize_catalog
 from lakewarden.store import catalogs as catalog_store
@@ -15,7 +15,7 @@ from lakewarden.store.database import Database
 log = logging.getLogger(__name__)
 
 
-def ensure_seeds(db: Database, config: Config) -> None:
+def ensure_seeds(db: Database, config: Config, server_url: str) -> None:
     with db.write() as session:
         for group in config.resource_groups:
             if not group_store.group_exists(session, group.name):
@@ -23,7 +23,8 @@ def ensure_seeds(db: Database, config: Config) -> None:
                 group_store.create_group(session, group.name, group.container, group.properties)
                 log.info("created resource group %s (container %s)", group.name, group.container)
     for seed in config.catalog_seeds():
-        spec = CatalogSpec(seed.name, seed.type, seed.properties)
+        default_warehouse = str(config.data_dir / "warehouse" / seed.name)
+        spec = with_internal_defaults(CatalogSpec(seed.name, seed.type, seed.properties), server_url, default_warehouse)
         with db.write() as session:
             exists = catalog_store.catalog_exists(session, seed.name)
             if not exists:

@@ -53,6 +53,9 @@ def catalog_conf(spec: CatalogSpec) -> dict[str, str]:
         conf[f"{prefix}.type"] = "jdbc"
     elif spec.type == "rest":
         conf[f"{prefix}.type"] = "rest"
+    elif spec.type == "internal":  # lakewarden's REST catalog: the catalog's name is the warehouse
+        conf[f"{prefix}.type"] = "rest"
+        props = {"uri": props["uri"], "warehouse": spec.name}
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
     for key, value in props.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # 64-bit ids; SQLite autoincrements only an INTEGER PRIMARY KEY (which is 64-bit there anyway)
@@ -135,3 +135,60 @@ class TaskRow(Base):
     scheduled_at: Mapped[datetime | None]
     acked_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]
+
+
+class NamespaceRow(Base):
+    """A namespace of an internal catalog; levels joined by the unit separator (as in REST paths)."""
+
+    __tablename__ = "iceberg_namespace"
+
+    catalog_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    properties: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class IcebergTableRow(Base):
+    """The pointer to an internal table's current metadata file; moved only by compare-and-swap."""
+
+    __tablename__ = "iceberg_table"
+
+    catalog_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    table_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    metadata_location: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class CommitRow(Base):
+    __tablename__ = "commit_timeline"
+    __table_args__ = (Index("ix_commit_timeline_table", "catalog_name", "namespace", "table_name"),)
+
+    commit_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    catalog_name: Mapped[str] = mapped_column(String(64))
+    namespace: Mapped[str] = mapped_column(String(1024))
+    table_name: Mapped[str] = mapped_column(String(255))
+    version: Mapped[int] = mapped_column(Integer)
+    operation: Mapped[str] = mapped_column(String(64))
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    parent_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    summary: Mapped[dict[str, Any]]
+    metadata_location: Mapped[str] = mapped_column(Text)
+    client: Mapped[str | None] = mapped_column(String(255))
+    committed_at: Mapped[datetime]
+
+
+class EventRow(Base):
+    """The durable outbox: events with increasing ids, written with the change they announce."""
+
+    __tablename__ = "event_outbox"
+
+    event_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    type: Mapped[str] = mapped_column(String(32))
+    catalog_name: Mapped[str] = mapped_column(String(64))
+    namespace: Mapped[str] = mapped_column(String(1024))
+    table_name: Mapped[str | None] = mapped_column(String(255))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]

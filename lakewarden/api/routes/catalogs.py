@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import CatalogCreate, CatalogRead, CatalogUpdate, RefreshRead
-from lakewarden.domain.catalogs import CatalogSpec, redact, validate_catalog
+from lakewarden.domain.catalogs import CatalogSpec, redact, validate_catalog, with_internal_defaults
 from lakewarden.domain.errors import InvalidField
 from lakewarden.metadata.catalogs import initialize_catalog
 from lakewarden.store import catalogs as store
@@ -53,9 +53,15 @@ def _initialize(spec: CatalogSpec) -> None:
         log.warning("catalog %s could not be initialised yet: %s", spec.name, exc)
 
 
+def _with_defaults(ctx: ServerContext, spec: CatalogSpec) -> CatalogSpec:
+    host = ctx.config.ams.server_bind_host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ctx.config.ams.http_server.bind_port}"
+    return with_internal_defaults(spec, url, str(ctx.config.data_dir / "warehouse" / spec.name))
+
+
 @router.post("", status_code=201, response_model=CatalogRead)
 def create_catalog(body: CatalogCreate, ctx: Ctx) -> CatalogRead:
-    spec = CatalogSpec(body.name, body.type, body.properties)
+    spec = _with_defaults(ctx, CatalogSpec(body.name, body.type, body.properties))
     _check(ctx, spec)
     with ctx.db.write() as session:
         row = store.create_catalog(session, spec)
@@ -82,7 +88,7 @@ def update_catalog(name: str, body: CatalogUpdate, ctx: Ctx) -> CatalogRead:
         current = store.get_catalog(session, name)
     # A redacted secret sent back unchanged keeps its stored value.
     properties = {k: (current.properties.get(k, v) if v == "****" else v) for k, v in body.properties.items()}
-    spec = CatalogSpec(name, body.type or current.type, properties)
+    spec = _with_defaults(ctx, CatalogSpec(name, body.type or current.type, properties))
     _check(ctx, spec)
     with ctx.db.write() as session:
         row = store.update_catalog(session, spec)

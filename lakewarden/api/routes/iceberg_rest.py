@@ -1,0 +1,259 @@
+"""The Iceberg REST catalog (`/iceberg/v1`, the Iceberg REST OpenAPI spec) for catalogs of type `internal`.
+
+A client passes the internal catalog's name as `warehouse`; `GET /iceberg/v1/config` answers with
+that name as the `prefix` and the endpoints served. Namespaces in paths are levels joined by 0x1F.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import TableRequirement, TableUpdate
+
+from lakewarden.api.context import ServerContext, server_context
+from lakewarden.domain.errors import InvalidField
+from lakewarden.services.metadata_service import LoadedTable, MetadataService
+from lakewarden.store import metadata as store
+
+router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
+Ctx = Annotated[ServerContext, Depends(server_context)]
+DEFAULT_PAGE_SIZE = 1000
+ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}", "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties", "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables", "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}", "POST /v1/{prefix}/tables/rename",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+]  # fmt: skip
+
+
+def service(ctx: Ctx) -> MetadataService:
+    return ctx.metadata
+
+
+Service = Annotated[MetadataService, Depends(service)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class CreateNamespace(_Body):
+    namespace: list[str] = Field(min_length=1)
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateNamespaceProperties(_Body):
+    removals: list[str] = Field(default_factory=list)
+    updates: dict[str, str] = Field(default_factory=dict)
+
+
+class CreateTable(_Body):
+    name: str = Field(min_length=1)
+    location: str | None = None
+    table_schema: Schema = Field(alias="schema")
+    partition_spec: PartitionSpec | None = Field(None, alias="partition-spec")
+    write_order: SortOrder | None = Field(None, alias="write-order")
+    stage_create: bool = Field(False, alias="stage-create")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class TableRef(_Body):
+    namespace: list[str] = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
+class CommitTable(_Body):
+    # the Java client sends no identifier: the path names the table
+    identifier: TableRef | None = None
+    requirements: list[TableRequirement] = Field(default_factory=list)
+    updates: list[TableUpdate] = Field(default_factory=list)
+
+
+class RenameTable(_Body):
+    source: TableRef
+    destination: TableRef
+
+
+def _ns(namespace: str) -> str:
+    parts = namespace.split(store.SEP)
+    if not all(parts):
+        raise InvalidField("namespace", f"{namespace!r} has an empty level")
+    return store.key(parts)
+
+
+def _page(items: list[Any], token: str | None, size: int | None) -> tuple[list[Any], str | None]:
+    start = 0
+    if token:
+        if not token.isdigit():
+            raise InvalidField("pageToken", "is not a token this server issued")
+        start = int(token)
+    if size is None:
+        return items[start:], None
+    end = start + size
+    return items[start:end], (str(end) if end < len(items) else None)
+
+
+def _loaded(table: LoadedTable) -> dict[str, Any]:
+    return {
+        "metadata-location": table.metadata_location,
+        "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "config": {},
+    }
+
+
+@router.get("/config")
+def get_config(ctx: Ctx, warehouse: str | None = None) -> dict[str, Any]:
+    if warehouse is None:
+        internal = [c.name for c in _internal_catalogs(ctx)]
+        if len(internal) != 1:
+            raise InvalidField("warehouse", f"name one of the internal catalogs: {', '.join(internal) or 'none'}")
+        warehouse = internal[0]
+    ctx.metadata.catalog(warehouse)
+    return {"defaults": {}, "overrides": {"prefix": warehouse}, "endpoints": ENDPOINTS}
+
+
+def _internal_catalogs(ctx: ServerContext) -> list[Any]:
+    from lakewarden.store import catalogs as catalog_store
+
+    with ctx.db.read() as session:
+        return [c for c in catalog_store.list_catalogs(session) if c.type == "internal"]
+
+
+# ---- namespaces
+
+
+@router.get("/{prefix}/namespaces")
+def list_namespaces(
+    prefix: str,
+    svc: Service,
+    parent: str | None = None,
+    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+    page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
+) -> dict[str, Any]:
+    svc.catalog(prefix)
+    with svc.db.read() as session:
+        found = store.list_namespaces(session, prefix, _ns(parent) if parent else None)
+    page, token = _page(found, page_token, page_size)
+    return {"namespaces": [store.levels(ns) for ns in page], "next-page-token": token}
+
+
+@router.post("/{prefix}/namespaces")
+def create_namespace(prefix: str, body: CreateNamespace, svc: Service) -> dict[str, Any]:
+    svc.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
+    return {"namespace": body.namespace, "properties": body.properties}
+
+
+@router.get("/{prefix}/namespaces/{namespace}")
+def load_namespace(prefix: str, namespace: str, svc: Service) -> dict[str, Any]:
+    svc.catalog(prefix)
+    with svc.db.read() as session:
+        row = store.get_namespace(session, prefix, _ns(namespace))
+    return {"namespace": store.levels(row.namespace), "properties": row.properties}
+
+
+@router.head("/{prefix}/namespaces/{namespace}", status_code=204)
+def namespace_exists(prefix: str, namespace: str, svc: Service) -> Response:
+    load_namespace(prefix, namespace, svc)
+    return Response(status_code=204)
+
+
+@router.delete("/{prefix}/namespaces/{namespace}", status_code=204)
+def drop_namespace(prefix: str, namespace: str, svc: Service) -> Response:
+    svc.drop_namespace(prefix, _ns(namespace))
+    return Response(status_code=204)
+
+
+@router.post("/{prefix}/namespaces/{namespace}/properties")
+def update_namespace_properties(
+    prefix: str, namespace: str, body: UpdateNamespaceProperties, svc: Service
+) -> dict[str, Any]:
+    svc.catalog(prefix)
+    overlap = set(body.removals) & set(body.updates)
+    if overlap:
+        raise InvalidField("removals", f"{sorted(overlap)} are also in updates")
+    with svc.db.write() as session:
+        updated, removed, missing = store.update_namespace_properties(
+            session, prefix, _ns(namespace), body.removals, body.updates
+        )
+    return {"updated": updated, "removed": removed, "missing": missing}
+
+
+# ---- tables
+
+
+@router.get("/{prefix}/namespaces/{namespace}/tables")
+def list_tables(
+    prefix: str, namespace: str, svc: Service, page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+    page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
+) -> dict[str, Any]:  # fmt: skip
+    svc.catalog(prefix)
+    ns = _ns(namespace)
+    with svc.db.read() as session:
+        names = store.list_pointers(session, prefix, ns)
+    page, token = _page(names, page_token, page_size)
+    return {"identifiers": [{"namespace": store.levels(ns), "name": n} for n in page], "next-page-token": token}
+
+
+@router.post("/{prefix}/namespaces/{namespace}/tables")
+def create_table(prefix: str, namespace: str, body: CreateTable, svc: Service) -> dict[str, Any]:
+    loaded = svc.create_table(
+        prefix, _ns(namespace), body.name, body.table_schema, body.partition_spec, body.write_order,
+        body.location, body.properties, body.stage_create,
+    )  # fmt: skip
+    return _loaded(loaded)
+
+
+@router.get("/{prefix}/namespaces/{namespace}/tables/{table}")
+def load_table(prefix: str, namespace: str, table: str, svc: Service) -> dict[str, Any]:
+    return _loaded(svc.load_table(prefix, _ns(namespace), table))
+
+
+@router.head("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
+def table_exists(prefix: str, namespace: str, table: str, svc: Service) -> Response:
+    if not svc.table_exists(prefix, _ns(namespace), table):
+        raise store.NoSuchTable(f"Table does not exist: {namespace}.{table}")
+    return Response(status_code=204)
+
+
+@router.post("/{prefix}/namespaces/{namespace}/tables/{table}")
+def commit_table(
+    prefix: str, namespace: str, table: str, body: CommitTable, svc: Service, request: Request,
+    user_agent: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:  # fmt: skip
+    client = request.headers.get("x-client-version") or user_agent
+    loaded = svc.commit_table(prefix, _ns(namespace), table, body.requirements, body.updates, client)
+    return {"metadata-location": loaded.metadata_location,
+            "metadata": loaded.metadata.model_dump(mode="json", by_alias=True, exclude_none=True)}  # fmt: skip
+
+
+@router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
+def drop_table(
+    prefix: str, namespace: str, table: str, svc: Service,
+    purge: Annotated[bool, Query(alias="purgeRequested")] = False,
+) -> Response:  # fmt: skip
+    svc.drop_table(prefix, _ns(namespace), table, purge)
+    return Response(status_code=204)
+
+
+@router.post("/{prefix}/tables/rename", status_code=204)
+def rename_table(prefix: str, body: RenameTable, svc: Service) -> Response:
+    source = (store.key(body.source.namespace), body.source.name)
+    target = (store.key(body.destination.namespace), body.destination.name)
+    svc.rename_table(prefix, source, target)
+    return Response(status_code=204)
+
+
+@router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
+def report_metrics(prefix: str, namespace: str, table: str, svc: Service) -> Response:
+    """Scan and commit reports are accepted (and not kept yet)."""
+    svc.catalog(prefix)
+    return Response(status_code=204)

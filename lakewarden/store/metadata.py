@@ -1,0 +1,221 @@
+"""Store functions of the metadata service: namespaces, table pointers (CAS), the commit timeline, the outbox.
+
+Namespaces are stored as their levels joined by the unit separator (0x1F), as in REST paths.
+Functions flush, never commit: a pointer swap, its timeline entry and its event share one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import AlreadyExists, Conflict, NotFound
+from lakewarden.store.database import utcnow
+from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, NamespaceRow
+
+SEP = "\x1f"
+
+
+class NoSuchNamespace(NotFound):
+    pass
+
+
+class NoSuchTable(NotFound):
+    pass
+
+
+class NamespaceNotEmpty(Conflict):
+    pass
+
+
+def key(levels: tuple[str, ...] | list[str]) -> str:
+    return SEP.join(levels)
+
+
+def levels(namespace_key: str) -> list[str]:
+    return namespace_key.split(SEP)
+
+
+# ---- namespaces
+
+
+def get_namespace(session: Session, catalog: str, namespace: str) -> NamespaceRow:
+    row = session.get(NamespaceRow, (catalog, namespace))
+    if row is None:
+        raise NoSuchNamespace(f"Namespace does not exist: {'.'.join(levels(namespace))}")
+    return row
+
+
+def create_namespace(session: Session, catalog: str, namespace: str, properties: dict[str, str]) -> NamespaceRow:
+    if session.get(NamespaceRow, (catalog, namespace)) is not None:
+        raise AlreadyExists(f"Namespace already exists: {'.'.join(levels(namespace))}")
+    parts = levels(namespace)
+    if len(parts) > 1:
+        get_namespace(session, catalog, key(parts[:-1]))  # the parent must exist
+    row = NamespaceRow(catalog_name=catalog, namespace=namespace, properties=dict(properties), created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return row
+
+
+def list_namespaces(session: Session, catalog: str, parent: str | None) -> list[str]:
+    """The direct children of `parent` (top-level namespaces when None), in order."""
+    query = select(NamespaceRow.namespace).where(NamespaceRow.catalog_name == catalog)
+    if parent:
+        get_namespace(session, catalog, parent)
+        query = query.where(NamespaceRow.namespace.startswith(parent + SEP, autoescape=True))
+    depth = len(levels(parent)) + 1 if parent else 1
+    return sorted(ns for ns in session.scalars(query) if len(levels(ns)) == depth)
+
+
+def drop_namespace(session: Session, catalog: str, namespace: str) -> None:
+    get_namespace(session, catalog, namespace)
+    tables = session.scalar(
+        select(func.count()).where(IcebergTableRow.catalog_name == catalog, IcebergTableRow.namespace == namespace)
+    )
+    children = session.scalar(
+        select(func.count()).where(
+            NamespaceRow.catalog_name == catalog, NamespaceRow.namespace.startswith(namespace + SEP, autoescape=True)
+        )
+    )
+    if tables or children:
+        raise NamespaceNotEmpty(
+            f"Namespace {'.'.join(levels(namespace))} is not empty: {tables} table(s), {children} namespace(s)"
+        )
+    session.execute(
+        delete(NamespaceRow).where(NamespaceRow.catalog_name == catalog, NamespaceRow.namespace == namespace)
+    )
+    session.flush()
+
+
+def update_namespace_properties(
+    session: Session, catalog: str, namespace: str, removals: list[str], updates: dict[str, str]
+) -> tuple[list[str], list[str], list[str]]:
+    row = get_namespace(session, catalog, namespace)
+    properties = dict(row.properties)
+    removed = [k for k in removals if k in properties]
+    missing = [k for k in removals if k not in properties]
+    for k in removed:
+        del properties[k]
+    properties.update(updates)
+    row.properties = properties
+    session.flush()
+    return sorted(updates), removed, missing
+
+
+# ---- table pointers
+
+
+def get_pointer(session: Session, catalog: str, namespace: str, table: str) -> IcebergTableRow:
+    row = session.get(IcebergTableRow, (catalog, namespace, table))
+    if row is None:
+        raise NoSuchTable(f"Table does not exist: {'.'.join(levels(namespace))}.{table}")
+    return row
+
+
+def pointer_exists(session: Session, catalog: str, namespace: str, table: str) -> bool:
+    return session.get(IcebergTableRow, (catalog, namespace, table)) is not None
+
+
+def list_pointers(session: Session, catalog: str, namespace: str) -> list[str]:
+    get_namespace(session, catalog, namespace)
+    query = select(IcebergTableRow.table_name).where(
+        IcebergTableRow.catalog_name == catalog, IcebergTableRow.namespace == namespace
+    )
+    return sorted(session.scalars(query))
+
+
+def create_pointer(session: Session, catalog: str, namespace: str, table: str, location: str) -> IcebergTableRow:
+    get_namespace(session, catalog, namespace)
+    if session.get(IcebergTableRow, (catalog, namespace, table)) is not None:
+        raise AlreadyExists(f"Table already exists: {'.'.join(levels(namespace))}.{table}")
+    now = utcnow()
+    row = IcebergTableRow(catalog_name=catalog, namespace=namespace, table_name=table, metadata_location=location,
+                          version=0, created_at=now, updated_at=now)  # fmt: skip
+    session.add(row)
+    session.flush()
+    return row
+
+
+def swap_pointer(session: Session, catalog: str, namespace: str, table: str, expected: str, new: str) -> int | None:
+    """Compare-and-swap the metadata location; the new version, or None when another commit won."""
+    result = session.execute(
+        update(IcebergTableRow)
+        .where(
+            IcebergTableRow.catalog_name == catalog,
+            IcebergTableRow.namespace == namespace,
+            IcebergTableRow.table_name == table,
+            IcebergTableRow.metadata_location == expected,
+        )
+        .values(metadata_location=new, version=IcebergTableRow.version + 1, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.flush()
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return None
+    return int(get_pointer(session, catalog, namespace, table).version)
+
+
+def drop_pointer(session: Session, catalog: str, namespace: str, table: str) -> IcebergTableRow:
+    row = get_pointer(session, catalog, namespace, table)
+    session.delete(row)
+    session.flush()
+    return row
+
+
+def rename_pointer(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
+    row = get_pointer(session, catalog, *source)
+    get_namespace(session, catalog, target[0])
+    if session.get(IcebergTableRow, (catalog, *target)) is not None:
+        raise AlreadyExists(f"Table already exists: {'.'.join(levels(target[0]))}.{target[1]}")
+    session.execute(
+        update(IcebergTableRow)
+        .where(
+            IcebergTableRow.catalog_name == catalog,
+            IcebergTableRow.namespace == source[0],
+            IcebergTableRow.table_name == source[1],
+        )
+        .values(namespace=target[0], table_name=target[1], updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.expunge(row)
+    session.flush()
+
+
+# ---- timeline and events
+
+
+def record_commit(session: Session, catalog: str, namespace: str, table: str, **fields: Any) -> CommitRow:
+    row = CommitRow(catalog_name=catalog, namespace=namespace, table_name=table, committed_at=utcnow(), **fields)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def timeline(session: Session, catalog: str, namespace: str, table: str, limit: int = 100) -> list[CommitRow]:
+    query = (
+        select(CommitRow)
+        .where(CommitRow.catalog_name == catalog, CommitRow.namespace == namespace, CommitRow.table_name == table)
+        .order_by(CommitRow.commit_id.desc())
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def add_event(
+    session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
+) -> EventRow:
+    row = EventRow(type=kind, catalog_name=catalog, namespace=namespace, table_name=table, payload=payload,
+                   created_at=utcnow())  # fmt: skip
+    session.add(row)
+    session.flush()
+    return row
+
+
+def events_after(session: Session, after: int, limit: int, catalog: str | None = None) -> list[EventRow]:
+    query = select(EventRow).where(EventRow.event_id > after).order_by(EventRow.event_id).limit(limit)
+    if catalog is not None:
+        query = query.where(or_(EventRow.catalog_name == catalog))
+    return list(session.scalars(query))

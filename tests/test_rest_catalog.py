@@ -1,0 +1,165 @@
+"""lakewarden's Iceberg REST catalog with real clients: pyiceberg's RestCatalog (and Spark in its own test)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException, NamespaceNotEmptyError, NoSuchTableError
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from tests.helpers import started_server, wait_for
+from tests.test_server_process import ServerProcess
+
+pytestmark = pytest.mark.slow
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    with started_server(tmp_path) as process:
+        created = httpx.post(f"{process.url}/api/v1/catalogs", json={"name": "lake", "type": "internal"})
+        assert created.status_code == 201, created.text
+        yield process
+
+
+def client(server: ServerProcess) -> RestCatalog:
+    return RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake")
+
+
+def rows(start: int, count: int, tag: str = "x") -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + count), pa.int64()), "v": pa.array([tag] * count)})
+
+
+def test_pyiceberg_client_round_trip(server: ServerProcess) -> None:
+    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    catalog = client(server)
+    assert api.get("/catalogs/lake").json()["properties"]["uri"] == f"{server.url}/iceberg"
+    catalog.create_namespace("db", {"owner": "data"})
+    catalog.create_namespace(("db", "sub"))
+    assert catalog.list_namespaces() == [("db",)]
+    assert catalog.list_namespaces(("db",)) == [("db", "sub")]
+    assert catalog.load_namespace_properties("db") == {"owner": "data"}
+    summary = catalog.update_namespace_properties("db", removals={"owner", "nope"}, updates={"team": "a"})
+    assert (summary.removed, summary.updated, summary.missing) == (["owner"], ["team"], ["nope"])
+
+    table = catalog.create_table("db.events", SCHEMA, properties={"self-optimizing.quota": "0.3"})
+    table.append(rows(0, 100))
+    table.append(rows(100, 50))
+    assert catalog.load_table("db.events").scan().to_arrow().num_rows == 150
+
+    with table.update_schema() as update:  # schema evolution
+        update.add_column("extra", StringType())
+    with table.transaction() as tx:
+        tx.set_properties({"write.target-file-size-bytes": "1048576"})
+    reloaded = catalog.load_table("db.events")
+    assert [f.name for f in reloaded.schema().fields] == ["id", "v", "extra"]
+    assert reloaded.properties["write.target-file-size-bytes"] == "1048576"
+    assert catalog.list_tables("db") == [("db", "events")]
+    assert catalog.table_exists("db.events")
+
+    timeline = api.get("/tables/lake/db/events/timeline").json()
+    assert [c["version"] for c in timeline] == [4, 3, 2, 1, 0]
+    assert [c["operation"] for c in timeline][2:] == ["append", "append", "create"]
+    assert timeline[2]["snapshot_id"] == reloaded.history()[-1].snapshot_id
+
+    # the explorer is told at once: the table is managed without waiting for a refresh interval
+    wait_for("lake.db.events managed", lambda: api.get("/tables/lake/db/events").status_code == 200, timeout=20)
+    managed = api.get("/tables/lake/db/events").json()
+    assert managed["config"]["self-optimizing.quota"] == "0.3"
+
+    catalog.rename_table("db.events", "db.sub.renamed")
+    assert catalog.list_tables(("db", "sub")) == [("db", "sub", "renamed")]
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table("db.events")
+    with pytest.raises(NamespaceNotEmptyError):
+        catalog.drop_namespace("db")
+    location = catalog.load_table("db.sub.renamed").metadata.location
+    catalog.purge_table("db.sub.renamed")
+    assert catalog.list_tables(("db", "sub")) == []
+    assert not any(Path(location.removeprefix("file:")).rglob("*.parquet"))
+    catalog.drop_namespace(("db", "sub"))
+
+    # a table created again under the same name gets a fresh location
+    again = catalog.create_table("db.events", SCHEMA)
+    assert again.metadata.location != location
+
+    events = api.get("/events", params={"after": 0}).json()
+    kinds = [e["type"] for e in events]
+    assert kinds[:3] == ["namespace-created", "namespace-created", "table-created"]
+    assert {"table-committed", "table-renamed", "table-dropped", "namespace-dropped"} <= set(kinds)
+    assert [e["event_id"] for e in events] == sorted(e["event_id"] for e in events)
+    assert api.get("/events", params={"after": events[-1]["event_id"]}).json() == []
+
+
+def test_concurrent_appenders_lose_no_commit(server: ServerProcess) -> None:
+    catalog = client(server)
+    catalog.create_namespace("db")
+    catalog.create_table("db.busy", SCHEMA)
+    conflicts: list[int] = []
+    errors: list[BaseException] = []
+
+    def appender(worker: int) -> None:
+        try:
+            own = client(server)
+            for batch in range(5):
+                while True:  # a commit that lost to another is retried on fresh metadata, as writers do
+                    try:
+                        own.load_table("db.busy").append(rows(worker * 1000 + batch * 10, 10, f"w{worker}"))
+                        break
+                    except CommitFailedException:
+                        conflicts.append(worker)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=appender, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    data = catalog.load_table("db.busy").scan().to_arrow()
+    assert data.num_rows == 4 * 5 * 10
+    assert len(set(data.column("id").to_pylist())) == 200
+    timeline = httpx.get(f"{server.url}/api/v1/tables/lake/db/busy/timeline").json()
+    assert len(timeline) == 1 + 20  # the create and every append, each with its own version
+    assert sorted(c["version"] for c in timeline) == list(range(21))
+
+
+def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> None:
+    base = f"{server.url}/iceberg/v1"
+    catalog = client(server)
+    catalog.create_namespace("db")
+    catalog.create_table("db.t", SCHEMA)
+
+    def error(response: httpx.Response, status: int, kind: str) -> dict[str, Any]:
+        assert response.status_code == status, response.text
+        body = response.json()["error"]
+        assert (body["code"], body["type"]) == (status, kind) and body["message"]
+        return dict(body)
+
+    assert httpx.get(f"{base}/config", params={"warehouse": "lake"}).json()["overrides"] == {"prefix": "lake"}
+    error(httpx.get(f"{base}/config", params={"warehouse": "nope"}), 404, "NoSuchWarehouseException")
+    error(httpx.get(f"{base}/lake/namespaces/nope"), 404, "NoSuchNamespaceException")
+    error(httpx.get(f"{base}/lake/namespaces/db/tables/nope"), 404, "NoSuchTableException")
+    error(httpx.post(f"{base}/lake/namespaces", json={"namespace": "db"}), 400, "BadRequestException")
+    error(httpx.post(f"{base}/lake/namespaces", json={"namespace": ["db"]}), 409, "AlreadyExistsException")
+    error(httpx.post(f"{base}/lake/namespaces/db/tables", json={"name": "x", "schema": {"type": "nope"}}), 400,
+          "BadRequestException")  # fmt: skip
+    error(httpx.post(f"{base}/lake/namespaces/db/tables", content=b"{", headers={"content-type": "application/json"}),
+          400, "BadRequestException")  # fmt: skip
+    stale = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42}], "updates": []}
+    error(httpx.post(f"{base}/lake/namespaces/db/tables/t", json=stale), 409, "CommitFailedException")
+    bad_update = {"updates": [{"action": "no-such-action"}]}
+    error(httpx.post(f"{base}/lake/namespaces/db/tables/t", json=bad_update), 400, "BadRequestException")
+    error(httpx.delete(f"{base}/lake/namespaces/db"), 409, "NamespaceNotEmptyException")
+    error(httpx.get(f"{base}/lake/namespaces", params={"pageToken": "zz"}), 400, "BadRequestException")
+    page = httpx.get(f"{base}/lake/namespaces", params={"pageSize": 1}).json()
+    assert page == {"namespaces": [["db"]], "next-page-token": None}
