@@ -163,3 +163,43 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     error(httpx.get(f"{base}/lake/namespaces", params={"pageToken": "zz"}), 400, "BadRequestException")
     page = httpx.get(f"{base}/lake/namespaces", params={"pageSize": 1}).json()
     assert page == {"namespaces": [["db"]], "next-page-token": None}
+
+
+def test_multi_table_commit_is_atomic_and_register_adopts_a_table(server: ServerProcess) -> None:
+    base = f"{server.url}/iceberg/v1/lake"
+    catalog = client(server)
+    catalog.create_namespace("db")
+    one, two = catalog.create_table("db.one", SCHEMA), catalog.create_table("db.two", SCHEMA)
+
+    def change(table: Any, uuid: str, value: str) -> dict[str, Any]:
+        return {
+            "identifier": {"namespace": ["db"], "name": table.name()[-1]},
+            "requirements": [{"type": "assert-table-uuid", "uuid": uuid}],
+            "updates": [{"action": "set-properties", "updates": {"batch": value}}],
+        }
+
+    both = {
+        "table-changes": [
+            change(one, str(one.metadata.table_uuid), "1"),
+            change(two, str(two.metadata.table_uuid), "1"),
+        ]
+    }
+    assert httpx.post(f"{base}/transactions/commit", json=both).status_code == 204
+    assert {catalog.load_table(f"db.{t}").properties["batch"] for t in ("one", "two")} == {"1"}
+
+    wrong = "00000000-0000-0000-0000-000000000000"
+    half = {"table-changes": [change(one, str(one.metadata.table_uuid), "2"), change(two, wrong, "2")]}
+    refused = httpx.post(f"{base}/transactions/commit", json=half)
+    assert refused.status_code == 409 and refused.json()["error"]["type"] == "CommitFailedException"
+    assert catalog.load_table("db.one").properties["batch"] == "1"  # nothing of the failed transaction applied
+    twice = {"table-changes": [change(one, str(one.metadata.table_uuid), "3")] * 2}
+    assert httpx.post(f"{base}/transactions/commit", json=twice).status_code == 400
+
+    one.append(rows(0, 5))
+    location = catalog.load_table("db.one").metadata_location
+    catalog.drop_table("db.one")  # the files stay: no purge
+    adopted = httpx.post(f"{base}/namespaces/db/register", json={"name": "adopted", "metadata-location": location})
+    assert adopted.status_code == 200, adopted.text
+    assert catalog.load_table("db.adopted").scan().to_arrow().num_rows == 5
+    bad = httpx.post(f"{base}/namespaces/db/register", json={"name": "x", "metadata-location": "/nowhere.json"})
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("metadata-location")

@@ -65,3 +65,42 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert checksum(spark, f"{c}.db.t") == before
     assert wait_for("idle", lambda: api.get(f"/tables/{c}/db/t").json()["status"] == "idle")
     assert len(api.get("/processes").json()) == 1
+
+
+def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
+    server, api = lake
+    c = f"rest{server.port}"
+    spark.sql(f"CREATE NAMESPACE {c}.db")
+    # CTAS and REPLACE are staged creates/replaces, committed with assert-create / assert-table-uuid
+    spark.sql(f"CREATE TABLE {c}.db.ctas USING iceberg PARTITIONED BY (bucket(4, id)) "
+              f"AS SELECT id, CAST(id AS STRING) AS v FROM range(200)")  # fmt: skip
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.ctas").first()[0] == 200  # type: ignore[index]
+    spark.sql(f"REPLACE TABLE {c}.db.ctas USING iceberg AS SELECT id, id * 2 AS doubled FROM range(10)")
+    replaced = spark.sql(f"SELECT * FROM {c}.db.ctas ORDER BY id").collect()
+    assert [tuple(r) for r in replaced[:2]] == [(0, 0), (1, 2)] and len(replaced) == 10
+    spark.sql(f"CREATE OR REPLACE TABLE {c}.db.fresh USING iceberg AS SELECT 1L AS id")
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.fresh").first()[0] == 1  # type: ignore[index]
+
+    spark.sql(f"CREATE TABLE {c}.db.t (id BIGINT, v STRING) USING iceberg")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {c}.db.t VALUES ({i}, 'v{i}')")
+    spark.sql(f"ALTER TABLE {c}.db.t ADD PARTITION FIELD truncate(1, v)")
+    spark.sql(f"ALTER TABLE {c}.db.t RENAME COLUMN v TO value")
+    spark.sql(f"ALTER TABLE {c}.db.t CREATE BRANCH audit")
+    spark.sql(f"ALTER TABLE {c}.db.t CREATE TAG release_1")
+    spark.sql(f"INSERT INTO {c}.db.t.branch_audit VALUES (99, 'only on the branch')")
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.t").first()[0] == 4  # type: ignore[index]
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.t VERSION AS OF 'audit'").first()[0] == 5  # type: ignore[index]
+    refs = {r[0] for r in spark.sql(f"SELECT name FROM {c}.db.t.refs").collect()}
+    assert refs == {"main", "audit", "release_1"}
+
+    result = spark.sql(f"CALL {c}.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '2'))")
+    assert result.first()[0] == 4  # type: ignore[index]  # rewritten data files
+    spark.sql(f"CALL {c}.system.rewrite_manifests('db.t')").collect()
+    spark.sql(f"CALL {c}.system.expire_snapshots(table => 'db.t', older_than => TIMESTAMP '2999-01-01 00:00:00', "
+              "retain_last => 1)").collect()  # fmt: skip
+    spark.sql(f"CALL {c}.system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '2000-01-01 00:00:00')"
+              ).collect()  # fmt: skip
+    assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {c}.db.t").collect()) == [0, 1, 2, 3]
+    operations = [e["operation"] for e in api.get(f"/tables/{c}/db/t/timeline").json()]
+    assert "replace" in operations  # the rewrite, recorded on the timeline

@@ -1,8 +1,8 @@
 """What lakewarden does when its metadata service announces a change: the table is evaluated at once.
 
-Events arrive from request threads; a single worker takes them off a queue, coalesces them per
-catalog, refreshes the catalog's managed tables (adding created ones, disposing dropped ones, taking
-the new metadata location of committed ones) and wakes the evaluator, so a commit that crosses a
+Events arrive from request threads; a single worker takes them off a queue in batches, refreshes
+just the tables they name (adding created ones, disposing dropped ones, taking the new metadata
+location of committed ones; no listing of the catalog) and wakes the evaluator, so a commit that crosses a
 trigger is queued for optimizing within moments instead of the explorer's interval.
 lakewarden's own optimizing commits are recognised by their snapshot summary and change nothing.
 """
@@ -12,13 +12,17 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import defaultdict
 from typing import Any
 
+from lakewarden.domain.tables import TableIdentifier
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
 
 log = logging.getLogger(__name__)
 OWN_COMMIT = "lakewarden.process-id"
+BATCH_SECONDS = 0.1
 
 
 class EventDispatcher:
@@ -52,16 +56,29 @@ class EventDispatcher:
             event = self._queue.get()
             if event is None:
                 return
-            catalogs = {event["catalog"]}
-            while not self._queue.empty():  # coalesce a burst of commits into one refresh per catalog
+            time.sleep(BATCH_SECONDS)  # let a burst of commits arrive, then handle it as one
+            batch = [event]
+            while not self._queue.empty():
                 more = self._queue.get()
                 if more is None:
                     return
-                catalogs.add(more["catalog"])
-            for catalog in sorted(catalogs):
+                batch.append(more)
+            by_catalog: dict[str, set[TableIdentifier]] = defaultdict(set)
+            for item in batch:
+                by_catalog[item["catalog"]] |= _tables_of(item)
+            for catalog, names in sorted(by_catalog.items()):
                 try:
-                    self.explorer.refresh(catalog)
+                    self.explorer.refresh_tables(catalog, names)
                 except Exception:
                     log.exception("refreshing %s after an event failed", catalog)
             self.evaluator.wake()
-            self.handled += 1
+            self.handled += len(batch)
+
+
+def _tables_of(event: dict[str, Any]) -> set[TableIdentifier]:
+    """The tables an event concerns (a rename: both names)."""
+    names = {TableIdentifier(event["catalog"], ".".join(event["namespace"]), event["table"])}
+    moved = event["payload"].get("from")
+    if moved:
+        names.add(TableIdentifier(event["catalog"], ".".join(moved["namespace"]), moved["table"]))
+    return names

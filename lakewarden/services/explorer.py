@@ -101,6 +101,24 @@ class TableExplorer(LoopService):
             self.on_change()
         return result
 
+    def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
+        """Refresh only the named tables (a change announced by an event): no listing of the catalog."""
+        with self._lock(catalog_name):
+            started = time.monotonic()
+            with self.db.read() as session:
+                spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog_name))
+            table_filter = TableFilter.of(spec)
+            wanted = {n for n in names if table_filter.accepts_table(n.database, n.table)}
+            result = RefreshResult(catalog_name)
+            with opened_catalog(spec) as catalog:
+                snapshots = self._load_all(catalog, sorted(wanted))
+            present = {name for name, snap in snapshots.items() if snap is not None}
+            self._apply(spec, present, snapshots, result, scope=names)
+            result.duration_ms = int((time.monotonic() - started) * 1000)
+        if (result.added or result.updated) and self.on_change is not None:
+            self.on_change()
+        return result
+
     def _load_all(
         self, catalog: Catalog, names: list[TableIdentifier]
     ) -> dict[TableIdentifier, TableSnapshot | str | None]:
@@ -125,10 +143,14 @@ class TableExplorer(LoopService):
         listed: set[TableIdentifier],
         snapshots: dict[TableIdentifier, TableSnapshot | str | None],
         result: RefreshResult,
+        scope: set[TableIdentifier] | None = None,
     ) -> None:
+        """Make the managed tables match `listed`; with `scope`, only the tables named there are considered."""
         defaults = spec.table_defaults
         with self.db.write() as session:
             current = {rec.name: rec for rec in table_store.list_tables(session, catalog=spec.name)}
+            if scope is not None:
+                current = {name: rec for name, rec in current.items() if name in scope}
             for name in sorted(set(current) - listed):
                 table_store.dispose_table(session, current[name].identifier.table_id)
                 result.disposed.append(str(name))
@@ -154,7 +176,8 @@ class TableExplorer(LoopService):
                         record = table_store.add_table(session, name, optimizing_group(config), config)
                         result.added.append(str(name))
                     table_store.record_table_error(session, record.runtime, loaded)
-            catalog_store.record_refresh(session, spec.name, None)
+            if scope is None:
+                catalog_store.record_refresh(session, spec.name, None)
         result.tables = len(listed)
         if result.added or result.disposed:
             log.info("catalog %s: %d added, %d disposed", spec.name, len(result.added), len(result.disposed))

@@ -12,6 +12,7 @@ the same transaction as the swap; in-process subscribers hear of it at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import uuid
@@ -25,9 +26,25 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile, ToOutputFile
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, new_table_metadata
 from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate, update_table_metadata
+from pyiceberg.table.update import (
+    AddPartitionSpecUpdate,
+    AddSchemaUpdate,
+    AddSnapshotUpdate,
+    AddSortOrderUpdate,
+    AssertCreate,
+    AssignUUIDUpdate,
+    SetCurrentSchemaUpdate,
+    SetDefaultSortOrderUpdate,
+    SetDefaultSpecUpdate,
+    SetLocationUpdate,
+    SetPropertiesUpdate,
+    TableRequirement,
+    TableUpdate,
+    UpgradeFormatVersionUpdate,
+    update_table_metadata,
+)
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, NotFound
@@ -48,6 +65,10 @@ class NoSuchWarehouse(NotFound):
     pass
 
 
+class _SwapLost(Exception):
+    """A pointer of a multi-table commit moved meanwhile."""
+
+
 @dataclass(frozen=True)
 class LoadedTable:
     metadata_location: str | None
@@ -60,6 +81,7 @@ class MetadataService:
         self._subscribers: list[Subscriber] = []
         self._cache: OrderedDict[str, TableMetadata] = OrderedDict()  # metadata files never change
         self._cache_lock = threading.Lock()
+        self._json: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies by metadata location
 
     # ---- events
 
@@ -170,6 +192,22 @@ class MetadataService:
         self._publish([event])
         return LoadedTable(location, metadata)
 
+    def load_table_json(self, catalog: str, namespace: str, name: str) -> bytes:
+        """The loadTable response body, serialised once per metadata file (which never changes)."""
+        loaded = self.load_table(catalog, namespace, name)
+        assert loaded.metadata_location is not None
+        with self._cache_lock:
+            body = self._json.get(loaded.metadata_location)
+        if body is None:
+            metadata = loaded.metadata.model_dump_json(by_alias=True, exclude_none=True)
+            location = json.dumps(loaded.metadata_location)
+            body = f'{{"metadata-location": {location}, "metadata": {metadata}, "config": {{}}}}'.encode()
+            with self._cache_lock:
+                self._json[loaded.metadata_location] = body
+                while len(self._json) > 500:
+                    self._json.popitem(last=False)
+        return body
+
     def load_table(self, catalog: str, namespace: str, name: str) -> LoadedTable:
         spec = self.catalog(catalog)
         with self.db.read() as session:
@@ -187,6 +225,8 @@ class MetadataService:
     ) -> LoadedTable:  # fmt: skip
         spec = self.catalog(catalog)
         io = self._io(spec)
+        if any(isinstance(r, AssertCreate) for r in requirements):
+            return self._commit_create(spec, io, namespace, name, updates, client)
         for _ in range(MAX_COMMIT_ATTEMPTS):
             with self.db.read() as session:
                 pointer = store.get_pointer(session, catalog, namespace, name)
@@ -222,6 +262,103 @@ class MetadataService:
             return LoadedTable(location, metadata)
         raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {name}")
 
+    def _commit_create(
+        self, spec: CatalogSpec, io: FileIO, namespace: str, name: str, updates: Sequence[TableUpdate],
+        client: str | None,
+    ) -> LoadedTable:  # fmt: skip
+        """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
+        try:
+            metadata = update_table_metadata(_metadata_from(updates), tuple(u for u in updates if not _defines(u)))
+        except (ValueError, KeyError, StopIteration) as exc:
+            raise InvalidField("updates", f"cannot create the table from these updates: {exc}") from exc
+        location = self._new_location(metadata, 0)
+        ToOutputFile.table_metadata(metadata, io.new_output(location))
+        try:
+            with self.db.write() as session:
+                if store.pointer_exists(session, spec.name, namespace, name):
+                    raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
+                store.create_pointer(session, spec.name, namespace, name, location)
+                details = _describe_commit(metadata, metadata, updates)
+                store.record_commit(session, spec.name, namespace, name, version=0, metadata_location=location,
+                                    client=client, **{**details, "operation": "create"})  # fmt: skip
+                event = self._event(session, "table-created", spec.name, namespace, name,
+                                    {"metadata_location": location, "version": 0, **details})  # fmt: skip
+        except Exception:
+            io.delete(location)
+            raise
+        self._publish([event])
+        return LoadedTable(location, metadata)
+
+    def commit_transaction(
+        self, catalog: str, changes: Sequence[tuple[str, str, Sequence[TableRequirement], Sequence[TableUpdate]]],
+        client: str | None = None,
+    ) -> None:  # fmt: skip
+        """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does."""
+        spec = self.catalog(catalog)
+        io = self._io(spec)
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            staged: list[tuple[str, str, str, str, TableMetadata, TableMetadata]] = []
+            for namespace, name, requirements, updates in changes:
+                with self.db.read() as session:
+                    pointer = store.get_pointer(session, catalog, namespace, name)
+                base = self._read(io, pointer.metadata_location)
+                try:
+                    for requirement in requirements:
+                        requirement.validate(base)
+                except CommitFailedException as exc:
+                    self._discard(io, [entry[3] for entry in staged])
+                    raise CommitFailed(f"{'.'.join(store.levels(namespace))}.{name}: {exc}") from exc
+                metadata = update_table_metadata(base, tuple(updates), metadata_location=pointer.metadata_location)
+                location = self._new_location(metadata, pointer.version + 1)
+                ToOutputFile.table_metadata(metadata, io.new_output(location))
+                staged.append((namespace, name, pointer.metadata_location, location, metadata, base))
+            try:
+                events = self._swap_all(catalog, staged, changes, client)
+            except _SwapLost:  # one swap lost: none of them happened; check everything again
+                self._discard(io, [entry[3] for entry in staged])
+                continue
+            self._publish(events)
+            return
+        raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} attempts at a multi-table commit")
+
+    def _swap_all(self, catalog: str, staged: list[Any], changes: Sequence[Any], client: str | None) -> list[Any]:
+        events = []
+        with self.db.write() as session:
+            for namespace, name, old, new, metadata, base in staged:
+                version = store.swap_pointer(session, catalog, namespace, name, old, new)
+                if version is None:
+                    raise _SwapLost  # leaving the block rolls every swap back
+                updates = next(u for ns, n, _, u in changes if (ns, n) == (namespace, name))
+                details = _describe_commit(base, metadata, updates)
+                store.record_commit(session, catalog, namespace, name, version=version, metadata_location=new,
+                                    client=client, **details)  # fmt: skip
+                events.append(self._event(session, "table-committed", catalog, namespace, name,
+                                          {"metadata_location": new, "version": version, **details}))  # fmt: skip
+        return events
+
+    @staticmethod
+    def _discard(io: FileIO, locations: Sequence[str]) -> None:
+        for location in locations:
+            with contextlib.suppress(OSError):
+                io.delete(location)
+
+    def register_table(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedTable:
+        """Adopt an existing table by its metadata file; the file must be readable."""
+        spec = self.catalog(catalog)
+        try:
+            metadata = self._read(self._io(spec), metadata_location)
+        except Exception as exc:
+            raise InvalidField("metadata-location", f"cannot read table metadata there: {exc}") from exc
+        with self.db.write() as session:
+            store.create_pointer(session, catalog, namespace, name, metadata_location)
+            store.record_commit(session, catalog, namespace, name, version=0, operation="register",
+                                snapshot_id=metadata.current_snapshot_id, parent_snapshot_id=None, summary={},
+                                metadata_location=metadata_location, client=None)  # fmt: skip
+            event = self._event(session, "table-created", catalog, namespace, name,
+                                {"metadata_location": metadata_location, "version": 0, "registered": True})  # fmt: skip
+        self._publish([event])
+        return LoadedTable(metadata_location, metadata)
+
     def drop_table(self, catalog: str, namespace: str, name: str, purge: bool) -> None:
         spec = self.catalog(catalog)
         with self.db.write() as session:
@@ -242,6 +379,40 @@ class MetadataService:
             event = self._event(session, "table-renamed", catalog, target[0], target[1],
                                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}})  # fmt: skip
         self._publish([event])
+
+
+_DEFINING = (AssignUUIDUpdate, UpgradeFormatVersionUpdate, AddSchemaUpdate, SetCurrentSchemaUpdate,
+             AddPartitionSpecUpdate, SetDefaultSpecUpdate, AddSortOrderUpdate, SetDefaultSortOrderUpdate,
+             SetLocationUpdate, SetPropertiesUpdate)  # fmt: skip
+
+
+def _defines(update: TableUpdate) -> bool:
+    return isinstance(update, _DEFINING)
+
+
+def _metadata_from(updates: Sequence[TableUpdate]) -> TableMetadata:
+    """A new table's metadata from the updates that define it, keeping the ids the client assigned."""
+
+    def last(kind: type[Any]) -> Any:
+        return next(u for u in reversed(updates) if isinstance(u, kind))
+
+    schema = last(AddSchemaUpdate).schema_
+    partition_spec = next((u.spec for u in reversed(updates) if isinstance(u, AddPartitionSpecUpdate)), PartitionSpec())
+    order = next((u.sort_order for u in reversed(updates) if isinstance(u, AddSortOrderUpdate)), SortOrder())
+    properties: dict[str, str] = {}
+    for update in updates:
+        if isinstance(update, SetPropertiesUpdate):
+            properties.update(update.updates)
+    version = next((u.format_version for u in updates if isinstance(u, UpgradeFormatVersionUpdate)), 2)
+    if version != 2:
+        raise ValueError(f"format-version {version} tables cannot be created here yet")
+    table_uuid = next((u.uuid for u in updates if isinstance(u, AssignUUIDUpdate)), uuid.uuid4())
+    return TableMetadataV2(
+        location=last(SetLocationUpdate).location, table_uuid=table_uuid, last_column_id=schema.highest_field_id,
+        schemas=[schema], current_schema_id=schema.schema_id, partition_specs=[partition_spec],
+        default_spec_id=partition_spec.spec_id, last_partition_id=partition_spec.last_assigned_field_id,
+        sort_orders=[order], default_sort_order_id=order.order_id, properties=properties,
+    )  # fmt: skip
 
 
 def _describe_commit(base: TableMetadata, metadata: TableMetadata, updates: Sequence[TableUpdate]) -> dict[str, Any]:
