@@ -12,7 +12,7 @@
       - {name: local, container-impl: local}
     resource-groups:                   # ensured at start (created when absent, never changed)
       - {name: default, container: local, properties: {instances: "1"}}
-    catalogs:                          # ensured at start; omitted = one `sql` catalog `local` in data-dir
+    catalogs:                          # ensured at start; omitted = `lake` (internal) and `local` (sql) in data-dir
       - {name: lake, type: sql, properties: {uri: "sqlite:////data/lake.db", warehouse: /data/lake}}
 
 Any key can be overridden by an environment variable named LAKEWARDEN_ followed by the key path,
@@ -140,16 +140,18 @@ class Config(_Model):
         return [c.name for c in self.containers]
 
     def catalog_seeds(self) -> list[CatalogSeed]:
-        """The catalogs ensured at start; by default one local SQL catalog inside the data directory."""
+        """The catalogs ensured at start. By default: `lake`, lakewarden's own REST catalog (type
+        internal), and `local`, an Iceberg SQL catalog on SQLite; both inside the data directory."""
         if self.catalogs is not None:
             return list(self.catalogs)
         local = self.data_dir
         return [
+            CatalogSeed(name="lake", type="internal", properties={"warehouse": str(local / "warehouse" / "lake")}),
             CatalogSeed(
                 name="local",
                 type="sql",
                 properties={"uri": f"sqlite:///{local / 'catalog.db'}", "warehouse": str(local / "warehouse")},
-            )
+            ),
         ]
 
 

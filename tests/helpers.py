@@ -52,7 +52,7 @@ def checksum(spark: SparkSession, table: str, columns: str = "id, cat, v") -> tu
 def open_lake(server: ServerProcess, spark: SparkSession) -> httpx.Client:
     """An API client of the server, and Spark on its embedded `local` catalog with a namespace `db`."""
     api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-    (local,) = api.get("/catalogs").json()
+    local = next(c for c in api.get("/catalogs").json() if c["name"] == "local")
     configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
     spark.sql("CREATE NAMESPACE local.db")
     return api

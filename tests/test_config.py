@@ -17,9 +17,10 @@ def test_defaults_are_amoro_like(tmp_path: Path) -> None:
     assert cfg.ams.optimizer.task_ack_timeout == timedelta(seconds=30)
     assert cfg.database_url == f"sqlite:///{tmp_path / 'lakewarden.db'}"
     assert [(g.name, g.properties) for g in cfg.resource_groups] == [("default", {"instances": "1"})]
-    (seed,) = cfg.catalog_seeds()
-    assert (seed.name, seed.type) == ("local", "sql")
-    assert seed.properties["warehouse"] == str(tmp_path / "warehouse")
+    lake, local = cfg.catalog_seeds()
+    assert (lake.name, lake.type, local.name, local.type) == ("lake", "internal", "local", "sql")
+    assert lake.properties["warehouse"] == str(tmp_path / "warehouse" / "lake")
+    assert local.properties["warehouse"] == str(tmp_path / "warehouse")
 
 
 def test_yaml_file_and_environment_override(tmp_path: Path) -> None:

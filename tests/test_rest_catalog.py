@@ -24,9 +24,7 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2,
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    with started_server(tmp_path) as process:
-        created = httpx.post(f"{process.url}/api/v1/catalogs", json={"name": "lake", "type": "internal"})
-        assert created.status_code == 201, created.text
+    with started_server(tmp_path) as process:  # the embedded default has the internal catalog `lake`
         yield process
 
 
@@ -146,6 +144,8 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
         return dict(body)
 
     assert httpx.get(f"{base}/config", params={"warehouse": "lake"}).json()["overrides"] == {"prefix": "lake"}
+    kept = httpx.delete(f"{server.url}/api/v1/catalogs/lake")
+    assert kept.status_code == 409 and "namespace" in kept.json()["error"]["message"]
     error(httpx.get(f"{base}/config", params={"warehouse": "nope"}), 404, "NoSuchWarehouseException")
     error(httpx.get(f"{base}/lake/namespaces/nope"), 404, "NoSuchNamespaceException")
     error(httpx.get(f"{base}/lake/namespaces/db/tables/nope"), 404, "NoSuchTableException")

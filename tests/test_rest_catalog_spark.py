@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +66,12 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert checksum(spark, f"{c}.db.t") == before
     assert wait_for("idle", lambda: api.get(f"/tables/{c}/db/t").json()["status"] == "idle")
     assert len(api.get("/processes").json()) == 1
+    # the runtime follows lakewarden's own rewrite (its event refreshes the table) without a re-plan
+    files = spark.sql(f"SELECT count(*) FROM {c}.db.t.files WHERE content = 0").first()[0]  # type: ignore[index]
+    wait_for("the runtime to follow", lambda: api.get(f"/tables/{c}/db/t").json()["data_files"] == files, timeout=20)
+    time.sleep(3)  # evaluator passes run every second here: none of them plans the table again
+    assert len(api.get("/processes").json()) == 1
+    assert api.get(f"/tables/{c}/db/t").json()["status"] == "idle"
 
 
 def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:

@@ -86,9 +86,10 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_table_created_by_spark_is_listed_within_one_refresh(server: ServerProcess, spark: SparkSession) -> None:
-    # the embedded default: a `local` SQL catalog in the data directory, a `default` group
-    (local,) = cli_json(server, "catalog", "list")
-    assert (local["name"], local["type"]) == ("local", "sql")
+    # the embedded default: a `lake` REST catalog and a `local` SQL catalog in the data directory, a group
+    lake, local = cli_json(server, "catalog", "list")
+    assert [(c["name"], c["type"]) for c in (lake, local)] == [("lake", "internal"), ("local", "sql")]
+    assert lake["properties"]["uri"] == f"{server.url}/iceberg"
     assert [g["name"] for g in cli_json(server, "group", "list")] == ["default"]
     configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
     c = "local"  # Iceberg's JDBC catalog keys its rows by catalog name: Spark must use the same one
@@ -119,19 +120,19 @@ def test_table_created_by_spark_is_listed_within_one_refresh(server: ServerProce
 
 
 def test_cli_commands_and_errors(server: ServerProcess, tmp_path: Path) -> None:
-    wh = tmp_path / "lake"
-    out = cli(server, "catalog", "add", "lake", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", str(wh),
+    wh = tmp_path / "extra"
+    out = cli(server, "catalog", "add", "extra", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", str(wh),
               "-p", "table-filter=keep_.*").stdout  # fmt: skip
     assert "registered" in out
-    assert cli_json(server, "catalog", "show", "lake")["properties"]["table-filter"] == "keep_.*"
-    assert "healthy" in cli(server, "catalog", "refresh", "lake").stdout
-    assert "lake" in cli(server, "catalog", "list").stdout
+    assert cli_json(server, "catalog", "show", "extra")["properties"]["table-filter"] == "keep_.*"
+    assert "healthy" in cli(server, "catalog", "refresh", "extra").stdout
+    assert "extra" in cli(server, "catalog", "list").stdout
 
     dup = cli(
-        server, "catalog", "add", "lake", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", "/w", ok=False
+        server, "catalog", "add", "extra", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", "/w", ok=False
     )
     assert dup.returncode == 1
-    assert dup.stderr.strip() == "error: catalog 'lake' already exists (HTTP 409)"
+    assert dup.stderr.strip() == "error: catalog 'extra' already exists (HTTP 409)"
     bad = cli(server, "catalog", "add", "x", "--type", "sql", "--warehouse", "/w", ok=False)
     assert bad.returncode == 1
     assert "properties.uri: is required" in bad.stderr
@@ -149,8 +150,8 @@ def test_cli_commands_and_errors(server: ServerProcess, tmp_path: Path) -> None:
     )
     assert "must be catalog.database.table" in cli(server, "table", "show", "nodots", ok=False).stderr
     assert "not managed" in cli(server, "table", "show", "a.b.c", ok=False).stderr
-    assert "removed" in cli(server, "catalog", "rm", "lake").stdout
-    assert "does not exist" in cli(server, "catalog", "rm", "lake", ok=False).stderr
+    assert "removed" in cli(server, "catalog", "rm", "extra").stdout
+    assert "does not exist" in cli(server, "catalog", "rm", "extra", ok=False).stderr
 
 
 def test_cli_without_a_server_says_so(tmp_path: Path) -> None:

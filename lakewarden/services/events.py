@@ -4,7 +4,8 @@ Events arrive from request threads; a single worker takes them off a queue in ba
 just the tables they name (adding created ones, disposing dropped ones, taking the new metadata
 location of committed ones; no listing of the catalog) and wakes the evaluator, so a commit that crosses a
 trigger is queued for optimizing within moments instead of the explorer's interval.
-lakewarden's own optimizing commits are recognised by their snapshot summary and change nothing.
+lakewarden's own optimizing commits (recognised by their snapshot summary) refresh the runtime but
+wake nothing: the process that made them settles the table.
 """
 
 from __future__ import annotations
@@ -34,13 +35,8 @@ class EventDispatcher:
         self.handled = 0
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if event["type"].startswith("namespace-"):
-            return
-        summary = event["payload"].get("summary") or {}
-        if event["type"] == "table-committed" and OWN_COMMIT in summary:
-            # lakewarden's own rewrite: the process that made it settles the table; a re-plan would be pointless
-            return
-        self._queue.put(event)
+        if not event["type"].startswith("namespace-"):
+            self._queue.put(event)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="lakewarden-events", daemon=True)
@@ -71,8 +67,15 @@ class EventDispatcher:
                     self.explorer.refresh_tables(catalog, names)
                 except Exception:
                     log.exception("refreshing %s after an event failed", catalog)
-            self.evaluator.wake()
+            # lakewarden's own rewrites only need the runtime to follow them: the process that made them
+            # settles the table, and a re-evaluation now would be pointless
+            if any(not _own_commit(item) for item in batch):
+                self.evaluator.wake()
             self.handled += len(batch)
+
+
+def _own_commit(event: dict[str, Any]) -> bool:
+    return event["type"] == "table-committed" and OWN_COMMIT in (event["payload"].get("summary") or {})
 
 
 def _tables_of(event: dict[str, Any]) -> set[TableIdentifier]:

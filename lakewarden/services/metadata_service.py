@@ -82,6 +82,7 @@ class MetadataService:
         self._cache: OrderedDict[str, TableMetadata] = OrderedDict()  # metadata files never change
         self._cache_lock = threading.Lock()
         self._json: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies by metadata location
+        self._catalogs: dict[str, CatalogSpec] = {}  # internal catalogs by name (the catalog routes forget them)
 
     # ---- events
 
@@ -104,7 +105,16 @@ class MetadataService:
 
     # ---- catalogs
 
+    def forget_catalog(self, name: str) -> None:
+        """A catalog was changed or removed: look it up afresh next time."""
+        with self._cache_lock:
+            self._catalogs.pop(name, None)
+
     def catalog(self, name: str) -> CatalogSpec:
+        with self._cache_lock:
+            cached = self._catalogs.get(name)
+        if cached is not None:
+            return cached
         with self.db.read() as session:
             try:
                 spec = catalog_store.spec_of(catalog_store.get_catalog(session, name))
@@ -112,6 +122,8 @@ class MetadataService:
                 raise NoSuchWarehouse(f"warehouse {name!r} is not an internal catalog of this lakewarden") from None
         if spec.type != "internal":
             raise NoSuchWarehouse(f"warehouse {name!r} is a {spec.type} catalog, not an internal one")
+        with self._cache_lock:
+            self._catalogs[name] = spec
         return spec
 
     def _io(self, spec: CatalogSpec) -> FileIO:
@@ -244,8 +256,8 @@ class MetadataService:
             location = self._new_location(metadata, version + 1)
             ToOutputFile.table_metadata(metadata, io.new_output(location))
             with self.db.write() as session:
-                new_version = store.swap_pointer(session, catalog, namespace, name, expected, location)
-                if new_version is None:
+                new_version = version + 1
+                if not store.swap_pointer(session, catalog, namespace, name, expected, version, location):
                     event = None
                 else:
                     details = _describe_commit(base, metadata, updates)
@@ -297,7 +309,7 @@ class MetadataService:
         spec = self.catalog(catalog)
         io = self._io(spec)
         for _ in range(MAX_COMMIT_ATTEMPTS):
-            staged: list[tuple[str, str, str, str, TableMetadata, TableMetadata]] = []
+            staged: list[tuple[str, str, str, int, str, TableMetadata, TableMetadata]] = []
             for namespace, name, requirements, updates in changes:
                 with self.db.read() as session:
                     pointer = store.get_pointer(session, catalog, namespace, name)
@@ -306,16 +318,16 @@ class MetadataService:
                     for requirement in requirements:
                         requirement.validate(base)
                 except CommitFailedException as exc:
-                    self._discard(io, [entry[3] for entry in staged])
+                    self._discard(io, [entry[4] for entry in staged])
                     raise CommitFailed(f"{'.'.join(store.levels(namespace))}.{name}: {exc}") from exc
                 metadata = update_table_metadata(base, tuple(updates), metadata_location=pointer.metadata_location)
                 location = self._new_location(metadata, pointer.version + 1)
                 ToOutputFile.table_metadata(metadata, io.new_output(location))
-                staged.append((namespace, name, pointer.metadata_location, location, metadata, base))
+                staged.append((namespace, name, pointer.metadata_location, pointer.version, location, metadata, base))
             try:
                 events = self._swap_all(catalog, staged, changes, client)
             except _SwapLost:  # one swap lost: none of them happened; check everything again
-                self._discard(io, [entry[3] for entry in staged])
+                self._discard(io, [entry[4] for entry in staged])
                 continue
             self._publish(events)
             return
@@ -324,10 +336,10 @@ class MetadataService:
     def _swap_all(self, catalog: str, staged: list[Any], changes: Sequence[Any], client: str | None) -> list[Any]:
         events = []
         with self.db.write() as session:
-            for namespace, name, old, new, metadata, base in staged:
-                version = store.swap_pointer(session, catalog, namespace, name, old, new)
-                if version is None:
+            for namespace, name, old, current, new, metadata, base in staged:
+                if not store.swap_pointer(session, catalog, namespace, name, old, current, new):
                     raise _SwapLost  # leaving the block rolls every swap back
+                version = current + 1
                 updates = next(u for ns, n, _, u in changes if (ns, n) == (namespace, name))
                 details = _describe_commit(base, metadata, updates)
                 store.record_commit(session, catalog, namespace, name, version=version, metadata_location=new,

@@ -48,6 +48,10 @@ def get_namespace(session: Session, catalog: str, namespace: str) -> NamespaceRo
     return row
 
 
+def namespace_count(session: Session, catalog: str) -> int:
+    return int(session.scalar(select(func.count()).where(NamespaceRow.catalog_name == catalog)) or 0)
+
+
 def create_namespace(session: Session, catalog: str, namespace: str, properties: dict[str, str]) -> NamespaceRow:
     if session.get(NamespaceRow, (catalog, namespace)) is not None:
         raise AlreadyExists(f"Namespace already exists: {'.'.join(levels(namespace))}")
@@ -139,8 +143,10 @@ def create_pointer(session: Session, catalog: str, namespace: str, table: str, l
     return row
 
 
-def swap_pointer(session: Session, catalog: str, namespace: str, table: str, expected: str, new: str) -> int | None:
-    """Compare-and-swap the metadata location; the new version, or None when another commit won."""
+def swap_pointer(
+    session: Session, catalog: str, namespace: str, table: str, expected: str, version: int, new: str
+) -> bool:
+    """Compare-and-swap the metadata location (and its version); False when another commit won."""
     result = session.execute(
         update(IcebergTableRow)
         .where(
@@ -148,14 +154,13 @@ def swap_pointer(session: Session, catalog: str, namespace: str, table: str, exp
             IcebergTableRow.namespace == namespace,
             IcebergTableRow.table_name == table,
             IcebergTableRow.metadata_location == expected,
+            IcebergTableRow.version == version,
         )
-        .values(metadata_location=new, version=IcebergTableRow.version + 1, updated_at=utcnow())
+        .values(metadata_location=new, version=version + 1, updated_at=utcnow())
         .execution_options(synchronize_session=False)
     )
     session.flush()
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        return None
-    return int(get_pointer(session, catalog, namespace, table).version)
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def drop_pointer(session: Session, catalog: str, namespace: str, table: str) -> IcebergTableRow:
