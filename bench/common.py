@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -38,6 +45,38 @@ def summary(values: list[float]) -> dict[str, float]:
         "p99": percentile(values, 99),
         "max": max(values),
     }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_server(tmp: str, config: str) -> Iterator[str]:
+    """A real `lakewarden server` process on a fresh data dir in `tmp`; yields its root URL.
+
+    `config` is YAML appended right after the `ams:` block that sets the data dir and the port:
+    indented lines add `ams` settings, unindented lines add top-level sections.
+    """
+    port = free_port()
+    path = Path(tmp) / "lakewarden.yaml"
+    path.write_text(f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\n{config}")
+    server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(path),
+                               "--log-level", "warning"])  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(150):
+            try:
+                if httpx.get(f"{root}/api/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        yield root
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def write(name: str, result: dict[str, Any]) -> Path:

@@ -10,8 +10,6 @@ thread and drains them over HTTP. Goal: <= 20 ms per task.
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,7 +18,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import summary, write
+from bench.common import running_server, summary, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.evaluator import OptimizingType
 from lakewarden.domain.planning import TaskPlan
@@ -31,68 +29,46 @@ from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=300)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp:
-        port = free_port()
-        config = Path(tmp) / "c.yaml"
-        config.write_text(
-            f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\ncatalogs: []\n"
-            "resource-groups: [{name: default, container: local}]\n"  # this client plays the optimizer
-        )
-        server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(config),
-                                   "--log-level", "warning"])  # fmt: skip
-        url = f"http://127.0.0.1:{port}/api/v1"
-        try:
-            for _ in range(100):
-                try:
-                    if httpx.get(f"{url}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            db = Database(f"sqlite:///{tmp}/data/lakewarden.db")
-            with db.write() as session:
-                catalog_store.create_catalog(
-                    session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"})
-                )
-                rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
-                plans = [
-                    TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1, 1, {}, False)
-                    for i in range(args.tasks)
-                ]
-                store.create_process(session, rec, "default", "minor", 1, plans, [{"table": "db.t"}] * args.tasks)
-            db.dispose()
+    # this client plays the optimizer: the server starts none
+    settings = "catalogs: []\nresource-groups: [{name: default, container: local}]\n"
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as root:
+        url = f"{root}/api/v1"
+        db = Database(f"sqlite:///{tmp}/data/lakewarden.db")
+        with db.write() as session:
+            catalog_store.create_catalog(
+                session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"})
+            )
+            rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
+            plans = [
+                TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1, 1, {}, False)
+                for i in range(args.tasks)
+            ]
+            store.create_process(session, rec, "default", "minor", 1, plans, [{"table": "db.t"}] * args.tasks)
+        db.dispose()
 
-            http = httpx.Client(base_url=f"{url}/optimizer")
-            token = http.post("/register", json={"group": "default", "parallelism": 1}).json()["token"]
-            per_task: list[float] = []
-            phases: dict[str, list[float]] = {"poll": [], "ack": [], "complete": []}
-            for _ in range(args.tasks):
-                t0 = time.perf_counter()
-                task = http.post("/poll", json={"token": token, "thread_id": 0, "timeout_seconds": 0}).json()
-                t1 = time.perf_counter()
-                ref = {"token": token, "process_id": task["process_id"], "task_id": task["task_id"],
+        http = httpx.Client(base_url=f"{url}/optimizer")
+        token = http.post("/register", json={"group": "default", "parallelism": 1}).json()["token"]
+        per_task: list[float] = []
+        phases: dict[str, list[float]] = {"poll": [], "ack": [], "complete": []}
+        for _ in range(args.tasks):
+            t0 = time.perf_counter()
+            task = http.post("/poll", json={"token": token, "thread_id": 0, "timeout_seconds": 0}).json()
+            t1 = time.perf_counter()
+            ref = {"token": token, "process_id": task["process_id"], "task_id": task["task_id"],
                        "attempt": task["attempt"]}  # fmt: skip
-                assert http.post("/ack", json=ref).status_code == 204
-                t2 = time.perf_counter()
-                done = http.post("/complete", json={**ref, "output": {"files_in": 1, "files_out": 1}})
-                assert done.status_code == 204, done.text
-                t3 = time.perf_counter()
-                per_task.append((t3 - t0) * 1000)
-                for name, (a, b) in {"poll": (t0, t1), "ack": (t1, t2), "complete": (t2, t3)}.items():
-                    phases[name].append((b - a) * 1000)
-            http.close()
-        finally:
-            server.terminate()
-            server.wait(30)
+            assert http.post("/ack", json=ref).status_code == 204
+            t2 = time.perf_counter()
+            done = http.post("/complete", json={**ref, "output": {"files_in": 1, "files_out": 1}})
+            assert done.status_code == 204, done.text
+            t3 = time.perf_counter()
+            per_task.append((t3 - t0) * 1000)
+            for name, (a, b) in {"poll": (t0, t1), "ack": (t1, t2), "complete": (t2, t3)}.items():
+                phases[name].append((b - a) * 1000)
+        http.close()
     result = summary(per_task)
     print(f"poll -> ack -> complete over HTTP, {args.tasks} tasks: p50 {result['p50']:.1f} ms, "
           f"p99 {result['p99']:.1f} ms, mean {result['mean']:.1f} ms (goal <= 20 ms)")  # fmt: skip

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,15 +28,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import summary, write
+from bench.common import running_server, summary, write
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(workers: int, total: int, work: Any) -> tuple[float, list[float]]:
@@ -87,23 +80,11 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp:
-        port = free_port()
-        config = Path(tmp) / "c.yaml"
-        config.write_text(
-            f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\n"
+        settings = (
             "  evaluator: {interval: 10s, recheck-interval: 1min}\n"
             "catalogs: [{name: bench, type: internal}]\nresource-groups: [{name: default, container: local}]\n"
-        )  # fmt: skip
-        server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(config),
-                                   "--log-level", "warning"])  # fmt: skip
-        root = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(150):
-                try:
-                    if httpx.get(f"{root}/api/v1/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
+        )
+        with running_server(tmp, settings) as root:
             catalog = RestCatalog("bench", uri=f"{root}/iceberg", warehouse="bench")
             catalog.create_namespace("db")
             tables = [catalog.create_table(f"db.t{i}", SCHEMA) for i in range(args.clients)]
@@ -151,9 +132,6 @@ def main() -> None:
                 reactions.append(time.perf_counter() - started)
             print(f"commit -> table queued for optimizing: {', '.join(f'{x:.2f} s' for x in reactions)} (goal <= 2 s)")
             results["reaction_seconds"] = [round(x, 3) for x in reactions]
-        finally:
-            server.terminate()
-            server.wait(30)
     results["goals"] = {"loads_per_second": 1000, "commits_per_second": 200, "reaction_seconds": 2}
     write("rest_catalog", results)
 
