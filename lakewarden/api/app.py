@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI
-from sqlalchemy import text
 
 from lakewarden import __version__
 from lakewarden.api import errors
@@ -32,12 +31,7 @@ health_router = APIRouter(tags=["health"])
 
 @health_router.get("/health", response_model=Health)
 def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
-    try:
-        with ctx.db.read() as session:
-            session.execute(text("SELECT 1"))
-        database = "ok"
-    except Exception as exc:
-        database = f"error: {type(exc).__name__}"
+    database = ctx.db.ping()
     return Health(
         status="ok" if database == "ok" else "degraded", version=__version__, database=database, time=utcnow()
     )

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import httpx
 import typer
 
 from lakewarden.cli import render
-from lakewarden.cli.client import AmsClient, ClientError
+from lakewarden.cli._common import (
+    DEFAULT_SERVER,
+    JsonOpt,
+    PropOpt,
+    ServerOpt,
+    call,
+    fail,
+    parse_properties,
+    table_path,
+)
+from lakewarden.cli.processes import process_app
 from lakewarden.domain.errors import LakewardenError
 
-DEFAULT_SERVER = "http://127.0.0.1:1630"
 app = typer.Typer(help="lakewarden: lakehouse table management for Apache Iceberg.", no_args_is_help=True)
 catalog_app = typer.Typer(help="Registered catalogs.", no_args_is_help=True)
 group_app = typer.Typer(help="Resource groups.", no_args_is_help=True)
@@ -20,34 +29,7 @@ table_app = typer.Typer(help="Managed tables.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(group_app, name="group")
 app.add_typer(table_app, name="table")
-process_app = typer.Typer(help="Optimizing processes: history, tasks, cancel.", no_args_is_help=True)
 app.add_typer(process_app, name="process")
-
-ServerOpt = Annotated[str, typer.Option("--server", envvar="LAKEWARDEN_SERVER", help="URL of the lakewarden server")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts")]
-PropOpt = Annotated[list[str] | None, typer.Option("--property", "-p", help="key=value (repeatable)")]
-
-
-def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
-
-
-def call(server: str, fn: Any) -> Any:
-    try:
-        return fn(AmsClient(server))
-    except ClientError as exc:
-        fail(str(exc))
-
-
-def parse_properties(pairs: list[str] | None) -> dict[str, str]:
-    properties: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            fail(f"--property {pair!r}: expected key=value")
-        properties[key.strip()] = value
-    return properties
 
 
 @app.command()
@@ -251,17 +233,6 @@ def group_rm(name: str, server: ServerOpt = DEFAULT_SERVER) -> None:
 # ---- tables
 
 
-def table_path(identifier: str) -> tuple[str, str]:
-    """The API path of `catalog.database.table`, and the name as given; a malformed one is a CLI error."""
-    from lakewarden.domain.tables import TableIdentifier
-
-    try:
-        name = TableIdentifier.parse(identifier)
-    except LakewardenError as exc:
-        fail(str(exc))
-    return f"/tables/{name.catalog}/{name.database}/{name.table}", str(name)
-
-
 @table_app.command("list")
 def table_list(
     catalog: Annotated[str | None, typer.Option(help="Only this catalog")] = None,
@@ -345,80 +316,6 @@ def table_evaluate(
         return
     render.console.print(f"{item['identifier']} is {item['status']}")
     render_evaluation(item.get("evaluation"))
-
-
-# ---- processes
-
-
-@process_app.command("list")
-def process_list(
-    table: Annotated[str | None, typer.Option(help="Only this table (catalog.database.table)")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
-    server: ServerOpt = DEFAULT_SERVER,
-    json_: JsonOpt = False,
-) -> None:
-    """Process history, newest first: type, status, table, start, duration, files and bytes in and out."""
-    items = call(server, lambda c: c.get("/processes", table=table, limit=limit))
-    if json_:
-        render.emit_json(items)
-        return
-    rows = [
-        [p["process_id"], p["table"], p["type"], p["status"], p["start_time"], p["duration_ms"],
-         p["summary"].get("files_in", ""), p["summary"].get("files_out", ""),
-         render.human_bytes(p["summary"].get("bytes_in", 0)), render.human_bytes(p["summary"].get("bytes_out", 0)),
-         p["fail_reason"] or ""]
-        for p in items
-    ]  # fmt: skip
-    columns = [
-        "id",
-        "table",
-        "type",
-        "status",
-        "start",
-        "ms",
-        "files in",
-        "files out",
-        "bytes in",
-        "bytes out",
-        "error",
-    ]
-    render.table("processes", columns, rows)
-
-
-@process_app.command("show")
-def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
-    """One process with its tasks: partitions, attempts, optimizer, output or error."""
-    item = call(server, lambda c: c.get(f"/processes/{process_id}"))
-    if json_:
-        render.emit_json(item)
-        return
-    keys = (
-        "table",
-        "group",
-        "type",
-        "status",
-        "target_snapshot_id",
-        "start_time",
-        "end_time",
-        "duration_ms",
-        "fail_reason",
-    )
-    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + list(item["summary"].items()))
-    rows = [
-        [t["task_id"], t["status"], ", ".join(t["partitions"]), t["attempt"], t["retry_count"],
-         (t["output"] or {}).get("files_in", ""), (t["output"] or {}).get("files_out", ""), t["error"] or ""]
-        for t in item["tasks"]
-    ]  # fmt: skip
-    render.table(
-        "tasks", ["task", "status", "partitions", "attempt", "retries", "files in", "files out", "error"], rows
-    )
-
-
-@process_app.command("cancel")
-def process_cancel(process_id: int, server: ServerOpt = DEFAULT_SERVER) -> None:
-    """Cancel a running process: its tasks are canceled and the table is planned afresh later."""
-    call(server, lambda c: c.post(f"/processes/{process_id}/cancel"))
-    typer.echo(f"process {process_id} canceled")
 
 
 def main() -> None:

@@ -14,13 +14,10 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from sqlalchemy import delete, select
-
 from lakewarden.domain.states import TaskStatus
 from lakewarden.services.loop import LoopService
 from lakewarden.store import optimizing as store
 from lakewarden.store.database import Database, as_utc, utcnow
-from lakewarden.store.models import OptimizerRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +48,7 @@ class OptimizerKeeper(LoopService):
                 row.token for row in store.list_optimizers(session)
                 if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout or row.token in (lost_tokens or ())
             ]  # fmt: skip
-            active = session.scalars(
-                select(TaskRow).where(TaskRow.status.in_([TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]))
-            ).all()
-            for task in active:
+            for task in store.active_tasks(session):
                 status = TaskStatus(task.status)
                 if task.optimizer_token in lost:
                     why = "its optimizer was lost"
@@ -78,7 +72,7 @@ class OptimizerKeeper(LoopService):
                     log.warning("task %s.%s (attempt %s) back to planned: %s", task.process_id, task.task_id,
                                 task.attempt, why)  # fmt: skip
             if lost:
-                session.execute(delete(OptimizerRow).where(OptimizerRow.token.in_(lost)))
+                store.forget_optimizers(session, lost)
                 log.warning("lost %d optimizer(s) without a heartbeat for %s", len(lost), self.heartbeat_timeout)
         if released and self.on_released is not None:
             self.on_released()

@@ -26,28 +26,18 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile, ToOutputFile
-from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, new_table_metadata
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import (
-    AddPartitionSpecUpdate,
-    AddSchemaUpdate,
-    AddSnapshotUpdate,
-    AddSortOrderUpdate,
     AssertCreate,
-    AssignUUIDUpdate,
-    SetCurrentSchemaUpdate,
-    SetDefaultSortOrderUpdate,
-    SetDefaultSpecUpdate,
-    SetLocationUpdate,
-    SetPropertiesUpdate,
     TableRequirement,
     TableUpdate,
-    UpgradeFormatVersionUpdate,
     update_table_metadata,
 )
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, NotFound
+from lakewarden.metadata.table_metadata import defines_table, describe_commit, metadata_from_updates, purge_files
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
 from lakewarden.store.database import Database
@@ -260,7 +250,7 @@ class MetadataService:
                 if not store.swap_pointer(session, catalog, namespace, name, expected, version, location):
                     event = None
                 else:
-                    details = _describe_commit(base, metadata, updates)
+                    details = describe_commit(base, metadata, updates)
                     store.record_commit(session, catalog, namespace, name, version=new_version,
                                         metadata_location=location, client=client, **details)  # fmt: skip
                     event = self._event(session, "table-committed", catalog, namespace, name,
@@ -280,7 +270,9 @@ class MetadataService:
     ) -> LoadedTable:  # fmt: skip
         """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
         try:
-            metadata = update_table_metadata(_metadata_from(updates), tuple(u for u in updates if not _defines(u)))
+            metadata = update_table_metadata(
+                metadata_from_updates(updates), tuple(u for u in updates if not defines_table(u))
+            )
         except (ValueError, KeyError, StopIteration) as exc:
             raise InvalidField("updates", f"cannot create the table from these updates: {exc}") from exc
         location = self._new_location(metadata, 0)
@@ -290,7 +282,7 @@ class MetadataService:
                 if store.pointer_exists(session, spec.name, namespace, name):
                     raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
                 store.create_pointer(session, spec.name, namespace, name, location)
-                details = _describe_commit(metadata, metadata, updates)
+                details = describe_commit(metadata, metadata, updates)
                 store.record_commit(session, spec.name, namespace, name, version=0, metadata_location=location,
                                     client=client, **{**details, "operation": "create"})  # fmt: skip
                 event = self._event(session, "table-created", spec.name, namespace, name,
@@ -341,7 +333,7 @@ class MetadataService:
                     raise _SwapLost  # leaving the block rolls every swap back
                 version = current + 1
                 updates = next(u for ns, n, _, u in changes if (ns, n) == (namespace, name))
-                details = _describe_commit(base, metadata, updates)
+                details = describe_commit(base, metadata, updates)
                 store.record_commit(session, catalog, namespace, name, version=version, metadata_location=new,
                                     client=client, **details)  # fmt: skip
                 events.append(self._event(session, "table-committed", catalog, namespace, name,
@@ -381,7 +373,7 @@ class MetadataService:
         self._publish([event])
         if purge:
             io = self._io(spec)
-            _purge(io, self._read(io, location))
+            purge_files(io, self._read(io, location))
             io.delete(location)
 
     def rename_table(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
@@ -391,65 +383,3 @@ class MetadataService:
             event = self._event(session, "table-renamed", catalog, target[0], target[1],
                                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}})  # fmt: skip
         self._publish([event])
-
-
-_DEFINING = (AssignUUIDUpdate, UpgradeFormatVersionUpdate, AddSchemaUpdate, SetCurrentSchemaUpdate,
-             AddPartitionSpecUpdate, SetDefaultSpecUpdate, AddSortOrderUpdate, SetDefaultSortOrderUpdate,
-             SetLocationUpdate, SetPropertiesUpdate)  # fmt: skip
-
-
-def _defines(update: TableUpdate) -> bool:
-    return isinstance(update, _DEFINING)
-
-
-def _metadata_from(updates: Sequence[TableUpdate]) -> TableMetadata:
-    """A new table's metadata from the updates that define it, keeping the ids the client assigned."""
-
-    def last(kind: type[Any]) -> Any:
-        return next(u for u in reversed(updates) if isinstance(u, kind))
-
-    schema = last(AddSchemaUpdate).schema_
-    partition_spec = next((u.spec for u in reversed(updates) if isinstance(u, AddPartitionSpecUpdate)), PartitionSpec())
-    order = next((u.sort_order for u in reversed(updates) if isinstance(u, AddSortOrderUpdate)), SortOrder())
-    properties: dict[str, str] = {}
-    for update in updates:
-        if isinstance(update, SetPropertiesUpdate):
-            properties.update(update.updates)
-    version = next((u.format_version for u in updates if isinstance(u, UpgradeFormatVersionUpdate)), 2)
-    if version != 2:
-        raise ValueError(f"format-version {version} tables cannot be created here yet")
-    table_uuid = next((u.uuid for u in updates if isinstance(u, AssignUUIDUpdate)), uuid.uuid4())
-    return TableMetadataV2(
-        location=last(SetLocationUpdate).location, table_uuid=table_uuid, last_column_id=schema.highest_field_id,
-        schemas=[schema], current_schema_id=schema.schema_id, partition_specs=[partition_spec],
-        default_spec_id=partition_spec.spec_id, last_partition_id=partition_spec.last_assigned_field_id,
-        sort_orders=[order], default_sort_order_id=order.order_id, properties=properties,
-    )  # fmt: skip
-
-
-def _describe_commit(base: TableMetadata, metadata: TableMetadata, updates: Sequence[TableUpdate]) -> dict[str, Any]:
-    added = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
-    if added:
-        snapshot = added[-1]
-        summary = snapshot.summary.model_dump() if snapshot.summary else {}
-        operation = str(summary.get("operation", "append"))
-        return {"operation": operation, "snapshot_id": snapshot.snapshot_id,
-                "parent_snapshot_id": snapshot.parent_snapshot_id, "summary": summary}  # fmt: skip
-    actions = sorted({u.action for u in updates})
-    return {"operation": ",".join(actions)[:64] or "noop", "snapshot_id": metadata.current_snapshot_id,
-            "parent_snapshot_id": base.current_snapshot_id, "summary": {}}  # fmt: skip
-
-
-def _purge(io: FileIO, metadata: TableMetadata) -> None:
-    """Delete what the table's metadata references: data, delete and manifest files, then metadata files."""
-    paths: set[str] = set()
-    for snapshot in metadata.snapshots:
-        paths.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
-            paths.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                paths.add(entry.data_file.file_path)
-    paths.update(log_entry.metadata_file for log_entry in metadata.metadata_log)
-    for path in sorted(paths):
-        with contextlib.suppress(OSError):  # already gone: purging again must not fail
-            io.delete(path)

@@ -84,6 +84,15 @@ class Database:
         with self._reader() as session:
             yield session
 
+    def ping(self) -> str:
+        """'ok', or what went wrong reaching the database."""
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+            return "ok"
+        except Exception as exc:
+            return f"error: {type(exc).__name__}"
+
     def migrate(self) -> None:
         """Bring the schema to the newest migration (the only way the schema changes)."""
         with self.engine.begin() as conn:

@@ -6,7 +6,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -51,6 +51,17 @@ def list_optimizers(session: Session, group: str | None = None) -> list[Optimize
     if group is not None:
         query = query.where(OptimizerRow.group_name == group)
     return list(session.scalars(query))
+
+
+def active_tasks(session: Session) -> list[TaskRow]:
+    """Tasks held by an optimizer: SCHEDULED or ACKED."""
+    active = [TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]
+    return list(session.scalars(select(TaskRow).where(TaskRow.status.in_(active))))
+
+
+def forget_optimizers(session: Session, tokens: list[str]) -> None:
+    session.execute(delete(OptimizerRow).where(OptimizerRow.token.in_(tokens)))
+    session.flush()
 
 
 def group_policy(session: Session, group: str) -> str:
