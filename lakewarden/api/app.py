@@ -78,7 +78,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         )
         maintainer = ResourceMaintainer(db, config, server_url)
         app.state.context.maintainer = maintainer
-        dispatcher = EventDispatcher(explorer, evaluator)
+        dispatcher = EventDispatcher(explorer, evaluator, metadata)
         metadata.subscribe(dispatcher)
         if start_services:
             dispatcher.start()

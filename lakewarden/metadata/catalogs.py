@@ -8,6 +8,7 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.errors import InvalidField
@@ -119,8 +120,13 @@ def _int(summary: dict[str, str], key: str) -> int:
 
 
 def snapshot_of(table: Table) -> TableSnapshot:
-    metadata = table.metadata
-    snapshot = table.current_snapshot()
+    return snapshot_of_metadata(table.metadata, table.metadata_location)
+
+
+def snapshot_of_metadata(metadata: TableMetadata, metadata_location: str) -> TableSnapshot:
+    """The summary the explorer keeps, from parsed metadata (no catalog round trip needed)."""
+    current = metadata.current_snapshot_id
+    snapshot = metadata.snapshot_by_id(current) if current is not None else None
     totals = dict(snapshot.summary.additional_properties) if snapshot and snapshot.summary else {}
     spec = metadata.spec()
     summary: dict[str, Any] = {
@@ -138,7 +144,7 @@ def snapshot_of(table: Table) -> TableSnapshot:
         "files-size-bytes": _int(totals, "total-files-size"),
     }
     return TableSnapshot(
-        metadata_location=table.metadata_location,
+        metadata_location=metadata_location,
         current_snapshot_id=snapshot.snapshot_id if snapshot else None,
         properties=dict(metadata.properties),
         summary=summary,

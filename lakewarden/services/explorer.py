@@ -41,6 +41,19 @@ class RefreshResult:
     duration_ms: int = 0
 
 
+# a table's snapshot, or None when it does not exist
+SnapshotLoader = Callable[[TableIdentifier], TableSnapshot | None]
+
+
+def _guarded(load: SnapshotLoader, name: TableIdentifier) -> TableSnapshot | str | None:
+    try:
+        return load(name)
+    except NoSuchTableError:
+        return None
+    except Exception as exc:
+        return _describe(exc)
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:2000]
@@ -101,8 +114,13 @@ class TableExplorer(LoopService):
             self.on_change()
         return result
 
-    def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
-        """Refresh only the named tables (a change announced by an event): no listing of the catalog."""
+    def refresh_tables(
+        self, catalog_name: str, names: set[TableIdentifier], load: SnapshotLoader | None = None
+    ) -> RefreshResult:
+        """Refresh only the named tables (a change announced by an event): no listing of the catalog.
+
+        `load` reads a table's snapshot in-process (lakewarden's own catalog); None opens the catalog.
+        """
         with self._lock(catalog_name):
             started = time.monotonic()
             with self.db.read() as session:
@@ -110,8 +128,11 @@ class TableExplorer(LoopService):
             table_filter = TableFilter.of(spec)
             wanted = {n for n in names if table_filter.accepts_table(n.database, n.table)}
             result = RefreshResult(catalog_name)
-            with opened_catalog(spec) as catalog:
-                snapshots = self._load_all(catalog, sorted(wanted))
+            if load is not None:
+                snapshots = {name: _guarded(load, name) for name in sorted(wanted)}
+            else:
+                with opened_catalog(spec) as catalog:
+                    snapshots = self._load_all(catalog, sorted(wanted))
             present = {name for name, snap in snapshots.items() if snap is not None}
             self._apply(spec, present, snapshots, result, scope=names)
             result.duration_ms = int((time.monotonic() - started) * 1000)

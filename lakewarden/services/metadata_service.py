@@ -196,7 +196,10 @@ class MetadataService:
 
     def load_table_json(self, catalog: str, namespace: str, name: str) -> bytes:
         """The loadTable response body, serialised once per metadata file (which never changes)."""
-        loaded = self.load_table(catalog, namespace, name)
+        return self.response_body(self.load_table(catalog, namespace, name))
+
+    def response_body(self, loaded: LoadedTable) -> bytes:
+        """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
         assert loaded.metadata_location is not None
         with self._cache_lock:
             body = self._json.get(loaded.metadata_location)

@@ -247,11 +247,10 @@ def table_exists(prefix: str, namespace: str, table: str, svc: Service) -> Respo
 def commit_table(
     prefix: str, namespace: str, table: str, body: CommitTable, svc: Service, request: Request,
     user_agent: Annotated[str | None, Header()] = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> Response:  # fmt: skip
     client = request.headers.get("x-client-version") or user_agent
     loaded = svc.commit_table(prefix, _ns(namespace), table, body.requirements, body.updates, client)
-    return {"metadata-location": loaded.metadata_location,
-            "metadata": loaded.metadata.model_dump(mode="json", by_alias=True, exclude_none=True)}  # fmt: skip
+    return Response(svc.response_body(loaded), media_type="application/json")
 
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
