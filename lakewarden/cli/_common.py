@@ -6,6 +6,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from lakewarden.cli import render
 from lakewarden.cli.client import AmsClient, ClientError
 from lakewarden.domain.errors import LakewardenError
 
@@ -46,3 +47,12 @@ def table_path(identifier: str) -> tuple[str, str]:
     except LakewardenError as exc:
         fail(str(exc))
     return f"/tables/{name.catalog}/{name.database}/{name.table}", str(name)
+
+
+def show(server: str, path: str, as_json: bool) -> dict[str, Any] | None:
+    """GET one resource; with --json print it and return None, else return it for rendering."""
+    item: dict[str, Any] = call(server, lambda c: c.get(path))
+    if as_json:
+        render.emit_json(item)
+        return None
+    return item

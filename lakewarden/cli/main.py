@@ -17,6 +17,7 @@ from lakewarden.cli._common import (
     call,
     fail,
     parse_properties,
+    show,
     table_path,
 )
 from lakewarden.cli.processes import process_app
@@ -132,9 +133,8 @@ def catalog_list(server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> 
 @catalog_app.command("show")
 def catalog_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
     """Show one catalog."""
-    item = call(server, lambda c: c.get(f"/catalogs/{name}"))
-    if json_:
-        render.emit_json(item)
+    item = show(server, f"/catalogs/{name}", json_)
+    if item is None:
         return
     pairs = [(k, item[k]) for k in ("name", "type", "health", "table_count", "last_refresh_at", "last_error")]
     pairs += [(f"property {k}", v) for k, v in sorted(item["properties"].items())]
@@ -269,9 +269,8 @@ def table_show(
 ) -> None:
     """Show a table: status, group, why it is pending or idle, effective config, file and snapshot summary."""
     path, name = table_path(identifier)
-    item = call(server, lambda c: c.get(path))
-    if json_:
-        render.emit_json(item)
+    item = show(server, path, json_)
+    if item is None:
         return
     pairs: list[tuple[str, Any]] = [
         (k, item[k]) for k in ("identifier", "format", "status", "status_code", "group", "metadata_location",

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from lakewarden.cli import render
-from lakewarden.cli._common import DEFAULT_SERVER, JsonOpt, ServerOpt, call
+from lakewarden.cli._common import DEFAULT_SERVER, JsonOpt, ServerOpt, call, show
 
 process_app = typer.Typer(help="Optimizing processes: history, tasks, cancel.", no_args_is_help=True)
 
@@ -50,9 +50,8 @@ def process_list(
 @process_app.command("show")
 def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> None:
     """One process with its tasks: partitions, attempts, optimizer, output or error."""
-    item = call(server, lambda c: c.get(f"/processes/{process_id}"))
-    if json_:
-        render.emit_json(item)
+    item = show(server, f"/processes/{process_id}", json_)
+    if item is None:
         return
     keys = (
         "table",

@@ -69,15 +69,6 @@ def table_timeline(
     with ctx.db.read() as session:
         store.get_pointer(session, catalog, namespace, table)
         return [
-            CommitRead(
-                version=c.version,
-                operation=c.operation,
-                snapshot_id=c.snapshot_id,
-                parent_snapshot_id=c.parent_snapshot_id,
-                summary=c.summary,
-                metadata_location=c.metadata_location,
-                client=c.client,
-                committed_at=c.committed_at,
-            )
+            CommitRead.model_validate(c, from_attributes=True)
             for c in store.timeline(session, catalog, namespace, table, limit)
         ]
