@@ -50,11 +50,14 @@ def checksum(spark: SparkSession, table: str, columns: str = "id, cat, v") -> tu
 
 
 def open_lake(server: ServerProcess, spark: SparkSession) -> httpx.Client:
-    """An API client of the server, and Spark on its embedded `local` catalog with a namespace `db`."""
+    """An API client of the server, and Spark on its embedded catalogs `local` (sql) and `lake` (internal,
+    lakewarden's REST catalog), each with a namespace `db`."""
     api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-    local = next(c for c in api.get("/catalogs").json() if c["name"] == "local")
-    configure_catalogs(spark, [CatalogSpec("local", "sql", local["properties"])])
+    catalogs = {c["name"]: c for c in api.get("/catalogs").json()}
+    configure_catalogs(spark, [CatalogSpec(name, catalogs[name]["type"], catalogs[name]["properties"])
+                               for name in ("local", "lake")])  # fmt: skip
     spark.sql("CREATE NAMESPACE local.db")
+    spark.sql("CREATE NAMESPACE lake.db")
     return api
 
 

@@ -130,15 +130,21 @@ def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], s
     assert api.get("/tables/local/db/full").json()["last_full_optimizing_at"] is not None
 
 
+@pytest.mark.parametrize(
+    ("catalog", "extra"),
+    [("local", ""), ("lake", ", 'lakewarden.commit.conflict-strategy'='partition'")],
+    ids=["sql-catalog", "internal-catalog-partition-strategy"],
+)
 def test_a_writer_committing_during_compaction_loses_nothing(
-    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
+    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession, catalog: str, extra: str
 ) -> None:
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.busy (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-              f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS})")  # fmt: skip
-    write(spark, "local.db.busy", rounds=6)
-    api.post("/catalogs/local/refresh")
-    wait_for("pending", lambda: api.get("/tables/local/db/busy").json()["status"] == "pending")
+    table = f"{catalog}.db.busy"
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+              f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}{extra})")  # fmt: skip
+    write(spark, table, rounds=6)
+    api.post(f"/catalogs/{catalog}/refresh")
+    wait_for("pending", lambda: api.get(f"/tables/{catalog}/db/busy").json()["status"] == "pending")
 
     stop = threading.Event()
     written: list[int] = []
@@ -160,8 +166,8 @@ def test_a_writer_committing_during_compaction_loses_nothing(
     def writer() -> None:
         i = 1000
         while not stop.is_set() and i < 1030:
-            commit(f"INSERT INTO local.db.busy VALUES ({i}, 'a', TIMESTAMP '2026-01-01 00:00:00', 'late')")
-            commit(f"DELETE FROM local.db.busy WHERE id = {i - 1000}")  # rows the compaction may be rewriting
+            commit(f"INSERT INTO {table} VALUES ({i}, 'a', TIMESTAMP '2026-01-01 00:00:00', 'late')")
+            commit(f"DELETE FROM {table} WHERE id = {i - 1000}")  # rows the compaction may be rewriting
             written.append(i)
             i += 1
 
@@ -176,8 +182,8 @@ def test_a_writer_committing_during_compaction_loses_nothing(
         stop.set()
         thread.join(120)
     assert process["status"] == "success", process  # conflicting attempts were retried
-    spark.sql("REFRESH TABLE local.db.busy")
-    rows = spark.sql("SELECT id FROM local.db.busy").collect()
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = spark.sql(f"SELECT id FROM {table}").collect()
     ids = sorted(r[0] for r in rows)
     deleted = {i - 1000 for i in written}
     assert ids == sorted([i for i in range(300) if i not in deleted] + written)

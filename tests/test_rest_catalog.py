@@ -11,10 +11,13 @@ import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import CommitFailedException, NamespaceNotEmptyError, NoSuchTableError
+from pyiceberg.exceptions import BadRequestError, CommitFailedException, NamespaceNotEmptyError, NoSuchTableError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lakewarden.metadata.conflicts import CONFLICT_STRATEGY
 from tests.helpers import started_server, wait_for
 from tests.test_server_process import ServerProcess
 
@@ -129,6 +132,49 @@ def test_concurrent_appenders_lose_no_commit(server: ServerProcess) -> None:
     timeline = httpx.get(f"{server.url}/api/v1/tables/lake/db/busy/timeline").json()
     assert len(timeline) == 1 + 20  # the create and every append, each with its own version
     assert sorted(c["version"] for c in timeline) == list(range(21))
+
+
+def test_partition_conflict_strategy(server: ServerProcess) -> None:
+    catalog = client(server)
+    catalog.create_namespace("db")
+    by_v = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="v"))
+    no_retry = {"commit.retry.num-retries": "0"}  # writers that do not retry: what the server decides shows
+    catalog.create_table(
+        "db.parts", SCHEMA, partition_spec=by_v, properties={CONFLICT_STRATEGY: "partition", **no_retry}
+    )
+    catalog.load_table("db.parts").append(rows(0, 5, "a"))
+    stale_b, stale_a = catalog.load_table("db.parts"), catalog.load_table("db.parts")
+    catalog.load_table("db.parts").append(rows(100, 5, "a"))  # the branch moves on, in partition v=a
+    stale_b.append(rows(200, 5, "b"))  # another partition: rebased onto the head, lands without a retry
+    with pytest.raises(CommitFailedException, match="partition v=a changed by snapshot"):
+        stale_a.append(rows(300, 5, "a"))  # the same partition: rejected
+    table = catalog.load_table("db.parts")
+    ids = sorted(table.scan().to_arrow().column("id").to_pylist())
+    assert ids == [*range(5), *range(100, 105), *range(200, 205)]
+    chain = []  # the history stays linear: each snapshot's parent is the one before it
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        chain.append(snapshot)
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    assert len(chain) == 3 == len(table.metadata.snapshots)
+    assert [s.sequence_number for s in reversed(chain)] == [1, 2, 3]
+    assert chain[0].summary is not None and chain[0].summary["total-records"] == "15"
+    assert chain[0].summary["total-data-files"] == "3"
+    timeline = httpx.get(f"{server.url}/api/v1/tables/lake/db/parts/timeline").json()
+    assert timeline[0]["parent_snapshot_id"] == chain[1].snapshot_id  # recorded as it landed
+
+    # the default strategy (iceberg) keeps the spec's requirement: the stale writer must retry
+    catalog.create_table("db.plain", SCHEMA, partition_spec=by_v, properties=no_retry)
+    catalog.load_table("db.plain").append(rows(0, 5, "a"))
+    stale = catalog.load_table("db.plain")
+    catalog.load_table("db.plain").append(rows(100, 5, "a"))
+    with pytest.raises(CommitFailedException, match="branch main has changed"):
+        stale.append(rows(200, 5, "b"))
+    # a strategy lakewarden does not know is refused, naming the property
+    with pytest.raises(BadRequestError, match=CONFLICT_STRATEGY):
+        catalog.create_table("db.bad", SCHEMA, properties={CONFLICT_STRATEGY: "rows"})
+    with pytest.raises(BadRequestError, match=CONFLICT_STRATEGY):
+        catalog.load_table("db.plain").transaction().set_properties({CONFLICT_STRATEGY: "rows"}).commit_transaction()
 
 
 def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> None:

@@ -111,3 +111,53 @@ def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Clie
     assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {c}.db.t").collect()) == [0, 1, 2, 3]
     operations = [e["operation"] for e in api.get(f"/tables/{c}/db/t/timeline").json()]
     assert "replace" in operations  # the rewrite, recorded on the timeline
+
+
+def test_format_version_3_tables_with_deletion_vectors(
+    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
+) -> None:
+    server, api = lake
+    c = f"rest{server.port}"
+    spark.sql(f"CREATE NAMESPACE {c}.db")
+    # created as v3: merge-on-read deletes are deletion vectors (Puffin files)
+    spark.sql(f"CREATE TABLE {c}.db.v3 (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+              f"TBLPROPERTIES ('format-version'='3', {PROPS})")  # fmt: skip
+    for start in range(0, 100, 25):
+        spark.sql(f"INSERT INTO {c}.db.v3 SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range({start}, {start + 25})")
+    spark.sql(f"DELETE FROM {c}.db.v3 WHERE id % 9 = 0")
+    spark.sql(f"MERGE INTO {c}.db.v3 t USING (SELECT id FROM range(1, 100, 10)) s ON t.id = s.id "
+              "WHEN MATCHED THEN UPDATE SET t.v = 'merged'")  # fmt: skip
+    formats = {r[0] for r in spark.sql(f"SELECT file_format FROM {c}.db.v3.delete_files").collect()}
+    assert formats == {"PUFFIN"}
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.v3").first()[0] == 100 - 12  # type: ignore[index]
+    loaded = httpx.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/tables/v3").json()["metadata"]
+    assert loaded["format-version"] == 3 and loaded["next-row-id"] >= 100
+
+    # a staged create (CTAS) as v3, and a v2 table upgraded in place
+    spark.sql(f"CREATE TABLE {c}.db.ctas3 USING iceberg TBLPROPERTIES ('format-version'='3') "
+              "AS SELECT id FROM range(10)")  # fmt: skip
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.ctas3").first()[0] == 10  # type: ignore[index]
+    spark.sql(f"CREATE TABLE {c}.db.up (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2', "
+              "'write.delete.mode'='merge-on-read')")  # fmt: skip
+    spark.sql(f"INSERT INTO {c}.db.up SELECT id FROM range(20)")
+    spark.sql(f"ALTER TABLE {c}.db.up SET TBLPROPERTIES ('format-version'='3')")
+    spark.sql(f"INSERT INTO {c}.db.up SELECT id FROM range(20, 30)")
+    spark.sql(f"DELETE FROM {c}.db.up WHERE id < 5")
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.up").first()[0] == 25  # type: ignore[index]
+    upgraded = httpx.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/tables/up").json()["metadata"]
+    assert upgraded["format-version"] == 3
+    assert {r[0] for r in spark.sql(f"SELECT file_format FROM {c}.db.up.delete_files").collect()} == {"PUFFIN"}
+
+    # the optimizer compacts the v3 table with its deletion vectors; the rows stay the same
+    before = checksum(spark, f"{c}.db.v3")
+    wait_for("pending", lambda: api.get(f"/tables/{c}/db/v3").json().get("status") == "pending", timeout=60)
+    with running_optimizer(server, spark):
+        process = wait_for(
+            "a finished process",
+            lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
+        )
+    assert process["status"] == "success", process
+    spark.sql(f"REFRESH TABLE {c}.db.v3")
+    assert checksum(spark, f"{c}.db.v3") == before
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.v3.delete_files").first()[0] == 0  # type: ignore[index]
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.v3.files WHERE content = 0").first()[0] == 2  # type: ignore[index]

@@ -55,9 +55,12 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             evaluating.interval.total_seconds(),
             evaluating.thread_count,
             evaluating.recheck_interval.total_seconds(),
+            metadata=metadata,
         )
-        explorer = TableExplorer(db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake)
-        scheduler = OptimizingScheduler(db, evaluator.cache, on_table_done=evaluator.wake)
+        explorer = TableExplorer(
+            db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake, metadata=metadata
+        )
+        scheduler = OptimizingScheduler(db, evaluator.cache, on_table_done=evaluator.wake, metadata=metadata)
         evaluator.on_pending = scheduler.wake
         timeouts = config.ams.optimizer
         keeper = OptimizerKeeper(
@@ -78,7 +81,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         )
         maintainer = ResourceMaintainer(db, config, server_url)
         app.state.context.maintainer = maintainer
-        dispatcher = EventDispatcher(explorer, evaluator, metadata)
+        dispatcher = EventDispatcher(explorer, evaluator)
         metadata.subscribe(dispatcher)
         if start_services:
             dispatcher.start()

@@ -1,16 +1,25 @@
-"""Table metadata without a catalog: a new table from the updates that define it, what a commit did,
-and every file a table's metadata references (for purging)."""
+"""Table metadata without a catalog: new tables, commits applied to metadata, metadata files written,
+what a commit did, and every file a table's metadata references (for purging).
+
+pyiceberg's models and update handlers do the work. Two things are added here. Format version 3:
+pyiceberg 0.12 reads v3 metadata but refuses to upgrade a table to v3 and to serialise v3 metadata,
+so the upgrade (which starts row lineage at next-row-id 0) and the serialisation are done here.
+Speed: metadata objects are never mutated (every update copies what it changes), so the deep copy
+pyiceberg's `update_table_metadata` makes of its result is skipped.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.table.metadata import TableMetadata, TableMetadataV2
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, TableMetadataV3, new_table_metadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import (
     AddPartitionSpecUpdate,
@@ -25,7 +34,14 @@ from pyiceberg.table.update import (
     SetPropertiesUpdate,
     TableUpdate,
     UpgradeFormatVersionUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
 )
+from pyiceberg.typedef import IcebergBaseModel
+from pyiceberg.utils.datetime import datetime_to_millis
+
+MAX_FORMAT_VERSION = 3
 
 _DEFINING = (AssignUUIDUpdate, UpgradeFormatVersionUpdate, AddSchemaUpdate, SetCurrentSchemaUpdate,
              AddPartitionSpecUpdate, SetDefaultSpecUpdate, AddSortOrderUpdate, SetDefaultSortOrderUpdate,
@@ -50,15 +66,79 @@ def metadata_from_updates(updates: Sequence[TableUpdate]) -> TableMetadata:
         if isinstance(update, SetPropertiesUpdate):
             properties.update(update.updates)
     version = next((u.format_version for u in updates if isinstance(u, UpgradeFormatVersionUpdate)), 2)
-    if version != 2:
-        raise ValueError(f"format-version {version} tables cannot be created here yet")
+    if version not in (2, 3):
+        raise ValueError(f"format-version {version} is not supported (2 or 3)")
     table_uuid = next((u.uuid for u in updates if isinstance(u, AssignUUIDUpdate)), uuid.uuid4())
-    return TableMetadataV2(
+    fields: dict[str, Any] = dict(
         location=last(SetLocationUpdate).location, table_uuid=table_uuid, last_column_id=schema.highest_field_id,
         schemas=[schema], current_schema_id=schema.schema_id, partition_specs=[partition_spec],
         default_spec_id=partition_spec.spec_id, last_partition_id=partition_spec.last_assigned_field_id,
         sort_orders=[order], default_sort_order_id=order.order_id, properties=properties,
     )  # fmt: skip
+    return TableMetadataV3(**fields, next_row_id=0) if version == 3 else TableMetadataV2(**fields)
+
+
+def new_metadata(
+    schema: Schema, spec: PartitionSpec, order: SortOrder, location: str, properties: dict[str, str]
+) -> TableMetadata:
+    """A new table's metadata as pyiceberg builds it; a v3 table starts row lineage at 0."""
+    metadata = new_table_metadata(schema, spec, order, location, properties)
+    if isinstance(metadata, TableMetadataV3) and metadata.next_row_id is None:
+        metadata = metadata.model_copy(update={"next_row_id": 0})
+    return metadata
+
+
+def apply_updates(
+    base: TableMetadata, updates: Sequence[TableUpdate], metadata_location: str | None = None
+) -> TableMetadata:
+    """A commit's updates applied to `base`, as pyiceberg's `update_table_metadata` does, plus v3 upgrades.
+
+    Raises ValueError (or KeyError) when an update cannot apply."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        if isinstance(update, UpgradeFormatVersionUpdate) and update.format_version >= 3:
+            upgraded = _upgrade_to_v3(metadata, update.format_version, context)
+            if upgraded is not metadata:
+                context.add_update(update)
+            metadata = upgraded
+        else:
+            metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes():
+        if metadata_location:
+            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            now = datetime_to_millis(datetime.now().astimezone())
+            metadata = metadata.model_copy(update={"last_updated_ms": now})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
+
+
+def _upgrade_to_v3(metadata: TableMetadata, version: int, context: _TableMetadataUpdateContext) -> TableMetadata:
+    if version > MAX_FORMAT_VERSION:
+        raise ValueError(f"Unsupported table format version: {version}")
+    if metadata.format_version == version:
+        return metadata
+    if metadata.format_version > version:
+        raise ValueError(f"Cannot downgrade v{metadata.format_version} table to v{version}")
+    if metadata.format_version < 2:  # pyiceberg knows v1 -> v2
+        metadata = _apply_table_update(UpgradeFormatVersionUpdate(format_version=2), metadata, context)
+    fields = {**dict(metadata), "format_version": 3, "next_row_id": 0}  # row lineage starts now
+    return TableMetadataV3.model_construct(**fields)
+
+
+def metadata_json(metadata: TableMetadata) -> str:
+    """The metadata file's JSON for any format version (pyiceberg's v3 model refuses to serialise itself)."""
+    return IcebergBaseModel.model_dump_json(metadata)
+
+
+def write_metadata(io: FileIO, location: str, metadata: TableMetadata) -> str:
+    """Write a new metadata file (it must not exist: metadata files never change); returns its JSON."""
+    text = metadata_json(metadata)
+    with io.new_output(location).create(overwrite=False) as out:
+        out.write(text.encode())
+    return text
 
 
 def describe_commit(base: TableMetadata, metadata: TableMetadata, updates: Sequence[TableUpdate]) -> dict[str, Any]:

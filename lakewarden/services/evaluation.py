@@ -7,6 +7,8 @@ PENDING table IDLE. Both are compare-and-swaps, so a table another service moved
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections import defaultdict
@@ -20,9 +22,9 @@ from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evalua
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
-from lakewarden.metadata.catalogs import opened_catalog
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.services.loop import LoopService
+from lakewarden.services.metadata_service import MetadataService, catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
@@ -35,6 +37,10 @@ MAX_PARTITIONS_SHOWN = 200
 
 def _ms(moment: datetime | None) -> int:
     return 0 if moment is None else int(as_utc(moment).timestamp() * 1000)
+
+
+def _config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(config, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
@@ -50,9 +56,13 @@ def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
 class TableEvaluator(LoopService):
     name = "table-evaluator"
 
-    def __init__(self, db: Database, interval_seconds: float, thread_count: int, recheck_seconds: float = 60.0) -> None:
+    def __init__(
+        self, db: Database, interval_seconds: float, thread_count: int, recheck_seconds: float = 60.0,
+        metadata: MetadataService | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(interval_seconds)
         self.db = db
+        self.metadata = metadata  # internal catalogs' tables are read from it in-process
         self.thread_count = thread_count
         # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
         self.recheck = timedelta(seconds=recheck_seconds)
@@ -65,8 +75,9 @@ class TableEvaluator(LoopService):
             return False
         if runtime.evaluated_at is None or runtime.current_snapshot_id != runtime.evaluated_snapshot_id:
             return True
-        # new metadata without a new snapshot (e.g. changed properties) deserves a new verdict too
-        if (runtime.evaluation or {}).get("metadata_location") != runtime.metadata_location:
+        # a changed configuration (table properties) deserves a new verdict too; other new metadata
+        # without a new snapshot (a commit of schema, tags, unrelated properties) cannot change it
+        if (runtime.evaluation or {}).get("config_hash") != _config_hash(runtime.config):
             return True
         return now - as_utc(runtime.evaluated_at) >= self.recheck
 
@@ -83,7 +94,7 @@ class TableEvaluator(LoopService):
                 continue
             try:
                 with (
-                    opened_catalog(specs[catalog_name]) as catalog,
+                    catalog_for(specs[catalog_name], self.metadata) as catalog,
                     ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool,
                 ):
                     list(pool.map(lambda rec: self.evaluate(catalog, rec), records))
@@ -119,6 +130,7 @@ class TableEvaluator(LoopService):
                         "reasons": [f"evaluation failed: {type(exc).__name__}: {exc}"[:1000]]}  # fmt: skip
         document["duration_ms"] = int((time.monotonic() - started) * 1000)
         document["metadata_location"] = runtime.metadata_location
+        document["config_hash"] = _config_hash(runtime.config)
         with self.db.write() as session:
             runtime_store.save_evaluation(session, runtime.table_id, document["snapshot_id"], document)
             if document["type"] is not None:

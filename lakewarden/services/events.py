@@ -17,12 +17,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from lakewarden.domain.tables import TableIdentifier, TableSnapshot
-from lakewarden.metadata.catalogs import snapshot_of_metadata
+from lakewarden.domain.tables import TableIdentifier
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.store.metadata import NoSuchTable, key
 
 log = logging.getLogger(__name__)
 OWN_COMMIT = "lakewarden.process-id"
@@ -30,10 +27,9 @@ BATCH_SECONDS = 0.1
 
 
 class EventDispatcher:
-    def __init__(self, explorer: TableExplorer, evaluator: TableEvaluator, metadata: MetadataService) -> None:
-        self.explorer = explorer
+    def __init__(self, explorer: TableExplorer, evaluator: TableEvaluator) -> None:
+        self.explorer = explorer  # reads lakewarden's own tables from the metadata service, in-process
         self.evaluator = evaluator
-        self.metadata = metadata
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.handled = 0
@@ -41,15 +37,6 @@ class EventDispatcher:
     def __call__(self, event: dict[str, Any]) -> None:
         if not event["type"].startswith("namespace-"):
             self._queue.put(event)
-
-    def _load(self, name: TableIdentifier) -> TableSnapshot | None:
-        """The table as the metadata service holds it: parsed and cached, no HTTP round trip to ourselves."""
-        try:
-            loaded = self.metadata.load_table(name.catalog, key(name.database.split(".")), name.table)
-        except NoSuchTable:
-            return None
-        assert loaded.metadata_location is not None
-        return snapshot_of_metadata(loaded.metadata, loaded.metadata_location)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="lakewarden-events", daemon=True)
@@ -77,7 +64,7 @@ class EventDispatcher:
                 by_catalog[item["catalog"]] |= _tables_of(item)
             for catalog, names in sorted(by_catalog.items()):
                 try:
-                    self.explorer.refresh_tables(catalog, names, load=self._load)
+                    self.explorer.refresh_tables(catalog, names)
                 except Exception:
                     log.exception("refreshing %s after an event failed", catalog)
             # lakewarden's own rewrites only need the runtime to follow them: the process that made them

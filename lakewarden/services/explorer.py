@@ -20,8 +20,9 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
-from lakewarden.metadata.catalogs import list_tables, opened_catalog, snapshot_of
+from lakewarden.metadata.catalogs import list_tables, snapshot_of
 from lakewarden.services.loop import LoopService
+from lakewarden.services.metadata_service import InProcessCatalog, MetadataService, catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database
@@ -41,19 +42,6 @@ class RefreshResult:
     duration_ms: int = 0
 
 
-# a table's snapshot, or None when it does not exist
-SnapshotLoader = Callable[[TableIdentifier], TableSnapshot | None]
-
-
-def _guarded(load: SnapshotLoader, name: TableIdentifier) -> TableSnapshot | str | None:
-    try:
-        return load(name)
-    except NoSuchTableError:
-        return None
-    except Exception as exc:
-        return _describe(exc)
-
-
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:2000]
@@ -63,10 +51,12 @@ class TableExplorer(LoopService):
     name = "table-explorer"
 
     def __init__(
-        self, db: Database, interval_seconds: float, thread_count: int, on_change: Callable[[], None] | None = None
-    ) -> None:
+        self, db: Database, interval_seconds: float, thread_count: int, on_change: Callable[[], None] | None = None,
+        metadata: MetadataService | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(interval_seconds)
         self.db = db
+        self.metadata = metadata  # internal catalogs are listed and read from it in-process
         self.thread_count = thread_count
         self.on_change = on_change  # called after a refresh that added or changed tables
         self._locks: dict[str, threading.Lock] = {}
@@ -99,7 +89,7 @@ class TableExplorer(LoopService):
             spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog_name))
         result = RefreshResult(catalog_name)
         try:
-            with opened_catalog(spec) as catalog:
+            with catalog_for(spec, self.metadata) as catalog:
                 listed = {TableIdentifier(catalog_name, db, t) for db, t in list_tables(catalog, TableFilter.of(spec))}
                 snapshots = self._load_all(catalog, sorted(listed))
         except Exception as exc:  # any failure to list: keep every table, report the catalog unhealthy
@@ -114,13 +104,8 @@ class TableExplorer(LoopService):
             self.on_change()
         return result
 
-    def refresh_tables(
-        self, catalog_name: str, names: set[TableIdentifier], load: SnapshotLoader | None = None
-    ) -> RefreshResult:
-        """Refresh only the named tables (a change announced by an event): no listing of the catalog.
-
-        `load` reads a table's snapshot in-process (lakewarden's own catalog); None opens the catalog.
-        """
+    def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
+        """Refresh only the named tables (a change announced by an event): no listing of the catalog."""
         with self._lock(catalog_name):
             started = time.monotonic()
             with self.db.read() as session:
@@ -128,11 +113,8 @@ class TableExplorer(LoopService):
             table_filter = TableFilter.of(spec)
             wanted = {n for n in names if table_filter.accepts_table(n.database, n.table)}
             result = RefreshResult(catalog_name)
-            if load is not None:
-                snapshots = {name: _guarded(load, name) for name in sorted(wanted)}
-            else:
-                with opened_catalog(spec) as catalog:
-                    snapshots = self._load_all(catalog, sorted(wanted))
+            with catalog_for(spec, self.metadata) as catalog:
+                snapshots = self._load_all(catalog, sorted(wanted))
             present = {name for name, snap in snapshots.items() if snap is not None}
             self._apply(spec, present, snapshots, result, scope=names)
             result.duration_ms = int((time.monotonic() - started) * 1000)
@@ -153,8 +135,8 @@ class TableExplorer(LoopService):
             except Exception as exc:
                 return _describe(exc)
 
-        if not names:
-            return {}
+        if len(names) <= 1 or isinstance(catalog, InProcessCatalog):  # no I/O to overlap
+            return {name: load(name) for name in names}
         with ThreadPoolExecutor(max_workers=min(self.thread_count, len(names)), thread_name_prefix="explorer") as pool:
             return dict(zip(names, pool.map(load, names), strict=True))
 

@@ -18,26 +18,39 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.catalog.noop import NoopCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile, ToOutputFile
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import (
     AssertCreate,
     TableRequirement,
     TableUpdate,
-    update_table_metadata,
 )
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, NotFound
-from lakewarden.metadata.table_metadata import defines_table, describe_commit, metadata_from_updates, purge_files
+from lakewarden.metadata.catalogs import opened_catalog
+from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, PartitionConflict, conflict_strategy, rebase_on_partitions
+from lakewarden.metadata.table_metadata import (
+    apply_updates,
+    defines_table,
+    describe_commit,
+    metadata_from_updates,
+    metadata_json,
+    new_metadata,
+    purge_files,
+    write_metadata,
+)
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
 from lakewarden.store.database import Database
@@ -63,6 +76,13 @@ class _SwapLost(Exception):
 class LoadedTable:
     metadata_location: str | None
     metadata: TableMetadata
+
+
+def _check_properties(properties: dict[str, str]) -> None:
+    try:
+        conflict_strategy(properties)
+    except ValueError as exc:
+        raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
 
 
 class MetadataService:
@@ -168,8 +188,9 @@ class MetadataService:
             store.get_namespace(session, catalog, namespace)
             if store.pointer_exists(session, catalog, namespace, name):
                 raise AlreadyExists(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
+        _check_properties(properties)
         try:
-            metadata = new_table_metadata(
+            metadata = new_metadata(
                 schema, spec_ or PartitionSpec(), order or SortOrder(),
                 location or self.default_location(spec, namespace, name), dict(properties),
             )  # fmt: skip
@@ -179,7 +200,7 @@ class MetadataService:
             return LoadedTable(None, metadata)
         io = self._io(spec)
         location = self._new_location(metadata, 0)
-        ToOutputFile.table_metadata(metadata, io.new_output(location))
+        write_metadata(io, location, metadata)
         try:
             with self.db.write() as session:
                 store.create_pointer(session, catalog, namespace, name, location)
@@ -204,13 +225,15 @@ class MetadataService:
         with self._cache_lock:
             body = self._json.get(loaded.metadata_location)
         if body is None:
-            metadata = loaded.metadata.model_dump_json(by_alias=True, exclude_none=True)
-            location = json.dumps(loaded.metadata_location)
-            body = f'{{"metadata-location": {location}, "metadata": {metadata}, "config": {{}}}}'.encode()
-            with self._cache_lock:
-                self._json[loaded.metadata_location] = body
-                while len(self._json) > 500:
-                    self._json.popitem(last=False)
+            body = self._remember_body(loaded.metadata_location, metadata_json(loaded.metadata))
+        return body
+
+    def _remember_body(self, location: str, metadata_text: str) -> bytes:
+        body = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}, "config": {{}}}}'.encode()
+        with self._cache_lock:
+            self._json[location] = body
+            while len(self._json) > 500:
+                self._json.popitem(last=False)
         return body
 
     def load_table(self, catalog: str, namespace: str, name: str) -> LoadedTable:
@@ -218,6 +241,14 @@ class MetadataService:
         with self.db.read() as session:
             location = store.get_pointer(session, catalog, namespace, name).metadata_location
         return LoadedTable(location, self._read(self._io(spec), location))
+
+    def table(self, catalog: str, namespace: str, name: str) -> Table:
+        """A read-only pyiceberg Table for lakewarden's own services: no HTTP round trip to ourselves."""
+        loaded = self.load_table(catalog, namespace, name)
+        assert loaded.metadata_location is not None
+        identifier = (*store.levels(namespace), name)
+        return Table(identifier, loaded.metadata, loaded.metadata_location, self._io(self.catalog(catalog)),
+                     NoopCatalog(catalog))  # fmt: skip
 
     def table_exists(self, catalog: str, namespace: str, name: str) -> bool:
         self.catalog(catalog)
@@ -237,35 +268,69 @@ class MetadataService:
                 pointer = store.get_pointer(session, catalog, namespace, name)
                 expected, version = pointer.metadata_location, pointer.version
             base = self._read(io, expected)
+            applied, written = self._checked(io, base, requirements, updates)
             try:
-                for requirement in requirements:
-                    requirement.validate(base)
-            except CommitFailedException as exc:
-                raise CommitFailed(str(exc)) from exc
-            try:
-                metadata = update_table_metadata(base, tuple(updates), metadata_location=expected)
+                metadata = apply_updates(base, applied, metadata_location=expected)
             except (ValueError, KeyError) as exc:
+                self._discard(io, written)
                 raise InvalidField("updates", str(exc)) from exc
+            _check_properties(metadata.properties)
             location = self._new_location(metadata, version + 1)
-            ToOutputFile.table_metadata(metadata, io.new_output(location))
+            text = write_metadata(io, location, metadata)
             with self.db.write() as session:
                 new_version = version + 1
                 if not store.swap_pointer(session, catalog, namespace, name, expected, version, location):
                     event = None
                 else:
-                    details = describe_commit(base, metadata, updates)
+                    details = describe_commit(base, metadata, applied)
                     store.record_commit(session, catalog, namespace, name, version=new_version,
                                         metadata_location=location, client=client, **details)  # fmt: skip
                     event = self._event(session, "table-committed", catalog, namespace, name,
                                         {"metadata_location": location, "version": new_version, **details})  # fmt: skip
-            if event is None:  # another commit won the swap: drop our file, re-check, try again
-                io.delete(location)
+            if event is None:  # another commit won the swap: drop our files, re-check, try again
+                self._discard(io, [location, *written])
                 continue
             with self._cache_lock:
                 self._cache[location] = metadata
+            self._remember_body(location, text)  # the response: the file just written, not serialised again
             self._publish([event])
             return LoadedTable(location, metadata)
         raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {name}")
+
+    @staticmethod
+    def _checked(
+        io: FileIO, base: TableMetadata, requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
+    ) -> tuple[Sequence[TableUpdate], list[str]]:
+        """The commit's requirements checked against `base` under the table's conflict strategy.
+
+        Returns the updates to apply (rebased onto the branch head where the
+        `partition` strategy allows it) and the files written for them; raises CommitFailed."""
+        try:
+            for requirement in requirements:
+                requirement.validate(base)
+            return updates, []
+        except CommitFailedException as exc:
+            failure = exc
+        try:
+            strategy = conflict_strategy(base.properties)
+        except ValueError as exc:
+            raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
+        if strategy != "partition":
+            raise CommitFailed(str(failure)) from failure
+        try:
+            rebased = rebase_on_partitions(io, base, requirements, updates)
+        except PartitionConflict as exc:
+            raise CommitFailed(str(exc)) from exc
+        if rebased is None:
+            raise CommitFailed(str(failure)) from failure
+        try:
+            for requirement in rebased.requirements:
+                requirement.validate(base)
+        except CommitFailedException as exc:  # another requirement fails too: a real conflict
+            MetadataService._discard(io, [rebased.manifest_list])
+            raise CommitFailed(str(exc)) from exc
+        log.info("commit rebased onto the branch head (no partition overlap): %s", rebased.manifest_list)
+        return rebased.updates, [rebased.manifest_list]
 
     def _commit_create(
         self, spec: CatalogSpec, io: FileIO, namespace: str, name: str, updates: Sequence[TableUpdate],
@@ -273,13 +338,12 @@ class MetadataService:
     ) -> LoadedTable:  # fmt: skip
         """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
         try:
-            metadata = update_table_metadata(
-                metadata_from_updates(updates), tuple(u for u in updates if not defines_table(u))
-            )
+            metadata = apply_updates(metadata_from_updates(updates), tuple(u for u in updates if not defines_table(u)))
         except (ValueError, KeyError, StopIteration) as exc:
             raise InvalidField("updates", f"cannot create the table from these updates: {exc}") from exc
+        _check_properties(metadata.properties)
         location = self._new_location(metadata, 0)
-        ToOutputFile.table_metadata(metadata, io.new_output(location))
+        write_metadata(io, location, metadata)
         try:
             with self.db.write() as session:
                 if store.pointer_exists(session, spec.name, namespace, name):
@@ -315,9 +379,13 @@ class MetadataService:
                 except CommitFailedException as exc:
                     self._discard(io, [entry[4] for entry in staged])
                     raise CommitFailed(f"{'.'.join(store.levels(namespace))}.{name}: {exc}") from exc
-                metadata = update_table_metadata(base, tuple(updates), metadata_location=pointer.metadata_location)
+                try:
+                    metadata = apply_updates(base, updates, metadata_location=pointer.metadata_location)
+                except (ValueError, KeyError) as exc:
+                    self._discard(io, [entry[4] for entry in staged])
+                    raise InvalidField("updates", f"{'.'.join(store.levels(namespace))}.{name}: {exc}") from exc
                 location = self._new_location(metadata, pointer.version + 1)
-                ToOutputFile.table_metadata(metadata, io.new_output(location))
+                write_metadata(io, location, metadata)
                 staged.append((namespace, name, pointer.metadata_location, pointer.version, location, metadata, base))
             try:
                 events = self._swap_all(catalog, staged, changes, client)
@@ -386,3 +454,34 @@ class MetadataService:
             event = self._event(session, "table-renamed", catalog, target[0], target[1],
                                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}})  # fmt: skip
         self._publish([event])
+
+
+class InProcessCatalog:
+    """An internal catalog as lakewarden's own services read it (the explorer, evaluator and planner):
+    straight from the metadata service, with no HTTP round trip to ourselves. Read-only."""
+
+    def __init__(self, service: MetadataService, name: str) -> None:
+        self.service = service
+        self.name = name
+
+    def list_namespaces(self, namespace: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        with self.service.db.read() as session:
+            found = store.list_namespaces(session, self.name, store.key(namespace) if namespace else None)
+        return [tuple(store.levels(ns)) for ns in found]
+
+    def list_tables(self, namespace: tuple[str, ...]) -> list[tuple[str, ...]]:
+        with self.service.db.read() as session:
+            return [(*namespace, t) for t in store.list_pointers(session, self.name, store.key(namespace))]
+
+    def load_table(self, identifier: tuple[str, ...]) -> Table:
+        try:
+            return self.service.table(self.name, store.key(identifier[:-1]), identifier[-1])
+        except NotFound as exc:
+            raise NoSuchTableError(str(exc)) from exc
+
+
+def catalog_for(spec: CatalogSpec, service: MetadataService | None) -> AbstractContextManager[Any]:
+    """The catalog to read `spec`'s tables through: in-process for internal catalogs, else opened as usual."""
+    if spec.type == "internal" and service is not None:
+        return nullcontext(InProcessCatalog(service, spec.name))
+    return opened_catalog(spec)

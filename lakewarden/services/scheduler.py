@@ -25,9 +25,9 @@ from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.planning import TaskPlan, plan_tasks
 from lakewarden.domain.states import OPTIMIZING_STATUS, TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.metadata.catalogs import opened_catalog
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.services.metadata_service import MetadataService, catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import optimizing as store
 from lakewarden.store import runtime as runtime_store
@@ -55,9 +55,12 @@ class Assignment:
 
 
 class OptimizingScheduler:
-    def __init__(self, db: Database, cache: ManifestCache, on_table_done: Any = None) -> None:
+    def __init__(
+        self, db: Database, cache: ManifestCache, on_table_done: Any = None, metadata: MetadataService | None = None
+    ) -> None:
         self.db = db
         self.cache = cache
+        self.metadata = metadata  # internal catalogs' tables are read from it in-process
         self.on_table_done = on_table_done  # called when a process ends (the evaluator looks again)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -206,7 +209,7 @@ class OptimizingScheduler:
     def _plan(self, rec: TableRecord, spec: CatalogSpec, group: str) -> tuple[int, Any] | None:
         """Plan on the table's current snapshot; the process and its tasks are written in one transaction."""
         config = OptimizingConfig.of(rec.runtime.config)
-        with opened_catalog(spec) as catalog:
+        with catalog_for(spec, self.metadata) as catalog:
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
             files = snapshot_files(table, self.cache, config.filter)
             clock = OptimizingClock(

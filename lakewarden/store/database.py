@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -69,13 +71,17 @@ class Database:
         self.engine = make_engine(url)
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         writer_engine = self.engine
+        # SQLite has one writer at a time: this process's writers queue on a lock instead of in
+        # SQLite's busy handler, which sleeps in steps of up to 100 ms and makes bursts of commits slow
+        self._write_lock: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
         if self.engine.dialect.name == "sqlite":
             writer_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+            self._write_lock = threading.Lock()
         self._writer = sessionmaker(writer_engine, expire_on_commit=False)
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        with self._writer() as session, session.begin():
+        with self._write_lock, self._writer() as session, session.begin():
             yield session
 
     @contextmanager

@@ -10,7 +10,7 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import TableBrief, TableRead
 from lakewarden.domain.errors import Conflict
 from lakewarden.domain.tables import TableIdentifier, TableStatus
-from lakewarden.metadata.catalogs import opened_catalog
+from lakewarden.services.metadata_service import catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as store
 from lakewarden.store.tables import TableRecord
@@ -87,7 +87,7 @@ def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRe
     status = TableStatus(rec.runtime.status_code)
     if status not in (TableStatus.IDLE, TableStatus.PENDING):
         raise Conflict(f"table {name} is {status.label}; it is evaluated again when that ends")
-    with opened_catalog(spec) as catalog_handle:
+    with catalog_for(spec, ctx.metadata) as catalog_handle:
         ctx.evaluator.evaluate(catalog_handle, rec)
     with ctx.db.read() as session:
         return _read(store.get_table(session, name))

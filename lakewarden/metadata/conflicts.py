@@ -1,0 +1,204 @@
+"""Conflict strategies for commits to internal tables, chosen per table by `lakewarden.commit.conflict-strategy`.
+
+`iceberg` (the default): a commit must satisfy the requirements the client sent, as the REST spec says.
+A writer whose base snapshot is no longer the head of its branch gets 409 and retries on its own.
+
+`partition` (LAS MetaServer's partition-level check): when the only requirement that fails is the
+branch head (`assert-ref-snapshot-id`) of a data commit, the commits that landed on the branch since
+the committer's base snapshot are compared with this one, partition by partition. If none of them
+added or removed a file in a partition this commit adds or removes files in, the commit is rebased
+onto the branch head on the server: a new manifest list holding the head's manifests plus the
+commit's own, with the next sequence number, and the commit lands without a client retry. If one of
+them did, the commit is rejected with 409 naming the partition and the snapshot that changed it.
+Partitions of different specs are treated as overlapping; an unpartitioned table has one partition.
+Format-version 3 tables (whose manifest lists carry row ids) and multi-table transactions keep the
+`iceberg` behaviour.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestEntryStatus, ManifestFile, write_manifest_list
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot, Summary
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
+    TableRequirement,
+    TableUpdate,
+)
+
+CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
+STRATEGIES = ("iceberg", "partition")
+_TOTALS = ("total-data-files", "total-delete-files", "total-records", "total-files-size",
+           "total-position-deletes", "total-equality-deletes")  # fmt: skip
+
+
+class PartitionConflict(Exception):
+    """Another commit changed a partition this commit changes, since this commit's base snapshot."""
+
+
+def conflict_strategy(properties: Mapping[str, str]) -> str:
+    """The table's strategy; ValueError names the property when its value is not one of STRATEGIES."""
+    value = properties.get(CONFLICT_STRATEGY, "iceberg").strip().lower()
+    if value not in STRATEGIES:
+        raise ValueError(f"{CONFLICT_STRATEGY} must be one of {', '.join(STRATEGIES)}, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Rebased:
+    requirements: list[TableRequirement]
+    updates: list[TableUpdate]
+    manifest_list: str  # written here: delete it when the commit does not land
+
+
+def rebase_on_partitions(
+    io: FileIO, current: TableMetadata, requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
+) -> Rebased | None:
+    """The commit rebased onto its branch head, or None when it is not a data commit that can be rebased.
+
+    Raises PartitionConflict when a commit since its base snapshot touched one of its partitions."""
+    shape = _data_commit(requirements, updates)
+    if shape is None or current.format_version != 2:
+        return None
+    add, ref_name, assertion = shape
+    snapshot = add.snapshot
+    head_ref = current.refs.get(ref_name)
+    if head_ref is None or snapshot.parent_snapshot_id is None:
+        return None
+    between, base = _since(current, head_ref.snapshot_id, snapshot.parent_snapshot_id)
+    if base is None:
+        raise PartitionConflict(
+            f"the commit's base snapshot {snapshot.parent_snapshot_id} is no longer an ancestor of {ref_name!r}"
+        )
+    mine = _touched(io, snapshot)
+    for other in between:
+        overlap = mine.keys() & _touched(io, other).keys()
+        if overlap:
+            where = ", ".join(sorted(_describe(current, mine[key]) for key in overlap)[:5])
+            raise PartitionConflict(
+                f"partition conflict ({CONFLICT_STRATEGY}=partition): {where} changed by snapshot "
+                f"{other.snapshot_id} since this commit's base snapshot {snapshot.parent_snapshot_id}"
+            )
+    head = current.snapshot_by_id(head_ref.snapshot_id)
+    assert head is not None
+    own = snapshot.manifests(io)
+    replaced = {m.manifest_path for m in base.manifests(io)} - {m.manifest_path for m in own}
+    head_manifests = head.manifests(io)
+    if not replaced <= {m.manifest_path for m in head_manifests}:
+        raise PartitionConflict("manifests this commit rewrote were rewritten by another commit meanwhile")
+
+    sequence = current.last_sequence_number + 1
+    new = [_renumbered(m, snapshot, sequence) for m in own if m.added_snapshot_id == snapshot.snapshot_id]
+    kept = [m for m in head_manifests if m.manifest_path not in replaced]
+    location = f"{current.location.rstrip('/')}/metadata/snap-{snapshot.snapshot_id}-rebased-{uuid.uuid4()}.avro"
+    with write_manifest_list(2, io.new_output(location), snapshot.snapshot_id, head.snapshot_id, sequence,
+                             "deflate") as writer:  # fmt: skip
+        writer.add_manifests(new + kept)
+    rebased = snapshot.model_copy(update={
+        "parent_snapshot_id": head.snapshot_id, "sequence_number": sequence, "manifest_list": location,
+        "timestamp_ms": max(snapshot.timestamp_ms, current.last_updated_ms + 1, int(time.time() * 1000)),
+        "summary": _summary(snapshot, base, head),
+    })  # fmt: skip
+    return Rebased(
+        requirements=[
+            AssertRefSnapshotId(ref=ref_name, snapshot_id=head.snapshot_id) if r is assertion else r
+            for r in requirements
+        ],
+        updates=[AddSnapshotUpdate(snapshot=rebased) if u is add else u for u in updates],
+        manifest_list=location,
+    )
+
+
+def _data_commit(
+    requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
+) -> tuple[AddSnapshotUpdate, str, AssertRefSnapshotId] | None:
+    """One new snapshot, moved onto one branch whose head the client asserted to be the snapshot's parent."""
+    adds = [u for u in updates if isinstance(u, AddSnapshotUpdate)]
+    if len(adds) != 1:
+        return None
+    snapshot = adds[0].snapshot
+    refs = [u for u in updates if isinstance(u, SetSnapshotRefUpdate) and u.snapshot_id == snapshot.snapshot_id]
+    if len(refs) != 1 or refs[0].type != SnapshotRefType.BRANCH:
+        return None
+    assertions = [r for r in requirements if isinstance(r, AssertRefSnapshotId) and r.ref == refs[0].ref_name]
+    if len(assertions) != 1 or assertions[0].snapshot_id != snapshot.parent_snapshot_id:
+        return None
+    return adds[0], refs[0].ref_name, assertions[0]
+
+
+def _since(current: TableMetadata, head_id: int, base_id: int) -> tuple[list[Snapshot], Snapshot | None]:
+    """The snapshots from the head back to (not including) the base, and the base if it is an ancestor."""
+    between: list[Snapshot] = []
+    snapshot = current.snapshot_by_id(head_id)
+    while snapshot is not None and snapshot.snapshot_id != base_id:
+        between.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = current.snapshot_by_id(parent) if parent is not None else None
+    return between, snapshot
+
+
+def _touched(io: FileIO, snapshot: Snapshot) -> dict[tuple[int, tuple[Any, ...]], tuple[int, Any]]:
+    """The partitions in which the snapshot added or removed files: (spec, values) -> (spec, record)."""
+    touched: dict[tuple[int, tuple[Any, ...]], tuple[int, Any]] = {}
+    for manifest in snapshot.manifests(io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue  # carried over unchanged from the parent
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
+                continue
+            record = entry.data_file.partition
+            values = tuple(record[i] for i in range(len(record)))
+            touched.setdefault((manifest.partition_spec_id, values), (manifest.partition_spec_id, record))
+    if len({spec for spec, _ in touched}) > 1:  # specs evolved: partitions of different specs may overlap
+        return {(-1, ()): (-1, None)} | touched
+    return touched
+
+
+def _describe(current: TableMetadata, touched: tuple[int, Any]) -> str:
+    spec_id, record = touched
+    spec = current.specs().get(spec_id)
+    if spec is None or record is None or not spec.fields:
+        return "the table's only partition" if spec is not None and not spec.fields else "partitions of several specs"
+    return f"partition {spec.partition_to_path(record, current.schema())}"
+
+
+def _renumbered(manifest: ManifestFile, snapshot: Snapshot, sequence: int) -> ManifestFile:
+    """The commit's own manifest under its new sequence number (its added entries inherit it)."""
+    renumbered = copy.copy(manifest)
+    renumbered.sequence_number = sequence
+    if manifest.min_sequence_number == snapshot.sequence_number:
+        renumbered.min_sequence_number = sequence
+    return renumbered
+
+
+def _summary(snapshot: Snapshot, base: Snapshot, head: Snapshot) -> Summary | None:
+    """The commit's summary with its totals moved onto the head: head + (commit - base)."""
+    if snapshot.summary is None:
+        return None
+    fields = dict(snapshot.summary.additional_properties)
+    for total in _TOTALS:
+        values = [_count(s.summary, total) for s in (snapshot, base, head)]
+        if None in values:
+            fields.pop(total, None)  # unknown on one side: leave it out rather than state a wrong total
+        else:
+            mine, before, now = (v or 0 for v in values)
+            fields[total] = str(now + mine - before)
+    return Summary(snapshot.summary.operation, **fields)
+
+
+def _count(summary: Summary | None, key: str) -> int | None:
+    try:
+        return int(summary[key]) if summary is not None else None  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,58 @@
+"""Commits applied to table metadata without a catalog: v3 upgrades and v3 metadata files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyiceberg.io import load_file_io
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadataV2, TableMetadataV3
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import SetPropertiesUpdate, UpgradeFormatVersionUpdate
+from pyiceberg.types import LongType, NestedField
+
+from lakewarden.metadata.table_metadata import apply_updates, metadata_json, new_metadata, write_metadata
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+
+
+def _table(tmp_path: Path, version: str) -> TableMetadataV2 | TableMetadataV3:
+    metadata = new_metadata(SCHEMA, PartitionSpec(), SortOrder(), str(tmp_path), {"format-version": version})
+    assert isinstance(metadata, TableMetadataV2 | TableMetadataV3)
+    return metadata
+
+
+def test_upgrade_to_v3_starts_row_lineage_and_keeps_the_rest(tmp_path: Path) -> None:
+    base = _table(tmp_path, "2")
+    upgraded = apply_updates(
+        base, [UpgradeFormatVersionUpdate(format_version=3), SetPropertiesUpdate(updates={"k": "v"})], "/m/0.json"
+    )
+    assert isinstance(upgraded, TableMetadataV3)
+    assert upgraded.next_row_id == 0 and upgraded.properties["k"] == "v"
+    assert upgraded.table_uuid == base.table_uuid and upgraded.schemas == base.schemas
+    assert [entry.metadata_file for entry in upgraded.metadata_log] == ["/m/0.json"]
+    assert base.format_version == 2  # the base is never changed
+    # upgrading to the same version changes nothing; down or past v3 is refused
+    assert apply_updates(upgraded, [UpgradeFormatVersionUpdate(format_version=3)]) is upgraded
+    with pytest.raises(ValueError, match="downgrade"):
+        apply_updates(upgraded, [UpgradeFormatVersionUpdate(format_version=2)])
+    with pytest.raises(ValueError, match="Unsupported"):
+        apply_updates(base, [UpgradeFormatVersionUpdate(format_version=4)])
+
+
+def test_v3_metadata_files_are_written_and_read_back(tmp_path: Path) -> None:
+    created = _table(tmp_path, "3")
+    assert isinstance(created, TableMetadataV3) and created.next_row_id == 0
+    io = load_file_io({}, str(tmp_path))
+    location = f"{tmp_path}/00000-a.metadata.json"
+    write_metadata(io, location, created)
+    raw = json.loads(Path(location).read_text())
+    assert raw["format-version"] == 3 and raw["next-row-id"] == 0
+    assert FromInputFile.table_metadata(io.new_input(location)) == created
+    assert json.loads(metadata_json(created)) == raw
+    with pytest.raises(FileExistsError):  # metadata files never change
+        write_metadata(io, location, created)
