@@ -27,7 +27,7 @@ from lakewarden.domain.planning import plan_tasks
 from lakewarden.metadata.catalogs import initialize_catalog, opened_catalog
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.optimizer.executor import execute_task
-from lakewarden.services.scheduler import task_input
+from lakewarden.services.self_optimizing import task_input
 from lakewarden.spark.session import build_spark_session
 
 MB = 1024 * 1024

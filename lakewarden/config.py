@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from lakewarden.domain.errors import InvalidField
 
@@ -88,6 +88,28 @@ class EvaluatorConfig(_Model):
     recheck_interval: Duration = Field(timedelta(minutes=1), alias="recheck-interval")
 
 
+class ActionSchedule(_Model):
+    """When a maintenance action is looked at on each table (a table may override `interval` with
+    its own `<prefix>.interval` property)."""
+
+    enabled: bool = True
+    interval: Duration
+
+
+ACTION_INTERVALS = {
+    "expire-snapshots": timedelta(hours=1),
+    "clean-orphan-files": timedelta(days=1),
+    "clean-dangling-delete-files": timedelta(days=1),
+    "data-expiration": timedelta(days=1),
+    "auto-create-tags": timedelta(minutes=1),
+    "rewrite-manifests": timedelta(hours=1),
+}
+
+
+def _schedule(alias: str) -> Any:
+    return Field(default_factory=lambda: ActionSchedule(interval=ACTION_INTERVALS[alias]), alias=alias)
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -98,6 +120,24 @@ class AmsConfig(_Model):
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
+    # maintenance actions, with Amoro's names and intervals
+    expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
+    clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")
+    clean_dangling_delete_files: ActionSchedule = _schedule("clean-dangling-delete-files")
+    data_expiration: ActionSchedule = _schedule("data-expiration")
+    auto_create_tags: ActionSchedule = _schedule("auto-create-tags")
+    rewrite_manifests: ActionSchedule = _schedule("rewrite-manifests")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _action_intervals(cls, data: Any) -> Any:
+        """`expire-snapshots: {enabled: false}` keeps the action's own default interval."""
+        if isinstance(data, dict):
+            for alias, interval in ACTION_INTERVALS.items():
+                given = data.get(alias)
+                if isinstance(given, dict) and "interval" not in given:
+                    data = {**data, alias: {**given, "interval": interval}}
+        return data
 
 
 class ContainerConfig(_Model):

@@ -85,11 +85,12 @@ def table_status(api: httpx.Client, table: str, status: str) -> dict[str, Any]:
 
 
 @contextmanager
-def started_server(tmp_path: Path, extra: str = "") -> Iterator[ServerProcess]:
-    """A real `lakewarden server` process on a fresh data directory; `extra` adds `ams:` settings."""
-    from tests.test_server_process import ServerProcess
+def started_server(tmp_path: Path, extra: str = "", maintenance: str | None = None) -> Iterator[ServerProcess]:
+    """A real `lakewarden server` process on a fresh data directory; `extra` adds `ams:` settings;
+    `maintenance` replaces the `ams:` lines that turn the maintenance actions off."""
+    from tests.test_server_process import MAINTENANCE_OFF, ServerProcess
 
-    process = ServerProcess(tmp_path, extra=extra)
+    process = ServerProcess(tmp_path, extra=extra, maintenance=MAINTENANCE_OFF if maintenance is None else maintenance)
     process.start()
     try:
         yield process

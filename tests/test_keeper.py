@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from lakewarden.api.context import ServerContext
 from lakewarden.config import Config
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.evaluator import OptimizingType
-from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.store import catalogs as catalog_store
@@ -27,8 +26,8 @@ def setup_process(ctx: ServerContext) -> int:
     with ctx.db.write() as session:
         catalog_store.create_catalog(session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"}))
         rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
-        plan = TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": "", "values": []}], 10, 20, {}, False)
-        return store.create_process(session, rec, "default", "minor", 1, [plan], [{"table": "db.t"}]).process_id
+        task = TaskSpec("minor", {"table": "db.t"}, [{"spec_id": 0, "path": "", "values": []}], 20)
+        return store.create_process(session, rec, "default", "optimizing", ProcessPlan("minor", 1, [task])).process_id
 
 
 def post(client: TestClient, path: str, body: dict[str, Any]) -> Any:

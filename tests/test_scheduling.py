@@ -11,8 +11,7 @@ from sqlalchemy import update
 
 from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.evaluator import OptimizingType
-from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier, TableStatus
 from lakewarden.store import catalogs as catalog_store
@@ -43,10 +42,10 @@ def make_pending(ctx: ServerContext, rec: TableRecord, **fields: Any) -> None:
 
 
 def process_with_tasks(ctx: ServerContext, rec: TableRecord, tasks: int, group: str = "default") -> int:
-    plans = [TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1, 1, {}, False)
+    specs = [TaskSpec("minor", {"table": "db.t"}, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1)
              for i in range(tasks)]  # fmt: skip
     with ctx.db.write() as session:
-        return store.create_process(session, rec, group, "minor", 1, plans, [{"table": "db.t"}] * tasks).process_id
+        return store.create_process(session, rec, group, "optimizing", ProcessPlan("minor", 1, specs)).process_id
 
 
 def start_optimizing(ctx: ServerContext, rec: TableRecord, process_id: int) -> None:

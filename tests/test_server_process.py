@@ -25,8 +25,17 @@ LAKEWARDEN = [sys.executable, "-m", "lakewarden.cli.main"]
 REFRESH_SECONDS = 2
 
 
+# Maintenance actions stay off in test servers unless a test turns them on: their processes would
+# appear beside the optimizing ones that other tests count.
+MAINTENANCE_OFF = "".join(
+    f"  {action}: {{enabled: false}}\n"
+    for action in ("expire-snapshots", "clean-orphan-files", "clean-dangling-delete-files", "data-expiration",
+                   "auto-create-tags", "rewrite-manifests")
+)  # fmt: skip
+
+
 class ServerProcess:
-    def __init__(self, tmp_path: Path, extra: str = "") -> None:
+    def __init__(self, tmp_path: Path, extra: str = "", maintenance: str = MAINTENANCE_OFF) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = tmp_path / "data"
@@ -35,6 +44,7 @@ class ServerProcess:
             f"ams:\n  data-dir: {self.data_dir}\n  http-server: {{bind-port: {self.port}}}\n"
             f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n"
             + extra
+            + maintenance
             # no optimizer started by the server: tests run their own where they need one
             + "resource-groups:\n  - {name: default, container: local}\n"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI
@@ -15,14 +16,18 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.routes import catalogs, events, groups, iceberg_rest, optimizer, processes, tables
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
+from lakewarden.domain.maintenance import Action
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.events import EventDispatcher
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.maintenance import MaintenanceTrigger, maintenance_factories
 from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.scheduler import OptimizingScheduler
+from lakewarden.services.processes import ProcessRegistry
+from lakewarden.services.scheduler import ProcessScheduler
+from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.store.database import Database, utcnow
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,19 @@ def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
     return Health(
         status="ok" if database == "ok" else "degraded", version=__version__, database=database, time=utcnow()
     )
+
+
+def maintenance_schedules(config: Config) -> dict[Action, tuple[bool, timedelta]]:
+    ams = config.ams
+    schedules = {
+        Action.EXPIRE_SNAPSHOTS: ams.expire_snapshots,
+        Action.CLEAN_ORPHAN_FILES: ams.clean_orphan_files,
+        Action.CLEAN_DANGLING_DELETE_FILES: ams.clean_dangling_delete_files,
+        Action.EXPIRE_DATA: ams.data_expiration,
+        Action.AUTO_CREATE_TAGS: ams.auto_create_tags,
+        Action.REWRITE_MANIFESTS: ams.rewrite_manifests,
+    }
+    return {action: (schedule.enabled, schedule.interval) for action, schedule in schedules.items()}
 
 
 def create_app(config: Config, start_services: bool = True) -> FastAPI:
@@ -60,7 +78,9 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         explorer = TableExplorer(
             db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake, metadata=metadata
         )
-        scheduler = OptimizingScheduler(db, evaluator.cache, on_table_done=evaluator.wake, metadata=metadata)
+        registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
+        scheduler = ProcessScheduler(db, registry, on_table_done=evaluator.wake, metadata=metadata)
+        trigger = MaintenanceTrigger(db, scheduler, maintenance_schedules(config))
         evaluator.on_pending = scheduler.wake
         timeouts = config.ams.optimizer
         keeper = OptimizerKeeper(
@@ -78,6 +98,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             scheduler=scheduler,
             keeper=keeper,
             metadata=metadata,
+            trigger=trigger,
         )
         maintainer = ResourceMaintainer(db, config, server_url)
         app.state.context.maintainer = maintainer
@@ -86,7 +107,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         if start_services:
             dispatcher.start()
         scheduler.recover()
-        services = [explorer, evaluator, keeper, maintainer]
+        services = [explorer, evaluator, keeper, maintainer, trigger]
         if start_services:
             for service in services:
                 service.start()

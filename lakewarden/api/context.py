@@ -12,11 +12,12 @@ from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.scheduler import OptimizingScheduler
+from lakewarden.services.scheduler import ProcessScheduler
 from lakewarden.store.database import Database
 
 if TYPE_CHECKING:
     from lakewarden.services.containers import ResourceMaintainer
+    from lakewarden.services.maintenance import MaintenanceTrigger
 
 
 @dataclass
@@ -25,9 +26,10 @@ class ServerContext:
     db: Database
     explorer: TableExplorer
     evaluator: TableEvaluator
-    scheduler: OptimizingScheduler
+    scheduler: ProcessScheduler
     keeper: OptimizerKeeper
     metadata: MetadataService
+    trigger: MaintenanceTrigger | None = None
     maintainer: ResourceMaintainer | None = None
 
 

@@ -317,6 +317,32 @@ def table_evaluate(
     render_evaluation(item.get("evaluation"))
 
 
+@table_app.command("run")
+def table_run(
+    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    action: Annotated[
+        str,
+        typer.Argument(
+            help="expire-snapshots, clean-orphan-files, clean-dangling-delete-files, "
+            "expire-data, auto-create-tags or rewrite-manifests"
+        ),
+    ],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="clean-orphan-files: list, delete nothing")] = False,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """Run a maintenance action on a table now, on an optimizer of its group (see `process list`)."""
+    path, _ = table_path(identifier)
+    body = {"dry_run": True} if dry_run else {}
+    item = call(server, lambda c: c.post(f"{path}/actions/{action}", body))
+    if json_:
+        render.emit_json(item)
+    elif item["created"]:
+        typer.echo(f"process {item['process_id']} created: {action} on {identifier}")
+    else:
+        typer.echo(f"nothing to do: {item['reason']}")
+
+
 def main() -> None:
     app()
 

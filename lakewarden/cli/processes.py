@@ -1,49 +1,56 @@
-"""`lakewarden process …`: optimizing processes — history, tasks, cancel."""
+"""`lakewarden process …`: processes of every action — history, tasks, cancel."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from lakewarden.cli import render
 from lakewarden.cli._common import DEFAULT_SERVER, JsonOpt, ServerOpt, call, show
 
-process_app = typer.Typer(help="Optimizing processes: history, tasks, cancel.", no_args_is_help=True)
+process_app = typer.Typer(help="Processes (optimizing and maintenance): history, tasks, cancel.", no_args_is_help=True)
+
+
+def result_text(process: dict[str, Any]) -> str:
+    """What a process did, in a few words: files and bytes for optimizing, the counts for maintenance."""
+    summary = process.get("summary") or {}
+    if process["action"] == "optimizing":
+        if "files_in" not in summary:
+            return ""
+        sizes = f"{render.human_bytes(summary.get('bytes_in', 0))} -> {render.human_bytes(summary.get('bytes_out', 0))}"
+        return f"{summary['files_in']} -> {summary['files_out']} files, {sizes}"
+    parts = []
+    for key, value in summary.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not value or key.endswith(("_ms", "_id")):
+            continue
+        shown = render.human_bytes(value) if "bytes" in key else str(value)
+        parts.append(f"{key.replace('_', ' ')} {shown}")
+    if summary.get("dry_run"):
+        parts.insert(0, "dry run:")
+    return ", ".join(parts)
 
 
 @process_app.command("list")
 def process_list(
     table: Annotated[str | None, typer.Option(help="Only this table (catalog.database.table)")] = None,
+    action: Annotated[str | None, typer.Option(help="Only this action (optimizing, expire-snapshots, …)")] = None,
+    status: Annotated[str | None, typer.Option(help="Only this status (running, success, failed, canceled)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     server: ServerOpt = DEFAULT_SERVER,
     json_: JsonOpt = False,
 ) -> None:
-    """Process history, newest first: type, status, table, start, duration, files and bytes in and out."""
-    items = call(server, lambda c: c.get("/processes", table=table, limit=limit))
+    """Processes of every action, newest first: action, type, status, table, start, duration, result."""
+    items = call(server, lambda c: c.get("/processes", table=table, action=action, status=status, limit=limit))
     if json_:
         render.emit_json(items)
         return
     rows = [
-        [p["process_id"], p["table"], p["type"], p["status"], p["start_time"], p["duration_ms"],
-         p["summary"].get("files_in", ""), p["summary"].get("files_out", ""),
-         render.human_bytes(p["summary"].get("bytes_in", 0)), render.human_bytes(p["summary"].get("bytes_out", 0)),
-         p["fail_reason"] or ""]
+        [p["process_id"], p["table"], p["action"], p["type"], p["status"], p["start_time"], p["duration_ms"],
+         result_text(p), p["fail_reason"] or ""]
         for p in items
     ]  # fmt: skip
-    columns = [
-        "id",
-        "table",
-        "type",
-        "status",
-        "start",
-        "ms",
-        "files in",
-        "files out",
-        "bytes in",
-        "bytes out",
-        "error",
-    ]
+    columns = ["id", "table", "action", "type", "status", "start", "ms", "result", "error"]
     render.table("processes", columns, rows)
 
 
@@ -56,6 +63,7 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
     keys = (
         "table",
         "group",
+        "action",
         "type",
         "status",
         "target_snapshot_id",

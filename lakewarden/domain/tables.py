@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.maintenance import MAINTENANCE_DEFAULTS
 
 
 @dataclass(frozen=True, order=True)
@@ -78,10 +79,12 @@ TABLE_DEFAULTS: dict[str, str] = {
     "self-optimizing.min-plan-interval": "60000",
     "self-optimizing.execute.num-retries": "5",
     "self-optimizing.filter": "",
+    **MAINTENANCE_DEFAULTS,
 }
 # Prefixes of the properties lakewarden reads; effective config shows these and nothing else.
 MANAGED_PREFIXES = ("self-optimizing.", "table-expire.", "snapshot.keep.", "clean-orphan-file.",
-                    "clean-dangling-delete-files.", "data-expire.", "tag.auto-create.", "lakewarden.")  # fmt: skip
+                    "clean-dangling-delete-files.", "data-expire.", "tag.auto-create.", "rewrite-manifests.",
+                    "lakewarden.")  # fmt: skip
 
 
 def effective_config(catalog_defaults: Mapping[str, str], table_properties: Mapping[str, str]) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""Running one optimizing task on Spark with Iceberg's own rewrite machinery, through the JVM.
+"""Running one task on Spark through the JVM: self-optimizing here, maintenance in maintenance.py.
 
-The task names its partitions as an ExpressionParser JSON filter and carries the rewrite options
+An optimizing task names its partitions as an ExpressionParser JSON filter and carries the rewrite options
 that select exactly the planned file classes. Iceberg plans the file groups, rewrites them and
 validates the commit against concurrent changes; the snapshot summary names lakewarden, the
 process and the task.
@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.optimizer.maintenance import run_maintenance
 from lakewarden.spark.session import configure_catalogs
 
 if TYPE_CHECKING:
@@ -19,26 +20,37 @@ if TYPE_CHECKING:
 
 
 def execute_task(spark: SparkSession, task: dict[str, Any], optimizer: str) -> dict[str, Any]:
+    """Run one task of any action; returns its output (what the process records)."""
     started = time.monotonic()
+    work = task["input"]
     spec = CatalogSpec(task["catalog"]["name"], task["catalog"]["type"], task["catalog"]["properties"])
     configure_catalogs(spark, [spec])
     jvm: Any = spark._jvm
     jss: Any = spark._jsparkSession
     # Each Python thread runs on its own JVM thread, which starts with no active SparkSession; without
-    # one, Spark's SQLConf.get answers with a blank conf and Iceberg's rewrite cannot find its catalogs.
+    # one, Spark's SQLConf.get answers with a blank conf and Iceberg's actions cannot find their catalogs.
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(jss)
-    work = task["input"]
     name = f"{spec.name}.{work['table']}"
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
-    spark.sparkContext.setJobGroup(f"lakewarden-{task['process_id']}-{task['task_id']}", f"optimizing {name}")
-    expression = jvm.org.apache.iceberg.expressions.ExpressionParser.fromJson(work["filter"])
+    action = work.get("action", "optimizing")
+    spark.sparkContext.setJobGroup(f"lakewarden-{task['process_id']}-{task['task_id']}", f"{action} {name}")
     properties = {
         "lakewarden.optimizer": optimizer,
         "lakewarden.process-id": str(task["process_id"]),
         "lakewarden.task-id": str(task["task_id"]),
-        "lakewarden.optimizing-type": work["type"],
-        "lakewarden.planned-snapshot-id": str(work["snapshot_id"]),
     }
+    if action == "optimizing":
+        output = _optimize(jvm, jss, table, work, properties)
+    else:
+        output = run_maintenance(spark, table, name, work, properties)
+    output["duration_ms"] = int((time.monotonic() - started) * 1000)
+    return output
+
+
+def _optimize(jvm: Any, jss: Any, table: Any, work: dict[str, Any], properties: dict[str, str]) -> dict[str, Any]:
+    properties = {**properties, "lakewarden.optimizing-type": work["type"],
+                  "lakewarden.planned-snapshot-id": str(work["snapshot_id"])}  # fmt: skip
+    expression = jvm.org.apache.iceberg.expressions.ExpressionParser.fromJson(work["filter"])
     actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jss)
     output: dict[str, Any] = {"files_in": 0, "bytes_in": 0, "files_out": 0, "bytes_out": 0, "delete_files_removed": 0}
 
@@ -68,5 +80,4 @@ def execute_task(spark: SparkSession, task: dict[str, Any], optimizer: str) -> d
     table.refresh()
     current = table.currentSnapshot()
     output["snapshot_id"] = None if current is None else int(current.snapshotId())
-    output["duration_ms"] = int((time.monotonic() - started) * 1000)
     return output

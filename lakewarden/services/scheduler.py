@@ -1,10 +1,13 @@
-"""The optimizing queues: one per resource group, planning pending tables and handing tasks to optimizers.
+"""The process scheduler: one queue per resource group, handing the tasks of every action's processes
+to the group's optimizers, and planning pending tables for self-optimizing.
 
 An optimizer thread polls its group's queue. The queue first hands out a PLANNED task of a running
-process (respecting the table's concurrency cap, derived from self-optimizing.quota); failing that,
-it picks a PENDING table by the group's scheduling policy, plans it on its current snapshot and
-hands out the first task. Acks and completions are compare-and-swaps on (status, attempt, optimizer):
-a message from a superseded attempt is refused.
+process, oldest process first, if its factory lets it run now and its table has not used its share
+of the group's threads (derived from self-optimizing.quota); failing that, it picks a PENDING table
+by the group's scheduling policy, plans it on its current snapshot and hands out the first task.
+Acks and completions are compare-and-swaps on (status, attempt, optimizer): a message from a
+superseded attempt is refused. Processes of every action are retried, cancelled, settled and
+recovered here alike; their factories (services/processes.py) say what is particular to each.
 """
 
 from __future__ import annotations
@@ -19,15 +22,14 @@ from typing import Any
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import Conflict
-from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
-from lakewarden.domain.files import group_by_partition
+from lakewarden.domain.evaluator import OptimizingType
+from lakewarden.domain.maintenance import Action
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.domain.planning import TaskPlan, plan_tasks
+from lakewarden.domain.processes import NothingToDo
 from lakewarden.domain.states import OPTIMIZING_STATUS, TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.metadata.expressions import partition_filter_json
-from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.services.metadata_service import MetadataService, catalog_for
+from lakewarden.services.processes import ProcessRegistry
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import optimizing as store
 from lakewarden.store import runtime as runtime_store
@@ -37,11 +39,8 @@ from lakewarden.store.models import ProcessRow
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
-LAST_OPTIMIZED = {
-    "minor": "last_minor_optimizing_at",
-    "major": "last_major_optimizing_at",
-    "full": "last_full_optimizing_at",
-}
+# maintenance actions during which a table is not planned for optimizing
+BLOCKS_OPTIMIZING = frozenset({Action.EXPIRE_SNAPSHOTS.value, Action.CLEAN_ORPHAN_FILES.value})
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,16 @@ class Assignment:
     catalog: CatalogSpec
 
 
-class OptimizingScheduler:
+class ProcessScheduler:
     def __init__(
-        self, db: Database, cache: ManifestCache, on_table_done: Any = None, metadata: MetadataService | None = None
+        self,
+        db: Database,
+        registry: ProcessRegistry,
+        on_table_done: Any = None,
+        metadata: MetadataService | None = None,
     ) -> None:
         self.db = db
-        self.cache = cache
+        self.registry = registry
         self.metadata = metadata  # internal catalogs' tables are read from it in-process
         self.on_table_done = on_table_done  # called when a process ends (the evaluator looks again)
         self._locks: dict[str, threading.Lock] = {}
@@ -80,26 +83,15 @@ class OptimizingScheduler:
     def recover(self) -> list[str]:
         """At start-up: heal what a server that died mid-way left behind; returns what was done.
 
-        Planning is not persisted half-way (a process and its tasks are written in one transaction),
-        so a table still PLANNING goes back to PENDING. A table optimizing for a process that is no
-        longer running goes IDLE. A running process whose tasks all ended is settled now. Tasks held
-        by optimizers stay theirs: the keeper takes them back if those optimizers are gone.
+        Each action's factory heals its tables' state; a running process whose tasks all ended is
+        settled now. Tasks held by optimizers stay theirs: the keeper takes them back if those
+        optimizers are gone.
         """
         done: list[str] = []
         with self.db.write() as session:
             running = {p.process_id for p in store.running_processes(session)}
-            for rec in table_store.list_tables(session):
-                status = TableStatus(rec.runtime.status_code)
-                if status is TableStatus.PLANNING:
-                    runtime_store.transition_table(session, rec.runtime.table_id, status, TableStatus.PENDING)
-                    done.append(f"{rec.name}: planning interrupted, pending again")
-                elif status in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING) and (
-                    rec.runtime.optimizing_process_id not in running
-                ):
-                    runtime_store.transition_table(
-                        session, rec.runtime.table_id, status, TableStatus.IDLE, optimizing_process_id=None
-                    )
-                    done.append(f"{rec.name}: its process is over, idle again")
+            for action in self.registry.actions():
+                done += self.registry.factory(action).recover_tables(session, running)
         for process_id in sorted(running):
             self._settle(process_id)
         for line in done:
@@ -136,6 +128,9 @@ class OptimizingScheduler:
                 counts = store.task_status_counts(session, process.process_id)
                 if not counts.get(TaskStatus.PLANNED):
                     continue
+                factory = self.registry.factory(process.action)
+                if not factory.may_dispatch(session, process):
+                    continue
                 config = table_store.runtime_config(session, process.table_id)
                 cap = max(1, math.ceil(float(config.get("self-optimizing.quota", 0.5)) * threads))
                 if sum(counts.get(s, 0) for s in TASK_ACTIVE) >= cap:
@@ -147,9 +142,8 @@ class OptimizingScheduler:
                     thread_id=thread_id, scheduled_at=utcnow(), acked_at=None,
                 ):  # fmt: skip
                     spec = catalog_store.spec_of(catalog_store.get_catalog(session, process.catalog_name))
-                    return Assignment(
-                        process.process_id, task.task_id, task.attempt + 1, task.type, dict(task.input), spec
-                    )
+                    work = factory.dispatch_input(session, process, dict(task.input))
+                    return Assignment(process.process_id, task.task_id, task.attempt + 1, task.type, work, spec)
         return None
 
     # ---- planning
@@ -160,7 +154,10 @@ class OptimizingScheduler:
         with self.db.read() as session:
             policy = store.group_policy(session, group)
             candidates = []
+            blocked = {p.table_id for p in store.running_processes(session, group) if p.action in BLOCKS_OPTIMIZING}
             for rec in table_store.list_tables(session, status=TableStatus.PENDING, group=group):
+                if rec.runtime.table_id in blocked:
+                    continue  # e.g. snapshots being expired: plan once that is done
                 interval = timedelta(
                     milliseconds=int(rec.runtime.config.get("self-optimizing.min-plan-interval", 60000))
                 )
@@ -208,24 +205,37 @@ class OptimizingScheduler:
 
     def _plan(self, rec: TableRecord, spec: CatalogSpec, group: str) -> tuple[int, Any] | None:
         """Plan on the table's current snapshot; the process and its tasks are written in one transaction."""
-        config = OptimizingConfig.of(rec.runtime.config)
+        factory = self.registry.factory(Action.OPTIMIZING, rec.identifier.format)
         with catalog_for(spec, self.metadata) as catalog:
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
-            files = snapshot_files(table, self.cache, config.filter)
-            clock = OptimizingClock(
-                now_ms=int(time.time() * 1000),
-                last_minor_ms=_ms(rec.runtime.last_minor_optimizing_at or rec.identifier.created_at),
-                last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
-            )
-            verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
-            plans = plan_tasks(verdict, config)
-            if not plans or verdict.type is None:
+            try:
+                plan = factory.create(rec, table, "pending", {})
+            except NothingToDo:
                 return None
-            name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
-            inputs = [task_input(name, table, files.snapshot_id, plan) for plan in plans]
         with self.db.write() as session:
-            process = store.create_process(session, rec, group, verdict.type.label, files.snapshot_id, plans, inputs)
-            return process.process_id, verdict.type
+            process = store.create_process(session, rec, group, Action.OPTIMIZING, plan)
+            return process.process_id, OptimizingType[plan.type.upper()]
+
+    def create_process(self, rec: TableRecord, spec: CatalogSpec, action: str, trigger: str,
+                       options: dict[str, Any]) -> int:  # fmt: skip
+        """A process of any action other than self-optimizing, planned now on the table's current
+        metadata, in the table's group; raises NothingToDo (why there is no work) or Conflict (one
+        of that action is already running on the table)."""
+        factory = self.registry.factory(action, rec.identifier.format)
+        with self.db.read() as session:
+            if store.running_processes(session, table_id=rec.runtime.table_id, action=action):
+                raise Conflict(f"a {action} process is already running on {rec.name}")
+        with catalog_for(spec, self.metadata) as catalog:
+            table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
+            plan = factory.create(rec, table, trigger, options)
+        with self.db.write() as session:
+            if store.running_processes(session, table_id=rec.runtime.table_id, action=action):
+                raise Conflict(f"a {action} process is already running on {rec.name}")
+            process = store.create_process(session, rec, rec.runtime.optimizing_group, action, plan)
+            process_id = process.process_id
+        log.info("%s process %s created for %s (%s)", action, process_id, rec.name, trigger)
+        self.wake()
+        return process_id
 
     # ---- ack and complete
 
@@ -294,46 +304,13 @@ class OptimizingScheduler:
             if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
                 store.transition_task(session, process.process_id, task.task_id, TaskStatus(task.status),
                                       TaskStatus.CANCELED, ended_at=utcnow())  # fmt: skip
+        factory = self.registry.factory(process.action)
         outputs = [t.output or {} for t in tasks if t.status == TaskStatus.SUCCESS]
-        summary = {key: sum(int(o.get(key, 0)) for o in outputs) for key in OUTPUT_TOTALS}
+        summary = {**(process.summary or {}), **factory.summarize(outputs)}
         store.transition_process(
             session, process.process_id, ProcessStatus.RUNNING, status, end_time=utcnow(), fail_reason=reason,
             summary=summary,
         )  # fmt: skip
-        runtime = table_store.runtime_of(session, process.table_id)
-        if runtime is None:
-            return
-        fields: dict[str, Any] = {"optimizing_process_id": None}
-        if status is ProcessStatus.SUCCESS:
-            fields[LAST_OPTIMIZED[process.type]] = utcnow()
-            if process.type == "full":  # a full optimizing also did everything a minor would
-                fields["last_minor_optimizing_at"] = utcnow()
-        current = TableStatus(runtime.status_code)
-        if current in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING):
-            runtime_store.transition_table(session, process.table_id, current, TableStatus.IDLE, **fields)
-        else:  # the table is not optimizing (any more): record the outcome, leave its status alone
-            for key, value in fields.items():
-                setattr(runtime, key, value)
-        log.info("process %s of %s.%s.%s ended: %s%s", process.process_id, process.catalog_name, process.db_name,
-                 process.table_name, status.value, f" ({reason})" if reason else "")  # fmt: skip
-
-
-def task_input(name: str, table: Any, snapshot_id: int | None, plan: TaskPlan) -> dict[str, Any]:
-    """What an optimizer needs to run one planned task (stored with the task, sent on poll)."""
-    return {
-        "table": name,
-        "snapshot_id": snapshot_id,
-        "type": plan.type.label,
-        "partitions": plan.partitions,
-        "filter": partition_filter_json(table, plan.partitions),
-        "options": plan.options,
-        "rewrite_position_deletes": plan.rewrite_position_deletes,
-        "reasons": plan.reasons,
-    }
-
-
-OUTPUT_TOTALS = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")
-
-
-def _ms(moment: Any) -> int:
-    return int(as_utc(moment).timestamp() * 1000)
+        factory.on_end(session, process, status)
+        log.info("%s process %s of %s.%s.%s ended: %s%s", process.action, process.process_id, process.catalog_name,
+                 process.db_name, process.table_name, status.value, f" ({reason})" if reason else "")  # fmt: skip

@@ -10,7 +10,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
-from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.states import ProcessStatus, TaskStatus, check_process, check_task
 from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import OptimizerRow, ProcessRow, ResourceGroupRow, TaskRow
@@ -76,29 +76,28 @@ def group_threads(session: Session, group: str) -> int:
 # ---- processes and tasks
 
 
-def create_process(
-    session: Session, rec: TableRecord, group: str, kind: str, snapshot_id: int | None, plans: list[TaskPlan],
-    inputs: list[dict[str, Any]],
-) -> ProcessRow:  # fmt: skip
+def create_process(session: Session, rec: TableRecord, group: str, action: str, plan: ProcessPlan) -> ProcessRow:
+    """A process and all its tasks, PLANNED, in the caller's transaction."""
     process = ProcessRow(
         table_id=rec.identifier.table_id, catalog_name=rec.identifier.catalog_name, db_name=rec.identifier.db_name,
-        table_name=rec.identifier.table_name, group_name=group, action="optimizing", type=kind,
-        status=ProcessStatus.RUNNING.value, target_snapshot_id=snapshot_id, plan_time=utcnow(), summary={},
+        table_name=rec.identifier.table_name, group_name=group, action=action, type=plan.type,
+        status=ProcessStatus.RUNNING.value, target_snapshot_id=plan.target_snapshot_id, plan_time=utcnow(),
+        summary=dict(plan.summary),
     )  # fmt: skip
     session.add(process)
     session.flush()
-    for task_id, (plan, task_input) in enumerate(zip(plans, inputs, strict=True), start=1):
+    for task_id, task in enumerate(plan.tasks, start=1):
         session.add(
             TaskRow(
                 process_id=process.process_id,
                 task_id=task_id,
                 status=TaskStatus.PLANNED.value,
-                type=plan.type.label,
+                type=task.type,
                 attempt=0,
                 retry_count=0,
-                partitions=plan.partitions,
-                input=task_input,
-                cost_bytes=plan.cost_bytes,
+                partitions=list(task.partitions),
+                input=task.input,
+                cost_bytes=task.cost_bytes,
             )
         )
     session.flush()
@@ -132,18 +131,39 @@ def task_status_counts(session: Session, process_id: int) -> dict[TaskStatus, in
     return {TaskStatus(status): int(count) for status, count in rows}
 
 
-def running_processes(session: Session, group: str | None = None) -> list[ProcessRow]:
+def running_processes(
+    session: Session, group: str | None = None, table_id: int | None = None, action: str | None = None
+) -> list[ProcessRow]:
     query = select(ProcessRow).where(ProcessRow.status == ProcessStatus.RUNNING.value).order_by(ProcessRow.plan_time)
     if group is not None:
         query = query.where(ProcessRow.group_name == group)
+    if table_id is not None:
+        query = query.where(ProcessRow.table_id == table_id)
+    if action is not None:
+        query = query.where(ProcessRow.action == action)
     return list(session.scalars(query))
 
 
-def list_processes(session: Session, table_id: int | None = None, limit: int = 100) -> list[ProcessRow]:
+def list_processes(
+    session: Session, table_id: int | None = None, limit: int = 100, action: str | None = None,
+    status: str | None = None,
+) -> list[ProcessRow]:  # fmt: skip
     query = select(ProcessRow).order_by(ProcessRow.process_id.desc()).limit(limit)
     if table_id is not None:
         query = query.where(ProcessRow.table_id == table_id)
+    if action is not None:
+        query = query.where(ProcessRow.action == action)
+    if status is not None:
+        query = query.where(ProcessRow.status == status)
     return list(session.scalars(query))
+
+
+def last_plan_times(session: Session) -> dict[tuple[int, str], datetime]:
+    """When each (table, action) last had a process created."""
+    query = select(ProcessRow.table_id, ProcessRow.action, func.max(ProcessRow.plan_time)).group_by(
+        ProcessRow.table_id, ProcessRow.action
+    )
+    return {(table_id, action): moment for table_id, action, moment in session.execute(query)}
 
 
 def transition_task(

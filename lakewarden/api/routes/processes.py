@@ -1,14 +1,17 @@
-"""`/api/v1/processes`: optimizing process history with its tasks; cancel a running process."""
+"""`/api/v1/processes`: the processes of every action (self-optimizing and maintenance) with their tasks;
+cancel a running process."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import _Read
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.store import optimizing as store
 from lakewarden.store import tables as table_store
@@ -71,13 +74,23 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
 
 
 @router.get("", response_model=list[ProcessRead])
-def list_processes(ctx: Ctx, table: str | None = None, limit: int = 100) -> list[ProcessRead]:
-    """Newest first; `table=catalog.database.table` limits to one table."""
+def list_processes(
+    ctx: Ctx,
+    table: str | None = None,
+    action: Annotated[str | None, Query(description="optimizing, expire-snapshots, clean-orphan-files, …")] = None,
+    status: Annotated[str | None, Query(description="running, success, failed or canceled")] = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 100,
+) -> list[ProcessRead]:
+    """Processes of every action, newest first; `table=catalog.database.table` limits to one table."""
+    if action is not None:
+        action = ctx.scheduler.registry.factory(action).action.value  # an unknown action is a 400
+    if status is not None and status not in {s.value for s in ProcessStatus}:
+        raise InvalidField("status", f"{status!r} is not one of {', '.join(s.value for s in ProcessStatus)}")
     with ctx.db.read() as session:
         table_id = None
         if table is not None:
             table_id = table_store.get_table(session, TableIdentifier.parse(table)).runtime.table_id
-        processes = store.list_processes(session, table_id, limit)
+        processes = store.list_processes(session, table_id, limit, action=action, status=status)
         return [_read(p, store.tasks_of(session, p.process_id)) for p in processes]
 
 

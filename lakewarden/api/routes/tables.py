@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import TableBrief, TableRead
-from lakewarden.domain.errors import Conflict
+from lakewarden.domain.errors import Conflict, InvalidField
+from lakewarden.domain.maintenance import Action
+from lakewarden.domain.processes import NothingToDo
 from lakewarden.domain.tables import TableIdentifier, TableStatus
 from lakewarden.services.metadata_service import catalog_for
 from lakewarden.store import catalogs as catalog_store
@@ -91,3 +94,41 @@ def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRe
         ctx.evaluator.evaluate(catalog_handle, rec)
     with ctx.db.read() as session:
         return _read(store.get_table(session, name))
+
+
+class RunAction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dry_run: bool = Field(False, description="clean-orphan-files only: list what would be deleted, delete nothing")
+
+
+class ActionRun(BaseModel):
+    created: bool
+    process_id: int | None
+    reason: str | None = None
+
+
+@router.post("/{catalog}/{database}/{table}/actions/{action}", response_model=ActionRun,
+             responses={201: {"model": ActionRun}})  # fmt: skip
+def run_action(
+    catalog: str, database: str, table: str, action: str, ctx: Ctx, response: Response, body: RunAction | None = None
+) -> ActionRun:
+    """Run a maintenance action on the table now (a process on an optimizer of the table's group).
+
+    201 with the process; 200 with `created: false` and the reason when there is nothing to do;
+    409 when one of its kind is running on the table."""
+    factory = ctx.scheduler.registry.factory(action)
+    if factory.action is Action.OPTIMIZING:
+        raise InvalidField("action", "self-optimizing is planned by the evaluator; use .../evaluate to look again")
+    options = (body or RunAction()).model_dump()
+    if options["dry_run"] and factory.action is not Action.CLEAN_ORPHAN_FILES:
+        raise InvalidField("dry_run", f"only {Action.CLEAN_ORPHAN_FILES} has a dry run")
+    name = TableIdentifier(catalog, database, table)
+    with ctx.db.read() as session:
+        rec = store.get_table(session, name)
+        spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog))
+    try:
+        process_id = ctx.scheduler.create_process(rec, spec, factory.action, "manual", options)
+    except NothingToDo as why:
+        return ActionRun(created=False, process_id=None, reason=str(why))
+    response.status_code = 201
+    return ActionRun(created=True, process_id=process_id)

@@ -1,0 +1,324 @@
+"""Table maintenance: the actions besides self-optimizing, their configuration and what is due.
+
+Each action reads Amoro's table properties (with Amoro's defaults) and a per-table `<prefix>.interval`
+that overrides the server's interval for that action. The functions here decide from table
+metadata alone whether an action has work to do and why, so a process is only created when
+there is something for Spark to do, with its reason recorded.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
+
+
+class Action(enum.StrEnum):
+    """What a process does to a table."""
+
+    OPTIMIZING = "optimizing"
+    EXPIRE_SNAPSHOTS = "expire-snapshots"
+    CLEAN_ORPHAN_FILES = "clean-orphan-files"
+    CLEAN_DANGLING_DELETE_FILES = "clean-dangling-delete-files"
+    EXPIRE_DATA = "expire-data"
+    AUTO_CREATE_TAGS = "auto-create-tags"
+    REWRITE_MANIFESTS = "rewrite-manifests"
+
+
+MAINTENANCE_ACTIONS = tuple(a for a in Action if a is not Action.OPTIMIZING)
+
+# the table-property prefix of each action: `<prefix>.enabled`, `<prefix>.interval` (lakewarden's override)
+PREFIX = {
+    Action.EXPIRE_SNAPSHOTS: "table-expire",
+    Action.CLEAN_ORPHAN_FILES: "clean-orphan-file",
+    Action.CLEAN_DANGLING_DELETE_FILES: "clean-dangling-delete-files",
+    Action.EXPIRE_DATA: "data-expire",
+    Action.AUTO_CREATE_TAGS: "tag.auto-create",
+    Action.REWRITE_MANIFESTS: "rewrite-manifests",
+}
+
+MAINTENANCE_DEFAULTS: dict[str, str] = {
+    "table-expire.enabled": "true",
+    "snapshot.keep.duration": "720min",
+    "snapshot.keep.min-count": "1",
+    "clean-orphan-file.enabled": "false",
+    "clean-orphan-file.min-existing-time-minutes": "2880",
+    "clean-dangling-delete-files.enabled": "true",
+    "data-expire.enabled": "false",
+    "data-expire.level": "partition",
+    "data-expire.field": "",
+    "data-expire.retention-time": "",
+    "data-expire.datetime-string-pattern": "yyyy-MM-dd",
+    "data-expire.datetime-number-format": "TIMESTAMP_MS",
+    "data-expire.base-on-rule": "LAST_COMMIT_TIME",
+    "tag.auto-create.enabled": "false",
+    "tag.auto-create.trigger.period": "daily",
+    "tag.auto-create.trigger.offset.minutes": "0",
+    "tag.auto-create.trigger.max-delay.minutes": "60",
+    "tag.auto-create.max-age-ms": "-1",
+    "tag.auto-create.tag-format": "",
+    "rewrite-manifests.enabled": "true",
+    "rewrite-manifests.trigger.manifest-count": "100",
+}
+
+_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+def _get(props: Mapping[str, str], key: str) -> str:
+    return str(props.get(key, MAINTENANCE_DEFAULTS.get(key, ""))).strip()
+
+
+def _bool(props: Mapping[str, str], key: str) -> bool:
+    text = _get(props, key).lower()
+    if text not in ("true", "false"):
+        raise InvalidField(key, f"{text!r} must be true or false")
+    return text == "true"
+
+
+def _int(props: Mapping[str, str], key: str, minimum: int | None = None) -> int:
+    text = _get(props, key)
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidField(key, f"{text!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise InvalidField(key, f"{value} must be >= {minimum}")
+    return value
+
+
+def _choice(props: Mapping[str, str], key: str, choices: Sequence[str]) -> str:
+    text = _get(props, key)
+    for choice in choices:
+        if text.lower() == choice.lower():
+            return choice
+    raise InvalidField(key, f"{text!r} must be one of {', '.join(choices)}")
+
+
+def parse_duration(text: str, key: str) -> timedelta:
+    """'720min', '12h', '30d', '90s', '500ms' or plain milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if not match or match.group(2) not in ("", *_UNITS):
+        raise InvalidField(key, f"{text!r} is not a duration such as 720min, 12h, 30d or milliseconds")
+    number, unit = int(match.group(1)), match.group(2)
+    return timedelta(milliseconds=number) if unit == "" else timedelta(seconds=number * _UNITS[unit])
+
+
+def enabled(props: Mapping[str, str], action: Action) -> bool:
+    return _bool(props, f"{PREFIX[action]}.enabled")
+
+
+def interval_override(props: Mapping[str, str], action: Action) -> timedelta | None:
+    """The table's own interval for the action (`<prefix>.interval`), if it sets one."""
+    key = f"{PREFIX[action]}.interval"
+    text = str(props.get(key, "")).strip()
+    return parse_duration(text, key) if text else None
+
+
+# ---- snapshot expiry
+
+
+@dataclass(frozen=True)
+class ExpireSnapshotsConfig:
+    keep_duration: timedelta
+    min_count: int
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> ExpireSnapshotsConfig:
+        return cls(parse_duration(_get(props, "snapshot.keep.duration"), "snapshot.keep.duration"),
+                   _int(props, "snapshot.keep.min-count", 1))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_id: int
+    parent_id: int | None
+    timestamp_ms: int
+
+
+def expirable_snapshots(
+    snapshots: Sequence[SnapshotInfo], refs: Mapping[str, int], main_head: int | None, cutoff_ms: int,
+    min_count: int, protected: set[int],
+) -> list[int]:  # fmt: skip
+    """The snapshots an expiry at `cutoff_ms` removes: older than the cutoff, and neither a ref's head,
+    one of the newest `min_count` ancestors of main, nor protected (e.g. a running optimizing
+    process's base). Mirrors Iceberg's rules closely enough to decide whether to run at all."""
+    by_id = {s.snapshot_id: s for s in snapshots}
+    keep = set(refs.values()) | protected
+    current = main_head
+    for _ in range(min_count):
+        if current is None or current not in by_id:
+            break
+        keep.add(current)
+        current = by_id[current].parent_id
+    return sorted(s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep)
+
+
+# ---- orphan files
+
+
+@dataclass(frozen=True)
+class OrphanFilesConfig:
+    min_existing: timedelta
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> OrphanFilesConfig:
+        return cls(timedelta(minutes=_int(props, "clean-orphan-file.min-existing-time-minutes", 0)))
+
+
+# ---- dangling delete files
+
+
+def dangling_delete_files(data: Sequence[DataFile], deletes: Sequence[DeleteFile]) -> list[DeleteFile]:
+    """Delete files that can no longer apply to any live data file of their partition.
+
+    Position deletes apply to data files with a sequence number <= theirs, equality deletes to
+    those with a smaller one; a partition without data files leaves every delete dangling, and a
+    position delete or deletion vector that names a data file no longer live dangles too."""
+    oldest: dict[PartitionKey, int] = {}
+    for data_file in data:
+        oldest[data_file.partition] = min(oldest.get(data_file.partition, data_file.sequence), data_file.sequence)
+    live = {d.path for d in data}
+    dangling = []
+    for delete in deletes:
+        first = oldest.get(delete.partition)
+        if (
+            first is None
+            or (delete.referenced_data_file is not None and delete.referenced_data_file not in live)
+            or (not delete.equality and first > delete.sequence)
+            or (delete.equality and first >= delete.sequence)
+        ):
+            dangling.append(delete)
+    return dangling
+
+
+# ---- data expiration
+
+
+@dataclass(frozen=True)
+class DataExpireConfig:
+    field: str
+    retention: timedelta
+    level: str  # partition | file
+    string_pattern: str
+    number_format: str  # TIMESTAMP_MS | TIMESTAMP_S
+    base_on_rule: str  # LAST_COMMIT_TIME | CURRENT_TIME
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> DataExpireConfig:
+        field = _get(props, "data-expire.field")
+        if not field:
+            raise InvalidField("data-expire.field", "names the column whose age expires data; it is not set")
+        retention = _get(props, "data-expire.retention-time")
+        if not retention:
+            raise InvalidField("data-expire.retention-time", "how long data is kept (e.g. 30d) is not set")
+        return cls(
+            field=field,
+            retention=parse_duration(retention, "data-expire.retention-time"),
+            level=_choice(props, "data-expire.level", ("partition", "file")),
+            string_pattern=_pattern(props, "data-expire.datetime-string-pattern"),
+            number_format=_choice(props, "data-expire.datetime-number-format", ("TIMESTAMP_MS", "TIMESTAMP_S")),
+            base_on_rule=_choice(props, "data-expire.base-on-rule", ("LAST_COMMIT_TIME", "CURRENT_TIME")),
+        )
+
+
+def _pattern(props: Mapping[str, str], key: str) -> str:
+    pattern = _get(props, key)
+    format_datetime(pattern, datetime(2000, 1, 1, tzinfo=UTC), key)  # a bad pattern fails here
+    return pattern
+
+
+# ---- auto tags
+
+
+@dataclass(frozen=True)
+class AutoTagConfig:
+    period: str  # daily | hourly
+    offset: timedelta
+    max_delay: timedelta
+    max_age_ms: int
+    tag_format: str
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> AutoTagConfig:
+        period = _choice(props, "tag.auto-create.trigger.period", ("daily", "hourly"))
+        tag_format = _get(props, "tag.auto-create.tag-format") or (
+            "'tag-'yyyyMMdd" if period == "daily" else "'tag-'yyyyMMddHH"
+        )
+        format_datetime(tag_format, datetime(2000, 1, 1, tzinfo=UTC))  # a bad pattern fails here, naming the property
+        return cls(
+            period=period,
+            offset=timedelta(minutes=_int(props, "tag.auto-create.trigger.offset.minutes", 0)),
+            max_delay=timedelta(minutes=_int(props, "tag.auto-create.trigger.max-delay.minutes", 0)),
+            max_age_ms=_int(props, "tag.auto-create.max-age-ms", -1),
+            tag_format=tag_format,
+        )
+
+    @property
+    def length(self) -> timedelta:
+        return timedelta(days=1) if self.period == "daily" else timedelta(hours=1)
+
+
+_PATTERN_FIELDS = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+
+
+def format_datetime(pattern: str, moment: datetime, key: str = "tag.auto-create.tag-format") -> str:
+    """`moment` formatted by a Java DateTimeFormatter-style pattern, in the subset Amoro's tag formats
+    and date patterns use: quoted literals and yyyy, yy, MM, dd, HH, mm, ss. `key` names the property."""
+    out: list[str] = []
+    for literal, letters, _, other in re.findall(r"'([^']*)'|(([A-Za-z])\3*)|([^'A-Za-z]+)", pattern):
+        if letters:
+            if letters not in _PATTERN_FIELDS:
+                raise InvalidField(key, f"{letters!r} is not one of {', '.join(_PATTERN_FIELDS)}")
+            out.append(moment.strftime(_PATTERN_FIELDS[letters]))
+        else:
+            out.append(literal or other)
+    if not "".join(out):
+        raise InvalidField(key, f"{pattern!r} formats to nothing")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class TagPlan:
+    name: str
+    snapshot_id: int
+    period_start: datetime
+    trigger_at: datetime
+
+
+def tag_due(config: AutoTagConfig, snapshots: Sequence[SnapshotInfo], main_ancestry: Sequence[int],
+            refs: Mapping[str, int], now: datetime) -> TagPlan | None:  # fmt: skip
+    """The tag of the latest period whose trigger time (period end + offset) has passed, on the main
+    snapshot that was current then, unless it exists already or the trigger is older than max-delay."""
+    length = config.length
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    trigger_at = epoch + ((now - config.offset - epoch) // length) * length + config.offset
+    period_start = trigger_at - config.offset - length
+    if now - trigger_at > config.max_delay:
+        return None
+    name = format_datetime(config.tag_format, period_start)
+    if name in refs:
+        return None
+    by_id = {s.snapshot_id: s for s in snapshots}
+    trigger_ms = int(trigger_at.timestamp() * 1000)
+    for snapshot_id in main_ancestry:  # newest first: the first one at or before the trigger time
+        snapshot = by_id.get(snapshot_id)
+        if snapshot is not None and snapshot.timestamp_ms <= trigger_ms:
+            return TagPlan(name, snapshot_id, period_start, trigger_at)
+    return None
+
+
+# ---- manifests
+
+
+@dataclass(frozen=True)
+class RewriteManifestsConfig:
+    min_count: int
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> RewriteManifestsConfig:
+        return cls(_int(props, "rewrite-manifests.trigger.manifest-count", 2))

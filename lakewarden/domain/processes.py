@@ -1,0 +1,31 @@
+"""What a process is made of when it is created: its type, base snapshot, tasks and summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One planned task: its type, what the optimizer needs to run it, and what it covers."""
+
+    type: str
+    input: dict[str, Any]
+    partitions: list[Any] = field(default_factory=list)
+    cost_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """A process to create: its type (minor/major/full; for maintenance, what triggered it), the
+    snapshot it was planned on, its tasks, and the summary shown while it runs (e.g. its reasons)."""
+
+    type: str
+    target_snapshot_id: int | None
+    tasks: list[TaskSpec]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class NothingToDo(Exception):
+    """The action has no work on this table now; the message says why."""

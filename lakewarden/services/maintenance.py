@@ -1,0 +1,275 @@
+"""Table maintenance on the process framework: one factory per action, and the trigger that runs them.
+
+Each factory reads the table's properties (Amoro's names and defaults, domain/maintenance.py),
+looks at the table's current metadata to see whether there is work and why, and plans a process
+of one task for an optimizer of the table's group, which runs it on Spark
+(optimizer/maintenance.py). A scheduled trigger with nothing to do creates no process; a manual
+run always does (its reasons say what the metadata showed), except an auto tag with no tag due.
+
+The trigger checks each table and action once per interval (the server's, or the table's own
+`<prefix>.interval`) and never starts an action on a table where one of its kind is running.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import Conflict, InvalidField
+from lakewarden.domain.maintenance import (
+    MAINTENANCE_ACTIONS,
+    Action,
+    AutoTagConfig,
+    DataExpireConfig,
+    ExpireSnapshotsConfig,
+    OrphanFilesConfig,
+    RewriteManifestsConfig,
+    SnapshotInfo,
+    dangling_delete_files,
+    enabled,
+    expirable_snapshots,
+    interval_override,
+    tag_due,
+)
+from lakewarden.domain.processes import NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.services.loop import LoopService
+from lakewarden.services.processes import ProcessFactory
+from lakewarden.services.scheduler import ProcessScheduler
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import optimizing as store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import ProcessRow
+from lakewarden.store.tables import TableRecord
+
+log = logging.getLogger(__name__)
+SUPPORTED_EXPIRE_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns", "date", "long", "int",
+                          "string")  # fmt: skip
+
+
+class MaintenanceFactory(ProcessFactory):
+    """A process of one task; `inspect` returns the task's parameters, the reasons, and whether
+    the metadata shows work (without work a scheduled trigger creates nothing)."""
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        raise NotImplementedError
+
+    def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        params, reasons, has_work = self.inspect(rec.runtime.config, table, options)
+        if not has_work and trigger != "manual":
+            raise NothingToDo("; ".join(reasons))
+        work = {"action": self.action.value, "table": f"{rec.identifier.db_name}.{rec.identifier.table_name}",
+                **params}  # fmt: skip
+        summary: dict[str, Any] = {"reasons": reasons}
+        if params.get("dry_run"):
+            summary["dry_run"] = True
+        return ProcessPlan(trigger, table.metadata.current_snapshot_id, [TaskSpec(self.action.value, work)], summary)
+
+
+def _snapshots(table: Any) -> list[SnapshotInfo]:
+    return [SnapshotInfo(s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms) for s in table.metadata.snapshots]
+
+
+def _refs(table: Any) -> dict[str, int]:
+    return {name: ref.snapshot_id for name, ref in table.metadata.refs.items()}
+
+
+def _now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+class ExpireSnapshotsFactory(MaintenanceFactory):
+    action = Action.EXPIRE_SNAPSHOTS
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        cfg = ExpireSnapshotsConfig.of(config)
+        keep_ms = int(cfg.keep_duration.total_seconds() * 1000)
+        refs = _refs(table)
+        expirable = expirable_snapshots(_snapshots(table), refs, refs.get("main"), _now_ms() - keep_ms,
+                                        cfg.min_count, set())  # fmt: skip
+        beyond = f"older than {cfg.keep_duration} beyond the newest {cfg.min_count}"
+        reason = f"{len(expirable)} snapshot(s) {beyond}" if expirable else f"no snapshot is {beyond}"
+        return {"keep_duration_ms": keep_ms, "min_count": cfg.min_count}, [reason], bool(expirable)
+
+    def dispatch_input(self, session: Session, process: ProcessRow, task_input: dict[str, Any]) -> dict[str, Any]:
+        # never expire the snapshot a running optimizing process was planned on (its rewrite starts there)
+        running = store.running_processes(session, table_id=process.table_id, action=Action.OPTIMIZING.value)
+        protected = sorted({p.target_snapshot_id for p in running if p.target_snapshot_id is not None})
+        return {**task_input, "protected_snapshot_ids": protected}
+
+
+class CleanOrphanFilesFactory(MaintenanceFactory):
+    action = Action.CLEAN_ORPHAN_FILES
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        cfg = OrphanFilesConfig.of(config)
+        dry_run = bool(options.get("dry_run", False))
+        minutes = int(cfg.min_existing.total_seconds() // 60)
+        reason = (f"{'list' if dry_run else 'delete'} files under {table.metadata.location} older than {minutes} "
+                  "min that no snapshot or metadata file references")  # fmt: skip
+        return (
+            {"min_existing_ms": minutes * 60000, "dry_run": dry_run, "location": table.metadata.location},
+            [reason],
+            True,
+        )
+
+    def may_dispatch(self, session: Session, process: ProcessRow) -> bool:
+        # the files of a process still running on the table are not referenced yet: wait for it
+        others = store.running_processes(session, table_id=process.table_id)
+        return all(p.process_id == process.process_id for p in others)
+
+
+class CleanDanglingDeleteFilesFactory(MaintenanceFactory):
+    action = Action.CLEAN_DANGLING_DELETE_FILES
+
+    def __init__(self, cache: ManifestCache) -> None:
+        self.cache = cache
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        files = snapshot_files(table, self.cache, None)
+        dangling = dangling_delete_files(files.data, files.deletes)
+        partitions = len({d.partition for d in dangling})
+        reason = (f"{len(dangling)} delete file(s) in {partitions} partition(s) apply to no live data file"
+                  if dangling else "every delete file still applies to a live data file")  # fmt: skip
+        return {}, [reason], bool(dangling)
+
+
+class ExpireDataFactory(MaintenanceFactory):
+    action = Action.EXPIRE_DATA
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        cfg = DataExpireConfig.of(config)
+        try:
+            column = table.schema().find_field(cfg.field)
+        except ValueError:
+            raise InvalidField("data-expire.field", f"the table has no column {cfg.field!r}") from None
+        kind = str(column.field_type)
+        if kind not in SUPPORTED_EXPIRE_TYPES:
+            raise InvalidField(
+                "data-expire.field", f"{cfg.field} is {kind}; expected one of {', '.join(SUPPORTED_EXPIRE_TYPES)}"
+            )
+        params = {"field": cfg.field, "field_type": kind, "retention_ms": int(cfg.retention.total_seconds() * 1000),
+                  "level": cfg.level, "string_pattern": cfg.string_pattern, "number_format": cfg.number_format,
+                  "base_on_rule": cfg.base_on_rule}  # fmt: skip
+        unit = "partitions" if cfg.level == "partition" else "files"
+        base = "the last commit" if cfg.base_on_rule == "LAST_COMMIT_TIME" else "now"
+        reason = f"delete whole {unit} whose {cfg.field} is older than {cfg.retention} before {base}"
+        return params, [reason], table.metadata.current_snapshot_id is not None
+
+
+class AutoCreateTagsFactory(MaintenanceFactory):
+    action = Action.AUTO_CREATE_TAGS
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        cfg = AutoTagConfig.of(config)
+        refs = _refs(table)
+        ancestry: list[int] = []
+        current = refs.get("main")
+        parents = {s.snapshot_id: s.parent_id for s in _snapshots(table)}
+        while current is not None and current in parents and len(ancestry) < 100_000:
+            ancestry.append(current)
+            current = parents[current]
+        plan = tag_due(cfg, _snapshots(table), ancestry, refs, datetime.now(UTC))
+        if plan is None:
+            raise NothingToDo(
+                f"no {cfg.period} tag is due (it exists, no snapshot precedes it, or it is past the max delay)"
+            )
+        reason = f"tag {plan.name} for the {cfg.period} period from {plan.period_start:%Y-%m-%d %H:%M} UTC"
+        return {"tag": plan.name, "snapshot_id": plan.snapshot_id, "max_age_ms": cfg.max_age_ms}, [reason], True
+
+
+class RewriteManifestsFactory(MaintenanceFactory):
+    action = Action.REWRITE_MANIFESTS
+
+    def inspect(
+        self, config: dict[str, Any], table: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str], bool]:
+        cfg = RewriteManifestsConfig.of(config)
+        snapshot = table.current_snapshot()
+        count = 0 if snapshot is None else len(snapshot.manifests(table.io))
+        reason = f"{count} manifests ({'at least' if count >= cfg.min_count else 'fewer than'} {cfg.min_count})"
+        return {}, [reason], count >= cfg.min_count
+
+
+def maintenance_factories(cache: ManifestCache) -> list[MaintenanceFactory]:
+    return [ExpireSnapshotsFactory(), CleanOrphanFilesFactory(), CleanDanglingDeleteFilesFactory(cache),
+            ExpireDataFactory(), AutoCreateTagsFactory(), RewriteManifestsFactory()]  # fmt: skip
+
+
+class MaintenanceTrigger(LoopService):
+    """Creates the maintenance processes that are due: per table and action, once per interval."""
+
+    name = "maintenance-trigger"
+
+    def __init__(
+        self, db: Database, scheduler: ProcessScheduler, schedules: dict[Action, tuple[bool, timedelta]]
+    ) -> None:
+        shortest = min((interval for on, interval in schedules.values() if on), default=timedelta(minutes=1))
+        super().__init__(max(1.0, min(shortest.total_seconds(), 30.0)))
+        self.db = db
+        self.scheduler = scheduler
+        self.schedules = schedules
+        self._checked: dict[tuple[int, str], datetime] = {}  # last look that found nothing to do
+        self._warned: set[tuple[int, str, str]] = set()
+
+    def run_once(self) -> None:
+        now = utcnow()
+        with self.db.read() as session:
+            tables = table_store.list_tables(session)
+            specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
+            last = store.last_plan_times(session)
+            running = {(p.table_id, p.action) for p in store.running_processes(session)}
+        for rec in tables:
+            spec = specs.get(rec.identifier.catalog_name)
+            if spec is None:
+                continue
+            for action in MAINTENANCE_ACTIONS:
+                if self.stopping:
+                    return
+                key = (rec.runtime.table_id, action.value)
+                on, interval = self.schedules.get(action, (False, timedelta(0)))
+                if not on or key in running:
+                    continue
+                try:
+                    if not enabled(rec.runtime.config, action):
+                        continue
+                    interval = interval_override(rec.runtime.config, action) or interval
+                except InvalidField as exc:
+                    self._warn(rec, action, str(exc))
+                    continue
+                previous = [as_utc(t) for t in (last.get(key), self._checked.get(key)) if t is not None]
+                if previous and now - max(previous) < interval:
+                    continue
+                self._checked[key] = now
+                try:
+                    self.scheduler.create_process(rec, spec, action, "scheduled", {})
+                except NothingToDo as why:
+                    log.debug("%s on %s: nothing to do: %s", action, rec.name, why)
+                except Conflict:
+                    pass
+                except InvalidField as exc:
+                    self._warn(rec, action, str(exc))
+                except Exception as exc:
+                    log.warning("cannot plan %s on %s: %s", action, rec.name, exc)
+
+    def _warn(self, rec: TableRecord, action: Action, message: str) -> None:
+        key = (rec.runtime.table_id, action.value, message)
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("%s on %s is misconfigured: %s", action, rec.name, message)

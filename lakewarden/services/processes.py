@@ -1,0 +1,89 @@
+"""The process framework: everything lakewarden does to a table is an Action carried out by a process.
+
+A ProcessFactory, one per action and table format, creates a process for a table (planning its
+tasks from the table's current metadata), adjusts a task's input when it is handed to an optimizer,
+says whether a task may run now, what ending the process means for the table, and how to recover
+its processes when the server starts again. Processes and their tasks are persisted in the system
+database (one row each, written in one transaction), so a restart finds them as they were; the
+scheduler hands out, retries, cancels and settles them in the same way whatever the action.
+Self-optimizing is one action among the others (services/self_optimizing.py); the maintenance
+actions are in services/maintenance.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.maintenance import Action
+from lakewarden.domain.processes import ProcessPlan
+from lakewarden.domain.states import ProcessStatus
+from lakewarden.store.models import ProcessRow
+from lakewarden.store.tables import TableRecord
+
+
+class ProcessFactory:
+    """Creates and recovers the processes of one action for tables of the given formats."""
+
+    action: ClassVar[Action]
+    formats: ClassVar[frozenset[str]] = frozenset({"iceberg"})
+
+    def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        """Plan a process for the table (a loaded pyiceberg Table); raises NothingToDo."""
+        raise NotImplementedError
+
+    def may_dispatch(self, session: Session, process: ProcessRow) -> bool:
+        """Whether the process's tasks may be handed out now (e.g. not beside a conflicting process)."""
+        return True
+
+    def dispatch_input(self, session: Session, process: ProcessRow, task_input: dict[str, Any]) -> dict[str, Any]:
+        """The task's input as sent to the optimizer, completed with what is only known at hand-out."""
+        return task_input
+
+    def summarize(self, outputs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The process's result from its successful tasks' outputs: numbers are added up, lists joined."""
+        summary: dict[str, Any] = {}
+        for output in outputs:
+            for key, value in output.items():
+                if isinstance(value, bool) or not isinstance(value, int | float | list):
+                    summary.setdefault(key, value)
+                elif isinstance(value, list):
+                    summary[key] = [*summary.get(key, []), *value][:100]
+                else:
+                    summary[key] = summary.get(key, 0) + value
+        return summary
+
+    def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
+        """What the end of a process means for its table (nothing, unless the action says so)."""
+
+    def recover_tables(self, session: Session, running: set[int]) -> list[str]:
+        """At start-up, once: heal table state a dead server left behind, given the ids of the
+        processes still running; says what was done. Processes and tasks themselves survive in the
+        database as they were, and the keeper takes back the tasks of optimizers that are gone."""
+        return []
+
+
+class ProcessRegistry:
+    """The installed factories, by action and table format."""
+
+    def __init__(self, factories: Iterable[ProcessFactory] = ()) -> None:
+        self._factories: dict[tuple[Action, str], ProcessFactory] = {}
+        for factory in factories:
+            self.install(factory)
+
+    def install(self, factory: ProcessFactory) -> None:
+        for table_format in factory.formats:
+            self._factories[(factory.action, table_format)] = factory
+
+    def factory(self, action: str, table_format: str = "iceberg") -> ProcessFactory:
+        try:
+            return self._factories[(Action(action), table_format)]
+        except (ValueError, KeyError):
+            known = ", ".join(sorted({a.value for a, f in self._factories if f == table_format}))
+            raise InvalidField("action", f"{action!r} is not an action for {table_format} tables ({known})") from None
+
+    def actions(self) -> list[Action]:
+        return sorted({action for action, _ in self._factories})

@@ -1,0 +1,123 @@
+"""Self-optimizing as an action of the process framework: planning minor / major / full processes,
+and what their end and a restart mean for the table's status."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
+from lakewarden.domain.files import group_by_partition
+from lakewarden.domain.maintenance import Action
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.planning import TaskPlan, plan_tasks
+from lakewarden.domain.processes import NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
+from lakewarden.domain.tables import TableStatus
+from lakewarden.metadata.expressions import partition_filter_json
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.services.processes import ProcessFactory
+from lakewarden.store import runtime as runtime_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import as_utc, utcnow
+from lakewarden.store.models import ProcessRow
+from lakewarden.store.tables import TableRecord
+
+log = logging.getLogger(__name__)
+LAST_OPTIMIZED = {
+    "minor": "last_minor_optimizing_at",
+    "major": "last_major_optimizing_at",
+    "full": "last_full_optimizing_at",
+}
+OUTPUT_TOTALS = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")
+
+
+class SelfOptimizingFactory(ProcessFactory):
+    action = Action.OPTIMIZING
+
+    def __init__(self, cache: ManifestCache) -> None:
+        self.cache = cache  # shared with the evaluator: manifests are parsed once
+
+    def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        """Plan on the table's current snapshot: the pending partitions binned into tasks."""
+        config = OptimizingConfig.of(rec.runtime.config)
+        files = snapshot_files(table, self.cache, config.filter)
+        clock = OptimizingClock(
+            now_ms=int(time.time() * 1000),
+            last_minor_ms=_ms(rec.runtime.last_minor_optimizing_at or rec.identifier.created_at),
+            last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
+        )
+        verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
+        plans = plan_tasks(verdict, config)
+        if not plans or verdict.type is None:
+            raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
+        name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
+        tasks = [
+            TaskSpec(
+                plan.type.label, task_input(name, table, files.snapshot_id, plan), plan.partitions, plan.cost_bytes
+            )
+            for plan in plans
+        ]
+        return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
+
+    def summarize(self, outputs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return {key: sum(int(o.get(key, 0)) for o in outputs) for key in OUTPUT_TOTALS}
+
+    def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
+        """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
+        runtime = table_store.runtime_of(session, process.table_id)
+        if runtime is None:
+            return
+        fields: dict[str, Any] = {"optimizing_process_id": None}
+        if status is ProcessStatus.SUCCESS:
+            fields[LAST_OPTIMIZED[process.type]] = utcnow()
+            if process.type == "full":  # a full optimizing also did everything a minor would
+                fields["last_minor_optimizing_at"] = utcnow()
+        current = TableStatus(runtime.status_code)
+        if current in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING):
+            runtime_store.transition_table(session, process.table_id, current, TableStatus.IDLE, **fields)
+        else:  # the table is not optimizing (any more): record the outcome, leave its status alone
+            for key, value in fields.items():
+                setattr(runtime, key, value)
+
+    def recover_tables(self, session: Session, running: set[int]) -> list[str]:
+        """Planning is not persisted half-way (a process and its tasks are written in one transaction),
+        so a table still PLANNING goes back to PENDING. A table optimizing for a process that is no
+        longer running goes IDLE."""
+        done: list[str] = []
+        for rec in table_store.list_tables(session):
+            status = TableStatus(rec.runtime.status_code)
+            if status is TableStatus.PLANNING:
+                runtime_store.transition_table(session, rec.runtime.table_id, status, TableStatus.PENDING)
+                done.append(f"{rec.name}: planning interrupted, pending again")
+            elif status in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING) and (
+                rec.runtime.optimizing_process_id not in running
+            ):
+                runtime_store.transition_table(
+                    session, rec.runtime.table_id, status, TableStatus.IDLE, optimizing_process_id=None
+                )
+                done.append(f"{rec.name}: its process is over, idle again")
+        return done
+
+
+def task_input(name: str, table: Any, snapshot_id: int | None, plan: TaskPlan) -> dict[str, Any]:
+    """What an optimizer needs to run one planned task (stored with the task, sent on poll)."""
+    return {
+        "action": Action.OPTIMIZING.value,
+        "table": name,
+        "snapshot_id": snapshot_id,
+        "type": plan.type.label,
+        "partitions": plan.partitions,
+        "filter": partition_filter_json(table, plan.partitions),
+        "options": plan.options,
+        "rewrite_position_deletes": plan.rewrite_position_deletes,
+        "reasons": plan.reasons,
+    }
+
+
+def _ms(moment: Any) -> int:
+    return int(as_utc(moment).timestamp() * 1000)

@@ -1,0 +1,133 @@
+"""Maintenance decisions from metadata alone (no Spark), the configuration, and the API's validation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lakewarden.config import Config
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
+from lakewarden.domain.maintenance import (
+    Action,
+    AutoTagConfig,
+    DataExpireConfig,
+    ExpireSnapshotsConfig,
+    SnapshotInfo,
+    dangling_delete_files,
+    enabled,
+    expirable_snapshots,
+    format_datetime,
+    interval_override,
+    parse_duration,
+    tag_due,
+)
+from lakewarden.domain.tables import TABLE_DEFAULTS
+
+HOUR_MS = 3_600_000
+
+
+def chain(*timestamps_h: int) -> list[SnapshotInfo]:
+    """Snapshots 1, 2, … each the parent of the next, committed at the given hours."""
+    return [SnapshotInfo(i + 1, i or None, t * HOUR_MS) for i, t in enumerate(timestamps_h)]
+
+
+def test_expirable_snapshots_respect_cutoff_min_count_refs_and_protection() -> None:
+    snapshots = chain(1, 2, 3, 4, 5)
+    assert expirable_snapshots(snapshots, {"main": 5}, 5, 4 * HOUR_MS, 1, set()) == [1, 2, 3]
+    assert expirable_snapshots(snapshots, {"main": 5}, 5, 10 * HOUR_MS, 3, set()) == [1, 2]  # the newest 3 stay
+    assert expirable_snapshots(snapshots, {"main": 5, "t": 2}, 5, 10 * HOUR_MS, 1, set()) == [1, 3, 4]  # a tag
+    assert expirable_snapshots(snapshots, {"main": 5}, 5, 10 * HOUR_MS, 1, {3}) == [1, 2, 4]  # a process's base
+    assert expirable_snapshots(snapshots, {"main": 5}, 5, 0, 1, set()) == []
+
+
+def test_amoro_defaults_and_bad_values_name_the_property() -> None:
+    assert TABLE_DEFAULTS["snapshot.keep.duration"] == "720min" and TABLE_DEFAULTS["table-expire.enabled"] == "true"
+    assert TABLE_DEFAULTS["clean-orphan-file.min-existing-time-minutes"] == "2880"
+    assert TABLE_DEFAULTS["clean-orphan-file.enabled"] == "false" and TABLE_DEFAULTS["data-expire.level"] == "partition"
+    assert ExpireSnapshotsConfig.of(TABLE_DEFAULTS) == ExpireSnapshotsConfig(timedelta(hours=12), 1)
+    assert enabled(TABLE_DEFAULTS, Action.CLEAN_DANGLING_DELETE_FILES)
+    assert not enabled(TABLE_DEFAULTS, Action.AUTO_CREATE_TAGS)
+    assert interval_override({"table-expire.interval": "10min"}, Action.EXPIRE_SNAPSHOTS) == timedelta(minutes=10)
+    assert interval_override({}, Action.EXPIRE_SNAPSHOTS) is None
+    assert parse_duration("30d", "k") == timedelta(days=30) and parse_duration("1500", "k") == timedelta(seconds=1.5)
+    cases = [
+        (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.duration": "soon"}), "snapshot.keep.duration"),
+        (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.min-count": "0"}), "snapshot.keep.min-count"),
+        (lambda: enabled({"table-expire.enabled": "yes"}, Action.EXPIRE_SNAPSHOTS), "table-expire.enabled"),
+        (lambda: DataExpireConfig.of({}), "data-expire.field"),
+        (lambda: DataExpireConfig.of({"data-expire.field": "ts"}), "data-expire.retention-time"),
+        (
+            lambda: DataExpireConfig.of(
+                {"data-expire.field": "ts", "data-expire.retention-time": "1d", "data-expire.level": "row"}
+            ),
+            "data-expire.level",
+        ),
+        (lambda: AutoTagConfig.of({"tag.auto-create.trigger.period": "weekly"}), "tag.auto-create.trigger.period"),
+        (lambda: AutoTagConfig.of({"tag.auto-create.tag-format": "'t-'QQ"}), "tag.auto-create.tag-format"),
+    ]
+    for build, field in cases:
+        with pytest.raises(InvalidField) as caught:
+            build()
+        assert caught.value.field == field
+
+
+def test_dangling_delete_files() -> None:
+    a, b, c = (PartitionKey(0, f"p={x}", (x,)) for x in "abc")
+    data = [DataFile("a1", a, 10, 1, sequence=5), DataFile("b1", b, 10, 1, sequence=3)]
+    deletes = [
+        DeleteFile("pos-old", a, False, 1, 1, sequence=4),  # older than every data file of a
+        DeleteFile("pos-same", a, False, 1, 1, sequence=5),  # applies to a1
+        DeleteFile("eq-same", a, True, 1, 1, sequence=5),  # equality deletes need a newer sequence
+        DeleteFile("eq-new", b, True, 1, 1, sequence=4),
+        DeleteFile("nothing-left", c, False, 1, 1, sequence=9),  # no data file in c at all
+        DeleteFile("dv-gone", b, False, 1, 1, sequence=9, referenced_data_file="b0"),  # names a removed file
+        DeleteFile("dv-live", b, False, 1, 1, sequence=9, referenced_data_file="b1"),
+    ]
+    assert [d.path for d in dangling_delete_files(data, deletes)] == ["pos-old", "eq-same", "nothing-left", "dv-gone"]
+
+
+def test_tag_due_for_the_last_period_on_the_snapshot_current_at_trigger_time() -> None:
+    daily = AutoTagConfig.of({})
+    assert daily.tag_format == "'tag-'yyyyMMdd" and AutoTagConfig.of(
+        {"tag.auto-create.trigger.period": "hourly"}).tag_format == "'tag-'yyyyMMddHH"  # fmt: skip
+    midnight = datetime(2026, 11, 21, tzinfo=UTC)
+    ms = int(midnight.timestamp() * 1000)
+    snapshots = [SnapshotInfo(1, None, ms - 7200_000), SnapshotInfo(2, 1, ms - 60_000), SnapshotInfo(3, 2, ms + 60_000)]
+    plan = tag_due(daily, snapshots, [3, 2, 1], {"main": 3}, midnight + timedelta(minutes=5))
+    assert plan is not None and (plan.name, plan.snapshot_id) == ("tag-20261120", 2)
+    assert tag_due(daily, snapshots, [3, 2, 1], {"main": 3, "tag-20261120": 2}, midnight + timedelta(minutes=5)) is None
+    assert tag_due(daily, snapshots, [3, 2, 1], {"main": 3}, midnight + timedelta(minutes=61)) is None  # too late
+    late = AutoTagConfig.of({"tag.auto-create.trigger.offset.minutes": "30"})
+    assert tag_due(late, snapshots, [3, 2, 1], {"main": 3}, midnight + timedelta(minutes=5)) is None  # not yet…
+    plan = tag_due(late, snapshots, [3, 2, 1], {"main": 3}, midnight + timedelta(minutes=31))
+    assert plan is not None and plan.snapshot_id == 3  # …then on what was current at 00:30
+    assert format_datetime("'v'yyyy-MM-dd'T'HH", midnight) == "v2026-11-21T00"
+
+
+def test_maintenance_schedules_in_the_server_config() -> None:
+    config = Config.model_validate({"ams": {"clean-orphan-files": {"enabled": True}, "expire-snapshots": {
+        "interval": "10min"}}})  # fmt: skip
+    assert config.ams.clean_orphan_files.interval == timedelta(days=1)  # the action's own default stays
+    assert config.ams.expire_snapshots.interval == timedelta(minutes=10) and config.ams.expire_snapshots.enabled
+    assert config.ams.auto_create_tags.interval == timedelta(minutes=1)
+
+
+def test_run_action_and_process_filters_validate_input(client: TestClient) -> None:
+    from tests.test_scheduling import add_table, ctx_of
+
+    add_table(ctx_of(client), "t")
+    bad = client.post("/api/v1/tables/c/db/t/actions/vacuum")
+    assert bad.status_code == 400 and "action" in bad.json()["error"]["message"]
+    bad = client.post("/api/v1/tables/c/db/t/actions/optimizing")
+    assert bad.status_code == 400
+    bad = client.post("/api/v1/tables/c/db/t/actions/expire-snapshots", json={"dry_run": True})
+    assert bad.status_code == 400 and "dry_run" in bad.json()["error"]["message"]
+    bad = client.post("/api/v1/tables/c/db/t/actions/clean-orphan-files", json={"dry": True})
+    assert bad.status_code in (400, 422)
+    assert client.post("/api/v1/tables/c/db/nope/actions/expire-snapshots").status_code == 404
+    assert client.get("/api/v1/processes", params={"action": "vacuum"}).status_code == 400
+    assert client.get("/api/v1/processes", params={"status": "done"}).status_code == 400
+    assert client.get("/api/v1/processes", params={"action": "expire-snapshots", "status": "running"}).json() == []
