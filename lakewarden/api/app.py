@@ -6,14 +6,19 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Response
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from lakewarden import __version__
 from lakewarden.api import errors
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.routes import catalogs, events, groups, iceberg_rest, optimizer, processes, tables
+from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
+from lakewarden.api.routes import catalogs, events, groups, iceberg_rest, optimizer, overview, processes, tables
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
 from lakewarden.domain.maintenance import Action
@@ -31,6 +36,7 @@ from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.store.database import Database, utcnow
 
 log = logging.getLogger(__name__)
+DASHBOARD = Path(__file__).resolve().parent.parent / "dashboard"
 health_router = APIRouter(tags=["health"])
 
 
@@ -59,6 +65,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     """Build the server. `start_services=False` leaves background loops stopped (tests drive them)."""
     host = config.ams.server_bind_host
     server_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
+
+    metrics_registry = CollectorRegistry()  # the server's own metrics, not the process-wide default registry
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -90,6 +98,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             timeouts.task_execute_timeout,
             on_released=scheduler.wake,
         )
+        collector = DatabaseCollector(db)
+        metrics_registry.register(collector)
         app.state.context = ServerContext(
             config=config,
             db=db,
@@ -119,6 +129,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
                 service.stop()
             if start_services:
                 dispatcher.stop()
+            metrics_registry.unregister(collector)
             db.dispose()
             log.info("lakewarden stopped")
 
@@ -131,9 +142,21 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     errors.install(app)
     api = APIRouter(prefix="/api/v1")
     routers = (health_router, catalogs.router, groups.router, tables.router, optimizer.router, processes.router,
-               events.router)  # fmt: skip
+               events.router, overview.router)  # fmt: skip
     for router in routers:
         api.include_router(router)
     app.include_router(api)
     app.include_router(iceberg_rest.router)
+    app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus metrics: tables, processes, groups and maintenance from the database; API latency."""
+        return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard/")
+
+    app.mount("/dashboard", StaticFiles(directory=DASHBOARD, html=True), name="dashboard")
     return app

@@ -92,6 +92,9 @@ class TableBrief(_Read):
     delete_files: int
     files_size_bytes: int
     last_refreshed_at: datetime | None
+    health: str = Field(description="good, fair, poor or unknown, from the two ratios below")
+    small_file_ratio: float | None = Field(description="Small data files (fragments, undersized) per data file")
+    delete_file_ratio: float | None = Field(description="Delete files per data file")
 
 
 class TableRead(TableBrief):

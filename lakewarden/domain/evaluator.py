@@ -254,6 +254,15 @@ class TableEvaluation:
             "pending_partitions": len(pending),
             "partitions": len(self.partitions),
             "cost_bytes": sum(p.cost for p in pending),
+            # totals over every partition: how healthy the table's layout is
+            "data_files": sum(p.data_files for p in self.partitions),
+            # small files that have company to be merged with (a partition's lone small file is fine)
+            "small_files": sum(
+                p.fragment_files + p.undersized_files
+                for p in self.partitions
+                if p.fragment_files + p.undersized_files >= 2
+            ),
+            "delete_files": sum(p.position_delete_files + p.equality_delete_files for p in self.partitions),
         }
 
 

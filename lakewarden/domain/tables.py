@@ -107,3 +107,31 @@ class TableSnapshot:
     current_snapshot_id: int | None
     properties: dict[str, str]
     summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    """How healthy a table's layout is, from the evaluator's last verdict: the share of its data files
+    that are small (fragments and undersized segments) and its delete files per data file."""
+
+    small_file_ratio: float | None
+    delete_file_ratio: float | None
+
+    @property
+    def label(self) -> str:
+        if self.small_file_ratio is None or self.delete_file_ratio is None:
+            return "unknown"
+        if self.small_file_ratio <= 0.2 and self.delete_file_ratio <= 0.1:
+            return "good"
+        if self.small_file_ratio <= 0.5 and self.delete_file_ratio <= 0.3:
+            return "fair"
+        return "poor"
+
+    @classmethod
+    def of(cls, evaluation: Mapping[str, Any] | None) -> TableHealth:
+        if not evaluation or "data_files" not in evaluation:
+            return cls(None, None)
+        data = int(evaluation["data_files"])
+        if data == 0:
+            return cls(0.0, 0.0)
+        return cls(round(int(evaluation["small_files"]) / data, 3), round(int(evaluation["delete_files"]) / data, 3))

@@ -306,9 +306,11 @@ class ProcessScheduler:
                                       TaskStatus.CANCELED, ended_at=utcnow())  # fmt: skip
         factory = self.registry.factory(process.action)
         outputs = [t.output or {} for t in tasks if t.status == TaskStatus.SUCCESS]
-        summary = {**(process.summary or {}), **factory.summarize(outputs)}
+        ended = utcnow()
+        duration_ms = int((ended - as_utc(process.plan_time)).total_seconds() * 1000)
+        summary = {**(process.summary or {}), **factory.summarize(outputs), "duration_ms": duration_ms}
         store.transition_process(
-            session, process.process_id, ProcessStatus.RUNNING, status, end_time=utcnow(), fail_reason=reason,
+            session, process.process_id, ProcessStatus.RUNNING, status, end_time=ended, fail_reason=reason,
             summary=summary,
         )  # fmt: skip
         factory.on_end(session, process, status)

@@ -7,11 +7,12 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
+from pydantic import Field
 
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import _Read
 from lakewarden.domain.errors import InvalidField
-from lakewarden.domain.states import ProcessStatus
+from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.store import optimizing as store
 from lakewarden.store import tables as table_store
@@ -50,7 +51,20 @@ class ProcessRead(_Read):
     duration_ms: int | None
     summary: dict[str, Any]
     fail_reason: str | None
+    stage: str = Field(description="Where a running process is: its tasks by state; else its status")
+    threads_in_use: int = Field(description="Optimizer threads its tasks hold now")
+    input_bytes: int = Field(description="Bytes its tasks read (planned cost)")
     tasks: list[TaskRead]
+
+
+def _stage(process: ProcessRow, tasks: list[TaskRow]) -> str:
+    if process.status != ProcessStatus.RUNNING:
+        return process.status
+    running = sum(1 for t in tasks if t.status in TASK_ACTIVE)
+    planned = sum(1 for t in tasks if t.status in (TaskStatus.PLANNED, TaskStatus.FAILED))
+    done = sum(1 for t in tasks if t.status == TaskStatus.SUCCESS)
+    parts = [f"{n} {label}" for n, label in ((running, "running"), (planned, "waiting"), (done, "done")) if n]
+    return ", ".join(parts) or "settling"
 
 
 def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
@@ -61,7 +75,8 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
         group=process.group_name, action=process.action, type=process.type, status=process.status,
         target_snapshot_id=process.target_snapshot_id, start_time=process.plan_time, end_time=end,
         duration_ms=None if end is None else int((as_utc(end) - as_utc(process.plan_time)).total_seconds() * 1000),
-        summary=process.summary, fail_reason=process.fail_reason,
+        summary=process.summary, fail_reason=process.fail_reason, stage=_stage(process, tasks),
+        threads_in_use=sum(1 for t in tasks if t.status in TASK_ACTIVE), input_bytes=sum(t.cost_bytes for t in tasks),
         tasks=[
             TaskRead(
                 task_id=t.task_id, status=t.status, type=t.type, attempt=t.attempt, retry_count=t.retry_count,

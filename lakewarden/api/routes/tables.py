@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,7 +13,8 @@ from lakewarden.api.schemas import TableBrief, TableRead
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.maintenance import Action
 from lakewarden.domain.processes import NothingToDo
-from lakewarden.domain.tables import TableIdentifier, TableStatus
+from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
+from lakewarden.metadata.files import snapshot_files
 from lakewarden.services.metadata_service import catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as store
@@ -25,6 +27,7 @@ Ctx = Annotated[ServerContext, Depends(server_context)]
 def _brief_fields(rec: TableRecord) -> dict[str, object]:
     summary = rec.runtime.summary or {}
     status = TableStatus(rec.runtime.status_code)
+    health = TableHealth.of(rec.runtime.evaluation)
     return {
         "catalog": rec.identifier.catalog_name,
         "database": rec.identifier.db_name,
@@ -38,6 +41,9 @@ def _brief_fields(rec: TableRecord) -> dict[str, object]:
         "delete_files": int(summary.get("delete-files", 0)),
         "files_size_bytes": int(summary.get("files-size-bytes", 0)),
         "last_refreshed_at": rec.runtime.last_refreshed_at,
+        "health": health.label,
+        "small_file_ratio": health.small_file_ratio,
+        "delete_file_ratio": health.delete_file_ratio,
     }
 
 
@@ -132,3 +138,82 @@ def run_action(
         return ActionRun(created=False, process_id=None, reason=str(why))
     response.status_code = 201
     return ActionRun(created=True, process_id=process_id)
+
+
+class SnapshotRead(BaseModel):
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    sequence_number: int | None
+    committed_at: datetime
+    operation: str | None
+    summary: dict[str, str]
+    refs: list[str] = Field(description="Branches and tags pointing at this snapshot")
+
+
+class FileRead(BaseModel):
+    path: str
+    partition: str
+    content: str = Field(description="data, position-deletes or equality-deletes")
+    size_bytes: int
+    records: int
+    sequence_number: int
+
+
+def _load(ctx: ServerContext, name: TableIdentifier) -> Any:
+    with ctx.db.read() as session:
+        store.get_table(session, name)  # a table lakewarden manages, or 404
+        spec = catalog_store.spec_of(catalog_store.get_catalog(session, name.catalog))
+    with catalog_for(spec, ctx.metadata) as catalog:
+        return catalog.load_table((*name.database.split("."), name.table))
+
+
+@router.get("/{catalog}/{database}/{table}/snapshots", response_model=list[SnapshotRead])
+def table_snapshots(
+    catalog: str, database: str, table: str, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=10000)] = 100
+) -> list[SnapshotRead]:
+    """The table's snapshots, newest first, with the refs that point at them."""
+    metadata = _load(ctx, TableIdentifier(catalog, database, table)).metadata
+    refs: dict[int, list[str]] = {}
+    for ref_name, ref in metadata.refs.items():
+        refs.setdefault(ref.snapshot_id, []).append(ref_name)
+    snapshots = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0), reverse=True)
+    return [_snapshot(s, sorted(refs.get(s.snapshot_id, []))) for s in snapshots[:limit]]
+
+
+def _snapshot(snapshot: Any, refs: list[str]) -> SnapshotRead:
+    summary = snapshot.summary
+    return SnapshotRead(
+        snapshot_id=snapshot.snapshot_id,
+        parent_snapshot_id=snapshot.parent_snapshot_id,
+        sequence_number=snapshot.sequence_number,
+        committed_at=datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC),
+        operation=summary.operation.value if summary else None,
+        summary=dict(summary.additional_properties) if summary else {},
+        refs=refs,
+    )
+
+
+PartitionQuery = Query(description="Only this partition, e.g. cat=a ('' when unpartitioned)")
+
+
+@router.get("/{catalog}/{database}/{table}/files", response_model=list[FileRead])
+def table_files(
+    catalog: str,
+    database: str,
+    table: str,
+    ctx: Ctx,
+    partition: Annotated[str | None, PartitionQuery] = None,
+    limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+) -> list[FileRead]:
+    """The live data and delete files of the current snapshot, by partition."""
+    files = snapshot_files(_load(ctx, TableIdentifier(catalog, database, table)), ctx.evaluator.cache, None)
+    rows = [_file(d, "data") for d in files.data]
+    rows += [_file(d, "equality-deletes" if d.equality else "position-deletes") for d in files.deletes]
+    if partition is not None:
+        rows = [r for r in rows if r.partition == (partition or "(unpartitioned)")]
+    return sorted(rows, key=lambda r: (r.partition, r.content, r.path))[:limit]
+
+
+def _file(entry: Any, content: str) -> FileRead:
+    return FileRead(path=entry.path, partition=str(entry.partition), content=content, size_bytes=entry.size,
+                    records=entry.records, sequence_number=entry.sequence)  # fmt: skip

@@ -1,0 +1,176 @@
+"""Prometheus metrics at `/metrics`.
+
+Table, process, group and maintenance numbers are read from the system database at scrape time
+(a custom collector), so they are right after a restart and never drift from what the API shows.
+API latency is a histogram per method, route template and status, observed by a small ASGI
+middleware.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from lakewarden.domain.maintenance import Action
+from lakewarden.domain.tables import TableStatus
+from lakewarden.store import stats
+from lakewarden.store.database import Database
+
+TABLE = ["catalog", "database", "table"]
+OPTIMIZING_RESULTS = {"files_in": "files", "files_out": "files", "bytes_in": "bytes", "bytes_out": "bytes"}
+MAINTENANCE_RESULTS = ("files_deleted", "bytes_freed", "snapshots_expired", "delete_files_removed",
+                       "data_files_deleted", "records_deleted", "tags_created", "manifests_rewritten")  # fmt: skip
+
+
+class DatabaseCollector(Collector):
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self) -> Iterator[Metric]:
+        with self.db.read() as session:
+            tables = stats.table_gauges(session)
+            totals = stats.process_totals(session)
+            load = stats.group_load(session)
+            catalogs = stats.catalog_health(session)
+        yield from self._tables(tables)
+        yield from self._processes(totals)
+        yield from self._groups(load, tables)
+        health = GaugeMetricFamily("lakewarden_catalog_healthy", "1 when the catalog's last listing worked",
+                                   labels=["catalog"])  # fmt: skip
+        for name, state in catalogs:
+            health.add_metric([name], 0.0 if state == "unhealthy" else 1.0)
+        yield health
+
+    @staticmethod
+    def _tables(tables: list[tuple[str, str, str, int, str, dict[str, Any]]]) -> Iterator[Metric]:
+        status = GaugeMetricFamily(
+            "lakewarden_table_status", "1 for the status the table is in", labels=[*TABLE, "status"]
+        )
+        files = GaugeMetricFamily("lakewarden_table_files", "Live files of the current snapshot",
+                                  labels=[*TABLE, "content"])  # fmt: skip
+        size = GaugeMetricFamily("lakewarden_table_size_bytes", "Bytes of the current snapshot's files", labels=TABLE)
+        for catalog, database, table, code, _group, summary in tables:
+            status.add_metric([catalog, database, table, TableStatus(code).label], 1.0)
+            files.add_metric([catalog, database, table, "data"], float(summary.get("data-files", 0)))
+            files.add_metric([catalog, database, table, "delete"], float(summary.get("delete-files", 0)))
+            size.add_metric([catalog, database, table], float(summary.get("files-size-bytes", 0)))
+        yield from (status, files, size)
+
+    @staticmethod
+    def _processes(totals: list[stats.ProcessTotals]) -> Iterator[Metric]:
+        processes = CounterMetricFamily("lakewarden_processes", "Processes by table, action, type and status",
+                                        labels=[*TABLE, "action", "type", "status"])  # fmt: skip
+        seconds = CounterMetricFamily("lakewarden_optimizing_seconds", "Time ended optimizing processes took",
+                                      labels=[*TABLE, "type"])  # fmt: skip
+        moved = {
+            key: CounterMetricFamily(
+                f"lakewarden_optimizing_{key}",
+                f"{unit.capitalize()} {key.split('_')[1]} of successful optimizing processes",
+                labels=TABLE,
+            )
+            for key, unit in OPTIMIZING_RESULTS.items()
+        }
+        maintenance = {
+            key: CounterMetricFamily(
+                f"lakewarden_maintenance_{key}",
+                f"{key.replace('_', ' ').capitalize()} by successful maintenance processes",
+                labels=["action"],
+            )
+            for key in MAINTENANCE_RESULTS
+        }
+        per_action: dict[tuple[str, str], int] = {}
+        per_table: dict[tuple[str, ...], int] = {}
+        for row in totals:
+            labels = [row.catalog, row.database, row.table]
+            processes.add_metric([*labels, row.action, row.type, row.status], float(row.count))
+            if row.action == Action.OPTIMIZING and row.status != "running":
+                key = (*labels, row.type)
+                per_table[key] = per_table.get(key, 0) + row.sums["duration_ms"]
+            if row.status != "success":
+                continue
+            if row.action == Action.OPTIMIZING:
+                for field in moved:
+                    per_table[(*labels, field)] = per_table.get((*labels, field), 0) + row.sums[field]
+            else:
+                for field in MAINTENANCE_RESULTS:
+                    per_action[(row.action, field)] = per_action.get((row.action, field), 0) + row.sums[field]
+        for key, value in per_table.items():
+            if key[3] in moved:
+                moved[key[3]].add_metric(list(key[:3]), float(value))
+            else:
+                seconds.add_metric(list(key), value / 1000.0)
+        for (action, field), value in per_action.items():
+            maintenance[field].add_metric([action], float(value))
+        yield from (processes, seconds, *moved.values(), *maintenance.values())
+
+    @staticmethod
+    def _groups(load: dict[str, stats.GroupLoad], tables: list[tuple[str, str, str, int, str, dict[str, Any]]]
+                ) -> Iterator[Metric]:  # fmt: skip
+        threads = GaugeMetricFamily("lakewarden_group_threads", "Optimizer threads of the group", labels=["group"])
+        busy = GaugeMetricFamily("lakewarden_group_threads_busy", "Threads running a task", labels=["group"])
+        queued = GaugeMetricFamily("lakewarden_group_queued_tasks", "Planned tasks waiting for a thread",
+                                   labels=["group"])  # fmt: skip
+        pending = GaugeMetricFamily("lakewarden_group_pending_tables", "Tables waiting to be planned",
+                                    labels=["group"])  # fmt: skip
+        waiting: dict[str, int] = {}
+        for *_, code, group, _summary in tables:
+            if code == TableStatus.PENDING:
+                waiting[group] = waiting.get(group, 0) + 1
+        for group in sorted(set(load) | set(waiting)):
+            g = load.get(group, stats.GroupLoad(0, 0, 0, 0))
+            threads.add_metric([group], float(g.threads))
+            busy.add_metric([group], float(g.busy))
+            queued.add_metric([group], float(g.queued))
+            pending.add_metric([group], float(waiting.get(group, 0)))
+        yield from (threads, busy, queued, pending)
+
+
+def api_latency(registry: CollectorRegistry) -> Histogram:
+    return Histogram(
+        "lakewarden_http_request_duration_seconds", "API latency by method, route and status",
+        ["method", "route", "status"], registry=registry,
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    )  # fmt: skip
+
+
+class LatencyMiddleware:
+    """Observes every HTTP request's duration under its route template (never the raw path)."""
+
+    def __init__(self, app: Any, histogram: Histogram) -> None:
+        self.app = app
+        self.histogram = histogram
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.histogram.labels(scope["method"], _template(scope), str(status)).observe(time.perf_counter() - started)
+
+
+def _template(scope: Any) -> str:
+    """The matched route's path template (`/api/v1/tables/{catalog}/…`), or "unmatched"."""
+    context = (scope.get("fastapi") or {}).get("effective_route_context")
+    template = getattr(context, "path_format", None)
+    if template:
+        return str(template)
+    if scope.get("route") is None:
+        return "unmatched"
+    by_value = {str(v): k for k, v in (scope.get("path_params") or {}).items()}
+    return "/".join(f"{{{by_value[part]}}}" if part in by_value else part for part in scope["path"].split("/"))

@@ -1,0 +1,439 @@
+// lakewarden's dashboard: a page per concern, each reading the JSON API (/api/v1) and refreshing
+// itself every few seconds. No build step: this file is served as it is.
+"use strict";
+
+const API = "/api/v1";
+const REFRESH_MS = 2000;
+const view = document.getElementById("view");
+let active = null; // the mounted page: {update, timer}
+
+// ---- helpers
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+
+async function api(path, options = {}) {
+  const init = {...options, headers: {"Content-Type": "application/json"}};
+  if (init.body !== undefined && typeof init.body !== "string") init.body = JSON.stringify(init.body);
+  const response = await fetch(API + path, init);
+  if (response.status === 204) return null;
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    const error = new Error(body?.error?.message || `${response.status} ${response.statusText}`);
+    error.status = response.status;
+    throw error;
+  }
+  return body;
+}
+
+const fmt = {
+  num: (n) => (n ?? 0).toLocaleString("en-US"),
+  bytes(n) {
+    n = Number(n || 0);
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+  },
+  time: (iso) => (iso ? new Date(iso).toLocaleString("en-GB", {hour12: false}) : "—"),
+  duration(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const s = ms / 1000;
+    if (s < 60) return `${s.toFixed(1)} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+    return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  },
+  ago(iso) { return iso ? fmt.duration(Date.now() - new Date(iso).getTime()) + " ago" : "never"; },
+  pct: (r) => (r === null || r === undefined ? "—" : `${Math.round(r * 100)}%`),
+};
+
+function badge(text) {
+  return `<span class="badge ${esc(String(text).replace(/\s+/g, "-"))}">${esc(text)}</span>`;
+}
+
+function grid(columns, rows, attrs = () => "") {
+  const head = columns.map((c) => `<th class="${c.endsWith("#") ? "num" : ""}">${esc(c.replace(/#$/, ""))}</th>`).join("");
+  const body = rows.map((row, i) => `<tr ${attrs(i)}>${row.map((cell, j) =>
+    `<td class="${columns[j].endsWith("#") ? "num" : ""}">${cell}</td>`).join("")}</tr>`).join("");
+  return `<table><thead><tr>${head}</tr></thead><tbody>${body || `<tr><td colspan="${columns.length}" class="muted">none</td></tr>`}</tbody></table>`;
+}
+
+function kv(pairs) {
+  return `<table class="kv"><tbody>${pairs.map(([k, v]) => `<tr><td>${esc(k)}</td><td>${v}</td></tr>`).join("")}</tbody></table>`;
+}
+
+function tablePath(identifier) {
+  const [catalog, ...rest] = identifier.split(".");
+  const table = rest.pop();
+  return `${encodeURIComponent(catalog)}/${encodeURIComponent(rest.join("."))}/${encodeURIComponent(table)}`;
+}
+
+function resultText(p) {
+  const s = p.summary || {};
+  if (p.action === "optimizing") {
+    return "files_in" in s ? `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}` : "";
+  }
+  const parts = Object.entries(s)
+    .filter(([k, v]) => typeof v === "number" && v && !k.endsWith("_ms") && !k.endsWith("_id"))
+    .map(([k, v]) => `${k.replace(/_/g, " ")} ${k.includes("bytes") ? fmt.bytes(v) : fmt.num(v)}`);
+  return (s.dry_run ? "dry run: " : "") + parts.join(", ");
+}
+
+function parseProperties(text) {
+  const properties = {};
+  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
+    const at = line.indexOf("=");
+    if (at < 1) throw new Error(`properties: "${line}" is not key=value`);
+    properties[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return properties;
+}
+
+function processRows(processes, withTable) {
+  return processes.map((p) => [
+    `<span class="mono">${p.process_id}</span>`,
+    ...(withTable ? [`<a href="#/tables/${tablePath(p.table)}">${esc(p.table)}</a>`] : []),
+    esc(p.action), esc(p.type), badge(p.status), esc(p.stage), fmt.time(p.start_time),
+    fmt.duration(p.duration_ms ?? (Date.now() - new Date(p.start_time).getTime())),
+    esc(resultText(p)), `<span class="error">${esc(p.fail_reason || "")}</span>`,
+  ]);
+}
+
+// ---- pages
+
+function overviewPage() {
+  return {
+    mount(root) {
+      root.innerHTML = `<h1>Overview</h1><div class="cards" id="cards"></div>
+        <h2>Running processes</h2><div id="running"></div>`;
+    },
+    async update(root) {
+      const [o, running] = await Promise.all([api("/overview"), api("/processes?status=running&limit=50")]);
+      const card = (id, label, value, sub = "") =>
+        `<div class="card" id="card-${id}"><div class="label">${esc(label)}</div><div class="value">${value}</div><div class="sub">${sub}</div></div>`;
+      const t = o.tables, op = o.optimizing, m = o.maintenance, w = o.optimizers;
+      root.querySelector("#cards").innerHTML = [
+        card("tables", "Tables managed", fmt.num(t.total), `${fmt.num(t.idle || 0)} idle`),
+        card("pending", "Pending", fmt.num(t.pending || 0), "waiting to be planned"),
+        card("optimizing", "Optimizing", fmt.num(t.optimizing || 0), `${fmt.num(op.running)} processes running`),
+        card("files", "Files optimized", `${fmt.num(op.files_in)} → ${fmt.num(op.files_out)}`, `${fmt.num(op.succeeded)} processes succeeded`),
+        card("bytes", "Bytes optimized", fmt.bytes(op.bytes_in), `written as ${fmt.bytes(op.bytes_out)}`),
+        card("threads", "Optimizer threads", `${fmt.num(w.busy)} / ${fmt.num(w.threads)}`,
+             `${fmt.num(w.idle)} idle · ${fmt.num(w.queued_tasks)} tasks queued · ${fmt.num(w.optimizers)} optimizers`),
+        card("maintenance", "Maintenance", `${fmt.num(m.files_deleted + m.delete_files_removed + m.data_files_deleted)} files`,
+             `${fmt.bytes(m.bytes_freed)} freed · ${fmt.num(m.snapshots_expired)} snapshots expired · ${fmt.num(m.tags_created)} tags`),
+        card("catalogs", "Catalogs", fmt.num(o.catalogs.total), `${fmt.num(o.catalogs.unhealthy)} unhealthy`),
+      ].join("");
+      root.querySelector("#running").innerHTML = grid(
+        ["id", "table", "action", "type", "status", "stage", "start", "duration", "result", "error"],
+        processRows(running, true), (i) => `data-process-id="${running[i].process_id}"`);
+    },
+  };
+}
+
+function catalogsPage() {
+  return {
+    mount(root) {
+      root.innerHTML = `<h1>Catalogs</h1><div id="catalogs"></div><div class="ok" id="catalog-message"></div>`;
+      root.addEventListener("click", async (event) => {
+        const name = event.target.dataset.refresh;
+        if (!name) return;
+        const message = root.querySelector("#catalog-message");
+        try {
+          const result = await api(`/catalogs/${encodeURIComponent(name)}/refresh`, {method: "POST"});
+          message.className = "ok";
+          message.textContent = `${name}: ${result.health}, ${result.added} added, ${result.updated} updated, ${result.removed} removed`;
+        } catch (error) { message.className = "error"; message.textContent = error.message; }
+      });
+    },
+    async update(root) {
+      const catalogs = await api("/catalogs");
+      root.querySelector("#catalogs").innerHTML = grid(
+        ["name", "type", "health", "tables#", "last refresh", "error", ""],
+        catalogs.map((c) => [esc(c.name), esc(c.type), badge(c.health), fmt.num(c.table_count),
+          `${fmt.time(c.last_refresh_at)} <span class="muted">(${fmt.ago(c.last_refresh_at)})</span>`,
+          `<span class="error">${esc(c.last_error || "")}</span>`,
+          `<button class="secondary" data-refresh="${esc(c.name)}">Refresh now</button>`]),
+        (i) => `data-catalog="${esc(catalogs[i].name)}"`);
+    },
+  };
+}
+
+function tablesPage() {
+  return {
+    mount(root) {
+      root.innerHTML = `<h1>Tables</h1>
+        <div class="toolbar"><input id="table-filter" placeholder="filter by name"> <select id="status-filter">
+        <option value="">every status</option><option>idle</option><option>pending</option><option>planning</option>
+        <option>minor-optimizing</option><option>major-optimizing</option><option>full-optimizing</option></select></div>
+        <div id="tables"></div>`;
+      root.querySelector("#table-filter").addEventListener("input", () => this.update(root));
+      root.querySelector("#status-filter").addEventListener("change", () => this.update(root));
+      root.addEventListener("click", (event) => {
+        const row = event.target.closest("tr[data-table]");
+        if (row && event.target.tagName !== "A") location.hash = `#/tables/${tablePath(row.dataset.table)}`;
+      });
+    },
+    async update(root) {
+      const status = root.querySelector("#status-filter").value;
+      const text = root.querySelector("#table-filter").value.trim().toLowerCase();
+      const tables = (await api(`/tables${status ? `?status=${encodeURIComponent(status)}` : ""}`))
+        .filter((t) => !text || t.identifier.toLowerCase().includes(text));
+      root.querySelector("#tables").innerHTML = grid(
+        ["table", "status", "group", "health", "data files#", "delete files#", "size#", "refreshed"],
+        tables.map((t) => [`<a href="#/tables/${tablePath(t.identifier)}">${esc(t.identifier)}</a>`, badge(t.status),
+          esc(t.group), `<span class="dot ${esc(t.health)}"></span>${esc(t.health)} <span class="muted">small ${fmt.pct(t.small_file_ratio)} · deletes ${fmt.pct(t.delete_file_ratio)}</span>`,
+          fmt.num(t.data_files), fmt.num(t.delete_files), fmt.bytes(t.files_size_bytes), fmt.ago(t.last_refreshed_at)]),
+        (i) => `class="clickable" data-table="${esc(tables[i].identifier)}"`);
+    },
+  };
+}
+
+const TABLE_TABS = [["overview", "Overview"], ["files", "Partitions & files"], ["snapshots", "Snapshots & timeline"],
+                    ["processes", "Processes"], ["config", "Configuration"]];
+const ACTIONS = ["expire-snapshots", "clean-orphan-files", "clean-dangling-delete-files", "expire-data",
+                 "auto-create-tags", "rewrite-manifests"];
+
+function tablePage(catalog, database, table, tab = "overview") {
+  const path = `/tables/${catalog}/${database}/${table}`;
+  const identifier = [catalog, database, table].map(decodeURIComponent).join(".");
+  let slowAt = 0; // files and snapshots are read less often than the rest
+  return {
+    mount(root) {
+      const tabs = TABLE_TABS.map(([key, label]) =>
+        `<a href="#${path}/${key}" class="${key === tab ? "active" : ""}" data-tab="${key}">${label}</a>`).join("");
+      root.innerHTML = `<h1>${esc(identifier)} <span id="table-status"></span></h1><div class="tabs">${tabs}</div>
+        <div class="panel" id="tab"></div>`;
+      if (tab === "overview") {
+        root.querySelector("#tab").insertAdjacentHTML("afterend", `<form id="action-form">
+          <label>maintenance action<select id="action">${ACTIONS.map((a) => `<option>${a}</option>`).join("")}</select></label>
+          <label>dry run<input type="checkbox" id="dry-run"></label>
+          <button type="submit">Run now</button> <button type="button" class="secondary" id="evaluate">Evaluate now</button>
+          <div class="error" id="action-error"></div><div class="ok" id="action-message"></div></form>`);
+        const form = root.querySelector("#action-form");
+        const show = (ok, text) => {
+          form.querySelector("#action-error").textContent = ok ? "" : text;
+          form.querySelector("#action-message").textContent = ok ? text : "";
+        };
+        form.addEventListener("submit", async (event) => {
+          event.preventDefault();
+          const action = form.querySelector("#action").value;
+          const body = form.querySelector("#dry-run").checked ? {dry_run: true} : {};
+          try {
+            const result = await api(`${path}/actions/${action}`, {method: "POST", body});
+            show(true, result.created ? `process ${result.process_id} created: ${action}` : `nothing to do: ${result.reason}`);
+          } catch (error) { show(false, error.message); }
+        });
+        form.querySelector("#evaluate").addEventListener("click", async () => {
+          try { const t = await api(`${path}/evaluate`, {method: "POST"}); show(true, `evaluated: ${t.status}`); this.update(root); }
+          catch (error) { show(false, error.message); }
+        });
+      }
+    },
+    async update(root) {
+      const t = await api(path);
+      root.querySelector("#table-status").innerHTML = badge(t.status);
+      const target = root.querySelector("#tab");
+      const slow = Date.now() - slowAt > 10000;
+      if (tab === "overview") {
+        const e = t.evaluation || {};
+        const partitions = (e.partitions || []).slice(0, 100);
+        target.innerHTML = `<div class="grid2"><div>${kv([
+          ["status", `${badge(t.status)} since ${fmt.time(t.status_changed_at)}`], ["group", esc(t.group)],
+          ["health", `<span class="dot ${esc(t.health)}"></span>${esc(t.health)} (small files ${fmt.pct(t.small_file_ratio)}, delete files ${fmt.pct(t.delete_file_ratio)})`],
+          ["data files", fmt.num(t.data_files)], ["delete files", fmt.num(t.delete_files)], ["size", fmt.bytes(t.files_size_bytes)],
+          ["current snapshot", `<span class="mono">${esc(t.current_snapshot_id ?? "—")}</span>`],
+          ["metadata", `<span class="mono">${esc(t.metadata_location || "")}</span>`],
+          ["last refreshed", fmt.time(t.last_refreshed_at)], ["refresh error", `<span class="error">${esc(t.refresh_error || "")}</span>`],
+          ["last minor / major / full", [t.last_minor_optimizing_at, t.last_major_optimizing_at, t.last_full_optimizing_at].map(fmt.time).join(" · ")],
+        ])}</div><div><h2 style="margin-top:0">Why ${esc(t.status)}</h2>
+          <p>verdict: <b>${esc(e.type || "nothing to optimize")}</b> · evaluated ${fmt.ago(t.evaluated_at)}</p>
+          <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul></div></div>
+          <h2>Partitions</h2>${grid(["partition", "type", "data files#", "fragments#", "undersized#", "deletes#", "why"],
+            partitions.map((p) => [esc(p.partition), esc(p.type || ""), fmt.num(p.data_files), fmt.num(p.fragment_files),
+              fmt.num(p.undersized_files), fmt.num(p.position_delete_files + p.equality_delete_files), esc((p.reasons || []).join("; "))]))}`;
+      } else if (tab === "files" && slow) {
+        slowAt = Date.now();
+        const files = await api(`${path}/files?limit=500`);
+        target.innerHTML = `<p class="muted">${files.length} live files of the current snapshot (at most 500 shown)</p>` +
+          grid(["partition", "content", "size#", "records#", "sequence#", "path"],
+            files.map((f) => [esc(f.partition), esc(f.content), fmt.bytes(f.size_bytes), fmt.num(f.records), f.sequence_number,
+              `<span class="mono">${esc(f.path)}</span>`]));
+      } else if (tab === "snapshots" && slow) {
+        slowAt = Date.now();
+        const snapshots = await api(`${path}/snapshots?limit=50`);
+        let timeline = `<p class="muted">The commit timeline is kept for tables of lakewarden's own (internal) catalogs.</p>`;
+        try {
+          const commits = await api(`${path}/timeline?limit=50`);
+          timeline = grid(["version#", "operation", "snapshot", "client", "committed"], commits.map((c) => [c.version,
+            esc(c.operation), `<span class="mono">${esc(c.snapshot_id ?? "")}</span>`, esc(c.client || ""), fmt.time(c.committed_at)]));
+        } catch (error) { if (error.status !== 404) throw error; }
+        target.innerHTML = `<h2 style="margin-top:0">Snapshots</h2>` + grid(["snapshot", "parent", "operation", "committed", "refs", "added files#", "records#"],
+          snapshots.map((s) => [`<span class="mono">${s.snapshot_id}</span>`, `<span class="mono">${s.parent_snapshot_id ?? ""}</span>`,
+            esc(s.operation || ""), fmt.time(s.committed_at), esc(s.refs.join(", ")), fmt.num(Number(s.summary["added-data-files"] || 0)),
+            fmt.num(Number(s.summary["total-records"] || 0))])) + `<h2>Timeline</h2>${timeline}`;
+      } else if (tab === "processes") {
+        const processes = await api(`/processes?table=${encodeURIComponent(identifier)}&limit=50`);
+        target.innerHTML = grid(["id", "action", "type", "status", "stage", "start", "duration", "result", "error"],
+          processRows(processes, false), (i) => `data-process-id="${processes[i].process_id}"`) +
+          processes.filter((p) => p.tasks.length).slice(0, 10).map((p) => `<h2>Process ${p.process_id}: tasks</h2>` +
+            grid(["task", "status", "partitions", "attempt#", "optimizer", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),
+              esc(k.partitions.join(", ")), k.attempt, `<span class="mono">${esc(k.optimizer || "")}</span>`,
+              `<span class="error">${esc(k.error || "")}</span>`]))).join("");
+      } else if (tab === "config") {
+        target.innerHTML = `<p class="muted">Effective configuration: built-in defaults &lt; the catalog's table.* &lt; table properties</p>` +
+          kv(Object.entries(t.config).map(([k, v]) => [k, `<span class="mono">${esc(v)}</span>`]));
+      }
+    },
+  };
+}
+
+function groupsPage() {
+  const panels = new Map();
+  return {
+    mount(root) {
+      root.innerHTML = `<h1>Optimizer groups</h1>
+        <form id="group-create"><b>Create a group</b><br>
+          <label>name<input name="name" id="group-name" placeholder="etl"></label>
+          <label>container<input name="container" id="group-container" value="local"></label>
+          <label>properties (key=value per line)<textarea name="properties" id="group-properties">scheduling-policy=quota</textarea></label>
+          <button type="submit">Create</button><div class="error" id="group-create-error"></div></form>
+        <div id="groups"></div>`;
+      const form = root.querySelector("#group-create");
+      form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        const error = form.querySelector("#group-create-error");
+        try {
+          await api("/resource-groups", {method: "POST", body: {name: form.name.value.trim(), container: form.container.value.trim(),
+            properties: parseProperties(form.properties.value)}});
+          error.textContent = "";
+          form.name.value = "";
+          this.update(root);
+        } catch (e) { error.textContent = e.message; }
+      });
+    },
+    panel(root, group) {
+      const element = document.createElement("div");
+      element.className = "panel";
+      element.dataset.group = group.name;
+      const properties = Object.entries(group.properties).map(([k, v]) => `${k}=${v}`).join("\n");
+      element.innerHTML = `<h2 style="margin-top:0">${esc(group.name)} <span class="muted" data-field="summary"></span></h2>
+        <div data-field="optimizers"></div>
+        <form data-form="scale" novalidate><label>optimizers (instances)<input type="number" min="0" max="64" name="instances"
+          value="${esc(group.properties.instances || 0)}"></label><button type="submit">Scale</button>
+          <div class="error" data-field="scale-error"></div><div class="ok" data-field="scale-message"></div></form>
+        <form data-form="edit"><label>properties (key=value per line)<textarea name="properties">${esc(properties)}</textarea></label>
+          <button type="submit" class="secondary">Save</button><div class="error" data-field="edit-error"></div></form>`;
+      const scale = element.querySelector('[data-form="scale"]');
+      scale.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        try {
+          await api(`/resource-groups/${encodeURIComponent(group.name)}/scale`, {method: "POST", body: {instances: Number(scale.instances.value)}});
+          element.querySelector('[data-field="scale-error"]').textContent = "";
+          element.querySelector('[data-field="scale-message"]').textContent = `asked for ${scale.instances.value} optimizer(s)`;
+        } catch (e) { element.querySelector('[data-field="scale-error"]').textContent = e.message; }
+      });
+      const edit = element.querySelector('[data-form="edit"]');
+      edit.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        const error = element.querySelector('[data-field="edit-error"]');
+        try {
+          await api(`/resource-groups/${encodeURIComponent(group.name)}`, {method: "PUT", body: {properties: parseProperties(edit.properties.value)}});
+          error.textContent = "";
+        } catch (e) { error.textContent = e.message; }
+      });
+      root.querySelector("#groups").appendChild(element);
+      return element;
+    },
+    async update(root) {
+      const groups = await api("/resource-groups");
+      const optimizers = await Promise.all(groups.map((g) => api(`/resource-groups/${encodeURIComponent(g.name)}/optimizers`)));
+      for (const [name, element] of panels) if (!groups.some((g) => g.name === name)) { element.remove(); panels.delete(name); }
+      groups.forEach((group, i) => {
+        if (!panels.has(group.name)) panels.set(group.name, this.panel(root, group));
+        const element = panels.get(group.name);
+        const threads = optimizers[i].reduce((n, o) => n + o.threads, 0);
+        element.querySelector('[data-field="summary"]').textContent =
+          `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}`;
+        element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "registered", "last heartbeat"],
+          optimizers[i].map((o) => [`<span class="mono">${esc(o.token)}</span>`, o.threads, esc(o.host || ""), fmt.time(o.registered_at),
+            fmt.ago(o.last_heartbeat_at)]), (k) => `data-optimizer="${esc(optimizers[i][k].token)}"`);
+      });
+    },
+  };
+}
+
+function processesPage() {
+  return {
+    mount(root) {
+      root.innerHTML = `<h1>Processes</h1><h2>Running</h2><div id="running"></div><div class="error" id="cancel-error"></div>
+        <h2>Recent <select id="action-filter"><option value="">every action</option><option>optimizing</option>
+        ${ACTIONS.map((a) => `<option>${a}</option>`).join("")}</select></h2><div id="recent"></div>`;
+      root.querySelector("#action-filter").addEventListener("change", () => this.update(root));
+      root.addEventListener("click", async (event) => {
+        const id = event.target.dataset.cancel;
+        if (!id) return;
+        try { await api(`/processes/${id}/cancel`, {method: "POST"}); this.update(root); }
+        catch (e) { root.querySelector("#cancel-error").textContent = e.message; }
+      });
+    },
+    async update(root) {
+      const action = root.querySelector("#action-filter").value;
+      const [running, recent] = await Promise.all([api("/processes?status=running&limit=200"),
+        api(`/processes?limit=50${action ? `&action=${encodeURIComponent(action)}` : ""}`)]);
+      root.querySelector("#running").innerHTML = grid(
+        ["id", "table", "group", "action", "type", "stage", "duration", "threads#", "input#", ""],
+        running.map((p) => [`<span class="mono">${p.process_id}</span>`, `<a href="#/tables/${tablePath(p.table)}">${esc(p.table)}</a>`,
+          esc(p.group), esc(p.action), esc(p.type), esc(p.stage), fmt.duration(Date.now() - new Date(p.start_time).getTime()),
+          p.threads_in_use, fmt.bytes(p.input_bytes), `<button class="secondary" data-cancel="${p.process_id}">Cancel</button>`]),
+        (i) => `data-process-id="${running[i].process_id}" data-action="${esc(running[i].action)}"`);
+      root.querySelector("#recent").innerHTML = grid(
+        ["id", "table", "action", "type", "status", "stage", "start", "duration", "result", "error"],
+        processRows(recent, true), (i) => `data-process-id="${recent[i].process_id}" data-action="${esc(recent[i].action)}"`);
+    },
+  };
+}
+
+// ---- routing and live refresh
+
+const ROUTES = [
+  [/^#?\/?$/, overviewPage, "overview"],
+  [/^#\/catalogs$/, catalogsPage, "catalogs"],
+  [/^#\/tables$/, tablesPage, "tables"],
+  [/^#\/tables\/([^/]+)\/([^/]+)\/([^/]+)(?:\/(\w+))?$/, tablePage, "tables"],
+  [/^#\/groups$/, groupsPage, "groups"],
+  [/^#\/processes$/, processesPage, "processes"],
+];
+
+function route() {
+  if (active) clearInterval(active.timer);
+  const hash = location.hash || "#/";
+  const found = ROUTES.find(([pattern]) => pattern.test(hash));
+  if (!found) { view.innerHTML = `<h1>Not found</h1><p><a href="#/">Overview</a></p>`; return; }
+  const [pattern, make, nav] = found;
+  document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === nav));
+  const page = make(...hash.match(pattern).slice(1).filter((x) => x !== undefined));
+  const root = document.createElement("div"); // a new element: the previous page's listeners go with the old one
+  view.replaceChildren(root);
+  page.mount(root);
+  const tick = () => refreshOn(page, root);
+  tick();
+  active = {timer: setInterval(tick, REFRESH_MS)};
+}
+
+async function refreshOn(page, root) {
+  const live = document.getElementById("live");
+  try {
+    await page.update(root);
+    live.className = "live";
+    live.textContent = "live";
+    document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB", {hour12: false})}`;
+  } catch (error) {
+    live.className = "live stale";
+    live.textContent = `not updating: ${error.message}`;
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

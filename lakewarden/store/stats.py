@@ -1,0 +1,107 @@
+"""Aggregates over the system database for the overview, the dashboard and the Prometheus metrics.
+
+Everything is counted in the database (process results are summed from their JSON summaries), so
+the numbers survive restarts and agree across whatever reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
+from lakewarden.store.models import (
+    CatalogRow,
+    OptimizerRow,
+    ProcessRow,
+    ResourceGroupRow,
+    TableIdentifierRow,
+    TableRuntimeRow,
+    TaskRow,
+)
+
+# the numbers a process summary may carry, summed per (table, action, type, status)
+RESULT_FIELDS = (
+    "duration_ms", "files_in", "files_out", "bytes_in", "bytes_out", "delete_files_removed", "snapshots_expired",
+    "files_deleted", "bytes_freed", "data_files_deleted", "records_deleted", "tags_created", "manifests_rewritten",
+    "orphan_files_found",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProcessTotals:
+    catalog: str
+    database: str
+    table: str
+    action: str
+    type: str
+    status: str
+    count: int
+    sums: dict[str, int]
+
+
+def process_totals(session: Session) -> list[ProcessTotals]:
+    """Ended and running processes counted, and their results summed, per table, action, type and status."""
+    sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_integer()), 0) for f in RESULT_FIELDS]
+    keys = (ProcessRow.catalog_name, ProcessRow.db_name, ProcessRow.table_name, ProcessRow.action, ProcessRow.type,
+            ProcessRow.status)  # fmt: skip
+    rows = session.execute(select(*keys, func.count(), *sums).group_by(*keys))
+    return [
+        ProcessTotals(
+            r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), dict(zip(RESULT_FIELDS, map(int, r[7:]), strict=True))
+        )
+        for r in rows
+    ]
+
+
+def table_status_counts(session: Session) -> dict[int, int]:
+    query = select(TableRuntimeRow.status_code, func.count()).group_by(TableRuntimeRow.status_code)
+    return {int(code): int(n) for code, n in session.execute(query)}
+
+
+def table_gauges(session: Session) -> list[tuple[str, str, str, int, str, dict[str, Any]]]:
+    """(catalog, database, table, status code, group, summary) of every managed table."""
+    query = select(
+        TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name,
+        TableRuntimeRow.status_code, TableRuntimeRow.optimizing_group, TableRuntimeRow.summary,
+    ).join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)  # fmt: skip
+    return [(r[0], r[1], r[2], int(r[3]), r[4], r[5] or {}) for r in session.execute(query)]
+
+
+@dataclass(frozen=True)
+class GroupLoad:
+    optimizers: int
+    threads: int
+    busy: int  # tasks held by its optimizers (scheduled or acked)
+    queued: int  # planned tasks of its running processes
+
+
+def group_load(session: Session) -> dict[str, GroupLoad]:
+    per_group = select(OptimizerRow.group_name, func.count(), func.sum(OptimizerRow.parallelism))
+    optimizers = {g: (int(n), int(t or 0)) for g, n, t in session.execute(per_group.group_by(OptimizerRow.group_name))}
+    tasks: dict[tuple[str, str], int] = {
+        (g, s): int(n)
+        for g, s, n in session.execute(
+            select(ProcessRow.group_name, TaskRow.status, func.count())
+            .join(ProcessRow, ProcessRow.process_id == TaskRow.process_id)
+            .where(ProcessRow.status == ProcessStatus.RUNNING.value)
+            .group_by(ProcessRow.group_name, TaskRow.status)
+        )
+    }
+    groups = set(session.scalars(select(ResourceGroupRow.name))) | set(optimizers) | {g for g, _ in tasks}
+    return {
+        g: GroupLoad(
+            optimizers=optimizers.get(g, (0, 0))[0],
+            threads=optimizers.get(g, (0, 0))[1],
+            busy=sum(tasks.get((g, s.value), 0) for s in TASK_ACTIVE),
+            queued=tasks.get((g, TaskStatus.PLANNED.value), 0),
+        )
+        for g in groups
+    }
+
+
+def catalog_health(session: Session) -> list[tuple[str, str]]:
+    return [(name, health) for name, health in session.execute(select(CatalogRow.name, CatalogRow.health))]

@@ -1,0 +1,218 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Selenium) against a real server with
+real tables: every page clicked through, a group scaled out through a form, a process watched as it
+appears, bad input answered in the form. Screenshots of every page go to test-output/dashboard/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from tests.helpers import PROPS, open_lake, started_server, wait_for
+from tests.test_server_process import ServerProcess
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+OUTPUT = Path(os.environ.get("LAKEWARDEN_TEST_OUTPUT", Path(__file__).resolve().parent.parent / "test-output"))
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("Debian's chromium and chromium-driver are needed (bin/test installs them where apt can)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    options.binary_location = CHROMIUM
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the system driver: nothing downloaded
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+class Page:
+    """The dashboard in the browser: navigate, wait for what a person would see, take screenshots."""
+
+    def __init__(self, driver: Any, server: ServerProcess) -> None:
+        self.driver = driver
+        self.root = f"{server.url}/dashboard/"
+        (OUTPUT / "dashboard").mkdir(parents=True, exist_ok=True)
+
+    def open(self, fragment: str) -> None:
+        self.driver.get(self.root + fragment)
+
+    def css(self, selector: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.CSS_SELECTOR, selector)
+
+    def all(self, selector: str) -> list[Any]:
+        from selenium.webdriver.common.by import By
+
+        return list(self.driver.find_elements(By.CSS_SELECTOR, selector))
+
+    def text(self, selector: str) -> str:
+        found = self.all(selector)
+        return str(found[0].text) if found else ""
+
+    def wait_text(self, selector: str, expected: str, timeout: float = 60) -> str:
+        return str(wait_for(f"{expected!r} in {selector}", lambda: expected in self.text(selector) and
+                            self.text(selector), timeout=timeout, interval=0.25))  # fmt: skip
+
+    def wait_for(self, selector: str, timeout: float = 60) -> Any:
+        return wait_for(f"{selector} on the page", lambda: (self.all(selector) or [None])[0], timeout=timeout,
+                        interval=0.25)  # fmt: skip
+
+    def screenshot(self, name: str) -> None:
+        assert self.driver.save_screenshot(str(OUTPUT / "dashboard" / f"{name}.png"))
+
+
+def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spark: SparkSession, browser: Any) -> None:
+    extra = "  evaluator: {interval: 1s, recheck-interval: 1s}\n  optimizer: {heart-beat-timeout: 20s}\n"
+    with started_server(tmp_path, extra=extra) as server:
+        api: httpx.Client = open_lake(server, spark)
+        spark.sql(f"CREATE TABLE local.db.clicks (id BIGINT, cat STRING, v STRING) USING iceberg "
+                  f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS})")  # fmt: skip
+        for i in range(4):
+            spark.sql(f"INSERT INTO local.db.clicks SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range({i * 10}, "
+                      f"{i * 10 + 10})")  # fmt: skip
+        api.post("/catalogs/local/refresh")
+        wait_for("pending", lambda: api.get("/tables/local/db/clicks").json()["status"] == "pending")
+        page = Page(browser, server)
+
+        # overview: the cards fill in from the API
+        page.open("#/")
+        page.wait_text("#card-tables .value", "1")
+        page.wait_text("#card-pending .value", "1")
+        assert "OPTIMIZER THREADS" in page.text("#card-threads")  # shown in capitals by the style sheet
+        page.screenshot("overview")
+
+        # catalogs: health and last refresh; refresh one now
+        page.css('nav a[data-nav="catalogs"]').click()
+        page.wait_text('tr[data-catalog="local"]', "healthy")
+        page.css('button[data-refresh="local"]').click()
+        page.wait_text("#catalog-message", "local: healthy")
+        page.screenshot("catalogs")
+
+        # tables: status, group and health; the filter; a click opens the table
+        page.css('nav a[data-nav="tables"]').click()
+        row = page.wait_for('tr[data-table="local.db.clicks"]')
+        assert "pending" in row.text and "default" in row.text and "poor" in row.text
+        page.css("#table-filter").send_keys("nothing-matches")
+        wait_for("the filter", lambda: not page.all('tr[data-table="local.db.clicks"]'), timeout=10, interval=0.25)
+        page.css("#table-filter").clear()
+        page.wait_for('tr[data-table="local.db.clicks"]').click()
+        page.wait_text("#tab", "Why pending")
+        assert "minor.trigger.file-count" in page.text("#tab")  # the why, per partition
+        page.screenshot("table")
+        for tab, expected in (("files", "cat=a"), ("snapshots", "append"), ("processes", "none"),
+                              ("config", "self-optimizing.minor.trigger.file-count")):  # fmt: skip
+            page.css(f'a[data-tab="{tab}"]').click()
+            page.wait_text("#tab", expected)
+            page.screenshot(f"table-{tab}")
+        # a maintenance action from the table page: an unknown dry run is refused, with the reason shown
+        page.css('a[data-tab="overview"]').click()
+        page.wait_for("#action-form")
+        page.css("#dry-run").click()
+        page.css('#action-form button[type="submit"]').click()
+        page.wait_text("#action-error", "dry_run")
+
+        # groups: bad input gets a clear message; a new group; scale the default group out
+        page.css('nav a[data-nav="groups"]').click()
+        page.wait_for('[data-group="default"]')
+        page.css("#group-name").send_keys("bad name!")
+        page.css('#group-create button[type="submit"]').click()
+        page.wait_text("#group-create-error", "name")
+        page.css("#group-name").clear()
+        page.css("#group-name").send_keys("etl")
+        page.css("#group-properties").clear()
+        page.css("#group-properties").send_keys("not a pair")
+        page.css('#group-create button[type="submit"]').click()
+        page.wait_text("#group-create-error", "key=value")
+        page.css("#group-properties").clear()
+        page.css("#group-properties").send_keys("scheduling-policy=balanced")
+        page.css('#group-create button[type="submit"]').click()
+        page.wait_for('[data-group="etl"]')
+        assert api.get("/resource-groups/etl").json()["properties"] == {"scheduling-policy": "balanced"}
+        scale = page.css('[data-group="default"] [data-form="scale"] input[name="instances"]')
+        scale.clear()
+        scale.send_keys("99")
+        page.css('[data-group="default"] [data-form="scale"] button').click()
+        page.wait_text('[data-group="default"] [data-field="scale-error"]', "instances")
+        scale.clear()
+        scale.send_keys("1")
+        page.css('[data-group="default"] [data-form="scale"] button').click()
+        page.wait_text('[data-group="default"] [data-field="scale-message"]', "asked for 1")
+        page.wait_for('[data-group="default"] tr[data-optimizer]', timeout=180)  # a real optimizer process
+        page.screenshot("groups")
+
+        # processes: the optimizer picks the pending table up and its process appears
+        page.css('nav a[data-nav="processes"]').click()
+        row = page.wait_for('#recent tr[data-action="optimizing"]', timeout=180)
+        assert "local.db.clicks" in row.text
+        page.wait_text("#recent", "success", timeout=180)
+        page.screenshot("processes")
+        page.open("#/")
+        page.wait_text("#card-files .value", "→")
+        assert page.text("#card-files .value") != "0 → 0"
+        page.screenshot("overview-after")
+        assert api.post("/resource-groups/default/scale", json={"instances": 0}).status_code == 200
+
+
+def test_metrics_expose_tables_processes_groups_and_latency(tmp_path: Path, spark: SparkSession) -> None:
+    from tests.helpers import running_optimizer
+
+    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as server:
+        api = open_lake(server, spark)
+        spark.sql(f"CREATE TABLE local.db.m (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
+        for i in range(4):
+            spark.sql(f"INSERT INTO local.db.m VALUES ({i}, 'a', 'v')")
+        api.post("/catalogs/local/refresh")
+        wait_for("pending", lambda: api.get("/tables/local/db/m").json()["status"] == "pending")
+        with running_optimizer(server, spark):
+            wait_for("optimized", lambda: [p for p in api.get("/processes").json() if p["status"] == "success"])
+        spark.sql("ALTER TABLE local.db.m SET TBLPROPERTIES ('snapshot.keep.duration'='0min')")
+        api.post("/catalogs/local/refresh")
+        process = api.post("/tables/local/db/m/actions/expire-snapshots").json()["process_id"]
+        with running_optimizer(server, spark):
+            wait_for("expired", lambda: api.get(f"/processes/{process}").json()["status"] == "success")
+        text = httpx.get(f"{server.url}/metrics").text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+
+    def value(name: str, **labels: str) -> float:
+        found = [v for have, v in samples.get(name, []) if labels.items() <= have.items()]
+        assert found, f"{name} {labels} not in\n{text}"
+        return sum(found)
+
+    table = {"catalog": "local", "database": "db", "table": "m"}
+    assert value("lakewarden_table_status", **table, status="idle") == 1
+    assert value("lakewarden_table_files", **table, content="data") == 1  # compacted into one
+    assert value("lakewarden_processes_total", **table, action="optimizing", type="minor", status="success") == 1
+    assert value("lakewarden_processes_total", **table, action="expire-snapshots", status="success") == 1
+    assert value("lakewarden_optimizing_seconds_total", **table, type="minor") > 0
+    assert value("lakewarden_optimizing_files_in_total", **table) == 4
+    assert value("lakewarden_optimizing_files_out_total", **table) == 1
+    assert value("lakewarden_maintenance_snapshots_expired_total", action="expire-snapshots") >= 1
+    assert value("lakewarden_group_threads", group="default") == 0  # the test's optimizers have left
+    assert value("lakewarden_group_queued_tasks", group="default") == 0
+    assert value("lakewarden_catalog_healthy", catalog="local") == 1
+    route = "/api/v1/tables/{catalog}/{database}/{table}"
+    assert value("lakewarden_http_request_duration_seconds_count", method="GET", route=route, status="200") >= 1
