@@ -85,3 +85,29 @@ def write(name: str, result: dict[str, Any]) -> Path:
     path.write_text(json.dumps({"benchmark": name, "machine": machine(), **result}, indent=2) + "\n")
     print(f"results written to {path}")
     return path
+
+
+def bar_chart(name: str, title: str, bars: dict[str, float], unit: str, goal: float | None = None) -> Path:
+    """A PNG bar chart next to the JSON results (results/<name>.png); a dashed line marks the goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    labels, values = list(bars), list(bars.values())
+    drawn = ax.bar(labels, values, color="tab:blue")
+    ax.bar_label(drawn, fmt="%.3g")
+    if goal is not None:
+        ax.axhline(goal, color="tab:red", linestyle="--", label=f"goal {goal:g} {unit}")
+        ax.legend()
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    plt.setp(ax.get_xticklabels(), rotation=15, ha="right")
+    fig.tight_layout()
+    path = RESULTS / f"{name}.png"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot written to {path}")
+    return path

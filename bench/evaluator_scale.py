@@ -25,7 +25,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import write
+from bench.common import bar_chart, write
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -105,6 +105,9 @@ def main() -> None:
         "warm_seconds": round(warm, 4), "warm_runs": [round(w, 4) for w in warm_runs],
         "load_table_seconds": round(load, 4), "goal_warm_seconds": 0.2, "met": warm <= 0.2,
     })  # fmt: skip
+    bar_chart("evaluator_scale", f"Evaluating a table of {args.files:,} data files",
+              {"cold (every manifest)": cold, "after a small commit": warm, "table load": load}, "seconds",
+              goal=0.2)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -18,10 +18,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import running_server, summary, write
+from bench.common import bar_chart, running_server, summary, write
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.evaluator import OptimizingType
-from lakewarden.domain.planning import TaskPlan
+from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import optimizing as store
@@ -43,11 +42,11 @@ def main() -> None:
                 session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"})
             )
             rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
-            plans = [
-                TaskPlan(OptimizingType.MINOR, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1, 1, {}, False)
+            tasks = [
+                TaskSpec("minor", {"table": "db.t"}, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1)
                 for i in range(args.tasks)
             ]
-            store.create_process(session, rec, "default", "minor", 1, plans, [{"table": "db.t"}] * args.tasks)
+            store.create_process(session, rec, "default", "optimizing", ProcessPlan("minor", 1, tasks))
         db.dispose()
 
         http = httpx.Client(base_url=f"{url}/optimizer")
@@ -78,6 +77,9 @@ def main() -> None:
         "tasks": args.tasks, "per_task_ms": result, "phases_ms": {k: summary(v) for k, v in phases.items()},
         "goal_ms": 20, "met": result["p50"] <= 20,
     })  # fmt: skip
+    bars = {"p50": result["p50"], "p99": result["p99"], **{f"{k} p50": summary(v)["p50"] for k, v in phases.items()}}
+    bar_chart("protocol_overhead", f"Optimizer protocol per task over HTTP ({args.tasks} tasks)", bars,
+              "milliseconds", goal=20)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import running_server, summary, write
+from bench.common import bar_chart, running_server, summary, write
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
@@ -157,6 +157,8 @@ def main() -> None:
             results["reaction_seconds"] = [round(x, 3) for x in reactions]
     results["goals"] = {"loads_per_second": 1000, "commits_per_second": 200, "reaction_seconds": 2}
     write("rest_catalog", results)
+    rates = {k: v["per_second"] for k, v in results.items() if isinstance(v, dict) and "per_second" in v}
+    bar_chart("rest_catalog", "lakewarden's Iceberg REST catalog on 2 cores", rates, "requests per second")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,26 @@ def optimizer(
         fail(f"cannot reach the lakewarden server at {server}")
 
 
+@app.command()
+def demo(
+    minutes: Annotated[float, typer.Option(min=0.1, max=600, help="How long the writer streams")] = 3.0,
+    tables: Annotated[int, typer.Option(min=1, max=20, help="Tables written to")] = 3,
+    rows: Annotated[int, typer.Option(min=1, max=1_000_000, help="Rows per append")] = 200,
+    merge_every: Annotated[int, typer.Option(min=2, max=1000, help="Every n-th commit is a MERGE update")] = 4,
+    data_dir: Annotated[Path | None, typer.Option(help="Keep everything here (default: a temporary dir)")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Server port (default 1630 or a free one)")] = None,
+) -> None:
+    """The main job, live: a server on the embedded default, a writer making small files, lakewarden compacting them."""
+    from lakewarden.demo import DemoError, DemoOptions, run_demo
+
+    try:
+        code = run_demo(DemoOptions(minutes=minutes, tables=tables, rows=rows, merge_every=merge_every,
+                                    data_dir=data_dir, port=port))  # fmt: skip
+    except DemoError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
 @app.command("setup-spark")
 def setup_spark() -> None:
     """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
