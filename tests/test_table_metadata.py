@@ -56,3 +56,32 @@ def test_v3_metadata_files_are_written_and_read_back(tmp_path: Path) -> None:
     assert json.loads(metadata_json(created)) == raw
     with pytest.raises(FileExistsError):  # metadata files never change
         write_metadata(io, location, created)
+
+
+def test_manifests_read_like_pyiceberg_with_schemas_resolved_once(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from lakewarden.metadata import manifests as fast
+
+    catalog = SqlCatalog("m", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/w")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", SCHEMA)
+    for i in range(3):
+        table.append(pa.table({"id": pa.array([i, i + 10], pa.int64())}))
+    table.delete("id = 1")  # a commit that marks entries deleted
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    theirs = snapshot.manifests(table.io)
+    ours = fast.manifests(table.io, snapshot)
+    assert [m.manifest_path for m in ours] == [m.manifest_path for m in theirs]
+    assert [m.sequence_number for m in ours] == [m.sequence_number for m in theirs]
+    for mine, reference in zip(ours, theirs, strict=True):
+        for discard in (True, False):
+            a = fast.entries(table.io, mine, discard_deleted=discard)
+            b = reference.fetch_manifest_entry(table.io, discard_deleted=discard)
+            key = [(e.status, e.snapshot_id, e.sequence_number, e.file_sequence_number, e.data_file.file_path,
+                    e.data_file.record_count) for e in a]  # fmt: skip
+            assert key == [(e.status, e.snapshot_id, e.sequence_number, e.file_sequence_number,
+                            e.data_file.file_path, e.data_file.record_count) for e in b]  # fmt: skip
+    assert 1 <= len(fast._resolved) <= 4  # one reader per distinct schema, not per file

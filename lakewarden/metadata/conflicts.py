@@ -37,6 +37,9 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from lakewarden.metadata.manifests import entries as manifest_entries
+from lakewarden.metadata.manifests import manifests as snapshot_manifests
+
 CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
 STRATEGIES = ("iceberg", "partition")
 _TOTALS = ("total-data-files", "total-delete-files", "total-records", "total-files-size",
@@ -92,9 +95,9 @@ def rebase_on_partitions(
             )
     head = current.snapshot_by_id(head_ref.snapshot_id)
     assert head is not None
-    own = snapshot.manifests(io)
-    replaced = {m.manifest_path for m in base.manifests(io)} - {m.manifest_path for m in own}
-    head_manifests = head.manifests(io)
+    own = snapshot_manifests(io, snapshot)
+    replaced = {m.manifest_path for m in snapshot_manifests(io, base)} - {m.manifest_path for m in own}
+    head_manifests = snapshot_manifests(io, head)
     if not replaced <= {m.manifest_path for m in head_manifests}:
         raise PartitionConflict("manifests this commit rewrote were rewritten by another commit meanwhile")
 
@@ -151,10 +154,10 @@ def _since(current: TableMetadata, head_id: int, base_id: int) -> tuple[list[Sna
 def _touched(io: FileIO, snapshot: Snapshot) -> dict[tuple[int, tuple[Any, ...]], tuple[int, Any]]:
     """The partitions in which the snapshot added or removed files: (spec, values) -> (spec, record)."""
     touched: dict[tuple[int, tuple[Any, ...]], tuple[int, Any]] = {}
-    for manifest in snapshot.manifests(io):
+    for manifest in snapshot_manifests(io, snapshot):
         if manifest.added_snapshot_id != snapshot.snapshot_id:
             continue  # carried over unchanged from the parent
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+        for entry in manifest_entries(io, manifest, discard_deleted=False):
             if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
                 continue
             record = entry.data_file.partition

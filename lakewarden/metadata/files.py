@@ -30,6 +30,8 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
+from lakewarden.metadata.manifests import entries as manifest_entries
+from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
 FILE_PATH_FIELD_ID = 2147483546  # the file_path column of position-delete files
 EPOCH = dt.datetime(1970, 1, 1)
@@ -120,7 +122,7 @@ class _Reader:
         data: list[DataFile] = []
         deletes: list[DeleteFile] = []
         records: dict[PartitionKey, Record] = {}
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+        for entry in manifest_entries(io, manifest, discard_deleted=True):
             f = entry.data_file
             key = self.key(f.spec_id, f.partition)
             records.setdefault(key, f.partition)
@@ -199,7 +201,7 @@ def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = N
     data: list[DataFile] = []
     deletes: list[DeleteFile] = []
     read = 0
-    for manifest in snapshot.manifests(table.io):
+    for manifest in snapshot_manifests(table.io, snapshot):
         contents = cache.get(manifest.manifest_path)
         if contents is None:
             contents = reader.read(manifest, table.io)

@@ -41,6 +41,9 @@ from pyiceberg.table.update import (
 from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from lakewarden.metadata.manifests import entries as manifest_entries
+from lakewarden.metadata.manifests import manifests as snapshot_manifests
+
 MAX_FORMAT_VERSION = 3
 
 _DEFINING = (AssignUUIDUpdate, UpgradeFormatVersionUpdate, AddSchemaUpdate, SetCurrentSchemaUpdate,
@@ -159,9 +162,9 @@ def purge_files(io: FileIO, metadata: TableMetadata) -> None:
     paths: set[str] = set()
     for snapshot in metadata.snapshots:
         paths.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
+        for manifest in snapshot_manifests(io, snapshot):
             paths.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            for entry in manifest_entries(io, manifest, discard_deleted=False):
                 paths.add(entry.data_file.file_path)
     paths.update(log_entry.metadata_file for log_entry in metadata.metadata_log)
     for path in sorted(paths):

@@ -33,6 +33,7 @@ from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
 MAX_PARTITIONS_SHOWN = 200
+BATCH = 200  # tables evaluated, then stored in one transaction
 
 
 def _ms(moment: datetime | None) -> int:
@@ -84,7 +85,8 @@ class TableEvaluator(LoopService):
     def run_once(self) -> None:
         now = utcnow()
         with self.db.read() as session:
-            due = [rec for rec in table_store.list_tables(session) if self._due(rec, now)]
+            candidates = table_store.due_for_evaluation(session, now - self.recheck)
+            due = [rec for rec in candidates if self._due(rec, now)]
             specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
         by_catalog: dict[str, list[TableRecord]] = defaultdict(list)
         for rec in due:
@@ -97,12 +99,22 @@ class TableEvaluator(LoopService):
                     catalog_for(specs[catalog_name], self.metadata) as catalog,
                     ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool,
                 ):
-                    list(pool.map(lambda rec: self.evaluate(catalog, rec), records))
+                    for start in range(0, len(records), BATCH):  # verdicts are stored a batch at a time
+                        if self.stopping:
+                            return
+                        batch = records[start : start + BATCH]
+                        self._record(list(zip(batch, pool.map(lambda rec: self._verdict(catalog, rec), batch),
+                                              strict=True)))  # fmt: skip
             except Exception as exc:
                 log.warning("cannot evaluate the tables of catalog %s: %s", catalog_name, exc)
 
     def evaluate(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
         """Evaluate one table now and move it between IDLE and PENDING accordingly."""
+        document = self._verdict(catalog, rec)
+        self._record([(rec, document)])
+        return document
+
+    def _verdict(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
         started = time.monotonic()
         runtime = rec.runtime
         snapshot_id = runtime.current_snapshot_id
@@ -131,15 +143,23 @@ class TableEvaluator(LoopService):
         document["duration_ms"] = int((time.monotonic() - started) * 1000)
         document["metadata_location"] = runtime.metadata_location
         document["config_hash"] = _config_hash(runtime.config)
+        return document
+
+    def _record(self, verdicts: list[tuple[TableRecord, dict[str, Any]]]) -> None:
+        """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE."""
+        moved: list[tuple[TableRecord, dict[str, Any]]] = []
         with self.db.write() as session:
-            runtime_store.save_evaluation(session, runtime.table_id, document["snapshot_id"], document)
-            if document["type"] is not None:
-                moved = runtime_store.transition_table(session, runtime.table_id, TableStatus.IDLE, TableStatus.PENDING)
-            else:
-                moved = runtime_store.transition_table(session, runtime.table_id, TableStatus.PENDING, TableStatus.IDLE)
-        if moved and document["type"] is not None and self.on_pending is not None:
-            self.on_pending()
-        if moved:
+            for rec, document in verdicts:
+                table_id = rec.runtime.table_id
+                runtime_store.save_evaluation(session, table_id, document["snapshot_id"], document)
+                if document["type"] is not None:
+                    turned = runtime_store.transition_table(session, table_id, TableStatus.IDLE, TableStatus.PENDING)
+                else:
+                    turned = runtime_store.transition_table(session, table_id, TableStatus.PENDING, TableStatus.IDLE)
+                if turned:
+                    moved.append((rec, document))
+        for rec, document in moved:
             now = "pending" if document["type"] else "idle"
             log.info("%s is now %s: %s", rec.name, now, "; ".join(document["reasons"]))
-        return document
+        if any(document["type"] is not None for _, document in moved) and self.on_pending is not None:
+            self.on_pending()

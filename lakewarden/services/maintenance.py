@@ -36,6 +36,7 @@ from lakewarden.domain.maintenance import (
 )
 from lakewarden.domain.processes import NothingToDo, ProcessPlan, TaskSpec
 from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.manifests import manifests as snapshot_manifests
 from lakewarden.services.loop import LoopService
 from lakewarden.services.processes import ProcessFactory
 from lakewarden.services.scheduler import ProcessScheduler
@@ -202,7 +203,7 @@ class RewriteManifestsFactory(MaintenanceFactory):
     ) -> tuple[dict[str, Any], list[str], bool]:
         cfg = RewriteManifestsConfig.of(config)
         snapshot = table.current_snapshot()
-        count = 0 if snapshot is None else len(snapshot.manifests(table.io))
+        count = 0 if snapshot is None else len(snapshot_manifests(table.io, snapshot))
         reason = f"{count} manifests ({'at least' if count >= cfg.min_count else 'fewer than'} {cfg.min_count})"
         return {}, [reason], count >= cfg.min_count
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import Select, delete, select
+from sqlalchemy import Select, delete, or_, select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -89,9 +90,26 @@ def add_table(
     return TableRecord(ident, runtime)
 
 
+def due_for_evaluation(session: Session, recheck_before: datetime) -> list[TableRecord]:
+    """IDLE and PENDING tables never evaluated, evaluated on another snapshot than their current one,
+    or not since `recheck_before` (a changed configuration clears `evaluated_at`)."""
+    runtime = TableRuntimeRow
+    query = _query().where(
+        runtime.status_code.in_([TableStatus.IDLE.value, TableStatus.PENDING.value]),
+        or_(
+            runtime.evaluated_at.is_(None),
+            runtime.evaluated_at < recheck_before,
+            runtime.evaluated_snapshot_id.is_distinct_from(runtime.current_snapshot_id),
+        ),
+    )
+    return [TableRecord(ident, rt) for ident, rt in session.execute(query)]
+
+
 def record_table_snapshot(
     session: Session, runtime: TableRuntimeRow, snapshot: TableSnapshot, group: str, config: dict[str, str]
 ) -> None:
+    if dict(runtime.config or {}) != config:
+        runtime.evaluated_at = None  # a new configuration deserves a new verdict
     runtime.metadata_location = snapshot.metadata_location
     runtime.current_snapshot_id = snapshot.current_snapshot_id
     runtime.summary = snapshot.summary
