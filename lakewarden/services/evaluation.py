@@ -23,8 +23,9 @@ from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.services.catalog_access import catalog_for
 from lakewarden.services.loop import LoopService
-from lakewarden.services.metadata_service import MetadataService, catalog_for
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store

@@ -21,8 +21,9 @@ from pyiceberg.exceptions import NoSuchTableError
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
 from lakewarden.metadata.catalogs import list_tables, snapshot_of
+from lakewarden.services.catalog_access import InProcessCatalog, catalog_for
 from lakewarden.services.loop import LoopService
-from lakewarden.services.metadata_service import InProcessCatalog, MetadataService, catalog_for
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database

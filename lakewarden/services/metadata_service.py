@@ -18,12 +18,11 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog.noop import NoopCatalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -39,7 +38,6 @@ from pyiceberg.table.update import (
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, NotFound
-from lakewarden.metadata.catalogs import opened_catalog
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, PartitionConflict, conflict_strategy, rebase_on_partitions
 from lakewarden.metadata.table_metadata import (
     apply_updates,
@@ -454,34 +452,3 @@ class MetadataService:
             event = self._event(session, "table-renamed", catalog, target[0], target[1],
                                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}})  # fmt: skip
         self._publish([event])
-
-
-class InProcessCatalog:
-    """An internal catalog as lakewarden's own services read it (the explorer, evaluator and planner):
-    straight from the metadata service, with no HTTP round trip to ourselves. Read-only."""
-
-    def __init__(self, service: MetadataService, name: str) -> None:
-        self.service = service
-        self.name = name
-
-    def list_namespaces(self, namespace: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-        with self.service.db.read() as session:
-            found = store.list_namespaces(session, self.name, store.key(namespace) if namespace else None)
-        return [tuple(store.levels(ns)) for ns in found]
-
-    def list_tables(self, namespace: tuple[str, ...]) -> list[tuple[str, ...]]:
-        with self.service.db.read() as session:
-            return [(*namespace, t) for t in store.list_pointers(session, self.name, store.key(namespace))]
-
-    def load_table(self, identifier: tuple[str, ...]) -> Table:
-        try:
-            return self.service.table(self.name, store.key(identifier[:-1]), identifier[-1])
-        except NotFound as exc:
-            raise NoSuchTableError(str(exc)) from exc
-
-
-def catalog_for(spec: CatalogSpec, service: MetadataService | None) -> AbstractContextManager[Any]:
-    """The catalog to read `spec`'s tables through: in-process for internal catalogs, else opened as usual."""
-    if spec.type == "internal" and service is not None:
-        return nullcontext(InProcessCatalog(service, spec.name))
-    return opened_catalog(spec)

@@ -28,7 +28,8 @@ from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import NothingToDo
 from lakewarden.domain.states import OPTIMIZING_STATUS, TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.services.metadata_service import MetadataService, catalog_for
+from lakewarden.services.catalog_access import catalog_for
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.processes import ProcessRegistry
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import optimizing as store

@@ -15,7 +15,7 @@ from lakewarden.domain.maintenance import Action
 from lakewarden.domain.processes import NothingToDo
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
-from lakewarden.services.metadata_service import catalog_for
+from lakewarden.services.catalog_access import catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as store
 from lakewarden.store.tables import TableRecord
