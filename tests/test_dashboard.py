@@ -65,8 +65,30 @@ class Page:
         return list(self.driver.find_elements(By.CSS_SELECTOR, selector))
 
     def text(self, selector: str) -> str:
-        found = self.all(selector)
-        return str(found[0].text) if found else ""
+        """The element's text; "" while it is missing or being replaced by the page's live refresh."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:
+            found = self.all(selector)
+            return str(found[0].text) if found else ""
+        except StaleElementReferenceException:
+            return ""
+
+    def click(self, selector: str, timeout: float = 60) -> None:
+        """Click an element that the live refresh may be re-rendering: find it afresh until it works."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        def attempt() -> bool:
+            try:
+                found = self.all(selector)
+                if found:
+                    found[0].click()
+                    return True
+            except StaleElementReferenceException:
+                pass
+            return False
+
+        wait_for(f"a click on {selector}", attempt, timeout=timeout, interval=0.25)
 
     def wait_text(self, selector: str, expected: str, timeout: float = 60) -> str:
         return str(wait_for(f"{expected!r} in {selector}", lambda: expected in self.text(selector) and
@@ -97,26 +119,26 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.open("#/")
         page.wait_text("#card-tables .value", "1")
         page.wait_text("#card-pending .value", "1")
-        assert "OPTIMIZER THREADS" in page.text("#card-threads")  # shown in capitals by the style sheet
+        page.wait_text("#card-threads", "OPTIMIZER THREADS")  # in capitals: the style sheet
         page.screenshot("overview")
 
         # catalogs: health and last refresh; refresh one now
         page.css('nav a[data-nav="catalogs"]').click()
         page.wait_text('tr[data-catalog="local"]', "healthy")
-        page.css('button[data-refresh="local"]').click()
+        page.click('button[data-refresh="local"]')
         page.wait_text("#catalog-message", "local: healthy")
         page.screenshot("catalogs")
 
         # tables: status, group and health; the filter; a click opens the table
         page.css('nav a[data-nav="tables"]').click()
-        row = page.wait_for('tr[data-table="local.db.clicks"]')
-        assert "pending" in row.text and "default" in row.text and "poor" in row.text
+        row = page.wait_text('tr[data-table="local.db.clicks"]', "pending")
+        assert "default" in row and "poor" in row
         page.css("#table-filter").send_keys("nothing-matches")
         wait_for("the filter", lambda: not page.all('tr[data-table="local.db.clicks"]'), timeout=10, interval=0.25)
         page.css("#table-filter").clear()
-        page.wait_for('tr[data-table="local.db.clicks"]').click()
+        page.click('tr[data-table="local.db.clicks"]')
         page.wait_text("#tab", "Why pending")
-        assert "minor.trigger.file-count" in page.text("#tab")  # the why, per partition
+        page.wait_text("#tab", "minor.trigger.file-count")  # the why, per partition
         page.screenshot("table")
         for tab, expected in (("files", "cat=a"), ("snapshots", "append"), ("processes", "none"),
                               ("config", "self-optimizing.minor.trigger.file-count")):  # fmt: skip
@@ -161,13 +183,12 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
 
         # processes: the optimizer picks the pending table up and its process appears
         page.css('nav a[data-nav="processes"]').click()
-        row = page.wait_for('#recent tr[data-action="optimizing"]', timeout=180)
-        assert "local.db.clicks" in row.text
+        page.wait_text('#recent tr[data-action="optimizing"]', "local.db.clicks", timeout=180)
         page.wait_text("#recent", "success", timeout=180)
         page.screenshot("processes")
         page.open("#/")
         page.wait_text("#card-files .value", "→")
-        assert page.text("#card-files .value") != "0 → 0"
+        wait_for("files optimized", lambda: page.text("#card-files .value") not in ("", "0 → 0"), timeout=30)
         page.screenshot("overview-after")
         assert api.post("/resource-groups/default/scale", json={"instances": 0}).status_code == 200
 
