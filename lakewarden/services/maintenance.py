@@ -52,13 +52,15 @@ SUPPORTED_EXPIRE_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamp
                           "string")  # fmt: skip
 
 
+# what a factory sees in a table's metadata: the task's parameters, the reasons, and whether there is work
+Inspection = tuple[dict[str, Any], list[str], bool]
+
+
 class MaintenanceFactory(ProcessFactory):
     """A process of one task; `inspect` returns the task's parameters, the reasons, and whether
     the metadata shows work (without work a scheduled trigger creates nothing)."""
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         raise NotImplementedError
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
@@ -88,9 +90,7 @@ def _now_ms() -> int:
 class ExpireSnapshotsFactory(MaintenanceFactory):
     action = Action.EXPIRE_SNAPSHOTS
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = ExpireSnapshotsConfig.of(config)
         keep_ms = int(cfg.keep_duration.total_seconds() * 1000)
         refs = _refs(table)
@@ -110,9 +110,7 @@ class ExpireSnapshotsFactory(MaintenanceFactory):
 class CleanOrphanFilesFactory(MaintenanceFactory):
     action = Action.CLEAN_ORPHAN_FILES
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = OrphanFilesConfig.of(config)
         dry_run = bool(options.get("dry_run", False))
         minutes = int(cfg.min_existing.total_seconds() // 60)
@@ -136,9 +134,7 @@ class CleanDanglingDeleteFilesFactory(MaintenanceFactory):
     def __init__(self, cache: ManifestCache) -> None:
         self.cache = cache
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         files = snapshot_files(table, self.cache, None)
         dangling = dangling_delete_files(files.data, files.deletes)
         partitions = len({d.partition for d in dangling})
@@ -150,9 +146,7 @@ class CleanDanglingDeleteFilesFactory(MaintenanceFactory):
 class ExpireDataFactory(MaintenanceFactory):
     action = Action.EXPIRE_DATA
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = DataExpireConfig.of(config)
         try:
             column = table.schema().find_field(cfg.field)
@@ -175,9 +169,7 @@ class ExpireDataFactory(MaintenanceFactory):
 class AutoCreateTagsFactory(MaintenanceFactory):
     action = Action.AUTO_CREATE_TAGS
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = AutoTagConfig.of(config)
         refs = _refs(table)
         ancestry: list[int] = []
@@ -198,9 +190,7 @@ class AutoCreateTagsFactory(MaintenanceFactory):
 class RewriteManifestsFactory(MaintenanceFactory):
     action = Action.REWRITE_MANIFESTS
 
-    def inspect(
-        self, config: dict[str, Any], table: Any, options: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[str], bool]:
+    def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = RewriteManifestsConfig.of(config)
         snapshot = table.current_snapshot()
         count = 0 if snapshot is None else len(snapshot_manifests(table.io, snapshot))

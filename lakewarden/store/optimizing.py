@@ -131,17 +131,19 @@ def task_status_counts(session: Session, process_id: int) -> dict[TaskStatus, in
     return {TaskStatus(status): int(count) for status, count in rows}
 
 
+def _filtered(query: Any, **equal: Any) -> Any:
+    """The query limited to processes whose columns equal the given values (None: no limit)."""
+    for column, value in equal.items():
+        if value is not None:
+            query = query.where(getattr(ProcessRow, column) == value)
+    return query
+
+
 def running_processes(
     session: Session, group: str | None = None, table_id: int | None = None, action: str | None = None
 ) -> list[ProcessRow]:
     query = select(ProcessRow).where(ProcessRow.status == ProcessStatus.RUNNING.value).order_by(ProcessRow.plan_time)
-    if group is not None:
-        query = query.where(ProcessRow.group_name == group)
-    if table_id is not None:
-        query = query.where(ProcessRow.table_id == table_id)
-    if action is not None:
-        query = query.where(ProcessRow.action == action)
-    return list(session.scalars(query))
+    return list(session.scalars(_filtered(query, group_name=group, table_id=table_id, action=action)))
 
 
 def list_processes(
@@ -149,13 +151,7 @@ def list_processes(
     status: str | None = None,
 ) -> list[ProcessRow]:  # fmt: skip
     query = select(ProcessRow).order_by(ProcessRow.process_id.desc()).limit(limit)
-    if table_id is not None:
-        query = query.where(ProcessRow.table_id == table_id)
-    if action is not None:
-        query = query.where(ProcessRow.action == action)
-    if status is not None:
-        query = query.where(ProcessRow.status == status)
-    return list(session.scalars(query))
+    return list(session.scalars(_filtered(query, table_id=table_id, action=action, status=status)))
 
 
 def last_plan_times(session: Session) -> dict[tuple[int, str], datetime]:
