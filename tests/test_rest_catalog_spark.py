@@ -30,6 +30,23 @@ def lake(tmp_path: Path, spark: SparkSession) -> Iterator[tuple[ServerProcess, h
         yield server, api
 
 
+def compact_and_compare(
+    server: ServerProcess, api: httpx.Client, spark: SparkSession, catalog: str, table: str
+) -> None:
+    """Once the table is pending, an optimizer compacts it successfully and its rows stay the same."""
+    before = checksum(spark, f"{catalog}.db.{table}")
+    wait_for("pending", lambda: api.get(f"/tables/{catalog}/db/{table}").json().get("status") == "pending",
+             timeout=60)  # fmt: skip
+    with running_optimizer(server, spark):
+        process = wait_for(
+            "a finished process",
+            lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
+        )
+    assert process["status"] == "success", process
+    spark.sql(f"REFRESH TABLE {catalog}.db.{table}")
+    assert checksum(spark, f"{catalog}.db.{table}") == before
+
+
 def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
     server, api = lake
     c = f"rest{server.port}"
@@ -54,16 +71,7 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert "Java" in (timeline[0]["client"] or "") or timeline[0]["client"]
 
     # the optimizer compacts the internal table; lakewarden's own commit does not re-plan it
-    before = checksum(spark, f"{c}.db.t")
-    wait_for("pending", lambda: api.get(f"/tables/{c}/db/t").json().get("status") == "pending", timeout=60)
-    with running_optimizer(server, spark):
-        process = wait_for(
-            "a finished process",
-            lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
-        )
-    assert process["status"] == "success", process
-    spark.sql(f"REFRESH TABLE {c}.db.t")
-    assert checksum(spark, f"{c}.db.t") == before
+    compact_and_compare(server, api, spark, c, "t")
     assert wait_for("idle", lambda: api.get(f"/tables/{c}/db/t").json()["status"] == "idle")
     assert len(api.get("/processes").json()) == 1
     # the runtime follows lakewarden's own rewrite (its event refreshes the table) without a re-plan
@@ -149,15 +157,6 @@ def test_format_version_3_tables_with_deletion_vectors(
     assert {r[0] for r in spark.sql(f"SELECT file_format FROM {c}.db.up.delete_files").collect()} == {"PUFFIN"}
 
     # the optimizer compacts the v3 table with its deletion vectors; the rows stay the same
-    before = checksum(spark, f"{c}.db.v3")
-    wait_for("pending", lambda: api.get(f"/tables/{c}/db/v3").json().get("status") == "pending", timeout=60)
-    with running_optimizer(server, spark):
-        process = wait_for(
-            "a finished process",
-            lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
-        )
-    assert process["status"] == "success", process
-    spark.sql(f"REFRESH TABLE {c}.db.v3")
-    assert checksum(spark, f"{c}.db.v3") == before
+    compact_and_compare(server, api, spark, c, "v3")
     assert spark.sql(f"SELECT count(*) FROM {c}.db.v3.delete_files").first()[0] == 0  # type: ignore[index]
     assert spark.sql(f"SELECT count(*) FROM {c}.db.v3.files WHERE content = 0").first()[0] == 2  # type: ignore[index]
