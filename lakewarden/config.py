@@ -6,7 +6,8 @@
       data-dir: ~/.lakewarden          # SQLite system database and local warehouse live here
       database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
       refresh-external-catalogs: {interval: 3min, thread-count: 10}
-      optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h}
+      optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
+                  task-retry-backoff: 5s, task-retry-backoff-max: 5min}
       evaluator: {interval: 10s, thread-count: 4, recheck-interval: 1min}
     containers:
       - {name: local, container-impl: local}
@@ -77,6 +78,9 @@ class OptimizerConfig(_Model):
     heart_beat_timeout: Duration = Field(timedelta(minutes=1), alias="heart-beat-timeout")
     task_ack_timeout: Duration = Field(timedelta(seconds=30), alias="task-ack-timeout")
     task_execute_timeout: Duration = Field(timedelta(hours=1), alias="task-execute-timeout")
+    # a task failed in a way a retry may pass waits task-retry-backoff * 2^retries (at most the max) first
+    task_retry_backoff: Duration = Field(timedelta(seconds=5), alias="task-retry-backoff")
+    task_retry_backoff_max: Duration = Field(timedelta(minutes=5), alias="task-retry-backoff-max")
 
 
 class EvaluatorConfig(_Model):

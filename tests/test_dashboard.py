@@ -107,7 +107,7 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
     with started_server(tmp_path, extra=extra) as server:
         api: httpx.Client = open_lake(server, spark)
         spark.sql(f"CREATE TABLE local.db.clicks (id BIGINT, cat STRING, v STRING) USING iceberg "
-                  f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS})")  # fmt: skip
+                  f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}, 'gc.enabled'='false')")  # fmt: skip
         for i in range(4):
             spark.sql(f"INSERT INTO local.db.clicks SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range({i * 10}, "
                       f"{i * 10 + 10})")  # fmt: skip
@@ -151,6 +151,11 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.css("#dry-run").click()
         page.css('#action-form button[type="submit"]').click()
         page.wait_text("#action-error", "dry_run")
+        # a table setting that forbids an action: shown on the page, and a run creates no process
+        page.wait_text("#maintenance", "gc.enabled=false on the table")
+        page.css("#dry-run").click()
+        page.css('#action-form button[type="submit"]').click()  # expire-snapshots, the first action
+        page.wait_text("#action-message", "no process created: gc.enabled=false")
 
         # groups: bad input gets a clear message; a new group; scale the default group out
         page.css('nav a[data-nav="groups"]').click()

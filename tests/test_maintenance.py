@@ -105,14 +105,16 @@ def test_expire_snapshots_keeps_a_running_optimizing_process_base(
 
 
 def test_orphan_files_dry_run_and_clean(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
+    """With the table's min-existing-time of 60 minutes, which Iceberg's procedure would refuse (< 24 h)."""
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.orph (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET})")
+    spark.sql(f"CREATE TABLE local.db.orph (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
+              "'clean-orphan-file.min-existing-time-minutes'='60')")  # fmt: skip
     spark.sql("INSERT INTO local.db.orph SELECT id FROM range(100)")
     spark.sql("INSERT INTO local.db.orph SELECT id FROM range(100, 200)")
     before = checksum(spark, "local.db.orph", "id")
     location = Path(spark.sql("DESCRIBE TABLE EXTENDED local.db.orph").where("col_name = 'Location'").first()[1]
                     .removeprefix("file:"))  # type: ignore[index]  # fmt: skip
-    three_days_ago = time.time() - 3 * 86400
+    two_hours_ago, ten_minutes_ago = time.time() - 7200, time.time() - 600
     old_orphan = location / "data" / "left-behind.parquet"
     young_orphan = location / "data" / "just-written.parquet"
     outside = location.parent / "not-this-table.parquet"
@@ -121,7 +123,8 @@ def test_orphan_files_dry_run_and_clean(lake: tuple[ServerProcess, httpx.Client]
     for path in (old_orphan, outside, *location.rglob("*.parquet"), *location.rglob("*.avro"),
                  *location.rglob("*.json")):  # fmt: skip
         if path != young_orphan:
-            os.utime(path, (three_days_ago, three_days_ago))  # referenced files look old too: they must stay
+            os.utime(path, (two_hours_ago, two_hours_ago))  # referenced files look old too: they must stay
+    os.utime(young_orphan, (ten_minutes_ago, ten_minutes_ago))
 
     # the dry run through the CLI, as an operator would
     api.post("/catalogs/local/refresh")
@@ -138,11 +141,52 @@ def test_orphan_files_dry_run_and_clean(lake: tuple[ServerProcess, httpx.Client]
     assert old_orphan.exists()  # a dry run deletes nothing
 
     process = run_on_optimizer(server, spark, api, "orph", "clean-orphan-files")
+    assert process["tasks"][0]["attempt"] == 1  # no failed attempt before it
     assert process["summary"]["files_deleted"] == 1 and process["summary"]["bytes_freed"] == 1234
+    assert "older than 60 min" in process["summary"]["reasons"][0]
     assert not old_orphan.exists()
     assert young_orphan.exists() and outside.exists()  # too young; outside the table's location
     spark.sql("REFRESH TABLE local.db.orph")
     assert checksum(spark, "local.db.orph", "id") == before  # every referenced file is still there
+
+
+def test_gc_disabled_forbids_expiry_and_orphan_cleanup(
+    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
+) -> None:
+    """A process Iceberg refuses fails at once, not retried; once lakewarden sees the setting, no process
+    is created for the actions it forbids, and table show says why."""
+    server, api = lake
+    spark.sql(f"CREATE TABLE local.db.nogc (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
+              "'snapshot.keep.duration'='0min')")  # fmt: skip
+    for i in range(3):
+        spark.sql(f"INSERT INTO local.db.nogc VALUES ({i})")
+    process_id = run(api, "nogc", "expire-snapshots")  # created while GC is on…
+    spark.sql("ALTER TABLE local.db.nogc SET TBLPROPERTIES ('gc.enabled'='false')")  # …turned off before it runs
+    with running_optimizer(server, spark):
+        process = finished(api, process_id)
+    assert process["status"] == "failed"
+    final = "task 1 failed with an error no retry can change (not retried): ValidationException: Cannot expire"
+    assert process["fail_reason"].startswith(f"{final} snapshots: GC is disabled")
+    task = process["tasks"][0]
+    assert (task["attempt"], task["retry_count"], task["retryable"]) == (1, 0, False)
+    assert len(snapshot_ids(spark, "local.db.nogc")) == 3  # nothing expired
+
+    api.post("/catalogs/local/refresh")
+    wait_for("the new config", lambda: api.get("/tables/local/db/nogc").json()["config"].get("gc.enabled") == "false")
+    for action, verb in (("expire-snapshots", "expire snapshots"), ("clean-orphan-files", "delete orphan files")):
+        answer = api.post(f"/tables/local/db/nogc/actions/{action}")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["created"] is False
+        assert answer.json()["reason"].startswith(f"gc.enabled=false on the table: Iceberg does not {verb}")
+    assert "no process created: gc.enabled=false" in cli(server, "table", "run", "local.db.nogc",
+                                                         "expire-snapshots").stdout  # fmt: skip
+    shown = {m["action"]: m for m in cli_json(server, "table", "show", "local.db.nogc")["maintenance"]}
+    assert shown["expire-snapshots"]["blocked_by"].startswith("gc.enabled=false")
+    assert shown["clean-orphan-files"]["blocked_by"].startswith("gc.enabled=false")
+    assert shown["rewrite-manifests"] == {"action": "rewrite-manifests", "enabled": True, "blocked_by": None}
+    text = cli(server, "table", "show", "local.db.nogc").stdout
+    assert "maintenance" in text and "gc.enabled=false on the table" in text
+    assert len([p for p in api.get("/processes").json() if p["action"] == "expire-snapshots"]) == 1
 
 
 def test_dangling_delete_files_are_removed(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:

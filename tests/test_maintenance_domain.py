@@ -11,16 +11,20 @@ from lakewarden.config import Config
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 from lakewarden.domain.maintenance import (
+    MAINTENANCE_ACTIONS,
     Action,
     AutoTagConfig,
     DataExpireConfig,
     ExpireSnapshotsConfig,
+    MaintenanceState,
     SnapshotInfo,
     dangling_delete_files,
     enabled,
     expirable_snapshots,
+    forbidding_setting,
     format_datetime,
     interval_override,
+    maintenance_states,
     parse_duration,
     tag_due,
 )
@@ -131,3 +135,29 @@ def test_run_action_and_process_filters_validate_input(client: TestClient) -> No
     assert client.get("/api/v1/processes", params={"action": "vacuum"}).status_code == 400
     assert client.get("/api/v1/processes", params={"status": "done"}).status_code == 400
     assert client.get("/api/v1/processes", params={"action": "expire-snapshots", "status": "running"}).json() == []
+
+
+@pytest.mark.parametrize(
+    ("gc", "forbidden"),
+    [(None, False), ("true", False), ("TRUE", False), ("false", True), ("False", True), ("no", True), ("", True)],
+)
+def test_gc_setting_forbids_what_deletes_files(gc: str | None, forbidden: bool) -> None:
+    """As Iceberg reads gc.enabled (Java's Boolean.parseBoolean: only "true", in any case, is true)."""
+    props = {} if gc is None else {"gc.enabled": gc}
+    for action in MAINTENANCE_ACTIONS:
+        why = forbidding_setting(props, action)
+        if forbidden and action in (Action.EXPIRE_SNAPSHOTS, Action.CLEAN_ORPHAN_FILES):
+            assert why is not None and why.startswith(f"gc.enabled={gc} on the table")
+        else:
+            assert why is None
+
+
+def test_maintenance_states_say_what_blocks_each_action() -> None:
+    states = {s.action: s for s in maintenance_states({"gc.enabled": "false", "rewrite-manifests.enabled": "maybe"})}
+    assert states[Action.EXPIRE_SNAPSHOTS].enabled is True
+    assert "Iceberg does not expire snapshots" in (states[Action.EXPIRE_SNAPSHOTS].blocked_by or "")
+    assert states[Action.CLEAN_ORPHAN_FILES].enabled is False  # off by default, and forbidden anyway
+    assert states[Action.REWRITE_MANIFESTS].blocked_by == "rewrite-manifests.enabled: 'maybe' must be true or false"
+    assert states[Action.CLEAN_DANGLING_DELETE_FILES] == MaintenanceState(
+        Action.CLEAN_DANGLING_DELETE_FILES, True, None
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -156,6 +156,19 @@ def test_cancel_a_running_process(client: TestClient) -> None:
     assert poll(client, token) is None
 
 
+def end_backoff(ctx: ServerContext, pid: int) -> None:
+    """Let the back-off of the process's retried tasks pass."""
+    with ctx.db.write() as session:
+        session.execute(update(TaskRow).where(TaskRow.process_id == pid).values(retry_after=utcnow()))
+
+
+def fail_task(client: TestClient, token: str, pid: int, attempt: int, error: str, **extra: Any) -> None:
+    ref = {"token": token, "process_id": pid, "task_id": 1, "attempt": attempt}
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+    failed = client.post("/api/v1/optimizer/complete", json={**ref, "error": error, **extra})
+    assert failed.status_code == 204, failed.text
+
+
 def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> None:
     ctx = ctx_of(client)
     rec = add_table(ctx, "t", **{"self-optimizing.execute.num-retries": "2"})
@@ -165,13 +178,54 @@ def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> No
     for attempt in (1, 2, 3):  # the first try and two retries
         task = poll(client, token)
         assert (task["task_id"], task["attempt"]) == (1, attempt)
-        ref = {"token": token, "process_id": pid, "task_id": 1, "attempt": attempt}
-        assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
-        failed = client.post("/api/v1/optimizer/complete", json={**ref, "error": f"boom {attempt}"})
-        assert failed.status_code == 204
+        fail_task(client, token, pid, attempt, f"boom {attempt}")
+        if attempt < 3:
+            assert poll(client, token) is None  # the retry waits out its back-off
+            end_backoff(ctx, pid)
     process = client.get(f"/api/v1/processes/{pid}").json()
     assert process["status"] == "failed"
     assert process["fail_reason"] == "task 1 failed 3 time(s): boom 3"
     assert process["tasks"][0]["retry_count"] == 2
     assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"  # to be planned afresh
+    assert poll(client, token) is None
+
+
+def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    assert [ctx.scheduler.backoff(n) for n in (0, 1, 2)] == [timedelta(seconds=s) for s in (5, 10, 20)]
+    assert ctx.scheduler.backoff(12) == timedelta(minutes=5)  # at most task-retry-backoff-max
+    rec = add_table(ctx, "t")
+    pid = process_with_tasks(ctx, rec, tasks=1)
+    start_optimizing(ctx, rec, pid)
+    token = register(client, "default")
+    for attempt, seconds in ((1, 5), (2, 10)):
+        assert poll(client, token)["attempt"] == attempt
+        before = utcnow()
+        fail_task(client, token, pid, attempt, "IOException: the disk went away", retryable=True)
+        task = client.get(f"/api/v1/processes/{pid}").json()["tasks"][0]
+        assert (task["status"], task["retryable"], task["retry_count"]) == ("planned", True, attempt)
+        wait = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC) - before
+        assert timedelta(seconds=seconds - 1) < wait <= timedelta(seconds=seconds + 1)
+        assert poll(client, token) is None  # not before the back-off ends
+        end_backoff(ctx, pid)
+    assert poll(client, token)["attempt"] == 3
+
+
+def test_a_final_failure_is_not_retried(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t", **{"self-optimizing.execute.num-retries": "5"})
+    pid = process_with_tasks(ctx, rec, tasks=1)
+    start_optimizing(ctx, rec, pid)
+    token = register(client, "default")
+    assert poll(client, token)["attempt"] == 1
+    fail_task(client, token, pid, 1, "ValidationException: Cannot expire snapshots: GC is disabled", retryable=False)
+    process = client.get(f"/api/v1/processes/{pid}").json()
+    assert process["status"] == "failed"
+    assert process["fail_reason"] == (
+        "task 1 failed with an error no retry can change (not retried): "
+        "ValidationException: Cannot expire snapshots: GC is disabled"
+    )
+    task = process["tasks"][0]
+    assert (task["retry_count"], task["retryable"], task["retry_after"]) == (0, False, None)
+    assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"
     assert poll(client, token) is None

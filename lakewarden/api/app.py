@@ -87,10 +87,13 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake, metadata=metadata
         )
         registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
-        scheduler = ProcessScheduler(db, registry, on_table_done=evaluator.wake, metadata=metadata)
+        timeouts = config.ams.optimizer
+        scheduler = ProcessScheduler(
+            db, registry, on_table_done=evaluator.wake, metadata=metadata,
+            retry_backoff=timeouts.task_retry_backoff, retry_backoff_max=timeouts.task_retry_backoff_max,
+        )  # fmt: skip
         trigger = MaintenanceTrigger(db, scheduler, maintenance_schedules(config))
         evaluator.on_pending = scheduler.wake
-        timeouts = config.ams.optimizer
         keeper = OptimizerKeeper(
             db,
             timeouts.heart_beat_timeout,

@@ -97,6 +97,15 @@ class TableBrief(_Read):
     delete_file_ratio: float | None = Field(description="Delete files per data file")
 
 
+class MaintenanceRead(_Read):
+    action: str
+    enabled: bool = Field(description="Whether the action's <prefix>.enabled is on for the table")
+    blocked_by: str | None = Field(
+        description="Why no process is created for it even when enabled or run by hand: a table setting that "
+        "forbids it (e.g. gc.enabled=false) or a misconfigured property"
+    )
+
+
 class TableRead(TableBrief):
     status_changed_at: datetime
     config: dict[str, str] = Field(description="Effective configuration: defaults < catalog table.* < table properties")
@@ -112,6 +121,7 @@ class TableRead(TableBrief):
     last_minor_optimizing_at: datetime | None
     last_major_optimizing_at: datetime | None
     last_full_optimizing_at: datetime | None
+    maintenance: list[MaintenanceRead] = Field(description="Each maintenance action: enabled, and what blocks it")
 
 
 class Health(_Read):

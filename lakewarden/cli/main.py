@@ -299,6 +299,8 @@ def table_show(
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))
+    rows = [[m["action"], "on" if m["enabled"] else "off", m["blocked_by"] or ""] for m in item["maintenance"]]
+    render.table("maintenance", ["action", "enabled", "blocked by"], rows)
     render.key_values("effective config", sorted(item["config"].items()))
 
 
@@ -360,7 +362,7 @@ def table_run(
     elif item["created"]:
         typer.echo(f"process {item['process_id']} created: {action} on {identifier}")
     else:
-        typer.echo(f"nothing to do: {item['reason']}")
+        typer.echo(f"no process created: {item['reason']}")
 
 
 def main() -> None:

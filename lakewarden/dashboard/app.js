@@ -222,7 +222,7 @@ function tablePage(catalog, database, table, tab = "overview") {
           const body = form.querySelector("#dry-run").checked ? {dry_run: true} : {};
           try {
             const result = await api(`${path}/actions/${action}`, {method: "POST", body});
-            show(true, result.created ? `process ${result.process_id} created: ${action}` : `nothing to do: ${result.reason}`);
+            show(true, result.created ? `process ${result.process_id} created: ${action}` : `no process created: ${result.reason}`);
           } catch (error) { show(false, error.message); }
         });
         form.querySelector("#evaluate").addEventListener("click", async () => {
@@ -249,7 +249,9 @@ function tablePage(catalog, database, table, tab = "overview") {
           ["last minor / major / full", [t.last_minor_optimizing_at, t.last_major_optimizing_at, t.last_full_optimizing_at].map(fmt.time).join(" · ")],
         ])}</div><div><h2 style="margin-top:0">Why ${esc(t.status)}</h2>
           <p>verdict: <b>${esc(e.type || "nothing to optimize")}</b> · evaluated ${fmt.ago(t.evaluated_at)}</p>
-          <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul></div></div>
+          <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul>
+          <h2>Maintenance</h2><div id="maintenance">${grid(["action", "enabled", "blocked by"], (t.maintenance || []).map((m) =>
+            [esc(m.action), m.enabled ? "on" : "off", `<span class="error">${esc(m.blocked_by || "")}</span>`]))}</div></div></div>
           <h2>Partitions</h2>${grid(["partition", "type", "data files#", "fragments#", "undersized#", "deletes#", "why"],
             partitions.map((p) => [esc(p.partition), esc(p.type || ""), fmt.num(p.data_files), fmt.num(p.fragment_files),
               fmt.num(p.undersized_files), fmt.num(p.position_delete_files + p.equality_delete_files), esc((p.reasons || []).join("; "))]))}`;

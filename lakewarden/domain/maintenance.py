@@ -112,6 +112,45 @@ def enabled(props: Mapping[str, str], action: Action) -> bool:
     return _bool(props, f"{PREFIX[action]}.enabled")
 
 
+# Iceberg refuses to delete files of a table whose `gc.enabled` is not "true" (its files may be shared with
+# other tables): RemoveSnapshots and DeleteOrphanFilesSparkAction check it before doing anything.
+GC_ACTIONS = frozenset({Action.EXPIRE_SNAPSHOTS, Action.CLEAN_ORPHAN_FILES})
+
+
+def forbidding_setting(props: Mapping[str, str], action: Action) -> str | None:
+    """Why the table's own settings forbid the action, or None. Read as Iceberg reads them: Java's
+    Boolean.parseBoolean, so any `gc.enabled` other than "true" (in any case) turns garbage collection off."""
+    gc = props.get("gc.enabled")
+    if action in GC_ACTIONS and gc is not None and str(gc).strip().lower() != "true":
+        verb = "expire snapshots" if action is Action.EXPIRE_SNAPSHOTS else "delete orphan files"
+        return (
+            f"gc.enabled={gc} on the table: Iceberg does not {verb} of a table whose garbage collection is off "
+            "(its files may be shared with other tables)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class MaintenanceState:
+    """Whether an action runs on a table, and if it cannot, why (a forbidding or misconfigured setting)."""
+
+    action: Action
+    enabled: bool
+    blocked_by: str | None
+
+
+def maintenance_states(props: Mapping[str, str]) -> list[MaintenanceState]:
+    states = []
+    for action in MAINTENANCE_ACTIONS:
+        try:
+            on = enabled(props, action)
+        except InvalidField as exc:
+            states.append(MaintenanceState(action, False, str(exc)))
+            continue
+        states.append(MaintenanceState(action, on, forbidding_setting(props, action)))
+    return states
+
+
 def interval_override(props: Mapping[str, str], action: Action) -> timedelta | None:
     """The table's own interval for the action (`<prefix>.interval`), if it sets one."""
     key = f"{PREFIX[action]}.interval"

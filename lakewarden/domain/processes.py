@@ -29,3 +29,8 @@ class ProcessPlan:
 
 class NothingToDo(Exception):
     """The action has no work on this table now; the message says why."""
+
+
+class ActionForbidden(NothingToDo):
+    """The table's own settings forbid the action (e.g. gc.enabled=false for snapshot expiry); the
+    message names the setting. No process is created for it, not even on a manual run."""

@@ -84,7 +84,7 @@ TABLE_DEFAULTS: dict[str, str] = {
 # Prefixes of the properties lakewarden reads; effective config shows these and nothing else.
 MANAGED_PREFIXES = ("self-optimizing.", "table-expire.", "snapshot.keep.", "clean-orphan-file.",
                     "clean-dangling-delete-files.", "data-expire.", "tag.auto-create.", "rewrite-manifests.",
-                    "lakewarden.")  # fmt: skip
+                    "lakewarden.", "gc.enabled")  # fmt: skip
 
 
 def effective_config(catalog_defaults: Mapping[str, str], table_properties: Mapping[str, str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from lakewarden.optimizer.client import OptimizerClient, ProtocolError
+from lakewarden.optimizer.failures import describe_failure
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -79,13 +80,15 @@ class Optimizer:
                      task["task_id"], task["input"]["table"])  # fmt: skip
             output: dict[str, Any] | None = None
             error: str | None = None
+            retryable = True
             try:
                 output = execute_task(spark, task, token)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"[:4000]
-                log.warning("thread %d: task failed: %s\n%s", thread_id, error, traceback.format_exc(limit=3))
+                error, retryable = describe_failure(exc)
+                log.warning("thread %d: task failed (%s): %s\n%s", thread_id, "retryable" if retryable else "final",
+                            error, traceback.format_exc(limit=3))  # fmt: skip
             try:
-                self.client.complete(token, task, output, error)
+                self.client.complete(token, task, output, error, retryable)
                 self.completed += 1
             except ProtocolError as exc:
                 log.warning("thread %d: completion refused: %s", thread_id, exc)

@@ -48,14 +48,17 @@ class OptimizerClient:
 
     def complete(
         self, token: str, task: dict[str, Any], output: dict[str, Any] | None, error: str | None,
-        retry_seconds: float = 300.0,
+        retryable: bool = True, retry_seconds: float = 300.0,
     ) -> None:  # fmt: skip
         """Report the result; while the server is unreachable (e.g. restarting), keep trying.
 
         The work is done and committed: losing its report would leave the task ACKED until the
-        execute timeout. A refusal (4xx) is final and raised at once.
+        execute timeout. A refusal (4xx) is final and raised at once. With an error, `retryable` says
+        whether running the task again may pass.
         """
         body = {"token": token, **_ref(task), "output": output, "error": error}
+        if error is not None:
+            body["retryable"] = retryable
         deadline = time.monotonic() + retry_seconds
         pause = 0.5
         while True:

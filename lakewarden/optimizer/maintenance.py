@@ -113,30 +113,37 @@ def _expire_snapshots(
 def _clean_orphan_files(
     spark: SparkSession, table: Any, name: str, work: dict[str, Any], properties: dict[str, str]
 ) -> dict[str, Any]:
-    """Iceberg finds the orphans (a dry run of remove_orphan_files over the table location); they are
-    sized, checked to lie under the table location, and deleted here unless this is a dry run."""
+    """Iceberg's DeleteOrphanFiles action finds the files under the table location that no metadata
+    references and that are older than the table's min-existing-time (whatever its value: the action
+    API takes any interval, unlike the remove_orphan_files procedure, which refuses less than 24 hours).
+    It is given a deleter that only collects, so Iceberg deletes nothing itself; each file it names is
+    then checked here — under the table location, still there, and old enough by its own modification
+    time — and deleted unless this is a dry run. No other process runs on the table meanwhile (the
+    server holds this task back until they end)."""
     jvm: Any = spark._jvm
     older_than = _now_ms() - int(work["min_existing_ms"])
-    catalog, identifier = name.split(".", 1)
-    when = datetime.fromtimestamp(older_than / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    rows = spark.sql(
-        f"CALL {catalog}.system.remove_orphan_files(table => '{identifier}', "
-        f"older_than => TIMESTAMP '{when}', dry_run => true)"
-    ).collect()
+    # a java.util.function.Consumer<String> that keeps what it is given: Iceberg's own deletion never runs
+    collector = jvm.java.util.stream.Stream.builder()
+    result = _actions(spark).deleteOrphanFiles(table).olderThan(older_than).deleteWith(collector).execute()
     conf = spark._jsc.hadoopConfiguration()
     root = jvm.org.apache.hadoop.fs.Path(table.location())
     fs = root.getFileSystem(conf)
     prefix = str(fs.makeQualified(root).toString()).rstrip("/") + "/"
     found: list[tuple[str, int]] = []
-    outside = 0
-    for row in rows:
-        path = jvm.org.apache.hadoop.fs.Path(row[0])
+    outside = young = 0
+    for location in _iterate(result.orphanFileLocations()):
+        path = jvm.org.apache.hadoop.fs.Path(str(location))
         qualified = str(fs.makeQualified(path).toString())
-        if not qualified.startswith(prefix):  # never touch anything outside the table's location
+        if not qualified.startswith(prefix) or "/../" in qualified:  # never outside the table's location
             outside += 1
             continue
-        if fs.exists(path):
-            found.append((qualified, int(fs.getFileStatus(path).getLen())))
+        if not fs.exists(path):
+            continue
+        status = fs.getFileStatus(path)
+        if not status.isFile() or int(status.getModificationTime()) >= older_than:
+            young += 1  # written (or rewritten) since Iceberg listed it
+            continue
+        found.append((qualified, int(status.getLen())))
     dry_run = bool(work.get("dry_run"))
     deleted = 0 if dry_run else sum(1 for path, _ in found if fs.delete(jvm.org.apache.hadoop.fs.Path(path), False))
     size = sum(s for _, s in found)
@@ -147,6 +154,7 @@ def _clean_orphan_files(
         "files_deleted": deleted,
         "bytes_freed": 0 if dry_run else size,
         "skipped_outside_location": outside,
+        "skipped_too_young": young,
         "files": [path for path, _ in found[:MAX_LISTED]],
     }
 

@@ -31,10 +31,11 @@ from lakewarden.domain.maintenance import (
     dangling_delete_files,
     enabled,
     expirable_snapshots,
+    forbidding_setting,
     interval_override,
     tag_due,
 )
-from lakewarden.domain.processes import NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.domain.processes import ActionForbidden, NothingToDo, ProcessPlan, TaskSpec
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 from lakewarden.services.loop import LoopService
@@ -64,6 +65,9 @@ class MaintenanceFactory(ProcessFactory):
         raise NotImplementedError
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        forbidden = forbidding_setting(table.metadata.properties, self.action)
+        if forbidden is not None:  # Iceberg would refuse it: no process, whoever asks
+            raise ActionForbidden(forbidden)
         params, reasons, has_work = self.inspect(rec.runtime.config, table, options)
         if not has_work and trigger != "manual":
             raise NothingToDo("; ".join(reasons))
@@ -238,7 +242,7 @@ class MaintenanceTrigger(LoopService):
                 if not on or key in running:
                     continue
                 try:
-                    if not enabled(rec.runtime.config, action):
+                    if not enabled(rec.runtime.config, action) or forbidding_setting(rec.runtime.config, action):
                         continue
                     interval = interval_override(rec.runtime.config, action) or interval
                 except InvalidField as exc:

@@ -61,9 +61,14 @@ class ProcessScheduler:
         registry: ProcessRegistry,
         on_table_done: Any = None,
         metadata: MetadataService | None = None,
+        retry_backoff: timedelta = timedelta(seconds=5),
+        retry_backoff_max: timedelta = timedelta(minutes=5),
     ) -> None:
         self.db = db
         self.registry = registry
+        # a failed task that may pass on a retry waits backoff * 2^retries (at most backoff_max) first
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
         self.metadata = metadata  # internal catalogs' tables are read from it in-process
         self.on_table_done = on_table_done  # called when a process ends (the evaluator looks again)
         self._locks: dict[str, threading.Lock] = {}
@@ -250,20 +255,27 @@ class ProcessScheduler:
                 raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
 
     def complete(
-        self, token: str, process_id: int, task_id: int, attempt: int, output: dict[str, Any] | None, error: str | None
-    ) -> None:
+        self, token: str, process_id: int, task_id: int, attempt: int, output: dict[str, Any] | None,
+        error: str | None, retryable: bool = True,
+    ) -> None:  # fmt: skip
+        """A task's result, or its error and whether a retry may pass (else its process fails at once)."""
         new = TaskStatus.FAILED if error else TaskStatus.SUCCESS
         with self.db.write() as session:
             store.touch_optimizer(session, token)
             if not store.transition_task(
                 session, process_id, task_id, TaskStatus.ACKED, new, expected_attempt=attempt, expected_token=token,
-                output=output, error=error, ended_at=utcnow(),
+                output=output, error=error, retryable=retryable if error else None, ended_at=utcnow(),
             ):  # fmt: skip
                 raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not running on this optimizer")
         self._settle(process_id)
 
+    def backoff(self, retry_count: int) -> timedelta:
+        """How long a task waits before its retry number `retry_count + 1`."""
+        return min(self.retry_backoff * (1 << min(retry_count, 30)), self.retry_backoff_max)
+
     def _settle(self, process_id: int) -> None:
-        """Retry a failed task, or end the process when its tasks are done (or one failed for good)."""
+        """Retry a failed task (after its back-off), or end the process when its tasks are done, one
+        failed in a way no retry can change, or one used up its retries."""
         with self.db.write() as session:
             process = store.get_process(session, process_id)
             if process.status != ProcessStatus.RUNNING:
@@ -273,16 +285,21 @@ class ProcessScheduler:
                 return  # tasks still to run, none failed: nothing to settle yet
             config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
             tasks = store.tasks_of(session, process_id)
-            for task in tasks:
-                if task.status == TaskStatus.FAILED and task.retry_count < config.execute_num_retries:
-                    store.transition_task(
-                        session, process_id, task.task_id, TaskStatus.FAILED, TaskStatus.PLANNED,
-                        expected_attempt=task.attempt, retry_count=task.retry_count + 1,
-                    )  # fmt: skip
-                    self.wake()
-                    return
             failed = [t for t in tasks if t.status == TaskStatus.FAILED]
-            if failed:
+            final = next((t for t in failed if t.retryable is False), None)
+            retry = next((t for t in failed if t.retry_count < config.execute_num_retries), None)
+            if final is None and retry is not None:
+                store.transition_task(
+                    session, process_id, retry.task_id, TaskStatus.FAILED, TaskStatus.PLANNED,
+                    expected_attempt=retry.attempt, retry_count=retry.retry_count + 1,
+                    retry_after=utcnow() + self.backoff(retry.retry_count),
+                )  # fmt: skip
+                self.wake()
+                return
+            if final is not None:
+                reason = f"task {final.task_id} failed with an error no retry can change (not retried): {final.error}"
+                self._end(session, process, ProcessStatus.FAILED, reason)
+            elif failed:
                 reason = f"task {failed[0].task_id} failed {failed[0].retry_count + 1} time(s): {failed[0].error}"
                 self._end(session, process, ProcessStatus.FAILED, reason)
             elif all(t.status == TaskStatus.SUCCESS for t in tasks):

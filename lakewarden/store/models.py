@@ -131,6 +131,10 @@ class TaskRow(Base):
     input: Mapped[dict[str, Any]]
     output: Mapped[dict[str, Any] | None]
     error: Mapped[str | None] = mapped_column(Text)
+    # with an error: whether a retry may pass (else the process fails at once)
+    retryable: Mapped[bool | None]
+    # a retried task is not handed out before this (back-off)
+    retry_after: Mapped[datetime | None]
     cost_bytes: Mapped[int] = mapped_column(BigInteger)
     scheduled_at: Mapped[datetime | None]
     acked_at: Mapped[datetime | None]

@@ -6,7 +6,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -116,9 +116,14 @@ def tasks_of(session: Session, process_id: int) -> list[TaskRow]:
 
 
 def first_planned_task(session: Session, process_id: int) -> TaskRow | None:
+    """The first PLANNED task of the process that is not waiting out a retry back-off."""
     return session.scalars(
         select(TaskRow)
-        .where(TaskRow.process_id == process_id, TaskRow.status == TaskStatus.PLANNED.value)
+        .where(
+            TaskRow.process_id == process_id,
+            TaskRow.status == TaskStatus.PLANNED.value,
+            or_(TaskRow.retry_after.is_(None), TaskRow.retry_after <= utcnow()),
+        )
         .order_by(TaskRow.task_id)
         .limit(1)
     ).first()

@@ -56,6 +56,11 @@ class TaskRef(Token):
 class Complete(TaskRef):
     output: dict[str, Any] | None = Field(None, description="files_in, bytes_in, files_out, bytes_out, …")
     error: str | None = None
+    retryable: bool = Field(
+        True,
+        description="With an error: whether running the task again may pass (a conflict, I/O) or it "
+        "fails the same way every time (an invalid argument, a forbidden setting): then the process fails at once",
+    )
 
 
 class Assigned(BaseModel):
@@ -124,5 +129,7 @@ def ack(body: TaskRef, ctx: Ctx) -> Response:
 def complete(body: Complete, ctx: Ctx) -> Response:
     if (body.output is None) == (body.error is None):
         raise InvalidField("output", "give exactly one of output and error")
-    ctx.scheduler.complete(body.token, body.process_id, body.task_id, body.attempt, body.output, body.error)
+    ctx.scheduler.complete(
+        body.token, body.process_id, body.task_id, body.attempt, body.output, body.error, body.retryable
+    )
     return Response(status_code=204)

@@ -36,6 +36,8 @@ class TaskRead(_Read):
     ended_at: datetime | None
     output: dict[str, Any] | None
     error: str | None
+    retryable: bool | None = Field(description="With an error: whether a retry may pass (else not retried)")
+    retry_after: datetime | None = Field(description="A retried task waits until then (back-off)")
 
 
 class ProcessRead(_Read):
@@ -82,6 +84,7 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
                 task_id=t.task_id, status=t.status, type=t.type, attempt=t.attempt, retry_count=t.retry_count,
                 partitions=[p["path"] or "(unpartitioned)" for p in t.partitions], optimizer=t.optimizer_token,
                 scheduled_at=t.scheduled_at, acked_at=t.acked_at, ended_at=t.ended_at, output=t.output, error=t.error,
+                retryable=t.retryable, retry_after=t.retry_after,
             )
             for t in tasks
         ],

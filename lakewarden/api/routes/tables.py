@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import TableBrief, TableRead
+from lakewarden.api.schemas import MaintenanceRead, TableBrief, TableRead
 from lakewarden.domain.errors import Conflict, InvalidField
-from lakewarden.domain.maintenance import Action
+from lakewarden.domain.maintenance import Action, maintenance_states
 from lakewarden.domain.processes import NothingToDo
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
@@ -77,6 +77,10 @@ def _read(rec: TableRecord) -> TableRead:
         last_minor_optimizing_at=rec.runtime.last_minor_optimizing_at,
         last_major_optimizing_at=rec.runtime.last_major_optimizing_at,
         last_full_optimizing_at=rec.runtime.last_full_optimizing_at,
+        maintenance=[
+            MaintenanceRead(action=m.action.value, enabled=m.enabled, blocked_by=m.blocked_by)
+            for m in maintenance_states(rec.runtime.config)
+        ],
     )
 
 
@@ -120,8 +124,8 @@ def run_action(
 ) -> ActionRun:
     """Run a maintenance action on the table now (a process on an optimizer of the table's group).
 
-    201 with the process; 200 with `created: false` and the reason when there is nothing to do;
-    409 when one of its kind is running on the table."""
+    201 with the process; 200 with `created: false` and the reason when there is nothing to do or a
+    table setting forbids the action (e.g. gc.enabled=false); 409 when one of its kind is running on the table."""
     factory = ctx.scheduler.registry.factory(action)
     if factory.action is Action.OPTIMIZING:
         raise InvalidField("action", "self-optimizing is planned by the evaluator; use .../evaluate to look again")

@@ -1,0 +1,71 @@
+"""What went wrong in a task, as the server is told: a one-line message, and whether a retry may pass.
+
+A failure inside the JVM reaches Python as a py4j `Py4JJavaError` (a call on an Iceberg action) or as
+one of PySpark's captured exceptions (`spark.sql`); either way its Java cause chain is walked, so that
+an Iceberg ValidationException three causes deep is seen as such. The rules are in domain/failures.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakewarden.domain.failures import is_retryable
+
+MAX_MESSAGE = 4000
+MAX_CAUSES = 20
+
+
+def cause_chain(exc: BaseException) -> list[tuple[str, str]]:
+    """(class, message) of the exception and its causes, outermost first; Java throwables by their JVM
+    class name, Python exceptions as `python:<name>` (with their base classes, so an OSError subclass
+    counts as an OSError)."""
+    chain: list[tuple[str, str]] = []
+    seen: set[int] = set()  # a Java throwable reached twice (py4j's error and PySpark's wrapper of it) counts once
+    current: BaseException | None = exc
+    while current is not None and len(chain) < MAX_CAUSES:
+        java = _java_throwable(current)
+        if java is not None:
+            chain += _java_chain(java, seen)
+        for klass in type(current).__mro__:
+            if klass not in (BaseException, Exception, object):
+                chain.append((f"python:{klass.__name__}", str(current)))
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _java_throwable(exc: BaseException) -> Any:
+    """The Java throwable behind a py4j or PySpark exception, if any."""
+    java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
+    if java is None:
+        java = getattr(exc, "_origin", None)  # pyspark.errors.exceptions.captured.CapturedException
+    return java
+
+
+def _java_chain(throwable: Any, seen: set[int]) -> list[tuple[str, str]]:
+    chain: list[tuple[str, str]] = []
+    try:
+        while throwable is not None and len(chain) < MAX_CAUSES:
+            identity = int(throwable.hashCode())  # Throwable keeps Object's identity hash
+            if identity in seen:
+                break
+            seen.add(identity)
+            chain.append((str(throwable.getClass().getName()), str(throwable.getMessage() or "")))
+            throwable = throwable.getCause()
+    except Exception:  # the JVM is gone: what was read so far is all there is
+        pass
+    return chain
+
+
+def describe_failure(exc: BaseException) -> tuple[str, bool]:
+    """The message the server records (the innermost Java cause's, which says what Iceberg refused, led
+    by the outer exception's type) and whether a retry may pass."""
+    chain = cause_chain(exc)
+    java = [(name, message) for name, message in chain if not name.startswith("python:")]
+    if java:
+        name, message = java[-1]
+        text = f"{name.rsplit('.', 1)[-1]}: {message}"
+        if len(java) > 1:
+            text = f"{java[0][0].rsplit('.', 1)[-1]} caused by {text}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text[:MAX_MESSAGE], is_retryable(chain)

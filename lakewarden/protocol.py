@@ -1,0 +1,289 @@
+"""The protocol between the server and its optimizers: what a task asks for and what it reports.
+
+Each action has its own task input and its own result, frozen pydantic models discriminated by
+`action` (the shape of pyiceberg's TableUpdate models). The planner and the process factories build
+inputs, the server stores them (as JSON) and hands them out, the optimizer runs them and reports a
+result of the same action, and the factories merge results into a process summary field by field.
+The server and the optimizer both import this module; it imports nothing of lakewarden's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+MAX_LISTED = 100  # paths a result or summary lists
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PartitionRef(_Model):
+    """One partition of a table: its spec, its path as Iceberg prints it (`cat=a`; '' when
+    unpartitioned) and its values in the spec's field order."""
+
+    spec_id: int
+    path: str
+    values: list[Any]
+
+
+# ---- task inputs
+
+
+class OptimizingInput(_Model):
+    """Rewrite the planned file classes of some partitions, as planned on `snapshot_id`."""
+
+    action: Literal["optimizing"] = "optimizing"
+    table: str = Field(description="database.table in the task's catalog")
+    snapshot_id: int | None
+    type: Literal["minor", "major", "full"]
+    partitions: list[PartitionRef]
+    filter: str = Field(description="The partitions as an Iceberg ExpressionParser JSON expression")
+    options: dict[str, str] = Field(description="Options of Iceberg's RewriteDataFiles")
+    rewrite_position_deletes: bool = False
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ExpireSnapshotsInput(_Model):
+    action: Literal["expire-snapshots"] = "expire-snapshots"
+    table: str
+    keep_duration_ms: int
+    min_count: int
+    # completed at hand-out: the bases of running optimizing processes (and everything newer) are kept
+    protected_snapshot_ids: list[int] = Field(default_factory=list)
+
+
+class CleanOrphanFilesInput(_Model):
+    action: Literal["clean-orphan-files"] = "clean-orphan-files"
+    table: str
+    min_existing_ms: int
+    dry_run: bool = False
+    location: str
+
+
+class CleanDanglingDeleteFilesInput(_Model):
+    action: Literal["clean-dangling-delete-files"] = "clean-dangling-delete-files"
+    table: str
+
+
+class ExpireDataInput(_Model):
+    action: Literal["expire-data"] = "expire-data"
+    table: str
+    field: str
+    field_type: str
+    retention_ms: int
+    level: Literal["partition", "file"]
+    string_pattern: str
+    number_format: Literal["TIMESTAMP_MS", "TIMESTAMP_S"]
+    base_on_rule: Literal["LAST_COMMIT_TIME", "CURRENT_TIME"]
+
+
+class AutoCreateTagsInput(_Model):
+    action: Literal["auto-create-tags"] = "auto-create-tags"
+    table: str
+    tag: str
+    snapshot_id: int
+    max_age_ms: int = -1
+
+
+class RewriteManifestsInput(_Model):
+    action: Literal["rewrite-manifests"] = "rewrite-manifests"
+    table: str
+
+
+TaskInput = Annotated[
+    OptimizingInput
+    | ExpireSnapshotsInput
+    | CleanOrphanFilesInput
+    | CleanDanglingDeleteFilesInput
+    | ExpireDataInput
+    | AutoCreateTagsInput
+    | RewriteManifestsInput,
+    Field(discriminator="action"),
+]
+TASK_INPUT: TypeAdapter[TaskInput] = TypeAdapter(TaskInput)
+
+
+# ---- task results
+
+
+class _Result(_Model):
+    duration_ms: int = 0
+    # the result's fields that a process summary adds up over its tasks; the others are kept from one task
+    TOTALS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def summarize(cls, results: Sequence[_Result]) -> dict[str, Any]:
+        """The process summary from its successful tasks' results: the totals added up, list fields
+        joined (at most MAX_LISTED entries), any other field as the last task reported it."""
+        summary: dict[str, Any] = {}
+        for result in results:
+            for name, value in result.model_dump(mode="json", exclude={"action", "duration_ms"}).items():
+                if name in cls.TOTALS:
+                    summary[name] = summary.get(name, 0) + value
+                elif isinstance(value, list):
+                    summary[name] = [*summary.get(name, []), *value][:MAX_LISTED]
+                else:
+                    summary[name] = value
+        return summary
+
+
+class OptimizingResult(_Result):
+    action: Literal["optimizing"] = "optimizing"
+    files_in: int = 0
+    bytes_in: int = 0
+    files_out: int = 0
+    bytes_out: int = 0
+    delete_files_removed: int = 0
+    delete_files_added: int = 0
+    snapshot_id: int | None = None
+    TOTALS: ClassVar[tuple[str, ...]] = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")
+
+    @classmethod
+    def summarize(cls, results: Sequence[_Result]) -> dict[str, Any]:
+        """Only the totals: a process rewrote this many files and bytes, whatever its tasks' snapshots."""
+        totals = super().summarize(results)
+        return {name: int(totals.get(name, 0)) for name in cls.TOTALS}
+
+
+class ExpireSnapshotsResult(_Result):
+    action: Literal["expire-snapshots"] = "expire-snapshots"
+    snapshots_expired: int = 0
+    data_files_deleted: int = 0
+    delete_files_deleted: int = 0
+    manifests_deleted: int = 0
+    manifest_lists_deleted: int = 0
+    statistics_files_deleted: int = 0
+    files_deleted: int = 0
+    bytes_freed: int = 0
+    cutoff_ms: int | None = None
+    protected_snapshot_ids: list[int] = Field(default_factory=list)
+    TOTALS: ClassVar[tuple[str, ...]] = (
+        "snapshots_expired", "data_files_deleted", "delete_files_deleted", "manifests_deleted",
+        "manifest_lists_deleted", "statistics_files_deleted", "files_deleted", "bytes_freed",
+    )  # fmt: skip
+
+
+class CleanOrphanFilesResult(_Result):
+    action: Literal["clean-orphan-files"] = "clean-orphan-files"
+    dry_run: bool = False
+    orphan_files_found: int = 0
+    orphan_bytes_found: int = 0
+    files_deleted: int = 0
+    bytes_freed: int = 0
+    skipped_outside_location: int = 0
+    skipped_too_young: int = 0
+    files: list[str] = Field(default_factory=list, description=f"The orphans found (at most {MAX_LISTED})")
+    TOTALS: ClassVar[tuple[str, ...]] = (
+        "orphan_files_found", "orphan_bytes_found", "files_deleted", "bytes_freed", "skipped_outside_location",
+        "skipped_too_young",
+    )  # fmt: skip
+
+
+class CleanDanglingDeleteFilesResult(_Result):
+    action: Literal["clean-dangling-delete-files"] = "clean-dangling-delete-files"
+    delete_files_removed: int = 0
+    bytes_freed: int = 0
+    files: list[str] = Field(default_factory=list)
+    TOTALS: ClassVar[tuple[str, ...]] = ("delete_files_removed", "bytes_freed")
+
+
+class ExpireDataResult(_Result):
+    action: Literal["expire-data"] = "expire-data"
+    data_files_deleted: int = 0
+    records_deleted: int = 0
+    bytes_freed: int = 0
+    cutoff_ms: int | None = None
+    TOTALS: ClassVar[tuple[str, ...]] = ("data_files_deleted", "records_deleted", "bytes_freed")
+
+
+class AutoCreateTagsResult(_Result):
+    action: Literal["auto-create-tags"] = "auto-create-tags"
+    tags_created: int = 0
+    tags: list[str] = Field(default_factory=list)
+    snapshot_id: int | None = None
+    TOTALS: ClassVar[tuple[str, ...]] = ("tags_created",)
+
+
+class RewriteManifestsResult(_Result):
+    action: Literal["rewrite-manifests"] = "rewrite-manifests"
+    manifests_rewritten: int = 0
+    manifests_added: int = 0
+    TOTALS: ClassVar[tuple[str, ...]] = ("manifests_rewritten", "manifests_added")
+
+
+TaskResult = Annotated[
+    OptimizingResult
+    | ExpireSnapshotsResult
+    | CleanOrphanFilesResult
+    | CleanDanglingDeleteFilesResult
+    | ExpireDataResult
+    | AutoCreateTagsResult
+    | RewriteManifestsResult,
+    Field(discriminator="action"),
+]
+TASK_RESULT: TypeAdapter[TaskResult] = TypeAdapter(TaskResult)
+
+
+# ---- the messages
+
+
+class CatalogConnection(_Model):
+    """How the optimizer reaches the table's catalog (Spark catalog properties)."""
+
+    name: str
+    type: str
+    properties: dict[str, str]
+
+
+class Assignment(_Model):
+    """A task handed to an optimizer thread by poll."""
+
+    process_id: int
+    task_id: int
+    attempt: int = Field(description="Name it in ack and complete: a superseded attempt is refused")
+    type: str
+    input: TaskInput
+    catalog: CatalogConnection
+
+
+class Registration(_Model):
+    group: str
+    parallelism: int = Field(ge=1, le=1024)
+    resource_id: str | None = Field(None, description="Set by a container that started this optimizer")
+    host: str | None = None
+
+
+class Registered(_Model):
+    token: str
+    heartbeat_seconds: float
+
+
+class TokenRef(_Model):
+    token: str
+
+
+class PollRequest(TokenRef):
+    thread_id: int = Field(ge=0)
+    timeout_seconds: float = Field(3.0, ge=0, le=3.0)
+
+
+class TaskRef(TokenRef):
+    process_id: int
+    task_id: int
+    attempt: int
+
+
+class Completion(TaskRef):
+    """A task's result, or its error."""
+
+    output: TaskResult | None = None
+    error: str | None = None
+    retryable: bool = Field(
+        True,
+        description="With an error: whether running the task again may pass (a conflict, I/O) or it fails the "
+        "same way every time (an invalid argument, a forbidden setting): then the process fails at once",
+    )

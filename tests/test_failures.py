@@ -1,0 +1,102 @@
+"""Which task failures are retried: the rules on plain values, then on real exceptions from the JVM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from lakewarden.domain.failures import is_retryable
+from lakewarden.optimizer.failures import cause_chain, describe_failure
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
+
+
+@pytest.mark.parametrize(
+    ("chain", "retryable"),
+    [
+        ([(VALIDATION, "Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)")], False),
+        ([("java.lang.IllegalArgumentException", "Cannot remove orphan files with an interval less than 24 h")], False),
+        ([("org.apache.iceberg.exceptions.NoSuchTableException", "Table does not exist: db.t")], False),
+        ([("python:ValueError", "this optimizer does not know the action 'vacuum'")], False),
+        # a commit that lost a race: a retry plans on the new state
+        ([("org.apache.iceberg.exceptions.CommitFailedException", "Requirement failed: branch main changed")], True),
+        ([(VALIDATION, "Cannot commit, found new delete for replaced data file: GenericDataFile{…}")], True),
+        ([(VALIDATION, "Found conflicting files that can contain records matching true: [s3://…]")], True),
+        ([(VALIDATION, "Missing required files to delete: /w/db/t/data/a.parquet")], True),
+        # storage, network, executors
+        ([("java.lang.RuntimeException", "x"), ("java.io.IOException", "No space left on device")], True),
+        ([("org.apache.spark.SparkException", "Job aborted"), ("java.net.SocketTimeoutException", "timed out")], True),
+        ([("python:OSError", "[Errno 28] No space left on device")], True),
+        # a SparkException is judged by what it wraps
+        ([("org.apache.spark.SparkException", "Job aborted"), ("java.lang.IllegalArgumentException", "bad")], False),
+        ([("org.apache.spark.SparkException", "Job aborted due to stage failure: executor lost")], True),
+        # what is not known is retried: retries are bounded
+        ([("java.lang.RuntimeException", "something else")], True),
+        ([], True),
+    ],
+)
+def test_retryable_failures(chain: list[tuple[str, str]], retryable: bool) -> None:
+    assert is_retryable(chain) is retryable
+
+
+def test_python_exceptions_are_described_by_their_classes() -> None:
+    try:
+        try:
+            raise FileNotFoundError("/w/db/t/metadata/v3.metadata.json")
+        except OSError as exc:
+            raise RuntimeError("reading the table failed") from exc
+    except RuntimeError as exc:
+        chain = cause_chain(exc)
+        assert ("python:FileNotFoundError", "/w/db/t/metadata/v3.metadata.json") in chain
+        assert ("python:OSError", "/w/db/t/metadata/v3.metadata.json") in chain  # a subclass counts as its base
+        assert describe_failure(exc) == ("RuntimeError: reading the table failed", True)
+    assert describe_failure(KeyError("snapshot_id")) == ("KeyError: 'snapshot_id'", False)
+
+
+def _raised(call: Any) -> BaseException:
+    with pytest.raises(Exception) as info:
+        call()
+    return info.value
+
+
+@pytest.mark.spark
+def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
+    """Exceptions as py4j and PySpark hand them over: the Java cause chain decides, and the message is
+    the cause Iceberg or the JVM gave."""
+    from lakewarden.domain.catalogs import CatalogSpec
+    from lakewarden.metadata.catalogs import initialize_catalog
+    from lakewarden.optimizer.executor import execute_task
+    from lakewarden.spark.session import configure_catalogs
+
+    jvm: Any = spark._jvm
+    missing = _raised(lambda: jvm.java.io.FileInputStream(str(tmp_path / "nowhere" / "x.parquet")))
+    message, retryable = describe_failure(missing)
+    assert retryable and message.startswith("FileNotFoundException: ") and "nowhere/x.parquet" in message
+
+    bad_number = _raised(lambda: jvm.java.lang.Long.parseLong("twelve"))
+    assert describe_failure(bad_number) == ('NumberFormatException: For input string: "twelve"', False)
+
+    analysis = _raised(lambda: spark.sql("SELECT * FROM no_such_catalog.db.no_such_table"))
+    assert describe_failure(analysis)[1] is False
+
+    # Iceberg refusing an action because of a table setting: final, with Iceberg's reason
+    spec = CatalogSpec("failcat", "sql", {"uri": f"sqlite:///{tmp_path}/c.db", "warehouse": str(tmp_path / "w")})
+    initialize_catalog(spec)
+    configure_catalogs(spark, [spec])
+    spark.sql("CREATE NAMESPACE failcat.db")
+    spark.sql("CREATE TABLE failcat.db.t (id BIGINT) USING iceberg TBLPROPERTIES ('gc.enabled'='false')")
+    spark.sql("INSERT INTO failcat.db.t VALUES (1)")
+    work = {"action": "expire-snapshots", "table": "db.t", "keep_duration_ms": 0, "min_count": 1}
+    task = {"process_id": 1, "task_id": 1, "input": work, "catalog": {"name": "failcat", "type": "sql",
+                                                                          "properties": spec.properties}}  # fmt: skip
+    refused = _raised(lambda: execute_task(spark, task, "test"))
+    message, retryable = describe_failure(refused)
+    assert not retryable
+    assert message == (
+        "ValidationException: Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)"
+    )
