@@ -63,8 +63,9 @@ def running_server(tmp: str, config: str) -> Iterator[str]:
     port = free_port()
     path = Path(tmp) / "lakewarden.yaml"
     path.write_text(f"ams:\n  data-dir: {tmp}/data\n  http-server: {{bind-port: {port}}}\n{config}")
-    server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(path),
-                               "--log-level", "warning"])  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(path), "--log-level", "warning"]
+    )
     root = f"http://127.0.0.1:{port}"
     try:
         for _ in range(150):

@@ -27,6 +27,7 @@ from lakewarden.domain.planning import plan_tasks
 from lakewarden.metadata.catalogs import initialize_catalog, opened_catalog
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.optimizer.executor import execute_task
+from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
 from lakewarden.services.self_optimizing import task_input
 from lakewarden.spark.session import build_spark_session
 
@@ -43,17 +44,29 @@ def main() -> None:
     try:
         spec = CatalogSpec("bench", "sql", {"uri": f"sqlite:///{tmp}/catalog.db", "warehouse": str(tmp / "warehouse")})
         initialize_catalog(spec)
-        spark = build_spark_session([spec], master=f"local[{args.parallelism}]", driver_memory="4g",
-                                    app_name="lakewarden-bench")  # fmt: skip
+        spark = build_spark_session(
+            [spec], master=f"local[{args.parallelism}]", driver_memory="4g", app_name="lakewarden-bench"
+        )
         spark.sql("CREATE NAMESPACE bench.db")
-        spark.sql("CREATE TABLE bench.db.small (id BIGINT, name STRING, amount DOUBLE, day DATE, note STRING) "
-                  "USING iceberg TBLPROPERTIES ('write.parquet.compression-codec'='zstd')")  # fmt: skip
+        spark.sql(
+            "CREATE TABLE bench.db.small (id BIGINT, name STRING, amount DOUBLE, day DATE, note STRING) "
+            "USING iceberg TBLPROPERTIES ('write.parquet.compression-codec'='zstd')"
+        )
         rows = args.files * args.rows_per_file
         print(f"writing {args.files} small files ({rows:,} rows)…", flush=True)
-        (spark.range(rows).selectExpr(
-            "id", "concat('name-', CAST(id % 100003 AS STRING)) AS name", "rand(7) * 1000 AS amount",
-            "date_add(DATE '2026-01-01', CAST(id % 365 AS INT)) AS day", "sha2(CAST(id AS STRING), 256) AS note",
-        ).repartition(args.files).writeTo("bench.db.small").append())  # fmt: skip
+        (
+            spark.range(rows)
+            .selectExpr(
+                "id",
+                "concat('name-', CAST(id % 100003 AS STRING)) AS name",
+                "rand(7) * 1000 AS amount",
+                "date_add(DATE '2026-01-01', CAST(id % 365 AS INT)) AS day",
+                "sha2(CAST(id AS STRING), 256) AS note",
+            )
+            .repartition(args.files)
+            .writeTo("bench.db.small")
+            .append()
+        )
         paths = [r[0] for r in spark.sql("SELECT file_path FROM bench.db.small.files").collect()]
         input_bytes = sum(r[0] for r in spark.sql("SELECT file_size_in_bytes FROM bench.db.small.files").collect())
 
@@ -74,17 +87,22 @@ def main() -> None:
             config = OptimizingConfig.of(table.properties)
             files = snapshot_files(table, ManifestCache())
             now = int(time.time() * 1000)
-            verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config,
-                                     OptimizingClock(now, now, now))  # fmt: skip
+            verdict = evaluate_table(
+                files.snapshot_id, group_by_partition(files.data, files.deletes), config, OptimizingClock(now, now, now)
+            )
             (plan,) = plan_tasks(verdict, config)
-            task = {
-                "process_id": 1, "task_id": 1, "attempt": 1, "type": plan.type.label,
-                "catalog": {"name": spec.name, "type": spec.type, "properties": dict(spec.properties)},
-                "input": task_input("db.small", table, files.snapshot_id, plan),
-            }  # fmt: skip
+            task = Assignment(
+                process_id=1,
+                task_id=1,
+                attempt=1,
+                type=plan.type.label,
+                catalog=CatalogConnection(name=spec.name, type=spec.type, properties=dict(spec.properties)),
+                input=task_input("db.small", table, files.snapshot_id, plan),
+            )
         print(f"optimizing: {plan.type.label}, {len(files.data)} files, {input_bytes / MB:.0f} MB…", flush=True)
         started = time.perf_counter()
         output = execute_task(spark, task, "bench")
+        assert isinstance(output, OptimizingResult)
         optimizer_seconds = time.perf_counter() - started
         raw_second = raw_copy()
         spark.stop()
@@ -95,19 +113,35 @@ def main() -> None:
     optimizer_rate = input_bytes / MB / optimizer_seconds
     raw_rate = input_bytes / MB / raw_seconds
     ratio = optimizer_rate / raw_rate
-    print(f"input: {len(paths)} files, {input_bytes / MB:.1f} MB; optimizer wrote {output['files_out']} file(s)")
+    print(f"input: {len(paths)} files, {input_bytes / MB:.1f} MB; optimizer wrote {output.files_out} file(s)")
     print(f"optimizer (Iceberg rewrite via lakewarden's plan): {optimizer_seconds:.1f} s = {optimizer_rate:.1f} MB/s")
-    print(f"raw Spark Parquet read+write (zstd):             {raw_seconds:.1f} s = {raw_rate:.1f} MB/s "
-          f"(runs {raw_first:.1f} s, {raw_second:.1f} s)")  # fmt: skip
+    print(
+        f"raw Spark Parquet read+write (zstd):             {raw_seconds:.1f} s = {raw_rate:.1f} MB/s "
+        f"(runs {raw_first:.1f} s, {raw_second:.1f} s)"
+    )
     print(f"ratio: {ratio:.2f}x (goal >= 0.95x)")
-    write("compaction_throughput", {
-        "files": len(paths), "input_mb": round(input_bytes / MB, 1), "parallelism": args.parallelism,
-        "optimizer_seconds": round(optimizer_seconds, 2), "optimizer_mb_per_s": round(optimizer_rate, 1),
-        "raw_seconds": [round(raw_first, 2), round(raw_second, 2)], "raw_mb_per_s": round(raw_rate, 1),
-        "ratio": round(ratio, 3), "goal_ratio": 0.95, "met": ratio >= 0.95, "optimizer_output": output,
-    })  # fmt: skip
-    bar_chart("compaction_throughput", f"Compaction of {input_bytes / MB:.0f} MB in {len(paths)} files: {ratio:.2f}x",
-              {"lakewarden optimizer": optimizer_rate, "raw Spark zstd copy": raw_rate}, "MB/s of input")  # fmt: skip
+    write(
+        "compaction_throughput",
+        {
+            "files": len(paths),
+            "input_mb": round(input_bytes / MB, 1),
+            "parallelism": args.parallelism,
+            "optimizer_seconds": round(optimizer_seconds, 2),
+            "optimizer_mb_per_s": round(optimizer_rate, 1),
+            "raw_seconds": [round(raw_first, 2), round(raw_second, 2)],
+            "raw_mb_per_s": round(raw_rate, 1),
+            "ratio": round(ratio, 3),
+            "goal_ratio": 0.95,
+            "met": ratio >= 0.95,
+            "optimizer_output": output.model_dump(mode="json"),
+        },
+    )
+    bar_chart(
+        "compaction_throughput",
+        f"Compaction of {input_bytes / MB:.0f} MB in {len(paths)} files: {ratio:.2f}x",
+        {"lakewarden optimizer": optimizer_rate, "raw Spark zstd copy": raw_rate},
+        "MB/s of input",
+    )
 
 
 if __name__ == "__main__":

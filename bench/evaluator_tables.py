@@ -73,12 +73,17 @@ def _commit(io: Any, location: str, metadata: Any, files: int, seed: int) -> tup
         for k in range(files):
             day = f"d{k % 2}"
             data = DataFile.from_args(
-                content=DataFileContent.DATA, file_path=f"{location}/data/day={day}/{uuid.uuid4()}.parquet",
-                file_format=FileFormat.PARQUET, partition=Record(day), record_count=100,
-                file_size_in_bytes=rng.randint(4_000, 400_000), spec_id=0,
-            )  # fmt: skip
-            writer.add_entry(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
-                                                     data_file=data))  # fmt: skip
+                content=DataFileContent.DATA,
+                file_path=f"{location}/data/day={day}/{uuid.uuid4()}.parquet",
+                file_format=FileFormat.PARQUET,
+                partition=Record(day),
+                record_count=100,
+                file_size_in_bytes=rng.randint(4_000, 400_000),
+                spec_id=0,
+            )
+            writer.add_entry(
+                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data)
+            )
     manifests = [writer.to_manifest_file(), *(parent.manifests(io) if parent else [])]
     list_path = f"{location}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
     parent_id = parent.snapshot_id if parent else None
@@ -86,13 +91,30 @@ def _commit(io: Any, location: str, metadata: Any, files: int, seed: int) -> tup
         lists.add_manifests(manifests)
     total = files + (int(parent.summary["total-data-files"] or 0) if parent and parent.summary else 0)
     snapshot = Snapshot(
-        snapshot_id=snapshot_id, parent_snapshot_id=parent_id, sequence_number=sequence,
-        timestamp_ms=int(time.time() * 1000), manifest_list=list_path, schema_id=0,
-        summary=Summary(Operation.APPEND, **{"added-data-files": str(files), "total-data-files": str(total),
-                                             "total-delete-files": "0", "total-records": str(total * 100)}),
-    )  # fmt: skip
-    ref = SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=snapshot_id,
-                               max_ref_age_ms=None, max_snapshot_age_ms=None, min_snapshots_to_keep=None)  # fmt: skip
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=sequence,
+        timestamp_ms=int(time.time() * 1000),
+        manifest_list=list_path,
+        schema_id=0,
+        summary=Summary(
+            Operation.APPEND,
+            **{
+                "added-data-files": str(files),
+                "total-data-files": str(total),
+                "total-delete-files": "0",
+                "total-records": str(total * 100),
+            },
+        ),
+    )
+    ref = SetSnapshotRefUpdate(
+        ref_name="main",
+        type=SnapshotRefType.BRANCH,
+        snapshot_id=snapshot_id,
+        max_ref_age_ms=None,
+        max_snapshot_age_ms=None,
+        min_snapshots_to_keep=None,
+    )
     updates: list[TableUpdate] = [AddSnapshotUpdate(snapshot=snapshot), ref]
     return apply_updates(metadata, updates), snapshot_id
 
@@ -142,8 +164,11 @@ def main() -> None:
         warehouse = f"{tmp}/warehouse"
         started = time.perf_counter()
         with ProcessPoolExecutor(2) as pool:
-            built = [t for part in pool.map(build, [(warehouse, a, b, args.files) for a, b in chunks(args.tables, 16)])
-                     for t in part]  # fmt: skip
+            built = [
+                t
+                for part in pool.map(build, [(warehouse, a, b, args.files) for a, b in chunks(args.tables, 16)])
+                for t in part
+            ]
         print(f"built {len(built):,} tables' metadata in {time.perf_counter() - started:.0f} s", flush=True)
 
         db = Database(f"sqlite:///{tmp}/lakewarden.db")
@@ -165,15 +190,19 @@ def main() -> None:
 
         picked = sorted(random.Random(7).sample([(i, loc) for i, loc, _ in built], args.changed))
         with ProcessPoolExecutor(2) as pool:
-            changed = [c for part in pool.map(change, [(warehouse, picked[a:b], 4) for a, b in chunks(len(picked), 16)])
-                       for c in part]  # fmt: skip
+            changed = [
+                c
+                for part in pool.map(change, [(warehouse, picked[a:b], 4) for a, b in chunks(len(picked), 16)])
+                for c in part
+            ]
         with db.write() as session:  # what the metadata service's commit and event do to pointer and runtime
             for i, old, new, snapshot_id in changed:
                 name = f"t{i:05d}"
                 assert pointer_store.swap_pointer(session, "bench", "db", name, old, 0, new)
                 runtime = table_store.get_table(session, TableIdentifier("bench", "db", name)).runtime
-                table_store.record_table_snapshot(session, runtime, TableSnapshot(new, snapshot_id, {}, {}), "default",
-                                                  config)  # fmt: skip
+                table_store.record_table_snapshot(
+                    session, runtime, TableSnapshot(new, snapshot_id, {}, {}), "default", config
+                )
         print(f"committed to {len(changed):,} of them", flush=True)
 
         evaluator = TableEvaluator(db, 3600, args.threads, 3600, metadata=MetadataService(db))
@@ -189,13 +218,24 @@ def main() -> None:
 
     assert done == args.tables and fresh == args.changed, (done, fresh)
     rate = args.changed / seconds
-    print(f"evaluator pass over {args.tables:,} tables, {args.changed:,} changed: {seconds:.1f} s "
-          f"({rate:.0f} tables/s; {pending:,} turned pending; goal <= 30 s)")  # fmt: skip
-    write("evaluator_tables", {
-        "tables": args.tables, "changed": args.changed, "files_per_commit": args.files, "threads": args.threads,
-        "pass_seconds": round(seconds, 2), "tables_per_second": round(rate, 1), "turned_pending": pending,
-        "goal_seconds": 30, "met": seconds <= 30,
-    })  # fmt: skip
+    print(
+        f"evaluator pass over {args.tables:,} tables, {args.changed:,} changed: {seconds:.1f} s "
+        f"({rate:.0f} tables/s; {pending:,} turned pending; goal <= 30 s)"
+    )
+    write(
+        "evaluator_tables",
+        {
+            "tables": args.tables,
+            "changed": args.changed,
+            "files_per_commit": args.files,
+            "threads": args.threads,
+            "pass_seconds": round(seconds, 2),
+            "tables_per_second": round(rate, 1),
+            "turned_pending": pending,
+            "goal_seconds": 30,
+            "met": seconds <= 30,
+        },
+    )
     bar_chart(
         "evaluator_tables",
         f"One evaluator pass: {args.tables:,} tables, {args.changed:,} changed",

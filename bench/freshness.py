@@ -68,8 +68,9 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
     x = [p["elapsed_s"] for p in points]
     for table, color in zip(TABLES, ("tab:green", "tab:red", "tab:blue"), strict=True):
         top.plot(x, [p[table]["latency_ms"] for p in points], marker="o", label=table, color=color)
-        bottom.plot(x, [p[table]["data_files"] + p[table]["delete_files"] for p in points], marker="o",
-                    label=table, color=color)  # fmt: skip
+        bottom.plot(
+            x, [p[table]["data_files"] + p[table]["delete_files"] for p in points], marker="o", label=table, color=color
+        )
     top.set_ylabel("query latency (ms, median of 3)")
     top.set_title("Freshness under ingest: the same stream, three layouts")
     top.legend()
@@ -92,22 +93,30 @@ def main() -> None:
         "resource-groups: [{name: default, container: local, properties: {instances: '1', memory: 2g}}]\n"
     )
     with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as root:
-        spark = build_spark_session([CatalogSpec("bench", "internal", {"uri": f"{root}/iceberg"})],
-                                    app_name="lakewarden-bench-writer", driver_memory="2g")  # fmt: skip
+        spark = build_spark_session(
+            [CatalogSpec("bench", "internal", {"uri": f"{root}/iceberg"})],
+            app_name="lakewarden-bench-writer",
+            driver_memory="2g",
+        )
         spark.sql("CREATE NAMESPACE bench.f")
         for table in TABLES:
             optimizing = (
                 "'self-optimizing.minor.trigger.file-count'='4', 'self-optimizing.min-plan-interval'='0'"
-                if table == "optimized" else "'self-optimizing.enabled'='false'"
-            )  # fmt: skip
-            spark.sql(f"CREATE TABLE bench.f.{table} (id BIGINT, key BIGINT, amount DOUBLE, payload STRING) "
-                      f"USING iceberg PARTITIONED BY (bucket(8, id)) TBLPROPERTIES ({MOR}, {optimizing})")  # fmt: skip
+                if table == "optimized"
+                else "'self-optimizing.enabled'='false'"
+            )
+            spark.sql(
+                f"CREATE TABLE bench.f.{table} (id BIGINT, key BIGINT, amount DOUBLE, payload STRING) "
+                f"USING iceberg PARTITIONED BY (bucket(8, id)) TBLPROPERTIES ({MOR}, {optimizing})"
+            )
         started = time.monotonic()
         points = []
         for round_ in range(1, args.rounds + 1):
             start = (round_ - 1) * args.rows
-            batch = (f"SELECT id, id * 7 AS key, rand({round_}) * 100 AS amount, sha2(CAST(id AS STRING), 256) "
-                     f"AS payload FROM range({start}, {start + args.rows})")  # fmt: skip
+            batch = (
+                f"SELECT id, id * 7 AS key, rand({round_}) * 100 AS amount, sha2(CAST(id AS STRING), 256) "
+                f"AS payload FROM range({start}, {start + args.rows})"
+            )
             spark.sql(batch).createOrReplaceTempView("batch")
             spark.sql("CACHE TABLE batch")
             for table in ("optimized", "raw"):
@@ -118,8 +127,10 @@ def main() -> None:
                 for table in ("optimized", "raw"):
                     for _ in range(10):  # a MERGE that lost to a concurrent compaction is retried
                         try:
-                            spark.sql(f"MERGE INTO bench.f.{table} t USING ({changed}) s ON t.id = s.id "
-                                      f"WHEN MATCHED THEN UPDATE SET t.amount = t.amount + 1")  # fmt: skip
+                            spark.sql(
+                                f"MERGE INTO bench.f.{table} t USING ({changed}) s ON t.id = s.id "
+                                f"WHEN MATCHED THEN UPDATE SET t.amount = t.amount + 1"
+                            )
                             break
                         except Exception as exc:
                             if "ValidationException" not in str(exc) and "CommitFailed" not in str(exc):
@@ -127,9 +138,11 @@ def main() -> None:
             if round_ % args.measure_every == 0:
                 point = measure(spark, started, round_)
                 points.append(point)
-                print(f"round {round_:3d} @ {point['elapsed_s']:6.1f}s  " + "  ".join(
+                tables = "  ".join(
                     f"{t} {point[t]['latency_ms']:7.0f} ms ({point[t]['data_files']}+{point[t]['delete_files']} files)"
-                    for t in TABLES), flush=True)  # fmt: skip
+                    for t in TABLES
+                )
+                print(f"round {round_:3d} @ {point['elapsed_s']:6.1f}s  {tables}", flush=True)
         # the stream has stopped: let lakewarden catch up once, then the last word
         api = httpx.Client(base_url=f"{root}/api/v1", timeout=30)
         deadline = time.monotonic() + 120
@@ -145,11 +158,19 @@ def main() -> None:
     medians = {t: round(statistics.median(ratio(p, t) for p in steady), 2) for t in ("optimized", "raw")}
     finals = {t: round(ratio(final, t), 2) for t in ("optimized", "raw")}
     met = medians["optimized"] <= 1.2 and medians["raw"] >= 3.0
-    result = {"options": vars(args), "points": points, "final": final, "median_ratio_to_ideal": medians,
-              "final_ratio_to_ideal": finals, "goals": {"optimized_max_ratio": 1.2, "raw_min_ratio": 3.0},
-              "goals_met": met}  # fmt: skip
-    print(f"median latency vs ideal: optimized {medians['optimized']}x (goal <= 1.2x), raw {medians['raw']}x "
-          f"(goal >= 3x); after the stream: optimized {finals['optimized']}x, raw {finals['raw']}x")  # fmt: skip
+    result = {
+        "options": vars(args),
+        "points": points,
+        "final": final,
+        "median_ratio_to_ideal": medians,
+        "final_ratio_to_ideal": finals,
+        "goals": {"optimized_max_ratio": 1.2, "raw_min_ratio": 3.0},
+        "goals_met": met,
+    }
+    print(
+        f"median latency vs ideal: optimized {medians['optimized']}x (goal <= 1.2x), raw {medians['raw']}x "
+        f"(goal >= 3x); after the stream: optimized {finals['optimized']}x, raw {finals['raw']}x"
+    )
     write("freshness", result)
     plot([*points, final], RESULTS / "freshness.png")
     print(f"plot written to {RESULTS / 'freshness.png'}")

@@ -116,8 +116,10 @@ def main() -> None:
                 assert client.get(f"{base}/t{w}").status_code == 200
 
             def commit(client: httpx.Client, w: int, i: int) -> None:
-                body = {"requirements": [{"type": "assert-table-uuid", "uuid": uuids[w]}],
-                        "updates": [{"action": "set-properties", "updates": {"n": str(i)}}]}  # fmt: skip
+                body = {
+                    "requirements": [{"type": "assert-table-uuid", "uuid": uuids[w]}],
+                    "updates": [{"action": "set-properties", "updates": {"n": str(i)}}],
+                }
                 response = client.post(f"{base}/t{w}", json=body)
                 assert response.status_code == 200, response.text
 

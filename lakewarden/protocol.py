@@ -162,9 +162,15 @@ class ExpireSnapshotsResult(_Result):
     cutoff_ms: int | None = None
     protected_snapshot_ids: list[int] = Field(default_factory=list)
     TOTALS: ClassVar[tuple[str, ...]] = (
-        "snapshots_expired", "data_files_deleted", "delete_files_deleted", "manifests_deleted",
-        "manifest_lists_deleted", "statistics_files_deleted", "files_deleted", "bytes_freed",
-    )  # fmt: skip
+        "snapshots_expired",
+        "data_files_deleted",
+        "delete_files_deleted",
+        "manifests_deleted",
+        "manifest_lists_deleted",
+        "statistics_files_deleted",
+        "files_deleted",
+        "bytes_freed",
+    )
 
 
 class CleanOrphanFilesResult(_Result):
@@ -178,9 +184,13 @@ class CleanOrphanFilesResult(_Result):
     skipped_too_young: int = 0
     files: list[str] = Field(default_factory=list, description=f"The orphans found (at most {MAX_LISTED})")
     TOTALS: ClassVar[tuple[str, ...]] = (
-        "orphan_files_found", "orphan_bytes_found", "files_deleted", "bytes_freed", "skipped_outside_location",
+        "orphan_files_found",
+        "orphan_bytes_found",
+        "files_deleted",
+        "bytes_freed",
+        "skipped_outside_location",
         "skipped_too_young",
-    )  # fmt: skip
+    )
 
 
 class CleanDanglingDeleteFilesResult(_Result):

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.processes import TaskSpec
 from lakewarden.optimizer.app import Optimizer
+from lakewarden.protocol import OptimizingInput, PartitionRef
 from lakewarden.spark.session import configure_catalogs
 
 if TYPE_CHECKING:
@@ -54,8 +56,9 @@ def open_lake(server: ServerProcess, spark: SparkSession) -> httpx.Client:
     lakewarden's REST catalog), each with a namespace `db`."""
     api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
     catalogs = {c["name"]: c for c in api.get("/catalogs").json()}
-    configure_catalogs(spark, [CatalogSpec(name, catalogs[name]["type"], catalogs[name]["properties"])
-                               for name in ("local", "lake")])  # fmt: skip
+    configure_catalogs(
+        spark, [CatalogSpec(name, catalogs[name]["type"], catalogs[name]["properties"]) for name in ("local", "lake")]
+    )
     spark.sql("CREATE NAMESPACE local.db")
     spark.sql("CREATE NAMESPACE lake.db")
     return api
@@ -97,3 +100,12 @@ def started_server(tmp_path: Path, extra: str = "", maintenance: str | None = No
     finally:
         if process.proc is not None and process.proc.poll() is None:
             process.stop()
+
+
+def minor_task(path: str = "", values: list[Any] | None = None, cost_bytes: int = 1) -> TaskSpec:
+    """A planned minor-optimizing task of db.t on one partition, for tests that drive the protocol by hand."""
+    partition = PartitionRef(spec_id=0, path=path, values=values or [])
+    work = OptimizingInput(
+        table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"', options={}
+    )
+    return TaskSpec("minor", work, [partition.model_dump()], cost_bytes)

@@ -79,15 +79,19 @@ def test_redacted_secret_sent_back_keeps_its_value(client: TestClient, tmp_path:
         ({"name": "9lives"}, "name"),
         ({"type": "hive"}, "type"),
         ({"properties": {"warehouse": "/w"}}, "properties.uri"),
-        ({"properties": {"uri": "sqlite:////x.db", "warehouse": "/w", "table-filter": "(("}},
-         "properties.table-filter"),
-        ({"properties": {"uri": "sqlite:////x.db", "warehouse": "/w", "table.self-optimizing.group": "nope"}},
-         "properties.table.self-optimizing.group"),
+        (
+            {"properties": {"uri": "sqlite:////x.db", "warehouse": "/w", "table-filter": "(("}},
+            "properties.table-filter",
+        ),
+        (
+            {"properties": {"uri": "sqlite:////x.db", "warehouse": "/w", "table.self-optimizing.group": "nope"}},
+            "properties.table.self-optimizing.group",
+        ),
         ({"properties": {"uri": 5}}, "properties.uri"),
         ({"unknown": 1}, "unknown"),
         ({"name": None}, "name"),
     ],
-)  # fmt: skip
+)
 def test_bad_catalogs_get_400_naming_the_field(
     client: TestClient, tmp_path: Path, change: dict[str, Any], field: str
 ) -> None:

@@ -60,12 +60,16 @@ def test_every_layout_is_compacted_with_data_unchanged(
     files_before: dict[str, tuple[int, int]] = {}
     for name, layout in LAYOUTS.items():
         table = f"local.db.{name}"
-        spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg {layout} "
-                  f"TBLPROPERTIES ({PROPS})")  # fmt: skip
+        spark.sql(
+            f"CREATE TABLE {table} (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg {layout} "
+            f"TBLPROPERTIES ({PROPS})"
+        )
         write(spark, table, rounds=4)
         spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")
-        spark.sql(f"MERGE INTO {table} t USING (SELECT id FROM range(0, 200, 5)) s ON t.id = s.id "
-                  "WHEN MATCHED THEN UPDATE SET t.v = 'merged'")  # fmt: skip
+        spark.sql(
+            f"MERGE INTO {table} t USING (SELECT id FROM range(0, 200, 5)) s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET t.v = 'merged'"
+        )
         before[name] = checksum_with_ts(spark, table)
         files_before[name] = counts(spark, table)
         assert files_before[name][1] > 0, f"{name}: merge-on-read wrote no delete files"
@@ -96,14 +100,20 @@ def checksum_with_ts(spark: SparkSession, table: str) -> tuple[int, int]:
 def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
     server, api = lake
     # every file is a segment (tiny target): only the delete ratio can make a major
-    segments = ("'self-optimizing.target-size'='1024', 'self-optimizing.fragment-ratio'='1024', "
-                "'self-optimizing.min-target-size-ratio'='0.001'")  # fmt: skip
-    spark.sql(f"CREATE TABLE local.db.major (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-              f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}, {segments})")  # fmt: skip
+    segments = (
+        "'self-optimizing.target-size'='1024', 'self-optimizing.fragment-ratio'='1024', "
+        "'self-optimizing.min-target-size-ratio'='0.001'"
+    )
+    spark.sql(
+        f"CREATE TABLE local.db.major (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+        f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}, {segments})"
+    )
     write(spark, "local.db.major", rounds=2)
     spark.sql("DELETE FROM local.db.major WHERE cat = 'a' AND id % 4 = 0")  # half the rows of every `a` file
-    spark.sql(f"CREATE TABLE local.db.full (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-              f"TBLPROPERTIES ({PROPS}, 'self-optimizing.full.trigger.interval'='1')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.full (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+        f"TBLPROPERTIES ({PROPS}, 'self-optimizing.full.trigger.interval'='1')"
+    )
     write(spark, "local.db.full", rounds=2)
     expected = {t: checksum_with_ts(spark, f"local.db.{t}") for t in ("major", "full")}
     major_files = counts(spark, "local.db.major")
@@ -140,8 +150,10 @@ def test_a_writer_committing_during_compaction_loses_nothing(
 ) -> None:
     server, api = lake
     table = f"{catalog}.db.busy"
-    spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-              f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}{extra})")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+        f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}{extra})"
+    )
     write(spark, table, rounds=6)
     api.post(f"/catalogs/{catalog}/refresh")
     wait_for("pending", lambda: api.get(f"/tables/{catalog}/db/busy").json()["status"] == "pending")
@@ -175,9 +187,11 @@ def test_a_writer_committing_during_compaction_loses_nothing(
     thread.start()
     try:
         process = run_optimizer_until(
-            api, server, spark,
+            api,
+            server,
+            spark,
             lambda: next((p for p in api.get("/processes").json() if p["status"] != "running"), None),
-        )  # fmt: skip
+        )
     finally:
         stop.set()
         thread.join(120)

@@ -91,12 +91,19 @@ class Page:
         wait_for(f"a click on {selector}", attempt, timeout=timeout, interval=0.25)
 
     def wait_text(self, selector: str, expected: str, timeout: float = 60) -> str:
-        return str(wait_for(f"{expected!r} in {selector}", lambda: expected in self.text(selector) and
-                            self.text(selector), timeout=timeout, interval=0.25))  # fmt: skip
+        return str(
+            wait_for(
+                f"{expected!r} in {selector}",
+                lambda: expected in self.text(selector) and self.text(selector),
+                timeout=timeout,
+                interval=0.25,
+            )
+        )
 
     def wait_for(self, selector: str, timeout: float = 60) -> Any:
-        return wait_for(f"{selector} on the page", lambda: (self.all(selector) or [None])[0], timeout=timeout,
-                        interval=0.25)  # fmt: skip
+        return wait_for(
+            f"{selector} on the page", lambda: (self.all(selector) or [None])[0], timeout=timeout, interval=0.25
+        )
 
     def screenshot(self, name: str) -> None:
         assert self.driver.save_screenshot(str(OUTPUT / "dashboard" / f"{name}.png"))
@@ -106,11 +113,15 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
     extra = "  evaluator: {interval: 1s, recheck-interval: 1s}\n  optimizer: {heart-beat-timeout: 20s}\n"
     with started_server(tmp_path, extra=extra) as server:
         api: httpx.Client = open_lake(server, spark)
-        spark.sql(f"CREATE TABLE local.db.clicks (id BIGINT, cat STRING, v STRING) USING iceberg "
-                  f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}, 'gc.enabled'='false')")  # fmt: skip
+        spark.sql(
+            f"CREATE TABLE local.db.clicks (id BIGINT, cat STRING, v STRING) USING iceberg "
+            f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}, 'gc.enabled'='false')"
+        )
         for i in range(4):
-            spark.sql(f"INSERT INTO local.db.clicks SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range({i * 10}, "
-                      f"{i * 10 + 10})")  # fmt: skip
+            spark.sql(
+                f"INSERT INTO local.db.clicks SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range({i * 10}, "
+                f"{i * 10 + 10})"
+            )
         api.post("/catalogs/local/refresh")
         wait_for("pending", lambda: api.get("/tables/local/db/clicks").json()["status"] == "pending")
         page = Page(browser, server)
@@ -140,8 +151,12 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.wait_text("#tab", "Why pending")
         page.wait_text("#tab", "minor.trigger.file-count")  # the why, per partition
         page.screenshot("table")
-        for tab, expected in (("files", "cat=a"), ("snapshots", "append"), ("processes", "none"),
-                              ("config", "self-optimizing.minor.trigger.file-count")):  # fmt: skip
+        for tab, expected in (
+            ("files", "cat=a"),
+            ("snapshots", "append"),
+            ("processes", "none"),
+            ("config", "self-optimizing.minor.trigger.file-count"),
+        ):
             page.css(f'a[data-tab="{tab}"]').click()
             page.wait_text("#tab", expected)
             page.screenshot(f"table-{tab}")

@@ -22,18 +22,35 @@ def test_demo_compacts_live_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     log = tmp_path / "demo.out"
     with log.open("wb") as out:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden.cli.main", "demo", "--minutes", "10", "--tables", "2", "--rows", "50",
-             "--port", str(port), "--data-dir", str(tmp_path / "demo")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "lakewarden.cli.main",
+                "demo",
+                "--minutes",
+                "10",
+                "--tables",
+                "2",
+                "--rows",
+                "50",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "demo"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     api = f"http://127.0.0.1:{port}/api/v1"
     try:
         # the writer makes small files; lakewarden's local optimizer compacts them while it writes
         wait_for(
             "a compaction during the demo",
             lambda: demo.poll() is None and _succeeded(api),
-            timeout=300, interval=1,
-        )  # fmt: skip
+            timeout=300,
+            interval=1,
+        )
         assert demo.poll() is None, log.read_text()
         demo.send_signal(signal.SIGINT)  # Ctrl-C
         code = demo.wait(240)

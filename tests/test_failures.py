@@ -71,6 +71,7 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     from lakewarden.domain.catalogs import CatalogSpec
     from lakewarden.metadata.catalogs import initialize_catalog
     from lakewarden.optimizer.executor import execute_task
+    from lakewarden.protocol import Assignment
     from lakewarden.spark.session import configure_catalogs
 
     jvm: Any = spark._jvm
@@ -92,8 +93,10 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     spark.sql("CREATE TABLE failcat.db.t (id BIGINT) USING iceberg TBLPROPERTIES ('gc.enabled'='false')")
     spark.sql("INSERT INTO failcat.db.t VALUES (1)")
     work = {"action": "expire-snapshots", "table": "db.t", "keep_duration_ms": 0, "min_count": 1}
-    task = {"process_id": 1, "task_id": 1, "input": work, "catalog": {"name": "failcat", "type": "sql",
-                                                                          "properties": spec.properties}}  # fmt: skip
+    catalog = {"name": "failcat", "type": "sql", "properties": spec.properties}
+    task = Assignment.model_validate(
+        {"process_id": 1, "task_id": 1, "attempt": 1, "type": "manual", "input": work, "catalog": catalog}
+    )
     refused = _raised(lambda: execute_task(spark, task, "test"))
     message, retryable = describe_failure(refused)
     assert not retryable

@@ -10,12 +10,13 @@ from fastapi.testclient import TestClient
 from lakewarden.api.context import ServerContext
 from lakewarden.config import Config
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.processes import ProcessPlan, TaskSpec
+from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.store import catalogs as catalog_store
-from lakewarden.store import optimizing as store
+from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
+from tests.helpers import minor_task
 
 ZERO = timedelta(0)
 HOUR = timedelta(hours=1)
@@ -26,7 +27,7 @@ def setup_process(ctx: ServerContext) -> int:
     with ctx.db.write() as session:
         catalog_store.create_catalog(session, CatalogSpec("c", "sql", {"uri": "sqlite:////x.db", "warehouse": "/w"}))
         rec = table_store.add_table(session, TableIdentifier("c", "db", "t"), "default", {})
-        task = TaskSpec("minor", {"table": "db.t"}, [{"spec_id": 0, "path": "", "values": []}], 20)
+        task = minor_task(cost_bytes=20)
         return store.create_process(session, rec, "default", "optimizing", ProcessPlan("minor", 1, [task])).process_id
 
 
@@ -47,7 +48,7 @@ def test_timeouts_and_lost_optimizers_send_tasks_back(client: TestClient) -> Non
 
     # running past the execute timeout: back to PLANNED; the late completion is refused
     assert OptimizerKeeper(ctx.db, HOUR, HOUR, ZERO).release() == 1
-    late = post(client, "complete", {**ref, "attempt": 1, "output": {"files_in": 1}})
+    late = post(client, "complete", {**ref, "attempt": 1, "output": {"action": "optimizing", "files_in": 1}})
     assert late.status_code == 409
     assert "attempt 1" in late.json()["error"]["message"]
 
@@ -69,7 +70,12 @@ def test_timeouts_and_lost_optimizers_send_tasks_back(client: TestClient) -> Non
     assert task["attempt"] == 4
     done = {"token": other, "process_id": process_id, "task_id": 1, "attempt": 4}
     assert post(client, "ack", done).status_code == 204
-    assert post(client, "complete", {**done, "output": {"files_in": 3, "files_out": 1}}).status_code == 204
+    assert (
+        post(
+            client, "complete", {**done, "output": {"action": "optimizing", "files_in": 3, "files_out": 1}}
+        ).status_code
+        == 204
+    )
     process = client.get(f"/api/v1/processes/{process_id}").json()
     assert process["status"] == "success"
     assert process["summary"]["files_in"] == 3
@@ -102,18 +108,25 @@ def test_restart_heals_what_a_dead_server_left(config: Config) -> None:
             table_id = table_store.get_table(session, TableIdentifier("c", "db", "t")).runtime.table_id
             for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING)]:
                 assert transition_table(session, table_id, a, b)
-            assert transition_table(session, table_id, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING,
-                                    optimizing_process_id=process_id)  # fmt: skip
+            assert transition_table(
+                session, table_id, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING, optimizing_process_id=process_id
+            )
             stuck = table_store.add_table(session, TableIdentifier("c", "db", "planning"), "default", {})
             for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING)]:
                 assert transition_table(session, stuck.runtime.table_id, a, b)
             gone = table_store.add_table(session, TableIdentifier("c", "db", "orphan"), "default", {})
-            for a, b in [(TableStatus.IDLE, TableStatus.PENDING), (TableStatus.PENDING, TableStatus.PLANNING),
-                         (TableStatus.PLANNING, TableStatus.MAJOR_OPTIMIZING)]:  # fmt: skip
+            for a, b in [
+                (TableStatus.IDLE, TableStatus.PENDING),
+                (TableStatus.PENDING, TableStatus.PLANNING),
+                (TableStatus.PLANNING, TableStatus.MAJOR_OPTIMIZING),
+            ]:
                 assert transition_table(session, gone.runtime.table_id, a, b)
             # the task finished, but the server died before it settled the process
-            for a, b in [(TaskStatus.PLANNED, TaskStatus.SCHEDULED), (TaskStatus.SCHEDULED, TaskStatus.ACKED),
-                         (TaskStatus.ACKED, TaskStatus.SUCCESS)]:  # fmt: skip
+            for a, b in [
+                (TaskStatus.PLANNED, TaskStatus.SCHEDULED),
+                (TaskStatus.SCHEDULED, TaskStatus.ACKED),
+                (TaskStatus.ACKED, TaskStatus.SUCCESS),
+            ]:
                 assert store.transition_task(session, process_id, 1, a, b)
 
     with TestClient(create_app(config, start_services=False)) as second:  # the restart

@@ -45,8 +45,9 @@ def finished(api: httpx.Client, process_id: int) -> dict[str, Any]:
     )
 
 
-def run_on_optimizer(server: ServerProcess, spark: SparkSession, api: httpx.Client, table: str, action: str,
-                     **body: Any) -> dict[str, Any]:  # fmt: skip
+def run_on_optimizer(
+    server: ServerProcess, spark: SparkSession, api: httpx.Client, table: str, action: str, **body: Any
+) -> dict[str, Any]:
     process_id = run(api, table, action, **body)
     with running_optimizer(server, spark):
         process = finished(api, process_id)
@@ -64,8 +65,10 @@ def test_expire_snapshots_keeps_a_running_optimizing_process_base(
     lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
 ) -> None:
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.ex (id BIGINT, cat STRING) USING iceberg TBLPROPERTIES ({PROPS}, "
-              "'snapshot.keep.duration'='0min', 'snapshot.keep.min-count'='1')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.ex (id BIGINT, cat STRING) USING iceberg TBLPROPERTIES ({PROPS}, "
+        "'snapshot.keep.duration'='0min', 'snapshot.keep.min-count'='1')"
+    )
     for i in range(4):
         spark.sql(f"INSERT INTO local.db.ex VALUES ({i}, 'a')")
     api.post("/catalogs/local/refresh")
@@ -92,8 +95,9 @@ def test_expire_snapshots_keeps_a_running_optimizing_process_base(
     assert spark.sql("SELECT count(*) FROM local.db.ex").first()[0] == 6  # type: ignore[index]
     spark.sql("ALTER TABLE local.db.ex SET TBLPROPERTIES ('self-optimizing.enabled'='false')")
     api.post("/catalogs/local/refresh")
-    wait_for("the new config", lambda: api.get("/tables/local/db/ex").json()["config"]["self-optimizing.enabled"]
-             == "false")  # fmt: skip
+    wait_for(
+        "the new config", lambda: api.get("/tables/local/db/ex").json()["config"]["self-optimizing.enabled"] == "false"
+    )
     api.post(f"/processes/{assigned['process_id']}/cancel")
 
     # once nothing protects them, everything but the newest snapshot goes; files of no snapshot are freed
@@ -107,21 +111,32 @@ def test_expire_snapshots_keeps_a_running_optimizing_process_base(
 def test_orphan_files_dry_run_and_clean(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
     """With the table's min-existing-time of 60 minutes, which Iceberg's procedure would refuse (< 24 h)."""
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.orph (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
-              "'clean-orphan-file.min-existing-time-minutes'='60')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.orph (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
+        "'clean-orphan-file.min-existing-time-minutes'='60')"
+    )
     spark.sql("INSERT INTO local.db.orph SELECT id FROM range(100)")
     spark.sql("INSERT INTO local.db.orph SELECT id FROM range(100, 200)")
     before = checksum(spark, "local.db.orph", "id")
-    location = Path(spark.sql("DESCRIBE TABLE EXTENDED local.db.orph").where("col_name = 'Location'").first()[1]
-                    .removeprefix("file:"))  # type: ignore[index]  # fmt: skip
+    location = Path(
+        spark.sql("DESCRIBE TABLE EXTENDED local.db.orph")
+        .where("col_name = 'Location'")
+        .first()[1]
+        .removeprefix("file:")
+    )  # type: ignore[index]
     two_hours_ago, ten_minutes_ago = time.time() - 7200, time.time() - 600
     old_orphan = location / "data" / "left-behind.parquet"
     young_orphan = location / "data" / "just-written.parquet"
     outside = location.parent / "not-this-table.parquet"
     for path in (old_orphan, young_orphan, outside):
         path.write_bytes(b"x" * 1234)
-    for path in (old_orphan, outside, *location.rglob("*.parquet"), *location.rglob("*.avro"),
-                 *location.rglob("*.json")):  # fmt: skip
+    for path in (
+        old_orphan,
+        outside,
+        *location.rglob("*.parquet"),
+        *location.rglob("*.avro"),
+        *location.rglob("*.json"),
+    ):
         if path != young_orphan:
             os.utime(path, (two_hours_ago, two_hours_ago))  # referenced files look old too: they must stay
     os.utime(young_orphan, (ten_minutes_ago, ten_minutes_ago))
@@ -156,8 +171,9 @@ def test_gc_disabled_forbids_expiry_and_orphan_cleanup(
     """A process Iceberg refuses fails at once, not retried; once lakewarden sees the setting, no process
     is created for the actions it forbids, and table show says why."""
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.nogc (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
-              "'snapshot.keep.duration'='0min')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.nogc (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, 'snapshot.keep.duration'='0min')"
+    )
     for i in range(3):
         spark.sql(f"INSERT INTO local.db.nogc VALUES ({i})")
     process_id = run(api, "nogc", "expire-snapshots")  # created while GC is on…
@@ -178,8 +194,10 @@ def test_gc_disabled_forbids_expiry_and_orphan_cleanup(
         assert answer.status_code == 200, answer.text
         assert answer.json()["created"] is False
         assert answer.json()["reason"].startswith(f"gc.enabled=false on the table: Iceberg does not {verb}")
-    assert "no process created: gc.enabled=false" in cli(server, "table", "run", "local.db.nogc",
-                                                         "expire-snapshots").stdout  # fmt: skip
+    assert (
+        "no process created: gc.enabled=false"
+        in cli(server, "table", "run", "local.db.nogc", "expire-snapshots").stdout
+    )
     shown = {m["action"]: m for m in cli_json(server, "table", "show", "local.db.nogc")["maintenance"]}
     assert shown["expire-snapshots"]["blocked_by"].startswith("gc.enabled=false")
     assert shown["clean-orphan-files"]["blocked_by"].startswith("gc.enabled=false")
@@ -191,13 +209,17 @@ def test_gc_disabled_forbids_expiry_and_orphan_cleanup(
 
 def test_dangling_delete_files_are_removed(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.dang (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
-              f"TBLPROPERTIES ({QUIET}, 'format-version'='2', 'write.delete.mode'='merge-on-read')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.dang (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        f"TBLPROPERTIES ({QUIET}, 'format-version'='2', 'write.delete.mode'='merge-on-read')"
+    )
     spark.sql("INSERT INTO local.db.dang SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range(100)")
     spark.sql("DELETE FROM local.db.dang WHERE id % 5 = 0")  # position deletes in both partitions
     # a rewrite that gives the new files fresh sequence numbers leaves the old deletes applying to nothing
-    spark.sql("CALL local.system.rewrite_data_files(table => 'db.dang', "
-              "options => map('rewrite-all', 'true', 'use-starting-sequence-number', 'false'))")  # fmt: skip
+    spark.sql(
+        "CALL local.system.rewrite_data_files(table => 'db.dang', "
+        "options => map('rewrite-all', 'true', 'use-starting-sequence-number', 'false'))"
+    )
     before = checksum(spark, "local.db.dang", "id, cat")
     deletes = spark.sql("SELECT count(*) FROM local.db.dang.delete_files").first()[0]  # type: ignore[index]
     assert deletes == 2
@@ -216,10 +238,12 @@ def test_dangling_delete_files_are_removed(lake: tuple[ServerProcess, httpx.Clie
 def test_data_expiration(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession, level: str) -> None:
     server, api = lake
     table = f"exp_{level}"
-    spark.sql(f"CREATE TABLE local.db.{table} (id BIGINT, cat STRING, ts TIMESTAMP) USING iceberg "
-              f"PARTITIONED BY (cat) TBLPROPERTIES ({QUIET}, 'data-expire.enabled'='true', "
-              f"'data-expire.field'='ts', 'data-expire.retention-time'='7d', 'data-expire.level'='{level}', "
-              "'data-expire.base-on-rule'='CURRENT_TIME')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.{table} (id BIGINT, cat STRING, ts TIMESTAMP) USING iceberg "
+        f"PARTITIONED BY (cat) TBLPROPERTIES ({QUIET}, 'data-expire.enabled'='true', "
+        f"'data-expire.field'='ts', 'data-expire.retention-time'='7d', 'data-expire.level'='{level}', "
+        "'data-expire.base-on-rule'='CURRENT_TIME')"
+    )
     old, new = "current_timestamp() - INTERVAL 30 DAYS", "current_timestamp()"
     spark.sql(f"INSERT INTO local.db.{table} SELECT id, 'a', {old} FROM range(0, 10)")  # a: all old
     spark.sql(f"INSERT INTO local.db.{table} SELECT id, 'b', {old} FROM range(10, 20)")  # b: one old file…
@@ -241,6 +265,7 @@ def test_auto_tag_task_creates_the_tag(spark: SparkSession, tmp_path: Path) -> N
     from lakewarden.domain.catalogs import CatalogSpec
     from lakewarden.metadata.catalogs import initialize_catalog
     from lakewarden.optimizer.executor import execute_task
+    from lakewarden.protocol import Assignment, AutoCreateTagsResult
     from lakewarden.spark.session import configure_catalogs
 
     spec = CatalogSpec("tagcat", "sql", {"uri": f"sqlite:///{tmp_path}/c.db", "warehouse": str(tmp_path / "w")})
@@ -251,12 +276,23 @@ def test_auto_tag_task_creates_the_tag(spark: SparkSession, tmp_path: Path) -> N
     spark.sql("INSERT INTO tagcat.db.t VALUES (1)")
     first = snapshot_ids(spark, "tagcat.db.t")[0]
     spark.sql("INSERT INTO tagcat.db.t VALUES (2)")
-    work = {"action": "auto-create-tags", "table": "db.t", "tag": "tag-20261120", "snapshot_id": first,
-            "max_age_ms": 86400000}  # fmt: skip
-    task = {"process_id": 1, "task_id": 1, "input": work, "catalog": {"name": "tagcat", "type": "sql",
-                                                                          "properties": spec.properties}}  # fmt: skip
-    assert execute_task(spark, task, "test")["tags_created"] == 1
-    assert execute_task(spark, task, "test")["tags_created"] == 0  # a retried task does not fail on it
+    work = {
+        "action": "auto-create-tags",
+        "table": "db.t",
+        "tag": "tag-20261120",
+        "snapshot_id": first,
+        "max_age_ms": 86400000,
+    }
+    catalog = {"name": "tagcat", "type": "sql", "properties": spec.properties}
+    task = Assignment.model_validate(
+        {"process_id": 1, "task_id": 1, "attempt": 1, "type": "manual", "input": work, "catalog": catalog}
+    )
+    created = execute_task(spark, task, "test")
+    assert created.model_copy(update={"duration_ms": 0}) == AutoCreateTagsResult(
+        tags_created=1, tags=["tag-20261120"], snapshot_id=first
+    )
+    again = execute_task(spark, task, "test")  # a retried task does not fail on it
+    assert isinstance(again, AutoCreateTagsResult) and again.tags_created == 0
     refs = {r[0]: (r[1], r[2]) for r in spark.sql("SELECT name, type, snapshot_id FROM tagcat.db.t.refs").collect()}
     assert refs["tag-20261120"] == ("TAG", first)
     assert spark.sql("SELECT count(*) FROM tagcat.db.t VERSION AS OF 'tag-20261120'").first()[0] == 1  # type: ignore[index]
@@ -267,8 +303,10 @@ def test_scheduled_manifest_rewrite(tmp_path: Path, spark: SparkSession) -> None
     maintenance = MAINTENANCE_OFF.replace("rewrite-manifests: {enabled: false}", "rewrite-manifests: {interval: 1s}")
     with started_server(tmp_path, extra=FAST, maintenance=maintenance) as server:
         api = open_lake(server, spark)
-        spark.sql(f"CREATE TABLE local.db.man (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
-                  "'rewrite-manifests.trigger.manifest-count'='5')")  # fmt: skip
+        spark.sql(
+            f"CREATE TABLE local.db.man (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
+            "'rewrite-manifests.trigger.manifest-count'='5')"
+        )
         for i in range(6):
             spark.sql(f"INSERT INTO local.db.man VALUES ({i})")
         before = checksum(spark, "local.db.man", "id")
@@ -299,15 +337,19 @@ def test_server_killed_mid_action_ends_terminal_with_nothing_lost(
     lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
 ) -> None:
     server, api = lake
-    spark.sql(f"CREATE TABLE local.db.rs (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "
-              "'snapshot.keep.duration'='0min')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.rs (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, 'snapshot.keep.duration'='0min')"
+    )
     for i in range(5):
         spark.sql(f"INSERT INTO local.db.rs SELECT id FROM range({i * 1000}, {(i + 1) * 1000})")
     before = checksum(spark, "local.db.rs", "id")
     process_id = run(api, "rs", "expire-snapshots")
     with running_optimizer(server, spark):
-        wait_for("the task in flight", lambda: api.get(f"/processes/{process_id}").json()["tasks"][0]["status"]
-                 != "planned", interval=0.05)  # fmt: skip
+        wait_for(
+            "the task in flight",
+            lambda: api.get(f"/processes/{process_id}").json()["tasks"][0]["status"] != "planned",
+            interval=0.05,
+        )
         assert server.stop(signal.SIGKILL) == -signal.SIGKILL
         server.start()  # same data directory: the process and its task are where they were
         process = finished(api, process_id)

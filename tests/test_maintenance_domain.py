@@ -12,7 +12,6 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 from lakewarden.domain.maintenance import (
     MAINTENANCE_ACTIONS,
-    Action,
     AutoTagConfig,
     DataExpireConfig,
     ExpireSnapshotsConfig,
@@ -28,6 +27,7 @@ from lakewarden.domain.maintenance import (
     parse_duration,
     tag_due,
 )
+from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TABLE_DEFAULTS
 
 HOUR_MS = 3_600_000
@@ -95,8 +95,10 @@ def test_dangling_delete_files() -> None:
 
 def test_tag_due_for_the_last_period_on_the_snapshot_current_at_trigger_time() -> None:
     daily = AutoTagConfig.of({})
-    assert daily.tag_format == "'tag-'yyyyMMdd" and AutoTagConfig.of(
-        {"tag.auto-create.trigger.period": "hourly"}).tag_format == "'tag-'yyyyMMddHH"  # fmt: skip
+    assert (
+        daily.tag_format == "'tag-'yyyyMMdd"
+        and AutoTagConfig.of({"tag.auto-create.trigger.period": "hourly"}).tag_format == "'tag-'yyyyMMddHH"
+    )
     midnight = datetime(2026, 11, 21, tzinfo=UTC)
     ms = int(midnight.timestamp() * 1000)
     snapshots = [SnapshotInfo(1, None, ms - 7200_000), SnapshotInfo(2, 1, ms - 60_000), SnapshotInfo(3, 2, ms + 60_000)]
@@ -112,8 +114,9 @@ def test_tag_due_for_the_last_period_on_the_snapshot_current_at_trigger_time() -
 
 
 def test_maintenance_schedules_in_the_server_config() -> None:
-    config = Config.model_validate({"ams": {"clean-orphan-files": {"enabled": True}, "expire-snapshots": {
-        "interval": "10min"}}})  # fmt: skip
+    config = Config.model_validate(
+        {"ams": {"clean-orphan-files": {"enabled": True}, "expire-snapshots": {"interval": "10min"}}}
+    )
     assert config.ams.clean_orphan_files.interval == timedelta(days=1)  # the action's own default stays
     assert config.ams.expire_snapshots.interval == timedelta(minutes=10) and config.ams.expire_snapshots.enabled
     assert config.ams.auto_create_tags.interval == timedelta(minutes=1)

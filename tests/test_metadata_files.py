@@ -69,8 +69,12 @@ def test_layouts_are_read_and_planned_minor(spark: SparkSession, catalog: Catalo
         assert files.snapshot_id == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
 
         config = OptimizingConfig.of(table.properties)
-        verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config,
-                                 OptimizingClock(now_ms(), last_minor_ms=now_ms()))  # fmt: skip
+        verdict = evaluate_table(
+            files.snapshot_id,
+            group_by_partition(files.data, files.deletes),
+            config,
+            OptimizingClock(now_ms(), last_minor_ms=now_ms()),
+        )
         if paths is not None:
             assert sorted(str(p.partition) if p.partition.path else "" for p in verdict.partitions) == sorted(
                 p or "" for p in paths

@@ -59,8 +59,10 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
 
     victim = subprocess.Popen(
         [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
 
         def acked() -> dict[str, Any] | None:

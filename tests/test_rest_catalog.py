@@ -197,10 +197,16 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     error(httpx.get(f"{base}/lake/namespaces/db/tables/nope"), 404, "NoSuchTableException")
     error(httpx.post(f"{base}/lake/namespaces", json={"namespace": "db"}), 400, "BadRequestException")
     error(httpx.post(f"{base}/lake/namespaces", json={"namespace": ["db"]}), 409, "AlreadyExistsException")
-    error(httpx.post(f"{base}/lake/namespaces/db/tables", json={"name": "x", "schema": {"type": "nope"}}), 400,
-          "BadRequestException")  # fmt: skip
-    error(httpx.post(f"{base}/lake/namespaces/db/tables", content=b"{", headers={"content-type": "application/json"}),
-          400, "BadRequestException")  # fmt: skip
+    error(
+        httpx.post(f"{base}/lake/namespaces/db/tables", json={"name": "x", "schema": {"type": "nope"}}),
+        400,
+        "BadRequestException",
+    )
+    error(
+        httpx.post(f"{base}/lake/namespaces/db/tables", content=b"{", headers={"content-type": "application/json"}),
+        400,
+        "BadRequestException",
+    )
     stale = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42}], "updates": []}
     error(httpx.post(f"{base}/lake/namespaces/db/tables/t", json=stale), 409, "CommitFailedException")
     bad_update = {"updates": [{"action": "no-such-action"}]}

@@ -35,8 +35,7 @@ def compact_and_compare(
 ) -> None:
     """Once the table is pending, an optimizer compacts it successfully and its rows stay the same."""
     before = checksum(spark, f"{catalog}.db.{table}")
-    wait_for("pending", lambda: api.get(f"/tables/{catalog}/db/{table}").json().get("status") == "pending",
-             timeout=60)  # fmt: skip
+    wait_for("pending", lambda: api.get(f"/tables/{catalog}/db/{table}").json().get("status") == "pending", timeout=60)
     with running_optimizer(server, spark):
         process = wait_for(
             "a finished process",
@@ -51,12 +50,16 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     server, api = lake
     c = f"rest{server.port}"
     spark.sql(f"CREATE NAMESPACE {c}.db")
-    spark.sql(f"CREATE TABLE {c}.db.t (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
-              f"TBLPROPERTIES ({PROPS})")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE {c}.db.t (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+        f"TBLPROPERTIES ({PROPS})"
+    )
     spark.sql(f"INSERT INTO {c}.db.t SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range(50)")
     spark.sql(f"INSERT INTO {c}.db.t SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range(50, 100)")
-    spark.sql(f"MERGE INTO {c}.db.t t USING (SELECT id FROM range(0, 100, 10)) s ON t.id = s.id "
-              "WHEN MATCHED THEN UPDATE SET t.v = 'merged'")  # fmt: skip
+    spark.sql(
+        f"MERGE INTO {c}.db.t t USING (SELECT id FROM range(0, 100, 10)) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET t.v = 'merged'"
+    )
     spark.sql(f"DELETE FROM {c}.db.t WHERE id % 7 = 0")
     spark.sql(f"UPDATE {c}.db.t SET v = 'updated' WHERE id = 1")
     spark.sql(f"ALTER TABLE {c}.db.t ADD COLUMN extra STRING")
@@ -87,8 +90,10 @@ def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Clie
     c = f"rest{server.port}"
     spark.sql(f"CREATE NAMESPACE {c}.db")
     # CTAS and REPLACE are staged creates/replaces, committed with assert-create / assert-table-uuid
-    spark.sql(f"CREATE TABLE {c}.db.ctas USING iceberg PARTITIONED BY (bucket(4, id)) "
-              f"AS SELECT id, CAST(id AS STRING) AS v FROM range(200)")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE {c}.db.ctas USING iceberg PARTITIONED BY (bucket(4, id)) "
+        f"AS SELECT id, CAST(id AS STRING) AS v FROM range(200)"
+    )
     assert spark.sql(f"SELECT count(*) FROM {c}.db.ctas").first()[0] == 200  # type: ignore[index]
     spark.sql(f"REPLACE TABLE {c}.db.ctas USING iceberg AS SELECT id, id * 2 AS doubled FROM range(10)")
     replaced = spark.sql(f"SELECT * FROM {c}.db.ctas ORDER BY id").collect()
@@ -112,10 +117,13 @@ def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Clie
     result = spark.sql(f"CALL {c}.system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '2'))")
     assert result.first()[0] == 4  # type: ignore[index]  # rewritten data files
     spark.sql(f"CALL {c}.system.rewrite_manifests('db.t')").collect()
-    spark.sql(f"CALL {c}.system.expire_snapshots(table => 'db.t', older_than => TIMESTAMP '2999-01-01 00:00:00', "
-              "retain_last => 1)").collect()  # fmt: skip
-    spark.sql(f"CALL {c}.system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '2000-01-01 00:00:00')"
-              ).collect()  # fmt: skip
+    spark.sql(
+        f"CALL {c}.system.expire_snapshots(table => 'db.t', older_than => TIMESTAMP '2999-01-01 00:00:00', "
+        "retain_last => 1)"
+    ).collect()
+    spark.sql(
+        f"CALL {c}.system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '2000-01-01 00:00:00')"
+    ).collect()
     assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {c}.db.t").collect()) == [0, 1, 2, 3]
     operations = [e["operation"] for e in api.get(f"/tables/{c}/db/t/timeline").json()]
     assert "replace" in operations  # the rewrite, recorded on the timeline
@@ -128,13 +136,17 @@ def test_format_version_3_tables_with_deletion_vectors(
     c = f"rest{server.port}"
     spark.sql(f"CREATE NAMESPACE {c}.db")
     # created as v3: merge-on-read deletes are deletion vectors (Puffin files)
-    spark.sql(f"CREATE TABLE {c}.db.v3 (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
-              f"TBLPROPERTIES ('format-version'='3', {PROPS})")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE {c}.db.v3 (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+        f"TBLPROPERTIES ('format-version'='3', {PROPS})"
+    )
     for start in range(0, 100, 25):
         spark.sql(f"INSERT INTO {c}.db.v3 SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v' FROM range({start}, {start + 25})")
     spark.sql(f"DELETE FROM {c}.db.v3 WHERE id % 9 = 0")
-    spark.sql(f"MERGE INTO {c}.db.v3 t USING (SELECT id FROM range(1, 100, 10)) s ON t.id = s.id "
-              "WHEN MATCHED THEN UPDATE SET t.v = 'merged'")  # fmt: skip
+    spark.sql(
+        f"MERGE INTO {c}.db.v3 t USING (SELECT id FROM range(1, 100, 10)) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET t.v = 'merged'"
+    )
     formats = {r[0] for r in spark.sql(f"SELECT file_format FROM {c}.db.v3.delete_files").collect()}
     assert formats == {"PUFFIN"}
     assert spark.sql(f"SELECT count(*) FROM {c}.db.v3").first()[0] == 100 - 12  # type: ignore[index]
@@ -142,11 +154,14 @@ def test_format_version_3_tables_with_deletion_vectors(
     assert loaded["format-version"] == 3 and loaded["next-row-id"] >= 100
 
     # a staged create (CTAS) as v3, and a v2 table upgraded in place
-    spark.sql(f"CREATE TABLE {c}.db.ctas3 USING iceberg TBLPROPERTIES ('format-version'='3') "
-              "AS SELECT id FROM range(10)")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE {c}.db.ctas3 USING iceberg TBLPROPERTIES ('format-version'='3') AS SELECT id FROM range(10)"
+    )
     assert spark.sql(f"SELECT count(*) FROM {c}.db.ctas3").first()[0] == 10  # type: ignore[index]
-    spark.sql(f"CREATE TABLE {c}.db.up (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2', "
-              "'write.delete.mode'='merge-on-read')")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE {c}.db.up (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2', "
+        "'write.delete.mode'='merge-on-read')"
+    )
     spark.sql(f"INSERT INTO {c}.db.up SELECT id FROM range(20)")
     spark.sql(f"ALTER TABLE {c}.db.up SET TBLPROPERTIES ('format-version'='3')")
     spark.sql(f"INSERT INTO {c}.db.up SELECT id FROM range(20, 30)")

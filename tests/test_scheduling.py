@@ -11,16 +11,17 @@ from sqlalchemy import update
 
 from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.processes import ProcessPlan, TaskSpec
+from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier, TableStatus
 from lakewarden.store import catalogs as catalog_store
-from lakewarden.store import optimizing as store
+from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import utcnow
 from lakewarden.store.models import TaskRow
 from lakewarden.store.runtime import transition_table
 from lakewarden.store.tables import TableRecord
+from tests.helpers import minor_task
 
 
 def ctx_of(client: TestClient) -> ServerContext:
@@ -42,8 +43,7 @@ def make_pending(ctx: ServerContext, rec: TableRecord, **fields: Any) -> None:
 
 
 def process_with_tasks(ctx: ServerContext, rec: TableRecord, tasks: int, group: str = "default") -> int:
-    specs = [TaskSpec("minor", {"table": "db.t"}, [{"spec_id": 0, "path": f"p={i}", "values": [i]}], 1)
-             for i in range(tasks)]  # fmt: skip
+    specs = [minor_task(f"p={i}", [i]) for i in range(tasks)]
     with ctx.db.write() as session:
         return store.create_process(session, rec, group, "optimizing", ProcessPlan("minor", 1, specs)).process_id
 
@@ -84,7 +84,9 @@ def test_per_table_cap_follows_quota(client: TestClient) -> None:
     assert poll(client, token) is None
     ref = {"token": token, "process_id": 1, "task_id": 1, "attempt": 1}
     assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
-    assert client.post("/api/v1/optimizer/complete", json={**ref, "output": {}}).status_code == 204
+    assert (
+        client.post("/api/v1/optimizer/complete", json={**ref, "output": {"action": "optimizing"}}).status_code == 204
+    )
     assert poll(client, token)["task_id"] == 3  # a slot came free
 
 
@@ -100,10 +102,10 @@ def test_balanced_policy_picks_the_least_recently_optimized(client: TestClient) 
     recent, old, never = add_table(ctx, "recent"), add_table(ctx, "old"), add_table(ctx, "never")
     make_pending(ctx, recent, last_minor_optimizing_at=now - timedelta(minutes=1))
     make_pending(ctx, old, last_minor_optimizing_at=now - timedelta(days=1))
-    picked = ctx.scheduler._pick_table("default")
+    picked = ctx.dispatcher._pick_table("default")
     assert picked is not None and picked.name.table == "old"
     make_pending(ctx, never)
-    picked = ctx.scheduler._pick_table("default")
+    picked = ctx.dispatcher._pick_table("default")
     assert picked is not None and picked.name.table == "never"
 
 
@@ -123,7 +125,7 @@ def test_quota_policy_picks_the_lowest_share_of_quota_used(client: TestClient) -
         store.transition_process(session, pid, ProcessStatus.RUNNING, ProcessStatus.SUCCESS)
     make_pending(ctx, busy)
     make_pending(ctx, idle)
-    picked = ctx.scheduler._pick_table("default")
+    picked = ctx.dispatcher._pick_table("default")
     assert picked is not None and picked.name.table == "idle"  # 0% used beats 67%
 
 
@@ -131,7 +133,7 @@ def test_min_plan_interval_holds_a_table_back(client: TestClient) -> None:
     ctx = ctx_of(client)
     rec = add_table(ctx, "t", **{"self-optimizing.min-plan-interval": "600000"})
     make_pending(ctx, rec, last_planned_at=utcnow() - timedelta(minutes=1))
-    assert ctx.scheduler._pick_table("default") is None
+    assert ctx.dispatcher._pick_table("default") is None
 
 
 def test_cancel_a_running_process(client: TestClient) -> None:
@@ -149,7 +151,7 @@ def test_cancel_a_running_process(client: TestClient) -> None:
     assert canceled.json()["status"] == "canceled"
     assert [t["status"] for t in canceled.json()["tasks"]] == ["canceled", "canceled"]
     assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"
-    late = client.post("/api/v1/optimizer/complete", json={**ref, "output": {}})
+    late = client.post("/api/v1/optimizer/complete", json={**ref, "output": {"action": "optimizing"}})
     assert late.status_code == 409  # the running task's report is refused
     again = client.post(f"/api/v1/processes/{pid}/cancel")
     assert again.status_code == 409 and "not running" in again.json()["error"]["message"]
@@ -192,8 +194,8 @@ def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> No
 
 def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
     ctx = ctx_of(client)
-    assert [ctx.scheduler.backoff(n) for n in (0, 1, 2)] == [timedelta(seconds=s) for s in (5, 10, 20)]
-    assert ctx.scheduler.backoff(12) == timedelta(minutes=5)  # at most task-retry-backoff-max
+    assert [ctx.engine.backoff(n) for n in (0, 1, 2)] == [timedelta(seconds=s) for s in (5, 10, 20)]
+    assert ctx.engine.backoff(12) == timedelta(minutes=5)  # at most task-retry-backoff-max
     rec = add_table(ctx, "t")
     pid = process_with_tasks(ctx, rec, tasks=1)
     start_optimizing(ctx, rec, pid)

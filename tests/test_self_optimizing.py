@@ -25,8 +25,10 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: SparkSession) -> None:
     api = open_lake(server, spark)
-    spark.sql(f"CREATE TABLE local.db.t (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
-              f"TBLPROPERTIES ({PROPS})")  # fmt: skip
+    spark.sql(
+        f"CREATE TABLE local.db.t (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+        f"TBLPROPERTIES ({PROPS})"
+    )
     for i in range(4):
         spark.sql(
             f"INSERT INTO local.db.t SELECT id, IF(id % 2 = 0, 'a', 'b'), 'v{i}' FROM range({i * 100}, {i * 100 + 100})"

@@ -29,9 +29,15 @@ REFRESH_SECONDS = 2
 # appear beside the optimizing ones that other tests count.
 MAINTENANCE_OFF = "".join(
     f"  {action}: {{enabled: false}}\n"
-    for action in ("expire-snapshots", "clean-orphan-files", "clean-dangling-delete-files", "data-expiration",
-                   "auto-create-tags", "rewrite-manifests")
-)  # fmt: skip
+    for action in (
+        "expire-snapshots",
+        "clean-orphan-files",
+        "clean-dangling-delete-files",
+        "data-expiration",
+        "auto-create-tags",
+        "rewrite-manifests",
+    )
+)
 
 
 class ServerProcess:
@@ -131,8 +137,20 @@ def test_table_created_by_spark_is_listed_within_one_refresh(server: ServerProce
 
 def test_cli_commands_and_errors(server: ServerProcess, tmp_path: Path) -> None:
     wh = tmp_path / "extra"
-    out = cli(server, "catalog", "add", "extra", "--type", "sql", "--uri", f"sqlite:///{wh}.db", "--warehouse", str(wh),
-              "-p", "table-filter=keep_.*").stdout  # fmt: skip
+    out = cli(
+        server,
+        "catalog",
+        "add",
+        "extra",
+        "--type",
+        "sql",
+        "--uri",
+        f"sqlite:///{wh}.db",
+        "--warehouse",
+        str(wh),
+        "-p",
+        "table-filter=keep_.*",
+    ).stdout
     assert "registered" in out
     assert cli_json(server, "catalog", "show", "extra")["properties"]["table-filter"] == "keep_.*"
     assert "healthy" in cli(server, "catalog", "refresh", "extra").stdout
@@ -167,8 +185,11 @@ def test_cli_commands_and_errors(server: ServerProcess, tmp_path: Path) -> None:
 def test_cli_without_a_server_says_so(tmp_path: Path) -> None:
     proc = subprocess.run(
         [*LAKEWARDEN, "catalog", "list", "--server", f"http://127.0.0.1:{free_port()}"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1
     assert "cannot reach the lakewarden server" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -81,8 +81,26 @@ def test_manifests_read_like_pyiceberg_with_schemas_resolved_once(tmp_path: Path
         for discard in (True, False):
             a = fast.entries(table.io, mine, discard_deleted=discard)
             b = reference.fetch_manifest_entry(table.io, discard_deleted=discard)
-            key = [(e.status, e.snapshot_id, e.sequence_number, e.file_sequence_number, e.data_file.file_path,
-                    e.data_file.record_count) for e in a]  # fmt: skip
-            assert key == [(e.status, e.snapshot_id, e.sequence_number, e.file_sequence_number,
-                            e.data_file.file_path, e.data_file.record_count) for e in b]  # fmt: skip
+            key = [
+                (
+                    e.status,
+                    e.snapshot_id,
+                    e.sequence_number,
+                    e.file_sequence_number,
+                    e.data_file.file_path,
+                    e.data_file.record_count,
+                )
+                for e in a
+            ]
+            assert key == [
+                (
+                    e.status,
+                    e.snapshot_id,
+                    e.sequence_number,
+                    e.file_sequence_number,
+                    e.data_file.file_path,
+                    e.data_file.record_count,
+                )
+                for e in b
+            ]
     assert 1 <= len(fast._resolved) <= 4  # one reader per distinct schema, not per file

@@ -16,15 +16,23 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from lakewarden.domain.maintenance import Action
+from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.store import stats
 from lakewarden.store.database import Database
 
 TABLE = ["catalog", "database", "table"]
 OPTIMIZING_RESULTS = {"files_in": "files", "files_out": "files", "bytes_in": "bytes", "bytes_out": "bytes"}
-MAINTENANCE_RESULTS = ("files_deleted", "bytes_freed", "snapshots_expired", "delete_files_removed",
-                       "data_files_deleted", "records_deleted", "tags_created", "manifests_rewritten")  # fmt: skip
+MAINTENANCE_RESULTS = (
+    "files_deleted",
+    "bytes_freed",
+    "snapshots_expired",
+    "delete_files_removed",
+    "data_files_deleted",
+    "records_deleted",
+    "tags_created",
+    "manifests_rewritten",
+)
 
 
 class DatabaseCollector(Collector):
@@ -40,8 +48,9 @@ class DatabaseCollector(Collector):
         yield from self._tables(tables)
         yield from self._processes(totals)
         yield from self._groups(load, tables)
-        health = GaugeMetricFamily("lakewarden_catalog_healthy", "1 when the catalog's last listing worked",
-                                   labels=["catalog"])  # fmt: skip
+        health = GaugeMetricFamily(
+            "lakewarden_catalog_healthy", "1 when the catalog's last listing worked", labels=["catalog"]
+        )
         for name, state in catalogs:
             health.add_metric([name], 0.0 if state == "unhealthy" else 1.0)
         yield health
@@ -51,8 +60,9 @@ class DatabaseCollector(Collector):
         status = GaugeMetricFamily(
             "lakewarden_table_status", "1 for the status the table is in", labels=[*TABLE, "status"]
         )
-        files = GaugeMetricFamily("lakewarden_table_files", "Live files of the current snapshot",
-                                  labels=[*TABLE, "content"])  # fmt: skip
+        files = GaugeMetricFamily(
+            "lakewarden_table_files", "Live files of the current snapshot", labels=[*TABLE, "content"]
+        )
         size = GaugeMetricFamily("lakewarden_table_size_bytes", "Bytes of the current snapshot's files", labels=TABLE)
         for catalog, database, table, code, _group, summary in tables:
             status.add_metric([catalog, database, table, TableStatus(code).label], 1.0)
@@ -63,10 +73,14 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _processes(totals: list[stats.ProcessTotals]) -> Iterator[Metric]:
-        processes = CounterMetricFamily("lakewarden_processes", "Processes by table, action, type and status",
-                                        labels=[*TABLE, "action", "type", "status"])  # fmt: skip
-        seconds = CounterMetricFamily("lakewarden_optimizing_seconds", "Time ended optimizing processes took",
-                                      labels=[*TABLE, "type"])  # fmt: skip
+        processes = CounterMetricFamily(
+            "lakewarden_processes",
+            "Processes by table, action, type and status",
+            labels=[*TABLE, "action", "type", "status"],
+        )
+        seconds = CounterMetricFamily(
+            "lakewarden_optimizing_seconds", "Time ended optimizing processes took", labels=[*TABLE, "type"]
+        )
         moved = {
             key: CounterMetricFamily(
                 f"lakewarden_optimizing_{key}",
@@ -109,14 +123,15 @@ class DatabaseCollector(Collector):
         yield from (processes, seconds, *moved.values(), *maintenance.values())
 
     @staticmethod
-    def _groups(load: dict[str, stats.GroupLoad], tables: list[tuple[str, str, str, int, str, dict[str, Any]]]
-                ) -> Iterator[Metric]:  # fmt: skip
+    def _groups(
+        load: dict[str, stats.GroupLoad], tables: list[tuple[str, str, str, int, str, dict[str, Any]]]
+    ) -> Iterator[Metric]:
         threads = GaugeMetricFamily("lakewarden_group_threads", "Optimizer threads of the group", labels=["group"])
         busy = GaugeMetricFamily("lakewarden_group_threads_busy", "Threads running a task", labels=["group"])
-        queued = GaugeMetricFamily("lakewarden_group_queued_tasks", "Planned tasks waiting for a thread",
-                                   labels=["group"])  # fmt: skip
-        pending = GaugeMetricFamily("lakewarden_group_pending_tables", "Tables waiting to be planned",
-                                    labels=["group"])  # fmt: skip
+        queued = GaugeMetricFamily(
+            "lakewarden_group_queued_tasks", "Planned tasks waiting for a thread", labels=["group"]
+        )
+        pending = GaugeMetricFamily("lakewarden_group_pending_tables", "Tables waiting to be planned", labels=["group"])
         waiting: dict[str, int] = {}
         for *_, code, group, _summary in tables:
             if code == TableStatus.PENDING:
@@ -132,10 +147,12 @@ class DatabaseCollector(Collector):
 
 def api_latency(registry: CollectorRegistry) -> Histogram:
     return Histogram(
-        "lakewarden_http_request_duration_seconds", "API latency by method, route and status",
-        ["method", "route", "status"], registry=registry,
+        "lakewarden_http_request_duration_seconds",
+        "API latency by method, route and status",
+        ["method", "route", "status"],
+        registry=registry,
         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    )  # fmt: skip
+    )
 
 
 class LatencyMiddleware:

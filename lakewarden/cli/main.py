@@ -84,11 +84,14 @@ def demo(
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Server port (default 1630 or a free one)")] = None,
 ) -> None:
     """The main job, live: a server on the embedded default, a writer making small files, lakewarden compacting them."""
-    from lakewarden.demo import DemoError, DemoOptions, run_demo
+    from lakewarden.cli.demo import DemoError, DemoOptions, run_demo
 
     try:
-        code = run_demo(DemoOptions(minutes=minutes, tables=tables, rows=rows, merge_every=merge_every,
-                                    data_dir=data_dir, port=port))  # fmt: skip
+        code = run_demo(
+            DemoOptions(
+                minutes=minutes, tables=tables, rows=rows, merge_every=merge_every, data_dir=data_dir, port=port
+            )
+        )
     except DemoError as exc:
         fail(str(exc))
     raise typer.Exit(code)
@@ -227,8 +230,10 @@ def group_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = F
         return
     pairs = [(k, group[k]) for k in ("name", "container", "table_count")]
     render.key_values(f"resource group {name}", pairs + sorted(group["properties"].items()))
-    rows = [[o["token"], o["resource_id"] or "(external)", o["threads"], o["host"], o["last_heartbeat_at"]]
-            for o in optimizers]  # fmt: skip
+    rows = [
+        [o["token"], o["resource_id"] or "(external)", o["threads"], o["host"], o["last_heartbeat_at"]]
+        for o in optimizers
+    ]
     render.table("optimizers", ["token", "resource", "threads", "host", "last heartbeat"], rows)
 
 
@@ -293,9 +298,19 @@ def table_show(
     if item is None:
         return
     pairs: list[tuple[str, Any]] = [
-        (k, item[k]) for k in ("identifier", "format", "status", "status_code", "group", "metadata_location",
-                               "current_snapshot_id", "last_refreshed_at", "refresh_error")
-    ]  # fmt: skip
+        (k, item[k])
+        for k in (
+            "identifier",
+            "format",
+            "status",
+            "status_code",
+            "group",
+            "metadata_location",
+            "current_snapshot_id",
+            "last_refreshed_at",
+            "refresh_error",
+        )
+    ]
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))
@@ -314,10 +329,17 @@ def render_evaluation(evaluation: dict[str, Any] | None) -> None:
     for reason in evaluation.get("reasons", []):
         render.console.print(f"  - {reason}")
     rows = [
-        [p["partition"], p["type"] or "-", p["data_files"], p["fragment_files"], p["undersized_files"],
-         p["position_delete_files"] + p["equality_delete_files"], "; ".join(p["reasons"])]
+        [
+            p["partition"],
+            p["type"] or "-",
+            p["data_files"],
+            p["fragment_files"],
+            p["undersized_files"],
+            p["position_delete_files"] + p["equality_delete_files"],
+            "; ".join(p["reasons"]),
+        ]
         for p in evaluation.get("partitions", [])
-    ]  # fmt: skip
+    ]
     if rows:
         columns = ["partition", "type", "files", "fragments", "undersized", "deletes", "why"]
         render.table("partitions", columns, rows)

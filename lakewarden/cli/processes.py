@@ -46,10 +46,19 @@ def process_list(
         render.emit_json(items)
         return
     rows = [
-        [p["process_id"], p["table"], p["action"], p["type"], p["status"], p["start_time"], p["duration_ms"],
-         result_text(p), p["fail_reason"] or ""]
+        [
+            p["process_id"],
+            p["table"],
+            p["action"],
+            p["type"],
+            p["status"],
+            p["start_time"],
+            p["duration_ms"],
+            result_text(p),
+            p["fail_reason"] or "",
+        ]
         for p in items
-    ]  # fmt: skip
+    ]
     columns = ["id", "table", "action", "type", "status", "start", "ms", "result", "error"]
     render.table("processes", columns, rows)
 
@@ -74,10 +83,18 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
     )
     render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + list(item["summary"].items()))
     rows = [
-        [t["task_id"], t["status"], ", ".join(t["partitions"]), t["attempt"], t["retry_count"],
-         (t["output"] or {}).get("files_in", ""), (t["output"] or {}).get("files_out", ""), t["error"] or ""]
+        [
+            t["task_id"],
+            t["status"],
+            ", ".join(t["partitions"]),
+            t["attempt"],
+            t["retry_count"],
+            (t["output"] or {}).get("files_in", ""),
+            (t["output"] or {}).get("files_out", ""),
+            t["error"] or "",
+        ]
         for t in item["tasks"]
-    ]  # fmt: skip
+    ]
     render.table(
         "tasks", ["task", "status", "partitions", "attempt", "retries", "files in", "files out", "error"], rows
     )

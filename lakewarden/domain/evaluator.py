@@ -80,8 +80,13 @@ class PartitionEvaluation:
         """Estimated bytes read and written by optimizing this partition (what tasks are binned by)."""
         rewritten = self.fragment_bytes + self.undersized_bytes + self.rewrite_segment_bytes
         deletes = self.position_delete_bytes + self.equality_delete_bytes
-        files = (self.fragment_files + self.undersized_files + self.rewrite_segment_files
-                 + self.position_delete_files + self.equality_delete_files)  # fmt: skip
+        files = (
+            self.fragment_files
+            + self.undersized_files
+            + self.rewrite_segment_files
+            + self.position_delete_files
+            + self.equality_delete_files
+        )
         if self.type is OptimizingType.FULL:
             rewritten = self.fragment_bytes + self.undersized_bytes + self.segment_bytes
             files += self.segment_files - self.rewrite_segment_files

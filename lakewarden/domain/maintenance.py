@@ -8,7 +8,6 @@ there is something for Spark to do, with its reason recorded.
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,19 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
-
-
-class Action(enum.StrEnum):
-    """What a process does to a table."""
-
-    OPTIMIZING = "optimizing"
-    EXPIRE_SNAPSHOTS = "expire-snapshots"
-    CLEAN_ORPHAN_FILES = "clean-orphan-files"
-    CLEAN_DANGLING_DELETE_FILES = "clean-dangling-delete-files"
-    EXPIRE_DATA = "expire-data"
-    AUTO_CREATE_TAGS = "auto-create-tags"
-    REWRITE_MANIFESTS = "rewrite-manifests"
-
+from lakewarden.domain.processes import Action
 
 MAINTENANCE_ACTIONS = tuple(a for a in Action if a is not Action.OPTIMIZING)
 
@@ -168,8 +155,10 @@ class ExpireSnapshotsConfig:
 
     @classmethod
     def of(cls, props: Mapping[str, str]) -> ExpireSnapshotsConfig:
-        return cls(parse_duration(_get(props, "snapshot.keep.duration"), "snapshot.keep.duration"),
-                   _int(props, "snapshot.keep.min-count", 1))  # fmt: skip
+        return cls(
+            parse_duration(_get(props, "snapshot.keep.duration"), "snapshot.keep.duration"),
+            _int(props, "snapshot.keep.min-count", 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -180,9 +169,13 @@ class SnapshotInfo:
 
 
 def expirable_snapshots(
-    snapshots: Sequence[SnapshotInfo], refs: Mapping[str, int], main_head: int | None, cutoff_ms: int,
-    min_count: int, protected: set[int],
-) -> list[int]:  # fmt: skip
+    snapshots: Sequence[SnapshotInfo],
+    refs: Mapping[str, int],
+    main_head: int | None,
+    cutoff_ms: int,
+    min_count: int,
+    protected: set[int],
+) -> list[int]:
     """The snapshots an expiry at `cutoff_ms` removes: older than the cutoff, and neither a ref's head,
     one of the newest `min_count` ancestors of main, nor protected (e.g. a running optimizing
     process's base). Mirrors Iceberg's rules closely enough to decide whether to run at all."""
@@ -329,8 +322,13 @@ class TagPlan:
     trigger_at: datetime
 
 
-def tag_due(config: AutoTagConfig, snapshots: Sequence[SnapshotInfo], main_ancestry: Sequence[int],
-            refs: Mapping[str, int], now: datetime) -> TagPlan | None:  # fmt: skip
+def tag_due(
+    config: AutoTagConfig,
+    snapshots: Sequence[SnapshotInfo],
+    main_ancestry: Sequence[int],
+    refs: Mapping[str, int],
+    now: datetime,
+) -> TagPlan | None:
     """The tag of the latest period whose trigger time (period end + offset) has passed, on the main
     snapshot that was current then, unless it exists already or the trigger is older than max-delay."""
     length = config.length

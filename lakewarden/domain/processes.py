@@ -1,9 +1,29 @@
-"""What a process is made of when it is created: its type, base snapshot, tasks and summary."""
+"""Processes: what lakewarden does to a table is an Action carried out by a process; what a process
+is made of when it is created (its type, base snapshot, tasks and summary)."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from lakewarden.protocol import TaskInput
+
+
+class Action(enum.StrEnum):
+    """What a process does to a table."""
+
+    OPTIMIZING = "optimizing"
+    EXPIRE_SNAPSHOTS = "expire-snapshots"
+    CLEAN_ORPHAN_FILES = "clean-orphan-files"
+    CLEAN_DANGLING_DELETE_FILES = "clean-dangling-delete-files"
+    EXPIRE_DATA = "expire-data"
+    AUTO_CREATE_TAGS = "auto-create-tags"
+    REWRITE_MANIFESTS = "rewrite-manifests"
+
+
+# maintenance actions during which a table is not planned for optimizing (their files must stay put)
+BLOCKS_OPTIMIZING = frozenset({Action.EXPIRE_SNAPSHOTS.value, Action.CLEAN_ORPHAN_FILES.value})
 
 
 @dataclass(frozen=True)
@@ -11,7 +31,7 @@ class TaskSpec:
     """One planned task: its type, what the optimizer needs to run it, and what it covers."""
 
     type: str
-    input: dict[str, Any]
+    input: TaskInput
     partitions: list[Any] = field(default_factory=list)
     cost_bytes: int = 0
 

@@ -82,9 +82,18 @@ TABLE_DEFAULTS: dict[str, str] = {
     **MAINTENANCE_DEFAULTS,
 }
 # Prefixes of the properties lakewarden reads; effective config shows these and nothing else.
-MANAGED_PREFIXES = ("self-optimizing.", "table-expire.", "snapshot.keep.", "clean-orphan-file.",
-                    "clean-dangling-delete-files.", "data-expire.", "tag.auto-create.", "rewrite-manifests.",
-                    "lakewarden.", "gc.enabled")  # fmt: skip
+MANAGED_PREFIXES = (
+    "self-optimizing.",
+    "table-expire.",
+    "snapshot.keep.",
+    "clean-orphan-file.",
+    "clean-dangling-delete-files.",
+    "data-expire.",
+    "tag.auto-create.",
+    "rewrite-manifests.",
+    "lakewarden.",
+    "gc.enabled",
+)
 
 
 def effective_config(catalog_defaults: Mapping[str, str], table_properties: Mapping[str, str]) -> dict[str, str]:

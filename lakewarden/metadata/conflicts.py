@@ -42,8 +42,14 @@ from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
 CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
 STRATEGIES = ("iceberg", "partition")
-_TOTALS = ("total-data-files", "total-delete-files", "total-records", "total-files-size",
-           "total-position-deletes", "total-equality-deletes")  # fmt: skip
+_TOTALS = (
+    "total-data-files",
+    "total-delete-files",
+    "total-records",
+    "total-files-size",
+    "total-position-deletes",
+    "total-equality-deletes",
+)
 
 
 class PartitionConflict(Exception):
@@ -105,14 +111,19 @@ def rebase_on_partitions(
     new = [_renumbered(m, snapshot, sequence) for m in own if m.added_snapshot_id == snapshot.snapshot_id]
     kept = [m for m in head_manifests if m.manifest_path not in replaced]
     location = f"{current.location.rstrip('/')}/metadata/snap-{snapshot.snapshot_id}-rebased-{uuid.uuid4()}.avro"
-    with write_manifest_list(2, io.new_output(location), snapshot.snapshot_id, head.snapshot_id, sequence,
-                             "deflate") as writer:  # fmt: skip
+    with write_manifest_list(
+        2, io.new_output(location), snapshot.snapshot_id, head.snapshot_id, sequence, "deflate"
+    ) as writer:
         writer.add_manifests(new + kept)
-    rebased = snapshot.model_copy(update={
-        "parent_snapshot_id": head.snapshot_id, "sequence_number": sequence, "manifest_list": location,
-        "timestamp_ms": max(snapshot.timestamp_ms, current.last_updated_ms + 1, int(time.time() * 1000)),
-        "summary": _summary(snapshot, base, head),
-    })  # fmt: skip
+    rebased = snapshot.model_copy(
+        update={
+            "parent_snapshot_id": head.snapshot_id,
+            "sequence_number": sequence,
+            "manifest_list": location,
+            "timestamp_ms": max(snapshot.timestamp_ms, current.last_updated_ms + 1, int(time.time() * 1000)),
+            "summary": _summary(snapshot, base, head),
+        }
+    )
     return Rebased(
         requirements=[
             AssertRefSnapshotId(ref=ref_name, snapshot_id=head.snapshot_id) if r is assertion else r

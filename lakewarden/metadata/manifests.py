@@ -74,8 +74,7 @@ def manifests(io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
 def entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
     """The manifest's entries (live ones only, unless `discard_deleted` is False)."""
     read_schema = MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION]
-    with _ResolvedOnceAvroFile(io.new_input(manifest.manifest_path), read_schema, _ENTRY_TYPES,
-                               _ENTRY_ENUMS) as reader:  # fmt: skip
+    with _ResolvedOnceAvroFile(io.new_input(manifest.manifest_path), read_schema, _ENTRY_TYPES, _ENTRY_ENUMS) as reader:
         return [
             _inherit_from_manifest(entry, manifest)
             for entry in reader

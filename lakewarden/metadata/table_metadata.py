@@ -46,9 +46,18 @@ from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
 MAX_FORMAT_VERSION = 3
 
-_DEFINING = (AssignUUIDUpdate, UpgradeFormatVersionUpdate, AddSchemaUpdate, SetCurrentSchemaUpdate,
-             AddPartitionSpecUpdate, SetDefaultSpecUpdate, AddSortOrderUpdate, SetDefaultSortOrderUpdate,
-             SetLocationUpdate, SetPropertiesUpdate)  # fmt: skip
+_DEFINING = (
+    AssignUUIDUpdate,
+    UpgradeFormatVersionUpdate,
+    AddSchemaUpdate,
+    SetCurrentSchemaUpdate,
+    AddPartitionSpecUpdate,
+    SetDefaultSpecUpdate,
+    AddSortOrderUpdate,
+    SetDefaultSortOrderUpdate,
+    SetLocationUpdate,
+    SetPropertiesUpdate,
+)
 
 
 def defines_table(update: TableUpdate) -> bool:
@@ -73,11 +82,18 @@ def metadata_from_updates(updates: Sequence[TableUpdate]) -> TableMetadata:
         raise ValueError(f"format-version {version} is not supported (2 or 3)")
     table_uuid = next((u.uuid for u in updates if isinstance(u, AssignUUIDUpdate)), uuid.uuid4())
     fields: dict[str, Any] = dict(
-        location=last(SetLocationUpdate).location, table_uuid=table_uuid, last_column_id=schema.highest_field_id,
-        schemas=[schema], current_schema_id=schema.schema_id, partition_specs=[partition_spec],
-        default_spec_id=partition_spec.spec_id, last_partition_id=partition_spec.last_assigned_field_id,
-        sort_orders=[order], default_sort_order_id=order.order_id, properties=properties,
-    )  # fmt: skip
+        location=last(SetLocationUpdate).location,
+        table_uuid=table_uuid,
+        last_column_id=schema.highest_field_id,
+        schemas=[schema],
+        current_schema_id=schema.schema_id,
+        partition_specs=[partition_spec],
+        default_spec_id=partition_spec.spec_id,
+        last_partition_id=partition_spec.last_assigned_field_id,
+        sort_orders=[order],
+        default_sort_order_id=order.order_id,
+        properties=properties,
+    )
     return TableMetadataV3(**fields, next_row_id=0) if version == 3 else TableMetadataV2(**fields)
 
 
@@ -150,11 +166,19 @@ def describe_commit(base: TableMetadata, metadata: TableMetadata, updates: Seque
         snapshot = added[-1]
         summary = snapshot.summary.model_dump() if snapshot.summary else {}
         operation = str(summary.get("operation", "append"))
-        return {"operation": operation, "snapshot_id": snapshot.snapshot_id,
-                "parent_snapshot_id": snapshot.parent_snapshot_id, "summary": summary}  # fmt: skip
+        return {
+            "operation": operation,
+            "snapshot_id": snapshot.snapshot_id,
+            "parent_snapshot_id": snapshot.parent_snapshot_id,
+            "summary": summary,
+        }
     actions = sorted({u.action for u in updates})
-    return {"operation": ",".join(actions)[:64] or "noop", "snapshot_id": metadata.current_snapshot_id,
-            "parent_snapshot_id": base.current_snapshot_id, "summary": {}}  # fmt: skip
+    return {
+        "operation": ",".join(actions)[:64] or "noop",
+        "snapshot_id": metadata.current_snapshot_id,
+        "parent_snapshot_id": base.current_snapshot_id,
+        "summary": {},
+    }
 
 
 def purge_files(io: FileIO, metadata: TableMetadata) -> None:

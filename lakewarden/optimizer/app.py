@@ -18,6 +18,7 @@ from typing import Any
 
 from lakewarden.optimizer.client import OptimizerClient, ProtocolError
 from lakewarden.optimizer.failures import describe_failure
+from lakewarden.protocol import TaskResult
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -25,9 +26,15 @@ HEARTBEAT_SECONDS = 10.0
 
 class Optimizer:
     def __init__(
-        self, server: str, group: str, parallelism: int, spark_master: str | None = None,
-        resource_id: str | None = None, driver_memory: str = "2g", spark: Any = None,
-    ) -> None:  # fmt: skip
+        self,
+        server: str,
+        group: str,
+        parallelism: int,
+        spark_master: str | None = None,
+        resource_id: str | None = None,
+        driver_memory: str = "2g",
+        spark: Any = None,
+    ) -> None:
         self.client = OptimizerClient(server)
         self.group = group
         self.parallelism = parallelism
@@ -74,27 +81,37 @@ class Optimizer:
             try:
                 self.client.ack(token, task)
             except Exception as exc:  # refused, or the server is away: the keeper re-plans the task
-                log.warning("thread %d: ack of %s.%s failed: %s", thread_id, task["process_id"], task["task_id"], exc)
+                log.warning("thread %d: ack of %s.%s failed: %s", thread_id, task.process_id, task.task_id, exc)
                 continue
-            log.info("thread %d: running %s task %s.%s on %s", thread_id, task["type"], task["process_id"],
-                     task["task_id"], task["input"]["table"])  # fmt: skip
-            output: dict[str, Any] | None = None
+            log.info(
+                "thread %d: running %s task %s.%s on %s",
+                thread_id,
+                task.type,
+                task.process_id,
+                task.task_id,
+                task.input.table,
+            )
+            output: TaskResult | None = None
             error: str | None = None
             retryable = True
             try:
                 output = execute_task(spark, task, token)
             except Exception as exc:
                 error, retryable = describe_failure(exc)
-                log.warning("thread %d: task failed (%s): %s\n%s", thread_id, "retryable" if retryable else "final",
-                            error, traceback.format_exc(limit=3))  # fmt: skip
+                log.warning(
+                    "thread %d: task failed (%s): %s\n%s",
+                    thread_id,
+                    "retryable" if retryable else "final",
+                    error,
+                    traceback.format_exc(limit=3),
+                )
             try:
                 self.client.complete(token, task, output, error, retryable)
                 self.completed += 1
             except ProtocolError as exc:
                 log.warning("thread %d: completion refused: %s", thread_id, exc)
             except Exception as exc:  # the server stayed away: the keeper will hand the task out again
-                log.warning("thread %d: could not report task %s.%s: %s", thread_id, task["process_id"],
-                            task["task_id"], exc)  # fmt: skip
+                log.warning("thread %d: could not report task %s.%s: %s", thread_id, task.process_id, task.task_id, exc)
 
     def run(self) -> None:
         from lakewarden.spark.session import build_spark_session
@@ -108,9 +125,11 @@ class Optimizer:
             signal.signal(signal.SIGINT, on_signal)
         self._register()
         spark = self.spark or build_spark_session(
-            master=self.spark_master, app_name=f"lakewarden-optimizer-{self.group}", driver_memory=self.driver_memory,
+            master=self.spark_master,
+            app_name=f"lakewarden-optimizer-{self.group}",
+            driver_memory=self.driver_memory,
             extra_conf={"spark.scheduler.mode": "FAIR"},
-        )  # fmt: skip
+        )
         threads = [threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)]
         threads += [
             threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)

@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from lakewarden.protocol import Assignment, Completion, Registration, TaskResult
+
 
 class ProtocolError(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -30,8 +32,8 @@ class OptimizerClient:
         return None if response.status_code == 204 else response.json()
 
     def register(self, group: str, parallelism: int, resource_id: str | None, host: str) -> str:
-        body = {"group": group, "parallelism": parallelism, "resource_id": resource_id, "host": host}
-        return str(self._post("/register", body)["token"])
+        body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host)
+        return str(self._post("/register", body.model_dump(mode="json"))["token"])
 
     def touch(self, token: str) -> None:
         self._post("/touch", {"token": token})
@@ -39,31 +41,35 @@ class OptimizerClient:
     def unregister(self, token: str) -> None:
         self._post("/unregister", {"token": token})
 
-    def poll(self, token: str, thread_id: int) -> dict[str, Any] | None:
+    def poll(self, token: str, thread_id: int) -> Assignment | None:
         result = self._post("/poll", {"token": token, "thread_id": thread_id})
-        return None if result is None else dict(result)
+        return None if result is None else Assignment.model_validate(result)
 
-    def ack(self, token: str, task: dict[str, Any]) -> None:
+    def ack(self, token: str, task: Assignment) -> None:
         self._post("/ack", {"token": token, **_ref(task)})
 
     def complete(
-        self, token: str, task: dict[str, Any], output: dict[str, Any] | None, error: str | None,
-        retryable: bool = True, retry_seconds: float = 300.0,
-    ) -> None:  # fmt: skip
+        self,
+        token: str,
+        task: Assignment,
+        output: TaskResult | None,
+        error: str | None,
+        retryable: bool = True,
+        retry_seconds: float = 300.0,
+    ) -> None:
         """Report the result; while the server is unreachable (e.g. restarting), keep trying.
 
         The work is done and committed: losing its report would leave the task ACKED until the
         execute timeout. A refusal (4xx) is final and raised at once. With an error, `retryable` says
         whether running the task again may pass.
         """
-        body = {"token": token, **_ref(task), "output": output, "error": error}
-        if error is not None:
-            body["retryable"] = retryable
+        body = Completion(token=token, **_ref(task), output=output, error=error, retryable=retryable)
+        payload = body.model_dump(mode="json", exclude_none=True)
         deadline = time.monotonic() + retry_seconds
         pause = 0.5
         while True:
             try:
-                self._post("/complete", body)
+                self._post("/complete", payload)
                 return
             except httpx.TransportError:
                 if time.monotonic() + pause > deadline:
@@ -75,5 +81,5 @@ class OptimizerClient:
         self._http.close()
 
 
-def _ref(task: dict[str, Any]) -> dict[str, Any]:
-    return {"process_id": task["process_id"], "task_id": task["task_id"], "attempt": task["attempt"]}
+def _ref(task: Assignment) -> dict[str, Any]:
+    return {"process_id": task.process_id, "task_id": task.task_id, "attempt": task.attempt}

@@ -13,71 +13,78 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.optimizer.maintenance import run_maintenance
+from lakewarden.protocol import Assignment, OptimizingInput, OptimizingResult, TaskResult
 from lakewarden.spark.session import configure_catalogs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def execute_task(spark: SparkSession, task: dict[str, Any], optimizer: str) -> dict[str, Any]:
-    """Run one task of any action; returns its output (what the process records)."""
+def execute_task(spark: SparkSession, task: Assignment, optimizer: str) -> TaskResult:
+    """Run one task of any action; returns its result (what the process records)."""
     started = time.monotonic()
-    work = task["input"]
-    spec = CatalogSpec(task["catalog"]["name"], task["catalog"]["type"], task["catalog"]["properties"])
+    work = task.input
+    spec = CatalogSpec(task.catalog.name, task.catalog.type, task.catalog.properties)
     configure_catalogs(spark, [spec])
     jvm: Any = spark._jvm
     jss: Any = spark._jsparkSession
     # Each Python thread runs on its own JVM thread, which starts with no active SparkSession; without
     # one, Spark's SQLConf.get answers with a blank conf and Iceberg's actions cannot find their catalogs.
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(jss)
-    name = f"{spec.name}.{work['table']}"
+    name = f"{spec.name}.{work.table}"
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
-    action = work.get("action", "optimizing")
-    spark.sparkContext.setJobGroup(f"lakewarden-{task['process_id']}-{task['task_id']}", f"{action} {name}")
+    spark.sparkContext.setJobGroup(f"lakewarden-{task.process_id}-{task.task_id}", f"{work.action} {name}")
     properties = {
         "lakewarden.optimizer": optimizer,
-        "lakewarden.process-id": str(task["process_id"]),
-        "lakewarden.task-id": str(task["task_id"]),
+        "lakewarden.process-id": str(task.process_id),
+        "lakewarden.task-id": str(task.task_id),
     }
-    if action == "optimizing":
-        output = _optimize(jvm, jss, table, work, properties)
+    if isinstance(work, OptimizingInput):
+        result: TaskResult = _optimize(jvm, jss, table, work, properties)
     else:
-        output = run_maintenance(spark, table, name, work, properties)
-    output["duration_ms"] = int((time.monotonic() - started) * 1000)
-    return output
+        result = run_maintenance(spark, table, name, work, properties)
+    return result.model_copy(update={"duration_ms": int((time.monotonic() - started) * 1000)})
 
 
-def _optimize(jvm: Any, jss: Any, table: Any, work: dict[str, Any], properties: dict[str, str]) -> dict[str, Any]:
-    properties = {**properties, "lakewarden.optimizing-type": work["type"],
-                  "lakewarden.planned-snapshot-id": str(work["snapshot_id"])}  # fmt: skip
-    expression = jvm.org.apache.iceberg.expressions.ExpressionParser.fromJson(work["filter"])
+def _optimize(jvm: Any, jss: Any, table: Any, work: OptimizingInput, properties: dict[str, str]) -> OptimizingResult:
+    properties = {
+        **properties,
+        "lakewarden.optimizing-type": work.type,
+        "lakewarden.planned-snapshot-id": str(work.snapshot_id),
+    }
+    expression = jvm.org.apache.iceberg.expressions.ExpressionParser.fromJson(work.filter)
     actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jss)
-    output: dict[str, Any] = {"files_in": 0, "bytes_in": 0, "files_out": 0, "bytes_out": 0, "delete_files_removed": 0}
 
     rewrite = actions.rewriteDataFiles(table).filter(expression)
-    for key, value in work["options"].items():
+    for key, value in work.options.items():
         rewrite = rewrite.option(key, str(value))
     for key, value in properties.items():
         rewrite = rewrite.snapshotProperty(key, value)
     result = rewrite.execute()
-    output["files_in"] += int(result.rewrittenDataFilesCount())
-    output["files_out"] += int(result.addedDataFilesCount())
-    output["bytes_in"] += int(result.rewrittenBytesCount())
-    output["delete_files_removed"] += int(result.removedDeleteFilesCount())
-    if output["files_out"]:
+    files_out = int(result.addedDataFilesCount())
+    bytes_out = 0
+    if files_out:
         table.refresh()
-        summary = table.currentSnapshot().summary()
-        output["bytes_out"] += int(summary.getOrDefault("added-files-size", "0"))
+        bytes_out = int(table.currentSnapshot().summary().getOrDefault("added-files-size", "0"))
+    delete_files_removed = int(result.removedDeleteFilesCount())
+    delete_files_added = 0
 
-    if work.get("rewrite_position_deletes"):
+    if work.rewrite_position_deletes:
         deletes = actions.rewritePositionDeletes(table).filter(expression).option("rewrite-all", "true")
         for key, value in properties.items():
             deletes = deletes.snapshotProperty(key, value)
         combined = deletes.execute()
-        output["delete_files_removed"] += int(combined.rewrittenDeleteFilesCount())
-        output["delete_files_added"] = int(combined.addedDeleteFilesCount())
+        delete_files_removed += int(combined.rewrittenDeleteFilesCount())
+        delete_files_added = int(combined.addedDeleteFilesCount())
 
     table.refresh()
     current = table.currentSnapshot()
-    output["snapshot_id"] = None if current is None else int(current.snapshotId())
-    return output
+    return OptimizingResult(
+        files_in=int(result.rewrittenDataFilesCount()),
+        bytes_in=int(result.rewrittenBytesCount()),
+        files_out=files_out,
+        bytes_out=bytes_out,
+        delete_files_removed=delete_files_removed,
+        delete_files_added=delete_files_added,
+        snapshot_id=None if current is None else int(current.snapshotId()),
+    )

@@ -76,15 +76,32 @@ class LocalContainer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{resource_id}.log"
         command = [
-            sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", self.server_url,
-            "--group", group, "--parallelism", parallelism, "--driver-memory", memory, "--resource-id", resource_id,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "lakewarden.cli.main",
+            "optimizer",
+            "--server",
+            self.server_url,
+            "--group",
+            group,
+            "--parallelism",
+            parallelism,
+            "--driver-memory",
+            memory,
+            "--resource-id",
+            resource_id,
+        ]
         env = {**os.environ, **{k[len("export.") :]: v for k, v in self.properties.items() if k.startswith("export.")}}
         with log_path.open("ab") as out:
             process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=_die_with_parent, start_new_session=True,
-            )  # fmt: skip
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent,
+                start_new_session=True,
+            )
         log.info("started optimizer %s for group %s (pid %d)", resource_id, group, process.pid)
         return Instance(resource_id, group, process, log_path)
 
@@ -126,8 +143,13 @@ class ResourceMaintainer(LoopService):
     def _scale(self, group: str, container: LocalContainer | None, properties: dict[str, str], wanted: int) -> None:
         instances = self.instances.setdefault(group, [])
         for gone in [i for i in instances if not i.alive]:
-            log.warning("optimizer %s of group %s exited (code %s); see %s", gone.resource_id, group,
-                        gone.process.returncode, gone.log_path)  # fmt: skip
+            log.warning(
+                "optimizer %s of group %s exited (code %s); see %s",
+                gone.resource_id,
+                group,
+                gone.process.returncode,
+                gone.log_path,
+            )
             instances.remove(gone)
         while container is not None and len(instances) < wanted:
             instances.append(container.start(group, properties))

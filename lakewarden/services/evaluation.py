@@ -59,9 +59,14 @@ class TableEvaluator(LoopService):
     name = "table-evaluator"
 
     def __init__(
-        self, db: Database, interval_seconds: float, thread_count: int, recheck_seconds: float = 60.0,
+        self,
+        db: Database,
+        interval_seconds: float,
+        thread_count: int,
+        recheck_seconds: float = 60.0,
         metadata: MetadataService | None = None,
-    ) -> None:  # fmt: skip
+        on_pending: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(interval_seconds)
         self.db = db
         self.metadata = metadata  # internal catalogs' tables are read from it in-process
@@ -69,7 +74,7 @@ class TableEvaluator(LoopService):
         # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
         self.recheck = timedelta(seconds=recheck_seconds)
         self.cache = ManifestCache()
-        self.on_pending: Callable[[], None] | None = None  # called when a table turns pending
+        self.on_pending = on_pending  # called when a table turns pending (wakes the optimizers' polls)
 
     def _due(self, rec: TableRecord, now: datetime) -> bool:
         runtime = rec.runtime
@@ -104,8 +109,9 @@ class TableEvaluator(LoopService):
                         if self.stopping:
                             return
                         batch = records[start : start + BATCH]
-                        self._record(list(zip(batch, pool.map(lambda rec: self._verdict(catalog, rec), batch),
-                                              strict=True)))  # fmt: skip
+                        self._record(
+                            list(zip(batch, pool.map(lambda rec: self._verdict(catalog, rec), batch), strict=True))
+                        )
             except Exception as exc:
                 log.warning("cannot evaluate the tables of catalog %s: %s", catalog_name, exc)
 
@@ -135,12 +141,22 @@ class TableEvaluator(LoopService):
             document = evaluation_document(verdict)
             document["manifests_read"] = files.manifests_read
         except InvalidField as exc:
-            document = {"snapshot_id": snapshot_id, "type": None, "reasons": [f"invalid table property {exc}"],
-                        "partitions": [], "pending_partitions": 0}  # fmt: skip
+            document = {
+                "snapshot_id": snapshot_id,
+                "type": None,
+                "reasons": [f"invalid table property {exc}"],
+                "partitions": [],
+                "pending_partitions": 0,
+            }
         except Exception as exc:
             log.warning("evaluating %s failed: %s", rec.name, exc)
-            document = {"snapshot_id": snapshot_id, "type": None, "partitions": [], "pending_partitions": 0,
-                        "reasons": [f"evaluation failed: {type(exc).__name__}: {exc}"[:1000]]}  # fmt: skip
+            document = {
+                "snapshot_id": snapshot_id,
+                "type": None,
+                "partitions": [],
+                "pending_partitions": 0,
+                "reasons": [f"evaluation failed: {type(exc).__name__}: {exc}"[:1000]],
+            }
         document["duration_ms"] = int((time.monotonic() - started) * 1000)
         document["metadata_location"] = runtime.metadata_location
         document["config_hash"] = _config_hash(runtime.config)

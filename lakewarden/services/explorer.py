@@ -52,9 +52,13 @@ class TableExplorer(LoopService):
     name = "table-explorer"
 
     def __init__(
-        self, db: Database, interval_seconds: float, thread_count: int, on_change: Callable[[], None] | None = None,
+        self,
+        db: Database,
+        interval_seconds: float,
+        thread_count: int,
+        on_change: Callable[[], None] | None = None,
         metadata: MetadataService | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(interval_seconds)
         self.db = db
         self.metadata = metadata  # internal catalogs are listed and read from it in-process

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from lakewarden.domain.states import TaskStatus
 from lakewarden.services.loop import LoopService
-from lakewarden.store import optimizing as store
+from lakewarden.store import processes as store
 from lakewarden.store.database import Database, as_utc, utcnow
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,14 @@ class OptimizerKeeper(LoopService):
     name = "optimizer-keeper"
 
     def __init__(
-        self, db: Database, heartbeat_timeout: timedelta, ack_timeout: timedelta, execute_timeout: timedelta,
-        interval_seconds: float = 5.0, on_released: Callable[[], None] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        db: Database,
+        heartbeat_timeout: timedelta,
+        ack_timeout: timedelta,
+        execute_timeout: timedelta,
+        interval_seconds: float = 5.0,
+        on_released: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(interval_seconds)
         self.db = db
         self.heartbeat_timeout = heartbeat_timeout
@@ -45,9 +50,10 @@ class OptimizerKeeper(LoopService):
         released = 0
         with self.db.write() as session:
             lost = [
-                row.token for row in store.list_optimizers(session)
+                row.token
+                for row in store.list_optimizers(session)
                 if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout or row.token in (lost_tokens or ())
-            ]  # fmt: skip
+            ]
             for task in store.active_tasks(session):
                 status = TaskStatus(task.status)
                 if task.optimizer_token in lost:
@@ -65,12 +71,19 @@ class OptimizerKeeper(LoopService):
                 else:
                     continue
                 if store.transition_task(
-                    session, task.process_id, task.task_id, status, TaskStatus.PLANNED,
-                    expected_attempt=task.attempt, optimizer_token=None, thread_id=None,
-                ):  # fmt: skip
+                    session,
+                    task.process_id,
+                    task.task_id,
+                    status,
+                    TaskStatus.PLANNED,
+                    expected_attempt=task.attempt,
+                    optimizer_token=None,
+                    thread_id=None,
+                ):
                     released += 1
-                    log.warning("task %s.%s (attempt %s) back to planned: %s", task.process_id, task.task_id,
-                                task.attempt, why)  # fmt: skip
+                    log.warning(
+                        "task %s.%s (attempt %s) back to planned: %s", task.process_id, task.task_id, task.attempt, why
+                    )
             if lost:
                 store.forget_optimizers(session, lost)
                 log.warning("lost %d optimizer(s) without a heartbeat for %s", len(lost), self.heartbeat_timeout)

@@ -63,3 +63,21 @@ class LoopService:
                 )
             self._wake.wait(max(0.0, self.interval_seconds - elapsed))
             self._wake.clear()
+
+
+class WakeSignal:
+    """A signal that something may be ready: `notify()` from any thread wakes every `wait()` at once.
+
+    Built before the services it connects, so that one can be handed to the other at construction
+    (the evaluator notifies when a table turns pending; the dispatcher's long polls wait on it)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+
+    def notify(self) -> None:
+        with self._condition:
+            self._condition.notify_all()
+
+    def wait(self, timeout: float) -> None:
+        with self._condition:
+            self._condition.wait(timeout)

@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.maintenance import (
     MAINTENANCE_ACTIONS,
-    Action,
     AutoTagConfig,
     DataExpireConfig,
     ExpireSnapshotsConfig,
@@ -35,22 +34,22 @@ from lakewarden.domain.maintenance import (
     interval_override,
     tag_due,
 )
-from lakewarden.domain.processes import ActionForbidden, NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.domain.processes import Action, ActionForbidden, NothingToDo, ProcessPlan, TaskSpec
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
+from lakewarden.protocol import TASK_INPUT, TaskInput
 from lakewarden.services.loop import LoopService
+from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessFactory
-from lakewarden.services.scheduler import ProcessScheduler
 from lakewarden.store import catalogs as catalog_store
-from lakewarden.store import optimizing as store
+from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
 from lakewarden.store.models import ProcessRow
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
-SUPPORTED_EXPIRE_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns", "date", "long", "int",
-                          "string")  # fmt: skip
+SUPPORTED_EXPIRE_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns", "date", "long", "int", "string")
 
 
 # what a factory sees in a table's metadata: the task's parameters, the reasons, and whether there is work
@@ -71,8 +70,8 @@ class MaintenanceFactory(ProcessFactory):
         params, reasons, has_work = self.inspect(rec.runtime.config, table, options)
         if not has_work and trigger != "manual":
             raise NothingToDo("; ".join(reasons))
-        work = {"action": self.action.value, "table": f"{rec.identifier.db_name}.{rec.identifier.table_name}",
-                **params}  # fmt: skip
+        name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
+        work = TASK_INPUT.validate_python({"action": self.action.value, "table": name, **params})
         summary: dict[str, Any] = {"reasons": reasons}
         if params.get("dry_run"):
             summary["dry_run"] = True
@@ -98,17 +97,18 @@ class ExpireSnapshotsFactory(MaintenanceFactory):
         cfg = ExpireSnapshotsConfig.of(config)
         keep_ms = int(cfg.keep_duration.total_seconds() * 1000)
         refs = _refs(table)
-        expirable = expirable_snapshots(_snapshots(table), refs, refs.get("main"), _now_ms() - keep_ms,
-                                        cfg.min_count, set())  # fmt: skip
+        expirable = expirable_snapshots(
+            _snapshots(table), refs, refs.get("main"), _now_ms() - keep_ms, cfg.min_count, set()
+        )
         beyond = f"older than {cfg.keep_duration} beyond the newest {cfg.min_count}"
         reason = f"{len(expirable)} snapshot(s) {beyond}" if expirable else f"no snapshot is {beyond}"
         return {"keep_duration_ms": keep_ms, "min_count": cfg.min_count}, [reason], bool(expirable)
 
-    def dispatch_input(self, session: Session, process: ProcessRow, task_input: dict[str, Any]) -> dict[str, Any]:
+    def dispatch_input(self, session: Session, process: ProcessRow, task_input: TaskInput) -> TaskInput:
         # never expire the snapshot a running optimizing process was planned on (its rewrite starts there)
         running = store.running_processes(session, table_id=process.table_id, action=Action.OPTIMIZING.value)
         protected = sorted({p.target_snapshot_id for p in running if p.target_snapshot_id is not None})
-        return {**task_input, "protected_snapshot_ids": protected}
+        return task_input.model_copy(update={"protected_snapshot_ids": protected})
 
 
 class CleanOrphanFilesFactory(MaintenanceFactory):
@@ -118,8 +118,10 @@ class CleanOrphanFilesFactory(MaintenanceFactory):
         cfg = OrphanFilesConfig.of(config)
         dry_run = bool(options.get("dry_run", False))
         minutes = int(cfg.min_existing.total_seconds() // 60)
-        reason = (f"{'list' if dry_run else 'delete'} files under {table.metadata.location} older than {minutes} "
-                  "min that no snapshot or metadata file references")  # fmt: skip
+        reason = (
+            f"{'list' if dry_run else 'delete'} files under {table.metadata.location} older than {minutes} "
+            "min that no snapshot or metadata file references"
+        )
         return (
             {"min_existing_ms": minutes * 60000, "dry_run": dry_run, "location": table.metadata.location},
             [reason],
@@ -142,8 +144,11 @@ class CleanDanglingDeleteFilesFactory(MaintenanceFactory):
         files = snapshot_files(table, self.cache, None)
         dangling = dangling_delete_files(files.data, files.deletes)
         partitions = len({d.partition for d in dangling})
-        reason = (f"{len(dangling)} delete file(s) in {partitions} partition(s) apply to no live data file"
-                  if dangling else "every delete file still applies to a live data file")  # fmt: skip
+        reason = (
+            f"{len(dangling)} delete file(s) in {partitions} partition(s) apply to no live data file"
+            if dangling
+            else "every delete file still applies to a live data file"
+        )
         return {}, [reason], bool(dangling)
 
 
@@ -161,9 +166,15 @@ class ExpireDataFactory(MaintenanceFactory):
             raise InvalidField(
                 "data-expire.field", f"{cfg.field} is {kind}; expected one of {', '.join(SUPPORTED_EXPIRE_TYPES)}"
             )
-        params = {"field": cfg.field, "field_type": kind, "retention_ms": int(cfg.retention.total_seconds() * 1000),
-                  "level": cfg.level, "string_pattern": cfg.string_pattern, "number_format": cfg.number_format,
-                  "base_on_rule": cfg.base_on_rule}  # fmt: skip
+        params = {
+            "field": cfg.field,
+            "field_type": kind,
+            "retention_ms": int(cfg.retention.total_seconds() * 1000),
+            "level": cfg.level,
+            "string_pattern": cfg.string_pattern,
+            "number_format": cfg.number_format,
+            "base_on_rule": cfg.base_on_rule,
+        }
         unit = "partitions" if cfg.level == "partition" else "files"
         base = "the last commit" if cfg.base_on_rule == "LAST_COMMIT_TIME" else "now"
         reason = f"delete whole {unit} whose {cfg.field} is older than {cfg.retention} before {base}"
@@ -203,8 +214,14 @@ class RewriteManifestsFactory(MaintenanceFactory):
 
 
 def maintenance_factories(cache: ManifestCache) -> list[MaintenanceFactory]:
-    return [ExpireSnapshotsFactory(), CleanOrphanFilesFactory(), CleanDanglingDeleteFilesFactory(cache),
-            ExpireDataFactory(), AutoCreateTagsFactory(), RewriteManifestsFactory()]  # fmt: skip
+    return [
+        ExpireSnapshotsFactory(),
+        CleanOrphanFilesFactory(),
+        CleanDanglingDeleteFilesFactory(cache),
+        ExpireDataFactory(),
+        AutoCreateTagsFactory(),
+        RewriteManifestsFactory(),
+    ]
 
 
 class MaintenanceTrigger(LoopService):
@@ -212,13 +229,11 @@ class MaintenanceTrigger(LoopService):
 
     name = "maintenance-trigger"
 
-    def __init__(
-        self, db: Database, scheduler: ProcessScheduler, schedules: dict[Action, tuple[bool, timedelta]]
-    ) -> None:
+    def __init__(self, db: Database, engine: ProcessEngine, schedules: dict[Action, tuple[bool, timedelta]]) -> None:
         shortest = min((interval for on, interval in schedules.values() if on), default=timedelta(minutes=1))
         super().__init__(max(1.0, min(shortest.total_seconds(), 30.0)))
         self.db = db
-        self.scheduler = scheduler
+        self.engine = engine
         self.schedules = schedules
         self._checked: dict[tuple[int, str], datetime] = {}  # last look that found nothing to do
         self._warned: set[tuple[int, str, str]] = set()
@@ -253,7 +268,7 @@ class MaintenanceTrigger(LoopService):
                     continue
                 self._checked[key] = now
                 try:
-                    self.scheduler.create_process(rec, spec, action, "scheduled", {})
+                    self.engine.create_process(rec, spec, action, "scheduled", {})
                 except NothingToDo as why:
                     log.debug("%s on %s: nothing to do: %s", action, rec.name, why)
                 except Conflict:

@@ -66,6 +66,31 @@ class NoSuchWarehouse(NotFound):
     pass
 
 
+@dataclass(frozen=True)
+class TableChange:
+    """One table's part of a commit: the requirements its current metadata must meet, and the updates."""
+
+    namespace: str
+    name: str
+    requirements: Sequence[TableRequirement]
+    updates: Sequence[TableUpdate]
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A change applied to its table's current metadata and written, waiting for its pointer swap."""
+
+    change: TableChange
+    expected: str  # the metadata location the swap expects
+    version: int  # the pointer's version the swap expects
+    base: TableMetadata
+    applied: Sequence[TableUpdate]  # the updates as applied (rebased by the partition strategy, maybe)
+    metadata: TableMetadata
+    location: str  # the new metadata file
+    text: str  # its JSON, reused for the response
+    files: list[str]  # every file written for it (dropped when the swap is lost)
+
+
 class _SwapLost(Exception):
     """A pointer of a multi-table commit moved meanwhile."""
 
@@ -105,11 +130,18 @@ class MetadataService:
                 except Exception:
                     log.exception("event subscriber failed on %s", event["type"])
 
-    def _event(self, session: Any, kind: str, catalog: str, namespace: str, table: str | None,
-               payload: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    def _event(
+        self, session: Any, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
+    ) -> dict[str, Any]:
         row = store.add_event(session, kind, catalog, namespace, table, payload)
-        return {"event_id": row.event_id, "type": kind, "catalog": catalog, "namespace": store.levels(namespace),
-                "table": table, "payload": payload}  # fmt: skip
+        return {
+            "event_id": row.event_id,
+            "type": kind,
+            "catalog": catalog,
+            "namespace": store.levels(namespace),
+            "table": table,
+            "payload": payload,
+        }
 
     # ---- catalogs
 
@@ -178,9 +210,17 @@ class MetadataService:
         return f"{spec.properties['warehouse'].rstrip('/')}/{path}/{table}-{uuid.uuid4().hex[:12]}"
 
     def create_table(
-        self, catalog: str, namespace: str, name: str, schema: Schema, spec_: PartitionSpec | None,
-        order: SortOrder | None, location: str | None, properties: dict[str, str], stage: bool,
-    ) -> LoadedTable:  # fmt: skip
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        schema: Schema,
+        spec_: PartitionSpec | None,
+        order: SortOrder | None,
+        location: str | None,
+        properties: dict[str, str],
+        stage: bool,
+    ) -> LoadedTable:
         spec = self.catalog(catalog)
         with self.db.read() as session:
             store.get_namespace(session, catalog, namespace)
@@ -189,9 +229,12 @@ class MetadataService:
         _check_properties(properties)
         try:
             metadata = new_metadata(
-                schema, spec_ or PartitionSpec(), order or SortOrder(),
-                location or self.default_location(spec, namespace, name), dict(properties),
-            )  # fmt: skip
+                schema,
+                spec_ or PartitionSpec(),
+                order or SortOrder(),
+                location or self.default_location(spec, namespace, name),
+                dict(properties),
+            )
         except ValueError as exc:
             raise InvalidField("table", str(exc)) from exc
         if stage:  # nothing is written until the client commits the create
@@ -199,18 +242,13 @@ class MetadataService:
         io = self._io(spec)
         location = self._new_location(metadata, 0)
         write_metadata(io, location, metadata)
-        try:
-            with self.db.write() as session:
-                store.create_pointer(session, catalog, namespace, name, location)
-                store.record_commit(session, catalog, namespace, name, version=0, operation="create",
-                                    snapshot_id=None, parent_snapshot_id=None, summary={},
-                                    metadata_location=location, client=None)  # fmt: skip
-                event = self._event(session, "table-created", catalog, namespace, name,
-                                    {"metadata_location": location, "version": 0})  # fmt: skip
-        except Exception:
-            io.delete(location)
-            raise
-        self._publish([event])
+        details: dict[str, Any] = {
+            "operation": "create",
+            "snapshot_id": None,
+            "parent_snapshot_id": None,
+            "summary": {},
+        }
+        self._add_table(catalog, namespace, name, location, details, {}, client=None, written=io)
         return LoadedTable(location, metadata)
 
     def load_table_json(self, catalog: str, namespace: str, name: str) -> bytes:
@@ -245,8 +283,9 @@ class MetadataService:
         loaded = self.load_table(catalog, namespace, name)
         assert loaded.metadata_location is not None
         identifier = (*store.levels(namespace), name)
-        return Table(identifier, loaded.metadata, loaded.metadata_location, self._io(self.catalog(catalog)),
-                     NoopCatalog(catalog))  # fmt: skip
+        return Table(
+            identifier, loaded.metadata, loaded.metadata_location, self._io(self.catalog(catalog)), NoopCatalog(catalog)
+        )
 
     def table_exists(self, catalog: str, namespace: str, name: str) -> bool:
         self.catalog(catalog)
@@ -254,52 +293,98 @@ class MetadataService:
             return store.pointer_exists(session, catalog, namespace, name)
 
     def commit_table(
-        self, catalog: str, namespace: str, name: str, requirements: Sequence[TableRequirement],
-        updates: Sequence[TableUpdate], client: str | None = None,
-    ) -> LoadedTable:  # fmt: skip
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        requirements: Sequence[TableRequirement],
+        updates: Sequence[TableUpdate],
+        client: str | None = None,
+    ) -> LoadedTable:
+        """One table's commit: its requirements checked under the table's conflict strategy (a staged
+        create when they assert one), then the pointer swapped by compare-and-swap."""
         spec = self.catalog(catalog)
-        io = self._io(spec)
         if any(isinstance(r, AssertCreate) for r in requirements):
-            return self._commit_create(spec, io, namespace, name, updates, client)
+            return self._commit_create(spec, namespace, name, updates, client)
+        (staged,) = self._commit(spec, [TableChange(namespace, name, requirements, updates)], client, single=True)
+        return LoadedTable(staged.location, staged.metadata)
+
+    def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
+        """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does.
+        The requirements are checked as the spec says (no partition rebase across tables)."""
+        self._commit(self.catalog(catalog), changes, client, single=False)
+
+    def _commit(
+        self, spec: CatalogSpec, changes: Sequence[TableChange], client: str | None, single: bool
+    ) -> list[_Staged]:
+        """The commit loop of every commit: stage each change on its table's current metadata (requirements
+        checked, updates applied, the new metadata file written), then swap every pointer in one
+        transaction with its timeline entry and event. A lost swap rolls them all back: the files just
+        written are dropped and the changes are checked again on the new heads, up to MAX_COMMIT_ATTEMPTS."""
+        io = self._io(spec)
         for _ in range(MAX_COMMIT_ATTEMPTS):
-            with self.db.read() as session:
-                pointer = store.get_pointer(session, catalog, namespace, name)
-                expected, version = pointer.metadata_location, pointer.version
-            base = self._read(io, expected)
-            applied, written = self._checked(io, base, requirements, updates)
+            staged: list[_Staged] = []
             try:
-                metadata = apply_updates(base, applied, metadata_location=expected)
-            except (ValueError, KeyError) as exc:
-                self._discard(io, written)
-                raise InvalidField("updates", str(exc)) from exc
-            _check_properties(metadata.properties)
-            location = self._new_location(metadata, version + 1)
-            text = write_metadata(io, location, metadata)
-            with self.db.write() as session:
-                new_version = version + 1
-                if not store.swap_pointer(session, catalog, namespace, name, expected, version, location):
-                    event = None
-                else:
-                    details = describe_commit(base, metadata, applied)
-                    store.record_commit(session, catalog, namespace, name, version=new_version,
-                                        metadata_location=location, client=client, **details)  # fmt: skip
-                    event = self._event(session, "table-committed", catalog, namespace, name,
-                                        {"metadata_location": location, "version": new_version, **details})  # fmt: skip
-            if event is None:  # another commit won the swap: drop our files, re-check, try again
-                self._discard(io, [location, *written])
+                for change in changes:
+                    staged.append(self._stage(spec, io, change, single))
+            except Exception:
+                self._discard(io, [path for entry in staged for path in entry.files])
+                raise
+            try:
+                events = self._swap_all(spec.name, staged, client)
+            except _SwapLost:  # another commit won a swap: drop our files, check again, try again
+                self._discard(io, [path for entry in staged for path in entry.files])
                 continue
-            with self._cache_lock:
-                self._cache[location] = metadata
-            self._remember_body(location, text)  # the response: the file just written, not serialised again
-            self._publish([event])
-            return LoadedTable(location, metadata)
-        raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {name}")
+            for entry in staged:
+                with self._cache_lock:
+                    self._cache[entry.location] = entry.metadata
+                self._remember_body(entry.location, entry.text)  # the file just written, not serialised again
+            self._publish(events)
+            return staged
+        what = changes[0].name if single else "a multi-table commit"
+        raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {what}")
+
+    def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool) -> _Staged:
+        label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
+        with self.db.read() as session:
+            pointer = store.get_pointer(session, spec.name, change.namespace, change.name)
+        base = self._read(io, pointer.metadata_location)
+        applied, written = self._checked(io, base, change.requirements, change.updates, single, label)
+        try:
+            metadata = apply_updates(base, applied, metadata_location=pointer.metadata_location)
+        except (ValueError, KeyError) as exc:
+            self._discard(io, written)
+            raise InvalidField("updates", f"{label}{exc}") from exc
+        try:
+            _check_properties(metadata.properties)
+        except InvalidField:
+            self._discard(io, written)
+            raise
+        location = self._new_location(metadata, pointer.version + 1)
+        text = write_metadata(io, location, metadata)
+        return _Staged(
+            change,
+            pointer.metadata_location,
+            pointer.version,
+            base,
+            applied,
+            metadata,
+            location,
+            text,
+            [location, *written],
+        )
 
     @staticmethod
     def _checked(
-        io: FileIO, base: TableMetadata, requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
+        io: FileIO,
+        base: TableMetadata,
+        requirements: Sequence[TableRequirement],
+        updates: Sequence[TableUpdate],
+        single: bool,
+        label: str,
     ) -> tuple[Sequence[TableUpdate], list[str]]:
-        """The commit's requirements checked against `base` under the table's conflict strategy.
+        """The commit's requirements checked against `base`, under the table's conflict strategy when it
+        is a single table's commit.
 
         Returns the updates to apply (rebased onto the branch head where the
         `partition` strategy allows it) and the files written for them; raises CommitFailed."""
@@ -308,6 +393,8 @@ class MetadataService:
                 requirement.validate(base)
             return updates, []
         except CommitFailedException as exc:
+            if not single:
+                raise CommitFailed(f"{label}{exc}") from exc
             failure = exc
         try:
             strategy = conflict_strategy(base.properties)
@@ -331,82 +418,83 @@ class MetadataService:
         return rebased.updates, [rebased.manifest_list]
 
     def _commit_create(
-        self, spec: CatalogSpec, io: FileIO, namespace: str, name: str, updates: Sequence[TableUpdate],
-        client: str | None,
-    ) -> LoadedTable:  # fmt: skip
+        self, spec: CatalogSpec, namespace: str, name: str, updates: Sequence[TableUpdate], client: str | None
+    ) -> LoadedTable:
         """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
         try:
             metadata = apply_updates(metadata_from_updates(updates), tuple(u for u in updates if not defines_table(u)))
         except (ValueError, KeyError, StopIteration) as exc:
             raise InvalidField("updates", f"cannot create the table from these updates: {exc}") from exc
         _check_properties(metadata.properties)
+        io = self._io(spec)
         location = self._new_location(metadata, 0)
         write_metadata(io, location, metadata)
-        try:
-            with self.db.write() as session:
-                if store.pointer_exists(session, spec.name, namespace, name):
-                    raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
-                store.create_pointer(session, spec.name, namespace, name, location)
-                details = describe_commit(metadata, metadata, updates)
-                store.record_commit(session, spec.name, namespace, name, version=0, metadata_location=location,
-                                    client=client, **{**details, "operation": "create"})  # fmt: skip
-                event = self._event(session, "table-created", spec.name, namespace, name,
-                                    {"metadata_location": location, "version": 0, **details})  # fmt: skip
-        except Exception:
-            io.delete(location)
-            raise
-        self._publish([event])
+        details = {**describe_commit(metadata, metadata, updates), "operation": "create"}
+        self._add_table(spec.name, namespace, name, location, details, details, client, written=io, staged=True)
         return LoadedTable(location, metadata)
 
-    def commit_transaction(
-        self, catalog: str, changes: Sequence[tuple[str, str, Sequence[TableRequirement], Sequence[TableUpdate]]],
-        client: str | None = None,
-    ) -> None:  # fmt: skip
-        """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does."""
-        spec = self.catalog(catalog)
-        io = self._io(spec)
-        for _ in range(MAX_COMMIT_ATTEMPTS):
-            staged: list[tuple[str, str, str, int, str, TableMetadata, TableMetadata]] = []
-            for namespace, name, requirements, updates in changes:
-                with self.db.read() as session:
-                    pointer = store.get_pointer(session, catalog, namespace, name)
-                base = self._read(io, pointer.metadata_location)
-                try:
-                    for requirement in requirements:
-                        requirement.validate(base)
-                except CommitFailedException as exc:
-                    self._discard(io, [entry[4] for entry in staged])
-                    raise CommitFailed(f"{'.'.join(store.levels(namespace))}.{name}: {exc}") from exc
-                try:
-                    metadata = apply_updates(base, updates, metadata_location=pointer.metadata_location)
-                except (ValueError, KeyError) as exc:
-                    self._discard(io, [entry[4] for entry in staged])
-                    raise InvalidField("updates", f"{'.'.join(store.levels(namespace))}.{name}: {exc}") from exc
-                location = self._new_location(metadata, pointer.version + 1)
-                write_metadata(io, location, metadata)
-                staged.append((namespace, name, pointer.metadata_location, pointer.version, location, metadata, base))
-            try:
-                events = self._swap_all(catalog, staged, changes, client)
-            except _SwapLost:  # one swap lost: none of them happened; check everything again
-                self._discard(io, [entry[4] for entry in staged])
-                continue
-            self._publish(events)
-            return
-        raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} attempts at a multi-table commit")
+    def _add_table(
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        location: str,
+        details: dict[str, Any],
+        payload: dict[str, Any],
+        client: str | None,
+        written: FileIO | None = None,
+        staged: bool = False,
+    ) -> None:
+        """A new table in one transaction: its pointer, version 0 on its timeline, a table-created event;
+        then the event is published. `written`: the metadata file was just written (through that FileIO)
+        and is deleted if the table cannot be added. A staged create that finds the name taken is a
+        commit conflict (409), as the spec wants."""
+        try:
+            with self.db.write() as session:
+                if staged and store.pointer_exists(session, catalog, namespace, name):
+                    raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
+                store.create_pointer(session, catalog, namespace, name, location)
+                store.record_commit(
+                    session, catalog, namespace, name, version=0, metadata_location=location, client=client, **details
+                )
+                event = self._event(
+                    session,
+                    "table-created",
+                    catalog,
+                    namespace,
+                    name,
+                    {"metadata_location": location, "version": 0, **payload},
+                )
+        except Exception:
+            if written is not None:
+                written.delete(location)
+            raise
+        self._publish([event])
 
-    def _swap_all(self, catalog: str, staged: list[Any], changes: Sequence[Any], client: str | None) -> list[Any]:
+    def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
+        """Every staged pointer swapped, with its timeline entry and event, in one transaction."""
         events = []
         with self.db.write() as session:
-            for namespace, name, old, current, new, metadata, base in staged:
-                if not store.swap_pointer(session, catalog, namespace, name, old, current, new):
+            for entry in staged:
+                namespace, name = entry.change.namespace, entry.change.name
+                if not store.swap_pointer(
+                    session, catalog, namespace, name, entry.expected, entry.version, entry.location
+                ):
                     raise _SwapLost  # leaving the block rolls every swap back
-                version = current + 1
-                updates = next(u for ns, n, _, u in changes if (ns, n) == (namespace, name))
-                details = describe_commit(base, metadata, updates)
-                store.record_commit(session, catalog, namespace, name, version=version, metadata_location=new,
-                                    client=client, **details)  # fmt: skip
-                events.append(self._event(session, "table-committed", catalog, namespace, name,
-                                          {"metadata_location": new, "version": version, **details}))  # fmt: skip
+                version = entry.version + 1
+                details = describe_commit(entry.base, entry.metadata, entry.applied)
+                store.record_commit(
+                    session,
+                    catalog,
+                    namespace,
+                    name,
+                    version=version,
+                    metadata_location=entry.location,
+                    client=client,
+                    **details,
+                )
+                payload = {"metadata_location": entry.location, "version": version, **details}
+                events.append(self._event(session, "table-committed", catalog, namespace, name, payload))
         return events
 
     @staticmethod
@@ -422,14 +510,13 @@ class MetadataService:
             metadata = self._read(self._io(spec), metadata_location)
         except Exception as exc:
             raise InvalidField("metadata-location", f"cannot read table metadata there: {exc}") from exc
-        with self.db.write() as session:
-            store.create_pointer(session, catalog, namespace, name, metadata_location)
-            store.record_commit(session, catalog, namespace, name, version=0, operation="register",
-                                snapshot_id=metadata.current_snapshot_id, parent_snapshot_id=None, summary={},
-                                metadata_location=metadata_location, client=None)  # fmt: skip
-            event = self._event(session, "table-created", catalog, namespace, name,
-                                {"metadata_location": metadata_location, "version": 0, "registered": True})  # fmt: skip
-        self._publish([event])
+        details: dict[str, Any] = {
+            "operation": "register",
+            "snapshot_id": metadata.current_snapshot_id,
+            "parent_snapshot_id": None,
+            "summary": {},
+        }
+        self._add_table(catalog, namespace, name, metadata_location, details, {"registered": True}, client=None)
         return LoadedTable(metadata_location, metadata)
 
     def drop_table(self, catalog: str, namespace: str, name: str, purge: bool) -> None:
@@ -437,8 +524,9 @@ class MetadataService:
         with self.db.write() as session:
             pointer = store.drop_pointer(session, catalog, namespace, name)
             location = pointer.metadata_location
-            event = self._event(session, "table-dropped", catalog, namespace, name,
-                                {"metadata_location": location, "purge": purge})  # fmt: skip
+            event = self._event(
+                session, "table-dropped", catalog, namespace, name, {"metadata_location": location, "purge": purge}
+            )
         self._publish([event])
         if purge:
             io = self._io(spec)
@@ -449,6 +537,12 @@ class MetadataService:
         self.catalog(catalog)
         with self.db.write() as session:
             store.rename_pointer(session, catalog, source, target)
-            event = self._event(session, "table-renamed", catalog, target[0], target[1],
-                                {"from": {"namespace": store.levels(source[0]), "table": source[1]}})  # fmt: skip
+            event = self._event(
+                session,
+                "table-renamed",
+                catalog,
+                target[0],
+                target[1],
+                {"from": {"namespace": store.levels(source[0]), "table": source[1]}},
+            )
         self._publish([event])

@@ -5,7 +5,8 @@ tasks from the table's current metadata), adjusts a task's input when it is hand
 says whether a task may run now, what ending the process means for the table, and how to recover
 its processes when the server starts again. Processes and their tasks are persisted in the system
 database (one row each, written in one transaction), so a restart finds them as they were; the
-scheduler hands out, retries, cancels and settles them in the same way whatever the action.
+process engine (services/process_engine.py) settles, retries, cancels and recovers them, and the
+dispatcher (services/dispatcher.py) hands their tasks out, in the same way whatever the action.
 Self-optimizing is one action among the others (services/self_optimizing.py); the maintenance
 actions are in services/maintenance.py.
 """
@@ -18,9 +19,9 @@ from typing import Any, ClassVar
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import InvalidField
-from lakewarden.domain.maintenance import Action
-from lakewarden.domain.processes import ProcessPlan
+from lakewarden.domain.processes import Action, ProcessPlan
 from lakewarden.domain.states import ProcessStatus
+from lakewarden.protocol import TaskInput, TaskResult
 from lakewarden.store.models import ProcessRow
 from lakewarden.store.tables import TableRecord
 
@@ -39,22 +40,14 @@ class ProcessFactory:
         """Whether the process's tasks may be handed out now (e.g. not beside a conflicting process)."""
         return True
 
-    def dispatch_input(self, session: Session, process: ProcessRow, task_input: dict[str, Any]) -> dict[str, Any]:
+    def dispatch_input(self, session: Session, process: ProcessRow, task_input: TaskInput) -> TaskInput:
         """The task's input as sent to the optimizer, completed with what is only known at hand-out."""
         return task_input
 
-    def summarize(self, outputs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """The process's result from its successful tasks' outputs: numbers are added up, lists joined."""
-        summary: dict[str, Any] = {}
-        for output in outputs:
-            for key, value in output.items():
-                if isinstance(value, bool) or not isinstance(value, int | float | list):
-                    summary.setdefault(key, value)
-                elif isinstance(value, list):
-                    summary[key] = [*summary.get(key, []), *value][:100]
-                else:
-                    summary[key] = summary.get(key, 0) + value
-        return summary
+    def summarize(self, results: Sequence[TaskResult]) -> dict[str, Any]:
+        """The process's result from its successful tasks' results, merged as the action's result
+        model says (its totals added up, lists joined, the rest from the last task)."""
+        return type(results[0]).summarize(results) if results else {}
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """What the end of a process means for its table (nothing, unless the action says so)."""

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
 from lakewarden.domain.files import group_by_partition
-from lakewarden.domain.maintenance import Action
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.planning import TaskPlan, plan_tasks
-from lakewarden.domain.processes import NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.domain.processes import Action, NothingToDo, ProcessPlan, TaskSpec
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.protocol import OptimizingInput, PartitionRef
 from lakewarden.services.processes import ProcessFactory
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
@@ -33,7 +32,6 @@ LAST_OPTIMIZED = {
     "major": "last_major_optimizing_at",
     "full": "last_full_optimizing_at",
 }
-OUTPUT_TOTALS = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")
 
 
 class SelfOptimizingFactory(ProcessFactory):
@@ -63,9 +61,6 @@ class SelfOptimizingFactory(ProcessFactory):
             for plan in plans
         ]
         return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
-
-    def summarize(self, outputs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return {key: sum(int(o.get(key, 0)) for o in outputs) for key in OUTPUT_TOTALS}
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
@@ -104,19 +99,18 @@ class SelfOptimizingFactory(ProcessFactory):
         return done
 
 
-def task_input(name: str, table: Any, snapshot_id: int | None, plan: TaskPlan) -> dict[str, Any]:
+def task_input(name: str, table: Any, snapshot_id: int | None, plan: TaskPlan) -> OptimizingInput:
     """What an optimizer needs to run one planned task (stored with the task, sent on poll)."""
-    return {
-        "action": Action.OPTIMIZING.value,
-        "table": name,
-        "snapshot_id": snapshot_id,
-        "type": plan.type.label,
-        "partitions": plan.partitions,
-        "filter": partition_filter_json(table, plan.partitions),
-        "options": plan.options,
-        "rewrite_position_deletes": plan.rewrite_position_deletes,
-        "reasons": plan.reasons,
-    }
+    return OptimizingInput(
+        table=name,
+        snapshot_id=snapshot_id,
+        type=plan.type.label,
+        partitions=[PartitionRef(**p) for p in plan.partitions],
+        filter=partition_filter_json(table, plan.partitions),
+        options=plan.options,
+        rewrite_position_deletes=plan.rewrite_position_deletes,
+        reasons=plan.reasons,
+    )
 
 
 def _ms(moment: Any) -> int:

@@ -166,14 +166,20 @@ def _download_debs(cache: Path, log: _Log) -> dict[str, Path]:
         f"Types: deb\nURIs: {DEBIAN_MIRROR}\nSuites: bookworm sid\nComponents: main\nSigned-By: {DEBIAN_KEYRING}\n"
     )
     options = [
-        "-o", "Dir::Etc::SourceList=/dev/null",
-        "-o", f"Dir::Etc::SourceParts={apt_dir / 'sources'}",
-        "-o", f"Dir::State::Lists={apt_dir / 'lists'}",
-        "-o", "Dir::Cache::pkgcache=",
-        "-o", "Dir::Cache::srcpkgcache=",
+        "-o",
+        "Dir::Etc::SourceList=/dev/null",
+        "-o",
+        f"Dir::Etc::SourceParts={apt_dir / 'sources'}",
+        "-o",
+        f"Dir::State::Lists={apt_dir / 'lists'}",
+        "-o",
+        "Dir::Cache::pkgcache=",
+        "-o",
+        "Dir::Cache::srcpkgcache=",
         # sid's index may be past its valid-until date on some mirrors; signatures are still checked
-        "-o", "Acquire::Check-Valid-Until=false",
-    ]  # fmt: skip
+        "-o",
+        "Acquire::Check-Valid-Until=false",
+    ]
     if os.geteuid() == 0:
         options += ["-o", "APT::Sandbox::User=root"]
     log(f"downloading {len(missing)} Debian package(s): {', '.join(p.name for p in missing)}")

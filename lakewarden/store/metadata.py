@@ -136,8 +136,15 @@ def create_pointer(session: Session, catalog: str, namespace: str, table: str, l
     if session.get(IcebergTableRow, (catalog, namespace, table)) is not None:
         raise AlreadyExists(f"Table already exists: {'.'.join(levels(namespace))}.{table}")
     now = utcnow()
-    row = IcebergTableRow(catalog_name=catalog, namespace=namespace, table_name=table, metadata_location=location,
-                          version=0, created_at=now, updated_at=now)  # fmt: skip
+    row = IcebergTableRow(
+        catalog_name=catalog,
+        namespace=namespace,
+        table_name=table,
+        metadata_location=location,
+        version=0,
+        created_at=now,
+        updated_at=now,
+    )
     session.add(row)
     session.flush()
     return row
@@ -212,8 +219,9 @@ def timeline(session: Session, catalog: str, namespace: str, table: str, limit: 
 def add_event(
     session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
 ) -> EventRow:
-    row = EventRow(type=kind, catalog_name=catalog, namespace=namespace, table_name=table, payload=payload,
-                   created_at=utcnow())  # fmt: skip
+    row = EventRow(
+        type=kind, catalog_name=catalog, namespace=namespace, table_name=table, payload=payload, created_at=utcnow()
+    )
     session.add(row)
     session.flush()
     return row

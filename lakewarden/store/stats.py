@@ -25,10 +25,21 @@ from lakewarden.store.models import (
 
 # the numbers a process summary may carry, summed per (table, action, type, status)
 RESULT_FIELDS = (
-    "duration_ms", "files_in", "files_out", "bytes_in", "bytes_out", "delete_files_removed", "snapshots_expired",
-    "files_deleted", "bytes_freed", "data_files_deleted", "records_deleted", "tags_created", "manifests_rewritten",
+    "duration_ms",
+    "files_in",
+    "files_out",
+    "bytes_in",
+    "bytes_out",
+    "delete_files_removed",
+    "snapshots_expired",
+    "files_deleted",
+    "bytes_freed",
+    "data_files_deleted",
+    "records_deleted",
+    "tags_created",
+    "manifests_rewritten",
     "orphan_files_found",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +57,14 @@ class ProcessTotals:
 def process_totals(session: Session) -> list[ProcessTotals]:
     """Ended and running processes counted, and their results summed, per table, action, type and status."""
     sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_integer()), 0) for f in RESULT_FIELDS]
-    keys = (ProcessRow.catalog_name, ProcessRow.db_name, ProcessRow.table_name, ProcessRow.action, ProcessRow.type,
-            ProcessRow.status)  # fmt: skip
+    keys = (
+        ProcessRow.catalog_name,
+        ProcessRow.db_name,
+        ProcessRow.table_name,
+        ProcessRow.action,
+        ProcessRow.type,
+        ProcessRow.status,
+    )
     rows = session.execute(select(*keys, func.count(), *sums).group_by(*keys))
     return [
         ProcessTotals(
@@ -65,9 +82,13 @@ def table_status_counts(session: Session) -> dict[int, int]:
 def table_gauges(session: Session) -> list[tuple[str, str, str, int, str, dict[str, Any]]]:
     """(catalog, database, table, status code, group, summary) of every managed table."""
     query = select(
-        TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name,
-        TableRuntimeRow.status_code, TableRuntimeRow.optimizing_group, TableRuntimeRow.summary,
-    ).join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)  # fmt: skip
+        TableIdentifierRow.catalog_name,
+        TableIdentifierRow.db_name,
+        TableIdentifierRow.table_name,
+        TableRuntimeRow.status_code,
+        TableRuntimeRow.optimizing_group,
+        TableRuntimeRow.summary,
+    ).join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
     return [(r[0], r[1], r[2], int(r[3]), r[4], r[5] or {}) for r in session.execute(query)]
 
 

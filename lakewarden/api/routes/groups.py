@@ -12,7 +12,7 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate, _Read, _Request
 from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.store import groups as store
-from lakewarden.store import optimizing as optimizer_store
+from lakewarden.store import processes as optimizer_store
 from lakewarden.store.models import ResourceGroupRow
 
 router = APIRouter(prefix="/resource-groups", tags=["resource groups"])

@@ -18,22 +18,30 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.domain.errors import InvalidField
 from lakewarden.services.metadata_service import LoadedTable, MetadataService
+from lakewarden.services.metadata_service import TableChange as Change
 from lakewarden.store import metadata as store
 
 router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 DEFAULT_PAGE_SIZE = 1000
 ENDPOINTS = [
-    "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}", "DELETE /v1/{prefix}/namespaces/{namespace}",
-    "POST /v1/{prefix}/namespaces/{namespace}/properties", "GET /v1/{prefix}/namespaces/{namespace}/tables",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables", "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}", "POST /v1/{prefix}/tables/rename",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics", "POST /v1/{prefix}/transactions/commit",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/tables/rename",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+    "POST /v1/{prefix}/transactions/commit",
     "POST /v1/{prefix}/namespaces/{namespace}/register",
-]  # fmt: skip
+]
 
 
 def service(ctx: Ctx) -> MetadataService:
@@ -208,9 +216,12 @@ def update_namespace_properties(
 
 @router.get("/{prefix}/namespaces/{namespace}/tables")
 def list_tables(
-    prefix: str, namespace: str, svc: Service, page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+    prefix: str,
+    namespace: str,
+    svc: Service,
+    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
     page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     svc.catalog(prefix)
     ns = _ns(namespace)
     with svc.db.read() as session:
@@ -222,9 +233,16 @@ def list_tables(
 @router.post("/{prefix}/namespaces/{namespace}/tables")
 def create_table(prefix: str, namespace: str, body: CreateTable, svc: Service) -> dict[str, Any]:
     loaded = svc.create_table(
-        prefix, _ns(namespace), body.name, body.table_schema, body.partition_spec, body.write_order,
-        body.location, body.properties, body.stage_create,
-    )  # fmt: skip
+        prefix,
+        _ns(namespace),
+        body.name,
+        body.table_schema,
+        body.partition_spec,
+        body.write_order,
+        body.location,
+        body.properties,
+        body.stage_create,
+    )
     return _loaded(loaded)
 
 
@@ -245,9 +263,14 @@ def table_exists(prefix: str, namespace: str, table: str, svc: Service) -> Respo
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}")
 def commit_table(
-    prefix: str, namespace: str, table: str, body: CommitTable, svc: Service, request: Request,
+    prefix: str,
+    namespace: str,
+    table: str,
+    body: CommitTable,
+    svc: Service,
+    request: Request,
     user_agent: Annotated[str | None, Header()] = None,
-) -> Response:  # fmt: skip
+) -> Response:
     client = request.headers.get("x-client-version") or user_agent
     loaded = svc.commit_table(prefix, _ns(namespace), table, body.requirements, body.updates, client)
     return Response(svc.response_body(loaded), media_type="application/json")
@@ -255,9 +278,12 @@ def commit_table(
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
 def drop_table(
-    prefix: str, namespace: str, table: str, svc: Service,
+    prefix: str,
+    namespace: str,
+    table: str,
+    svc: Service,
     purge: Annotated[bool, Query(alias="purgeRequested")] = False,
-) -> Response:  # fmt: skip
+) -> Response:
     svc.drop_table(prefix, _ns(namespace), table, purge)
     return Response(status_code=204)
 
@@ -276,7 +302,7 @@ def commit_transaction(prefix: str, body: CommitTransaction, svc: Service, reque
     names = [(store.key(c.identifier.namespace), c.identifier.name) for c in body.table_changes]
     if len(set(names)) != len(names):
         raise InvalidField("table-changes", "name each table once")
-    changes = [(ns, n, c.requirements, c.updates) for (ns, n), c in zip(names, body.table_changes, strict=True)]
+    changes = [Change(ns, n, c.requirements, c.updates) for (ns, n), c in zip(names, body.table_changes, strict=True)]
     svc.commit_transaction(
         prefix, changes, request.headers.get("x-client-version") or request.headers.get("user-agent")
     )

@@ -8,14 +8,21 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.domain.maintenance import Action
+from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.store import stats
 
 router = APIRouter(tags=["overview"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
-MAINTENANCE_RESULTS = ("files_deleted", "bytes_freed", "snapshots_expired", "delete_files_removed",
-                       "data_files_deleted", "tags_created", "manifests_rewritten")  # fmt: skip
+MAINTENANCE_RESULTS = (
+    "files_deleted",
+    "bytes_freed",
+    "snapshots_expired",
+    "delete_files_removed",
+    "data_files_deleted",
+    "tags_created",
+    "manifests_rewritten",
+)
 
 
 class Overview(BaseModel):

@@ -14,7 +14,7 @@ from lakewarden.api.schemas import _Read
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
-from lakewarden.store import optimizing as store
+from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc
 from lakewarden.store.models import ProcessRow, TaskRow
@@ -74,21 +74,39 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
     return ProcessRead(
         process_id=process.process_id,
         table=f"{process.catalog_name}.{process.db_name}.{process.table_name}",
-        group=process.group_name, action=process.action, type=process.type, status=process.status,
-        target_snapshot_id=process.target_snapshot_id, start_time=process.plan_time, end_time=end,
+        group=process.group_name,
+        action=process.action,
+        type=process.type,
+        status=process.status,
+        target_snapshot_id=process.target_snapshot_id,
+        start_time=process.plan_time,
+        end_time=end,
         duration_ms=None if end is None else int((as_utc(end) - as_utc(process.plan_time)).total_seconds() * 1000),
-        summary=process.summary, fail_reason=process.fail_reason, stage=_stage(process, tasks),
-        threads_in_use=sum(1 for t in tasks if t.status in TASK_ACTIVE), input_bytes=sum(t.cost_bytes for t in tasks),
+        summary=process.summary,
+        fail_reason=process.fail_reason,
+        stage=_stage(process, tasks),
+        threads_in_use=sum(1 for t in tasks if t.status in TASK_ACTIVE),
+        input_bytes=sum(t.cost_bytes for t in tasks),
         tasks=[
             TaskRead(
-                task_id=t.task_id, status=t.status, type=t.type, attempt=t.attempt, retry_count=t.retry_count,
-                partitions=[p["path"] or "(unpartitioned)" for p in t.partitions], optimizer=t.optimizer_token,
-                scheduled_at=t.scheduled_at, acked_at=t.acked_at, ended_at=t.ended_at, output=t.output, error=t.error,
-                retryable=t.retryable, retry_after=t.retry_after,
+                task_id=t.task_id,
+                status=t.status,
+                type=t.type,
+                attempt=t.attempt,
+                retry_count=t.retry_count,
+                partitions=[p["path"] or "(unpartitioned)" for p in t.partitions],
+                optimizer=t.optimizer_token,
+                scheduled_at=t.scheduled_at,
+                acked_at=t.acked_at,
+                ended_at=t.ended_at,
+                output=t.output,
+                error=t.error,
+                retryable=t.retryable,
+                retry_after=t.retry_after,
             )
             for t in tasks
         ],
-    )  # fmt: skip
+    )
 
 
 @router.get("", response_model=list[ProcessRead])
@@ -101,7 +119,7 @@ def list_processes(
 ) -> list[ProcessRead]:
     """Processes of every action, newest first; `table=catalog.database.table` limits to one table."""
     if action is not None:
-        action = ctx.scheduler.registry.factory(action).action.value  # an unknown action is a 400
+        action = ctx.engine.registry.factory(action).action.value  # an unknown action is a 400
     if status is not None and status not in {s.value for s in ProcessStatus}:
         raise InvalidField("status", f"{status!r} is not one of {', '.join(s.value for s in ProcessStatus)}")
     with ctx.db.read() as session:
@@ -120,5 +138,5 @@ def get_process(process_id: int, ctx: Ctx) -> ProcessRead:
 
 @router.post("/{process_id}/cancel", response_model=ProcessRead)
 def cancel_process(process_id: int, ctx: Ctx) -> ProcessRead:
-    ctx.scheduler.cancel(process_id)
+    ctx.engine.cancel(process_id)
     return get_process(process_id, ctx)

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import MaintenanceRead, TableBrief, TableRead
 from lakewarden.domain.errors import Conflict, InvalidField
-from lakewarden.domain.maintenance import Action, maintenance_states
-from lakewarden.domain.processes import NothingToDo
+from lakewarden.domain.maintenance import maintenance_states
+from lakewarden.domain.processes import Action, NothingToDo
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.services.catalog_access import catalog_for
@@ -117,8 +117,9 @@ class ActionRun(BaseModel):
     reason: str | None = None
 
 
-@router.post("/{catalog}/{database}/{table}/actions/{action}", response_model=ActionRun,
-             responses={201: {"model": ActionRun}})  # fmt: skip
+@router.post(
+    "/{catalog}/{database}/{table}/actions/{action}", response_model=ActionRun, responses={201: {"model": ActionRun}}
+)
 def run_action(
     catalog: str, database: str, table: str, action: str, ctx: Ctx, response: Response, body: RunAction | None = None
 ) -> ActionRun:
@@ -126,7 +127,7 @@ def run_action(
 
     201 with the process; 200 with `created: false` and the reason when there is nothing to do or a
     table setting forbids the action (e.g. gc.enabled=false); 409 when one of its kind is running on the table."""
-    factory = ctx.scheduler.registry.factory(action)
+    factory = ctx.engine.registry.factory(action)
     if factory.action is Action.OPTIMIZING:
         raise InvalidField("action", "self-optimizing is planned by the evaluator; use .../evaluate to look again")
     options = (body or RunAction()).model_dump()
@@ -137,7 +138,7 @@ def run_action(
         rec = store.get_table(session, name)
         spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog))
     try:
-        process_id = ctx.scheduler.create_process(rec, spec, factory.action, "manual", options)
+        process_id = ctx.engine.create_process(rec, spec, factory.action, "manual", options)
     except NothingToDo as why:
         return ActionRun(created=False, process_id=None, reason=str(why))
     response.status_code = 201
@@ -219,5 +220,11 @@ def table_files(
 
 
 def _file(entry: Any, content: str) -> FileRead:
-    return FileRead(path=entry.path, partition=str(entry.partition), content=content, size_bytes=entry.size,
-                    records=entry.records, sequence_number=entry.sequence)  # fmt: skip
+    return FileRead(
+        path=entry.path,
+        partition=str(entry.partition),
+        content=content,
+        size_bytes=entry.size,
+        records=entry.records,
+        sequence_number=entry.sequence,
+    )

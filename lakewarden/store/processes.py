@@ -24,9 +24,16 @@ def register_optimizer(
 ) -> OptimizerRow:
     now = utcnow()
     row = OptimizerRow(
-        token=secrets.token_hex(16), group_name=group, container=container, resource_id=resource_id,
-        parallelism=parallelism, host=host, properties={}, registered_at=now, last_heartbeat_at=now,
-    )  # fmt: skip
+        token=secrets.token_hex(16),
+        group_name=group,
+        container=container,
+        resource_id=resource_id,
+        parallelism=parallelism,
+        host=host,
+        properties={},
+        registered_at=now,
+        last_heartbeat_at=now,
+    )
     session.add(row)
     session.flush()
     return row
@@ -79,11 +86,18 @@ def group_threads(session: Session, group: str) -> int:
 def create_process(session: Session, rec: TableRecord, group: str, action: str, plan: ProcessPlan) -> ProcessRow:
     """A process and all its tasks, PLANNED, in the caller's transaction."""
     process = ProcessRow(
-        table_id=rec.identifier.table_id, catalog_name=rec.identifier.catalog_name, db_name=rec.identifier.db_name,
-        table_name=rec.identifier.table_name, group_name=group, action=action, type=plan.type,
-        status=ProcessStatus.RUNNING.value, target_snapshot_id=plan.target_snapshot_id, plan_time=utcnow(),
+        table_id=rec.identifier.table_id,
+        catalog_name=rec.identifier.catalog_name,
+        db_name=rec.identifier.db_name,
+        table_name=rec.identifier.table_name,
+        group_name=group,
+        action=action,
+        type=plan.type,
+        status=ProcessStatus.RUNNING.value,
+        target_snapshot_id=plan.target_snapshot_id,
+        plan_time=utcnow(),
         summary=dict(plan.summary),
-    )  # fmt: skip
+    )
     session.add(process)
     session.flush()
     for task_id, task in enumerate(plan.tasks, start=1):
@@ -96,7 +110,7 @@ def create_process(session: Session, rec: TableRecord, group: str, action: str, 
                 attempt=0,
                 retry_count=0,
                 partitions=list(task.partitions),
-                input=task.input,
+                input=task.input.model_dump(mode="json"),
                 cost_bytes=task.cost_bytes,
             )
         )
@@ -152,9 +166,12 @@ def running_processes(
 
 
 def list_processes(
-    session: Session, table_id: int | None = None, limit: int = 100, action: str | None = None,
+    session: Session,
+    table_id: int | None = None,
+    limit: int = 100,
+    action: str | None = None,
     status: str | None = None,
-) -> list[ProcessRow]:  # fmt: skip
+) -> list[ProcessRow]:
     query = select(ProcessRow).order_by(ProcessRow.process_id.desc()).limit(limit)
     return list(session.scalars(_filtered(query, table_id=table_id, action=action, status=status)))
 

@@ -11,6 +11,7 @@ and its optimizer stop.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -99,8 +100,12 @@ def demo_server(data_dir: Path, port: int, console: Console) -> Iterator[str]:
         "resource-groups:\n  - {name: default, container: local, properties: {instances: '1', memory: 1g}}\n"
     )
     log = (data_dir / "server.log").open("ab")
-    server = subprocess.Popen([sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(config),
-                               "--log-level", "warning"], stdout=log, stderr=log, start_new_session=True)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lakewarden.cli.main", "server", "-c", str(config), "--log-level", "warning"],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -152,12 +157,16 @@ class Writer(threading.Thread):
         merge = table.commits % self.options.merge_every == self.options.merge_every - 1 and table.rows > 0
         if merge:
             ids = sorted(self.random.sample(range(table.rows), min(10, table.rows)))
-            statement = (f"MERGE INTO {table.name} t USING (SELECT explode(array({', '.join(map(str, ids))})) AS id) s "
-                         f"ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.v = 'updated {table.commits}'")  # fmt: skip
+            statement = (
+                f"MERGE INTO {table.name} t USING (SELECT explode(array({', '.join(map(str, ids))})) AS id) s "
+                f"ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.v = 'updated {table.commits}'"
+            )
         else:
             start, end = table.rows, table.rows + self.options.rows
-            statement = (f"INSERT INTO {table.name} SELECT id, concat('key-', id % 97), 'v0', current_timestamp() "
-                         f"FROM range({start}, {end})")  # fmt: skip
+            statement = (
+                f"INSERT INTO {table.name} SELECT id, concat('key-', id % 97), 'v0', current_timestamp() "
+                f"FROM range({start}, {end})"
+            )
         for _ in range(20):  # a commit that lost to a concurrent one (a compaction) is tried again
             try:
                 self.spark.sql(statement)
@@ -198,21 +207,44 @@ def _refresh(api: httpx.Client, stats: list[TableStats]) -> dict[str, Any]:
     return overview
 
 
-def _view(stats: list[TableStats], overview: dict[str, Any], url: str, elapsed: float, total: float,
-          writer: Writer) -> Group:  # fmt: skip
+def _view(
+    stats: list[TableStats], overview: dict[str, Any], url: str, elapsed: float, total: float, writer: Writer
+) -> Group:
     grid = Table(title_justify="left", expand=False)
-    for column in ("table", "commits", "rows", "data files", "avg file size", "delete files", "status",
-                   "optimized", "query"):  # fmt: skip
+    for column in (
+        "table",
+        "commits",
+        "rows",
+        "data files",
+        "avg file size",
+        "delete files",
+        "status",
+        "optimized",
+        "retries",
+        "query",
+    ):
         grid.add_column(column, justify="right" if column not in ("table", "status") else "left")
     for t in stats:
         average = human_bytes(t.size / t.data_files) if t.data_files else "—"
         query = f"{t.last_query_ms:.0f} ms" if t.last_query_ms is not None else "—"
         style = {"pending": "yellow", "idle": "green"}.get(t.status, "cyan")
-        grid.add_row(t.name, str(t.commits), f"{t.rows:,}", str(t.data_files), average, str(t.delete_files),
-                     f"[{style}]{t.status}[/{style}]", str(t.optimized), query)  # fmt: skip
+        grid.add_row(
+            t.name,
+            str(t.commits),
+            f"{t.rows:,}",
+            str(t.data_files),
+            average,
+            str(t.delete_files),
+            f"[{style}]{t.status}[/{style}]",
+            str(t.optimized),
+            str(t.conflicts),
+            query,
+        )
     workers = overview.get("optimizers", {})
-    header = (f"[bold]lakewarden demo[/bold] · {elapsed:.0f}s of {total:.0f}s · dashboard {url} · optimizer threads "
-              f"busy {workers.get('busy', 0)}/{workers.get('threads', 0)} · Ctrl-C stops")  # fmt: skip
+    header = (
+        f"[bold]lakewarden demo[/bold] · {elapsed:.0f}s of {total:.0f}s · dashboard {url} · optimizer threads "
+        f"busy {workers.get('busy', 0)}/{workers.get('threads', 0)} · Ctrl-C stops"
+    )
     lines: list[Any] = [Panel(header, expand=False), grid]
     if writer.error is not None:
         lines.append(f"[red]writer stopped: {writer.error}[/red]")
@@ -221,8 +253,9 @@ def _view(stats: list[TableStats], overview: dict[str, Any], url: str, elapsed: 
 
 def _verify(spark: Any, table: TableStats) -> tuple[bool, str]:
     """Exactly the rows written: every id once, the MERGE-updated ones changed, the others not."""
-    row = spark.sql(f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0), count_if(v <> 'v0') "
-                    f"FROM {table.name}").first()  # fmt: skip
+    row = spark.sql(
+        f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0), count_if(v <> 'v0') FROM {table.name}"
+    ).first()
     expected = (table.rows, table.rows, table.rows * (table.rows - 1) // 2, len(table.updated))
     actual = tuple(int(v) for v in row)
     if actual == expected:
@@ -251,20 +284,27 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
         ctrl_c.set()
 
     signal.signal(signal.SIGINT, ask_to_stop)
+    spark_log = data_dir / "spark.log"
     try:
-        with demo_server(data_dir, port, console) as url:
+        with demo_server(data_dir, port, console) as url, _stderr_to(spark_log):
             api = httpx.Client(base_url=f"{url}/api/v1", timeout=30)
             console.print(f"server at {url} (dashboard); starting Spark for the writer…")
-            spark = build_spark_session([CatalogSpec("lake", "internal", {"uri": f"{url}/iceberg"})],
-                                        app_name="lakewarden-demo-writer", driver_memory="1g")  # fmt: skip
+            spark = build_spark_session(
+                [CatalogSpec("lake", "internal", {"uri": f"{url}/iceberg"})],
+                app_name="lakewarden-demo-writer",
+                driver_memory="1g",
+                extra_conf={"spark.ui.showConsoleProgress": "false"},  # the live view owns the screen
+            )
             signal.signal(signal.SIGINT, ask_to_stop)  # PySpark installed its own (cancel jobs, then raise)
             spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.demo")
             properties = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
             stats = []
             for i in range(options.tables):
                 name = f"lake.demo.events_{i + 1}"
-                spark.sql(f"CREATE TABLE IF NOT EXISTS {name} (id BIGINT, key STRING, v STRING, ts TIMESTAMP) "
-                          f"USING iceberg PARTITIONED BY (bucket(4, id)) TBLPROPERTIES ({properties})")  # fmt: skip
+                spark.sql(
+                    f"CREATE TABLE IF NOT EXISTS {name} (id BIGINT, key STRING, v STRING, ts TIMESTAMP) "
+                    f"USING iceberg PARTITIONED BY (bucket(4, id)) TBLPROPERTIES ({properties})"
+                )
                 stats.append(TableStats(name))
             writer = Writer(spark, stats, options)
             if not ctrl_c.is_set():  # stopped while starting up: straight to the clean-up
@@ -297,12 +337,35 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
             _refresh(api, stats)
             spark.stop()
             _summary(console, verified, writer)
+            kept = (
+                ""
+                if options.keep or not own_dir
+                else " (in the demo's temporary directory, removed now: --data-dir keeps it)"
+            )
+            console.print(f"Spark's and py4j's log: {spark_log}{kept}")
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if own_dir and not options.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
     ok = all(good for _, good, _ in verified) and (bool(verified) or interrupted)
     return 0 if ok else 1
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Standard error (file descriptor 2) written to `path` meanwhile: the Spark JVM started inside inherits
+    it, so its log lines (a writer's commit retry is logged at ERROR) and py4j's never print over the
+    live view. The view counts the retries instead."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _settle(api: httpx.Client, stats: list[TableStats], seconds: float) -> None:
@@ -320,15 +383,30 @@ def _settle(api: httpx.Client, stats: list[TableStats], seconds: float) -> None:
 
 def _summary(console: Console, verified: list[tuple[TableStats, bool, str]], writer: Writer) -> None:
     out = Table(title="summary", title_justify="left")
-    for column in ("table", "commits", "merges", "data files peak → now", "delete files peak → now",
-                   "optimized", "query first → last", "data"):  # fmt: skip
+    for column in (
+        "table",
+        "commits",
+        "merges",
+        "data files peak → now",
+        "delete files peak → now",
+        "optimized",
+        "query first → last",
+        "data",
+    ):
         out.add_column(column)
     for t, good, text in verified:
         first = f"{t.first_query_ms:.0f}" if t.first_query_ms is not None else "—"
         last = f"{t.last_query_ms:.0f}" if t.last_query_ms is not None else "—"
-        out.add_row(t.name, str(t.commits), str(t.merges), f"{t.peak_files} → {t.data_files}",
-                    f"{t.peak_deletes} → {t.delete_files}", str(t.optimized), f"{first} → {last} ms",
-                    f"[green]verified: {text}[/green]" if good else f"[red]WRONG: {text}[/red]")  # fmt: skip
+        out.add_row(
+            t.name,
+            str(t.commits),
+            str(t.merges),
+            f"{t.peak_files} → {t.data_files}",
+            f"{t.peak_deletes} → {t.delete_files}",
+            str(t.optimized),
+            f"{first} → {last} ms",
+            f"[green]verified: {text}[/green]" if good else f"[red]WRONG: {text}[/red]",
+        )
     console.print(out)
     if writer.error is not None:
         console.print(f"[red]the writer stopped early: {writer.error}[/red]")

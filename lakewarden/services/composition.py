@@ -1,0 +1,147 @@
+"""The server's services, built and wired in one place, so the path of a change can be read here.
+
+How a commit to lakewarden's REST catalog becomes a task on an optimizer:
+
+    MetadataService.commit_table        swaps the table's pointer, records the commit, writes an event
+      -> EventDispatcher (subscribed)   refreshes just the named tables (TableExplorer.refresh_tables)
+      -> TableEvaluator.wake            evaluates them at once; a table that needs optimizing turns PENDING
+      -> work_ready.notify (on_pending) wakes the optimizers' long polls in the TaskDispatcher
+      -> TaskDispatcher.poll            picks the table by its group's policy; ProcessEngine.start_optimizing
+                                        plans it; the first task is handed out
+      -> TaskDispatcher.complete        records the result; ProcessEngine.settle retries or ends the process
+      -> TableEvaluator.wake            (on_process_end) looks at the table again
+
+An external catalog takes the same path from the explorer's periodic refresh (on_change wakes the
+evaluator). Maintenance processes come from the MaintenanceTrigger (or the API) through
+ProcessEngine.create_process; the OptimizerKeeper hands back tasks of lost or slow optimizers
+(on_released); the ResourceMaintainer keeps each group's local optimizers alive.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from lakewarden.config import Config
+from lakewarden.domain.processes import Action
+from lakewarden.services.bootstrap import ensure_seeds
+from lakewarden.services.containers import ResourceMaintainer
+from lakewarden.services.dispatcher import TaskDispatcher
+from lakewarden.services.evaluation import TableEvaluator
+from lakewarden.services.events import EventDispatcher
+from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.loop import LoopService, WakeSignal
+from lakewarden.services.maintenance import MaintenanceTrigger, maintenance_factories
+from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.process_engine import ProcessEngine
+from lakewarden.services.processes import ProcessRegistry
+from lakewarden.services.self_optimizing import SelfOptimizingFactory
+from lakewarden.store.database import Database
+
+log = logging.getLogger(__name__)
+
+
+def maintenance_schedules(config: Config) -> dict[Action, tuple[bool, timedelta]]:
+    """Per maintenance action: whether the server triggers it, and how often it looks."""
+    ams = config.ams
+    schedules = {
+        Action.EXPIRE_SNAPSHOTS: ams.expire_snapshots,
+        Action.CLEAN_ORPHAN_FILES: ams.clean_orphan_files,
+        Action.CLEAN_DANGLING_DELETE_FILES: ams.clean_dangling_delete_files,
+        Action.EXPIRE_DATA: ams.data_expiration,
+        Action.AUTO_CREATE_TAGS: ams.auto_create_tags,
+        Action.REWRITE_MANIFESTS: ams.rewrite_manifests,
+    }
+    return {action: (schedule.enabled, schedule.interval) for action, schedule in schedules.items()}
+
+
+@dataclass
+class ServerRuntime:
+    """Everything a running server is made of; the API's routes reach it through `app.state`."""
+
+    config: Config
+    db: Database
+    metadata: MetadataService
+    evaluator: TableEvaluator
+    explorer: TableExplorer
+    engine: ProcessEngine
+    dispatcher: TaskDispatcher
+    keeper: OptimizerKeeper
+    trigger: MaintenanceTrigger
+    maintainer: ResourceMaintainer
+    events: EventDispatcher
+
+    @classmethod
+    def build(cls, config: Config, server_url: str) -> ServerRuntime:
+        """The system database migrated and seeded, and every service wired; nothing started yet."""
+        db = Database(config.database_url)
+        db.migrate()
+        ensure_seeds(db, config, server_url)
+        work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
+        metadata = MetadataService(db)
+        evaluating = config.ams.evaluator
+        evaluator = TableEvaluator(
+            db,
+            evaluating.interval.total_seconds(),
+            evaluating.thread_count,
+            evaluating.recheck_interval.total_seconds(),
+            metadata=metadata,
+            on_pending=work_ready.notify,
+        )
+        refresh = config.ams.refresh_external_catalogs
+        explorer = TableExplorer(
+            db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake, metadata=metadata
+        )
+        registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
+        timeouts = config.ams.optimizer
+        engine = ProcessEngine(
+            db,
+            registry,
+            metadata,
+            on_work=work_ready.notify,
+            on_process_end=evaluator.wake,
+            retry_backoff=timeouts.task_retry_backoff,
+            retry_backoff_max=timeouts.task_retry_backoff_max,
+        )
+        events = EventDispatcher(explorer, evaluator)
+        metadata.subscribe(events)
+        return cls(
+            config=config,
+            db=db,
+            metadata=metadata,
+            evaluator=evaluator,
+            explorer=explorer,
+            engine=engine,
+            dispatcher=TaskDispatcher(db, engine, work_ready),
+            keeper=OptimizerKeeper(
+                db,
+                timeouts.heart_beat_timeout,
+                timeouts.task_ack_timeout,
+                timeouts.task_execute_timeout,
+                on_released=work_ready.notify,
+            ),
+            trigger=MaintenanceTrigger(db, engine, maintenance_schedules(config)),
+            maintainer=ResourceMaintainer(db, config, server_url),
+            events=events,
+        )
+
+    @property
+    def loops(self) -> list[LoopService]:
+        return [self.explorer, self.evaluator, self.keeper, self.maintainer, self.trigger]
+
+    def start(self, background: bool = True) -> None:
+        """Recover what a dead server left, then (unless tests drive the loops themselves) start them."""
+        if background:
+            self.events.start()
+        self.engine.recover()
+        if background:
+            for loop in self.loops:
+                loop.start()
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        self.events.stop()
+        self.db.dispose()

@@ -1,0 +1,193 @@
+"""The dispatcher: hands the tasks of every action's processes to a resource group's optimizer threads.
+
+An optimizer thread long-polls its group. Under the group's lock the dispatcher first hands out a
+PLANNED task of a running process, oldest process first, if its factory lets it run now, it is not
+waiting out a retry back-off, and its table holds fewer than its share of the group's threads;
+failing that, it picks a PENDING table by the group's scheduling policy (domain/scheduling.py), has
+the process engine plan it, and hands out its first task. Acks and completions are compare-and-swaps
+on (status, attempt, optimizer): a message from a superseded attempt is refused. A completed task is
+settled by the process engine (services/process_engine.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import Conflict, InvalidField
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.processes import BLOCKS_OPTIMIZING
+from lakewarden.domain.scheduling import Candidate, next_table, thread_cap
+from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
+from lakewarden.domain.tables import TableStatus
+from lakewarden.protocol import TASK_INPUT, Assignment, CatalogConnection, Completion
+from lakewarden.services.loop import WakeSignal
+from lakewarden.services.process_engine import ProcessEngine
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import processes as store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.tables import TableRecord
+
+log = logging.getLogger(__name__)
+
+
+class TaskDispatcher:
+    def __init__(self, db: Database, engine: ProcessEngine, work_ready: WakeSignal | None = None) -> None:
+        self.db = db
+        self.engine = engine
+        self.work_ready = work_ready or WakeSignal()  # notified when tasks may be ready: long polls look again
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, group: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(group, threading.Lock())
+
+    # ---- poll
+
+    def poll(self, token: str, thread_id: int, timeout_seconds: float) -> Assignment | None:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            with self.db.read() as session:
+                group = store.get_optimizer(session, token).group_name
+            assignment = self._schedule(group, token, thread_id)
+            remaining = deadline - time.monotonic()
+            if assignment is not None or remaining <= 0:
+                return assignment
+            self.work_ready.wait(min(remaining, 1.0))  # a back-off that ends is noticed within a second
+
+    def _schedule(self, group: str, token: str, thread_id: int) -> Assignment | None:
+        with self._lock(group):
+            assignment = self._next_planned(group, token, thread_id)
+            if assignment is None:
+                candidate = self._pick_table(group)
+                if candidate is not None and self.engine.start_optimizing(candidate, group):
+                    assignment = self._next_planned(group, token, thread_id)
+            return assignment
+
+    def _next_planned(self, group: str, token: str, thread_id: int) -> Assignment | None:
+        """Hand out the first planned task a table may still run; polling counts as a heartbeat."""
+        with self.db.write() as session:
+            store.touch_optimizer(session, token)
+            threads = store.group_threads(session, group)
+            for process in store.running_processes(session, group):
+                counts = store.task_status_counts(session, process.process_id)
+                if not counts.get(TaskStatus.PLANNED):
+                    continue
+                factory = self.engine.registry.factory(process.action)
+                if not factory.may_dispatch(session, process):
+                    continue
+                if sum(counts.get(s, 0) for s in TASK_ACTIVE) >= thread_cap(_quota(session, process.table_id), threads):
+                    continue  # the table has its share of the group's threads
+                task = store.first_planned_task(session, process.process_id)
+                if task is not None and store.transition_task(
+                    session,
+                    process.process_id,
+                    task.task_id,
+                    TaskStatus.PLANNED,
+                    TaskStatus.SCHEDULED,
+                    expected_attempt=task.attempt,
+                    attempt=task.attempt + 1,
+                    optimizer_token=token,
+                    thread_id=thread_id,
+                    scheduled_at=utcnow(),
+                    acked_at=None,
+                ):
+                    spec = catalog_store.spec_of(catalog_store.get_catalog(session, process.catalog_name))
+                    work = factory.dispatch_input(session, process, TASK_INPUT.validate_python(task.input))
+                    catalog = CatalogConnection(name=spec.name, type=spec.type, properties=dict(spec.properties))
+                    return Assignment(
+                        process_id=process.process_id,
+                        task_id=task.task_id,
+                        attempt=task.attempt + 1,
+                        type=task.type,
+                        input=work,
+                        catalog=catalog,
+                    )
+        return None
+
+    def _pick_table(self, group: str) -> TableRecord | None:
+        """The next PENDING table of the group by its scheduling policy, past its min-plan-interval and not
+        blocked by a maintenance process that must not run beside optimizing."""
+        now = utcnow()
+        with self.db.read() as session:
+            policy = store.group_policy(session, group)
+            blocked = {p.table_id for p in store.running_processes(session, group) if p.action in BLOCKS_OPTIMIZING}
+            candidates = []
+            for rec in table_store.list_tables(session, status=TableStatus.PENDING, group=group):
+                try:
+                    config = OptimizingConfig.of(rec.runtime.config)
+                except InvalidField:
+                    continue  # misconfigured: the evaluator says why
+                planned = rec.runtime.last_planned_at
+                if rec.runtime.table_id in blocked or (
+                    planned is not None and now - as_utc(planned) < timedelta(milliseconds=config.min_plan_interval_ms)
+                ):
+                    continue
+                r = rec.runtime
+                times = [
+                    as_utc(t).timestamp()
+                    for t in (r.last_minor_optimizing_at, r.last_major_optimizing_at, r.last_full_optimizing_at)
+                    if t is not None
+                ]
+                used = (
+                    store.task_seconds_since(session, r.table_id, now - timedelta(hours=1))
+                    if policy != "balanced"
+                    else 0.0
+                )
+                candidates.append(Candidate(rec, str(rec.name), config.quota, used, max(times, default=0.0)))
+        chosen = next_table(policy, candidates)
+        return None if chosen is None else chosen.table
+
+    # ---- ack and complete
+
+    def ack(self, token: str, process_id: int, task_id: int, attempt: int) -> None:
+        with self.db.write() as session:
+            store.touch_optimizer(session, token)
+            if not store.transition_task(
+                session,
+                process_id,
+                task_id,
+                TaskStatus.SCHEDULED,
+                TaskStatus.ACKED,
+                expected_attempt=attempt,
+                expected_token=token,
+                acked_at=utcnow(),
+            ):
+                raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
+
+    def complete(self, done: Completion) -> None:
+        """A task's result, or its error and whether a retry may pass; the engine settles its process."""
+        new = TaskStatus.FAILED if done.error else TaskStatus.SUCCESS
+        output = None if done.output is None else done.output.model_dump(mode="json")
+        with self.db.write() as session:
+            store.touch_optimizer(session, done.token)
+            if not store.transition_task(
+                session,
+                done.process_id,
+                done.task_id,
+                TaskStatus.ACKED,
+                new,
+                expected_attempt=done.attempt,
+                expected_token=done.token,
+                output=output,
+                error=done.error,
+                retryable=done.retryable if done.error else None,
+                ended_at=utcnow(),
+            ):
+                raise Conflict(
+                    f"task {done.process_id}.{done.task_id} attempt {done.attempt} is not running on this optimizer"
+                )
+        self.engine.settle(done.process_id)
+
+
+def _quota(session: Session, table_id: int) -> float:
+    try:
+        return OptimizingConfig.of(table_store.runtime_config(session, table_id)).quota
+    except InvalidField:
+        return OptimizingConfig.of({}).quota

@@ -1,0 +1,247 @@
+"""The process engine: the life of every process, whatever its action — create, plan, settle, retry,
+cancel, end and recover.
+
+A process is created by its action's factory (services/processes.py) from the table's current
+metadata and written with all its tasks in one transaction. When a task ends the engine settles the
+process: a failure a retry may change sends the task back to PLANNED after a back-off; a final one,
+or one past `execute.num-retries`, fails the process; when every task succeeded it succeeds. Ending a
+process merges its tasks' results (the typed results of lakewarden/protocol.py) into its summary and
+tells its factory, which says what that means for the table. Handing tasks to optimizers is the
+dispatcher's (services/dispatcher.py); the engine tells it, through `on_work`, that tasks may be ready.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.errors import Conflict
+from lakewarden.domain.evaluator import OptimizingType
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.processes import Action, NothingToDo
+from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
+from lakewarden.domain.tables import TableStatus
+from lakewarden.protocol import TASK_RESULT
+from lakewarden.services.catalog_access import catalog_for
+from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.processes import ProcessRegistry
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import processes as store
+from lakewarden.store import runtime as runtime_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import ProcessRow
+from lakewarden.store.tables import TableRecord
+
+log = logging.getLogger(__name__)
+
+
+def _nothing() -> None:
+    pass
+
+
+class ProcessEngine:
+    def __init__(
+        self,
+        db: Database,
+        registry: ProcessRegistry,
+        metadata: MetadataService | None = None,
+        on_work: Callable[[], None] = _nothing,
+        on_process_end: Callable[[], None] = _nothing,
+        retry_backoff: timedelta = timedelta(seconds=5),
+        retry_backoff_max: timedelta = timedelta(minutes=5),
+    ) -> None:
+        self.db = db
+        self.registry = registry
+        self.metadata = metadata  # internal catalogs' tables are read from it in-process
+        self.on_work = on_work  # tasks may be ready to hand out (the dispatcher wakes its long polls)
+        self.on_process_end = on_process_end  # a process ended (the evaluator looks at its table again)
+        # a failed task that may pass on a retry waits backoff * 2^retries (at most backoff_max) first
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+
+    # ---- creating and planning
+
+    def _load(self, rec: TableRecord, spec: CatalogSpec) -> Any:
+        with catalog_for(spec, self.metadata) as catalog:
+            return catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
+
+    def create_process(
+        self, rec: TableRecord, spec: CatalogSpec, action: str, trigger: str, options: dict[str, Any]
+    ) -> int:
+        """A process of any action other than self-optimizing, planned now on the table's current
+        metadata, in the table's group; raises NothingToDo (why there is no work, or which table
+        setting forbids it) or Conflict (one of that action is already running on the table)."""
+        factory = self.registry.factory(action, rec.identifier.format)
+        with self.db.read() as session:
+            self._check_none_running(session, rec, action)
+        plan = factory.create(rec, self._load(rec, spec), trigger, options)
+        with self.db.write() as session:
+            self._check_none_running(session, rec, action)
+            process_id = store.create_process(session, rec, rec.runtime.optimizing_group, action, plan).process_id
+        log.info("%s process %s created for %s (%s)", action, process_id, rec.name, trigger)
+        self.on_work()
+        return process_id
+
+    @staticmethod
+    def _check_none_running(session: Session, rec: TableRecord, action: str) -> None:
+        if store.running_processes(session, table_id=rec.runtime.table_id, action=action):
+            raise Conflict(f"a {action} process is already running on {rec.name}")
+
+    def start_optimizing(self, rec: TableRecord, group: str) -> bool:
+        """Plan a PENDING table's self-optimizing on its current snapshot: PENDING -> PLANNING -> the
+        optimizing status of the planned type, or back to IDLE when there is nothing to plan."""
+        table_id = rec.runtime.table_id
+        with self.db.write() as session:
+            if not runtime_store.transition_table(
+                session, table_id, TableStatus.PENDING, TableStatus.PLANNING, last_planned_at=utcnow()
+            ):
+                return False
+            spec = catalog_store.spec_of(catalog_store.get_catalog(session, rec.identifier.catalog_name))
+        try:
+            planned = self._plan_optimizing(rec, spec, group)
+        except Exception as exc:
+            log.warning("planning %s failed: %s", rec.name, exc)
+            planned = None
+        with self.db.write() as session:
+            if planned is None:
+                runtime_store.transition_table(session, table_id, TableStatus.PLANNING, TableStatus.IDLE)
+                return False
+            process_id, kind = planned
+            runtime_store.transition_table(
+                session, table_id, TableStatus.PLANNING, OPTIMIZING_STATUS[kind], optimizing_process_id=process_id
+            )
+        log.info("planned %s: process %s (%s)", rec.name, process_id, kind.label)
+        return True
+
+    def _plan_optimizing(self, rec: TableRecord, spec: CatalogSpec, group: str) -> tuple[int, OptimizingType] | None:
+        """The process and its tasks are written in one transaction."""
+        factory = self.registry.factory(Action.OPTIMIZING, rec.identifier.format)
+        try:
+            plan = factory.create(rec, self._load(rec, spec), "pending", {})
+        except NothingToDo:
+            return None
+        with self.db.write() as session:
+            process = store.create_process(session, rec, group, Action.OPTIMIZING, plan)
+            return process.process_id, OptimizingType[plan.type.upper()]
+
+    # ---- settling
+
+    def backoff(self, retry_count: int) -> timedelta:
+        """How long a task waits before its retry number `retry_count + 1`."""
+        return min(self.retry_backoff * (1 << min(retry_count, 30)), self.retry_backoff_max)
+
+    def settle(self, process_id: int) -> None:
+        """Retry a failed task (after its back-off), or end the process when its tasks are done, one
+        failed in a way no retry can change, or one used up its retries."""
+        with self.db.write() as session:
+            process = store.get_process(session, process_id)
+            if process.status != ProcessStatus.RUNNING:
+                return
+            counts = store.task_status_counts(session, process_id)
+            if counts.get(TaskStatus.FAILED, 0) == 0 and set(counts) != {TaskStatus.SUCCESS}:
+                return  # tasks still to run, none failed: nothing to settle yet
+            config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
+            tasks = store.tasks_of(session, process_id)
+            failed = [t for t in tasks if t.status == TaskStatus.FAILED]
+            final = next((t for t in failed if t.retryable is False), None)
+            retry = next((t for t in failed if t.retry_count < config.execute_num_retries), None)
+            if final is None and retry is not None:
+                store.transition_task(
+                    session,
+                    process_id,
+                    retry.task_id,
+                    TaskStatus.FAILED,
+                    TaskStatus.PLANNED,
+                    expected_attempt=retry.attempt,
+                    retry_count=retry.retry_count + 1,
+                    retry_after=utcnow() + self.backoff(retry.retry_count),
+                )
+                self.on_work()
+                return
+            if final is not None:
+                reason = f"task {final.task_id} failed with an error no retry can change (not retried): {final.error}"
+                self._end(session, process, ProcessStatus.FAILED, reason)
+            elif failed:
+                reason = f"task {failed[0].task_id} failed {failed[0].retry_count + 1} time(s): {failed[0].error}"
+                self._end(session, process, ProcessStatus.FAILED, reason)
+            elif all(t.status == TaskStatus.SUCCESS for t in tasks):
+                self._end(session, process, ProcessStatus.SUCCESS, None)
+            else:
+                return
+        self.on_process_end()
+
+    def cancel(self, process_id: int, reason: str = "canceled") -> None:
+        with self.db.write() as session:
+            process = store.get_process(session, process_id)
+            if process.status != ProcessStatus.RUNNING:
+                raise Conflict(f"process {process_id} is {process.status}, not running")
+            self._end(session, process, ProcessStatus.CANCELED, reason)
+
+    def _end(self, session: Session, process: ProcessRow, status: ProcessStatus, reason: str | None) -> None:
+        tasks = store.tasks_of(session, process.process_id)
+        for task in tasks:
+            if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
+                store.transition_task(
+                    session,
+                    process.process_id,
+                    task.task_id,
+                    TaskStatus(task.status),
+                    TaskStatus.CANCELED,
+                    ended_at=utcnow(),
+                )
+        factory = self.registry.factory(process.action)
+        # outputs stored before results named their action carry the process's action
+        results = [
+            TASK_RESULT.validate_python({"action": process.action, **(t.output or {})})
+            for t in tasks
+            if t.status == TaskStatus.SUCCESS
+        ]
+        ended = utcnow()
+        duration_ms = int((ended - as_utc(process.plan_time)).total_seconds() * 1000)
+        summary = {**(process.summary or {}), **factory.summarize(results), "duration_ms": duration_ms}
+        store.transition_process(
+            session,
+            process.process_id,
+            ProcessStatus.RUNNING,
+            status,
+            end_time=ended,
+            fail_reason=reason,
+            summary=summary,
+        )
+        factory.on_end(session, process, status)
+        log.info(
+            "%s process %s of %s.%s.%s ended: %s%s",
+            process.action,
+            process.process_id,
+            process.catalog_name,
+            process.db_name,
+            process.table_name,
+            status.value,
+            f" ({reason})" if reason else "",
+        )
+
+    # ---- recovery
+
+    def recover(self) -> list[str]:
+        """At start-up: heal what a server that died mid-way left behind; returns what was done.
+
+        Each action's factory heals its tables' state; a running process whose tasks all ended is
+        settled now. Tasks held by optimizers stay theirs: the keeper takes them back if those
+        optimizers are gone.
+        """
+        done: list[str] = []
+        with self.db.write() as session:
+            running = {p.process_id for p in store.running_processes(session)}
+            for action in self.registry.actions():
+                done += self.registry.factory(action).recover_tables(session, running)
+        for process_id in sorted(running):
+            self.settle(process_id)
+        for line in done:
+            log.warning("recovered %s", line)
+        return done
