@@ -25,7 +25,6 @@ Durations are milliseconds or a number with a unit: 500ms, 30s, 3min, 1h, 1d.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -34,26 +33,10 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
 
 ENV_PREFIX = "LAKEWARDEN_"
-_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-
-
-def parse_duration(value: Any) -> timedelta:
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return timedelta(milliseconds=value)
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", value.lower())
-        if match and match.group(2) in ("", *_UNITS):
-            number = float(match.group(1))
-            unit = match.group(2)
-            return timedelta(milliseconds=number) if unit == "" else timedelta(seconds=number * _UNITS[unit])
-    raise ValueError(f"{value!r} is not a duration (e.g. 500ms, 30s, 3min, 1h)")
-
-
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 

@@ -15,6 +15,17 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 MAX_LISTED = 100  # paths a result or summary lists
+# the totals of maintenance results that the overview and /metrics add up over processes
+MAINTENANCE_TOTALS = (
+    "files_deleted",
+    "bytes_freed",
+    "snapshots_expired",
+    "delete_files_removed",
+    "data_files_deleted",
+    "records_deleted",
+    "tags_created",
+    "manifests_rewritten",
+)
 
 
 class _Model(BaseModel):

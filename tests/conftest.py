@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -16,17 +16,12 @@ from lakewarden.api.app import create_app
 from lakewarden.config import Config, load_config
 from lakewarden.domain.catalogs import CatalogSpec
 from tests.postgres import fresh_database, postgres_server
+from tests.servers import FAST_EVALUATOR, ServerProcess, free_port, started_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _catalog_numbers = itertools.count(1)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def make_config(data_dir: Path, **ams: Any) -> Config:
@@ -74,6 +69,27 @@ def sql_catalog(tmp_path: Path) -> CatalogSpec:
     root = tmp_path / name
     root.mkdir()
     return CatalogSpec(name, "sql", {"uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": str(root / "warehouse")})
+
+
+@pytest.fixture
+def server_settings() -> str:
+    """The `ams:` lines of the test's server; a module overrides this fixture to change them."""
+    return FAST_EVALUATOR
+
+
+@pytest.fixture
+def server(tmp_path: Path, server_settings: str) -> Iterator[ServerProcess]:
+    """A real `lakewarden server` process on a fresh data directory (maintenance off, no optimizer)."""
+    with started_server(tmp_path, extra=server_settings) as process:
+        yield process
+
+
+@pytest.fixture
+def lake(server: ServerProcess, spark: SparkSession) -> tuple[ServerProcess, httpx.Client]:
+    """The server, an API client of it, and Spark on its catalogs `local` and `lake`, each with `db`."""
+    from tests.helpers import open_lake
+
+    return server, open_lake(server, spark)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -16,11 +15,10 @@ from lakewarden.domain.processes import TaskSpec
 from lakewarden.optimizer.app import Optimizer
 from lakewarden.protocol import OptimizingInput, PartitionRef
 from lakewarden.spark.session import configure_catalogs
+from tests.servers import ServerProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from tests.test_server_process import ServerProcess
 
 # small files pile up into a minor optimizing quickly; deletes and updates are merge-on-read
 PROPS = ", ".join(
@@ -85,21 +83,6 @@ def table_status(api: httpx.Client, table: str, status: str) -> dict[str, Any]:
         return shown if shown["status"] == status else None
 
     return dict(wait_for(f"{table} {status}", check))
-
-
-@contextmanager
-def started_server(tmp_path: Path, extra: str = "", maintenance: str | None = None) -> Iterator[ServerProcess]:
-    """A real `lakewarden server` process on a fresh data directory; `extra` adds `ams:` settings;
-    `maintenance` replaces the `ams:` lines that turn the maintenance actions off."""
-    from tests.test_server_process import MAINTENANCE_OFF, ServerProcess
-
-    process = ServerProcess(tmp_path, extra=extra, maintenance=MAINTENANCE_OFF if maintenance is None else maintenance)
-    process.start()
-    try:
-        yield process
-    finally:
-        if process.proc is not None and process.proc.poll() is None:
-            process.stop()
 
 
 def minor_task(path: str = "", values: list[Any] | None = None, cost_bytes: int = 1) -> TaskSpec:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, table_status, wait_for
-from tests.test_server_process import ServerProcess
+from tests.helpers import PROPS, checksum, running_optimizer, table_status, wait_for
+from tests.servers import ServerProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,12 +22,6 @@ LAYOUTS = {
     "by_truncate": "PARTITIONED BY (truncate(1, cat))",
     "flat": "",
 }
-
-
-@pytest.fixture
-def lake(tmp_path: Path, spark: SparkSession) -> Iterator[tuple[ServerProcess, httpx.Client]]:
-    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as server:
-        yield server, open_lake(server, spark)
 
 
 def counts(spark: SparkSession, table: str) -> tuple[int, int]:

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from lakewarden.config import load_config, parse_duration
+from lakewarden.config import load_config
+from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
 
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.helpers import PROPS, open_lake, started_server, wait_for
-from tests.test_server_process import ServerProcess
+from tests.helpers import PROPS, open_lake, wait_for
+from tests.servers import FAST_EVALUATOR, ServerProcess, started_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -216,7 +216,7 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
 def test_metrics_expose_tables_processes_groups_and_latency(tmp_path: Path, spark: SparkSession) -> None:
     from tests.helpers import running_optimizer
 
-    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as server:
+    with started_server(tmp_path, extra=FAST_EVALUATOR) as server:
         api = open_lake(server, spark)
         spark.sql(f"CREATE TABLE local.db.m (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
         for i in range(4):

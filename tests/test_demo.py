@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
 from tests.helpers import wait_for
+from tests.servers import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.states import IllegalTransition
+from lakewarden.domain.errors import IllegalTransition
 from lakewarden.domain.tables import TableStatus
 from lakewarden.spark.session import configure_catalogs
 from lakewarden.store.runtime import transition_table

@@ -122,12 +122,12 @@ def test_restart_heals_what_a_dead_server_left(config: Config) -> None:
             ]:
                 assert transition_table(session, gone.runtime.table_id, a, b)
             # the task finished, but the server died before it settled the process
-            for a, b in [
+            for before, after in [
                 (TaskStatus.PLANNED, TaskStatus.SCHEDULED),
                 (TaskStatus.SCHEDULED, TaskStatus.ACKED),
                 (TaskStatus.ACKED, TaskStatus.SUCCESS),
             ]:
-                assert store.transition_task(session, process_id, 1, a, b)
+                assert store.transition_task(session, process_id, 1, before, after)
 
     with TestClient(create_app(config, start_services=False)) as second:  # the restart
         tables = {t["table"]: t["status"] for t in second.get("/api/v1/tables").json()}

@@ -5,28 +5,20 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, wait_for
-from tests.test_server_process import MAINTENANCE_OFF, ServerProcess, cli, cli_json
+from tests.helpers import PROPS, checksum, open_lake, running_optimizer, wait_for
+from tests.servers import FAST_EVALUATOR, MAINTENANCE_OFF, ServerProcess, cli, cli_json, started_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 QUIET = "'self-optimizing.enabled'='false'"  # these tables are only maintained, never compacted
-FAST = "  evaluator: {interval: 1s, recheck-interval: 1s}\n"
-
-
-@pytest.fixture
-def lake(tmp_path: Path, spark: SparkSession) -> Iterator[tuple[ServerProcess, httpx.Client]]:
-    with started_server(tmp_path, extra=FAST) as server:
-        yield server, open_lake(server, spark)
 
 
 def run(api: httpx.Client, table: str, action: str, **body: Any) -> int:
@@ -38,10 +30,12 @@ def run(api: httpx.Client, table: str, action: str, **body: Any) -> int:
 
 
 def finished(api: httpx.Client, process_id: int) -> dict[str, Any]:
-    return wait_for(
-        f"process {process_id} to end",
-        lambda: (lambda p: p if p["status"] != "running" else None)(api.get(f"/processes/{process_id}").json()),
-        timeout=180,
+    return dict(
+        wait_for(
+            f"process {process_id} to end",
+            lambda: (lambda p: p if p["status"] != "running" else None)(api.get(f"/processes/{process_id}").json()),
+            timeout=180,
+        )
     )
 
 
@@ -118,12 +112,9 @@ def test_orphan_files_dry_run_and_clean(lake: tuple[ServerProcess, httpx.Client]
     spark.sql("INSERT INTO local.db.orph SELECT id FROM range(100)")
     spark.sql("INSERT INTO local.db.orph SELECT id FROM range(100, 200)")
     before = checksum(spark, "local.db.orph", "id")
-    location = Path(
-        spark.sql("DESCRIBE TABLE EXTENDED local.db.orph")
-        .where("col_name = 'Location'")
-        .first()[1]
-        .removeprefix("file:")
-    )  # type: ignore[index]
+    described = spark.sql("DESCRIBE TABLE EXTENDED local.db.orph").where("col_name = 'Location'").first()
+    assert described is not None
+    location = Path(described[1].removeprefix("file:"))
     two_hours_ago, ten_minutes_ago = time.time() - 7200, time.time() - 600
     old_orphan = location / "data" / "left-behind.parquet"
     young_orphan = location / "data" / "just-written.parquet"
@@ -301,7 +292,7 @@ def test_auto_tag_task_creates_the_tag(spark: SparkSession, tmp_path: Path) -> N
 def test_scheduled_manifest_rewrite(tmp_path: Path, spark: SparkSession) -> None:
     """The trigger starts maintenance by itself: the server's interval, the table's threshold."""
     maintenance = MAINTENANCE_OFF.replace("rewrite-manifests: {enabled: false}", "rewrite-manifests: {interval: 1s}")
-    with started_server(tmp_path, extra=FAST, maintenance=maintenance) as server:
+    with started_server(tmp_path, extra=FAST_EVALUATOR, maintenance=maintenance) as server:
         api = open_lake(server, spark)
         spark.sql(
             f"CREATE TABLE local.db.man (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, "

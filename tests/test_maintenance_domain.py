@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 
 from lakewarden.config import Config
+from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 from lakewarden.domain.maintenance import (
@@ -24,7 +26,6 @@ from lakewarden.domain.maintenance import (
     format_datetime,
     interval_override,
     maintenance_states,
-    parse_duration,
     tag_due,
 )
 from lakewarden.domain.processes import Action
@@ -56,8 +57,8 @@ def test_amoro_defaults_and_bad_values_name_the_property() -> None:
     assert not enabled(TABLE_DEFAULTS, Action.AUTO_CREATE_TAGS)
     assert interval_override({"table-expire.interval": "10min"}, Action.EXPIRE_SNAPSHOTS) == timedelta(minutes=10)
     assert interval_override({}, Action.EXPIRE_SNAPSHOTS) is None
-    assert parse_duration("30d", "k") == timedelta(days=30) and parse_duration("1500", "k") == timedelta(seconds=1.5)
-    cases = [
+    assert parse_duration("30d") == timedelta(days=30) and parse_duration("1500") == timedelta(seconds=1.5)
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.duration": "soon"}), "snapshot.keep.duration"),
         (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.min-count": "0"}), "snapshot.keep.min-count"),
         (lambda: enabled({"table-expire.enabled": "yes"}, Action.EXPIRE_SNAPSHOTS), "table-expire.enabled"),

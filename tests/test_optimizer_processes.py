@@ -7,14 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, wait_for
-from tests.test_server_process import ServerProcess, cli
+from tests.helpers import PROPS, checksum, open_lake, running_optimizer, wait_for
+from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,9 +25,8 @@ FAST_TIMEOUTS = (
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    with started_server(tmp_path, extra=FAST_TIMEOUTS) as process:
-        yield process
+def server_settings() -> str:
+    return FAST_TIMEOUTS
 
 
 def optimizers(server: ServerProcess) -> list[dict[str, Any]]:

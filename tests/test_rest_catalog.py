@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +17,16 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY
-from tests.helpers import started_server, wait_for
-from tests.test_server_process import ServerProcess
+from tests.helpers import wait_for
+from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    with started_server(tmp_path) as process:  # the embedded default has the internal catalog `lake`
-        yield process
+def server_settings() -> str:
+    return ""  # the embedded default has the internal catalog `lake`
 
 
 def client(server: ServerProcess) -> RestCatalog:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -12,8 +10,8 @@ import pytest
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.spark.session import configure_catalogs
-from tests.helpers import PROPS, checksum, running_optimizer, started_server, wait_for
-from tests.test_server_process import ServerProcess
+from tests.helpers import PROPS, checksum, running_optimizer, wait_for
+from tests.servers import ServerProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -22,12 +20,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture
-def lake(tmp_path: Path, spark: SparkSession) -> Iterator[tuple[ServerProcess, httpx.Client]]:
-    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as server:
-        api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
-        created = api.post("/catalogs", json={"name": f"rest{server.port}", "type": "internal"}).json()
-        configure_catalogs(spark, [CatalogSpec(created["name"], "internal", created["properties"])])
-        yield server, api
+def lake(server: ServerProcess, spark: SparkSession) -> tuple[ServerProcess, httpx.Client]:
+    """Here: a new internal catalog of the server's, named after its port, configured in Spark."""
+    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    created = api.post("/catalogs", json={"name": f"rest{server.port}", "type": "internal"}).json()
+    configure_catalogs(spark, [CatalogSpec(created["name"], "internal", created["properties"])])
+    return server, api
 
 
 def compact_and_compare(

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import PROPS, checksum, open_lake, running_optimizer, started_server, table_status, wait_for
-from tests.test_server_process import ServerProcess, cli
+from tests.helpers import PROPS, checksum, open_lake, running_optimizer, table_status, wait_for
+from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    with started_server(tmp_path, extra="  evaluator: {interval: 1s, recheck-interval: 1s}\n") as process:
-        yield process
 
 
 def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: SparkSession) -> None:

@@ -14,9 +14,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, LakewardenError, NotFound
-from lakewarden.services.metadata_service import CommitFailed, NoSuchWarehouse
-from lakewarden.store.metadata import NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
+from lakewarden.domain.errors import (
+    AlreadyExists,
+    CommitFailed,
+    Conflict,
+    InvalidField,
+    LakewardenError,
+    NamespaceNotEmpty,
+    NoSuchNamespace,
+    NoSuchTable,
+    NoSuchWarehouse,
+    NotFound,
+)
 
 log = logging.getLogger(__name__)
 

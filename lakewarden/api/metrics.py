@@ -18,21 +18,12 @@ from prometheus_client.registry import Collector
 
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
+from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.store import stats
 from lakewarden.store.database import Database
 
 TABLE = ["catalog", "database", "table"]
 OPTIMIZING_RESULTS = {"files_in": "files", "files_out": "files", "bytes_in": "bytes", "bytes_out": "bytes"}
-MAINTENANCE_RESULTS = (
-    "files_deleted",
-    "bytes_freed",
-    "snapshots_expired",
-    "delete_files_removed",
-    "data_files_deleted",
-    "records_deleted",
-    "tags_created",
-    "manifests_rewritten",
-)
 
 
 class DatabaseCollector(Collector):
@@ -95,7 +86,7 @@ class DatabaseCollector(Collector):
                 f"{key.replace('_', ' ').capitalize()} by successful maintenance processes",
                 labels=["action"],
             )
-            for key in MAINTENANCE_RESULTS
+            for key in MAINTENANCE_TOTALS
         }
         per_action: dict[tuple[str, str], int] = {}
         per_table: dict[tuple[str, ...], int] = {}
@@ -111,7 +102,7 @@ class DatabaseCollector(Collector):
                 for field in moved:
                     per_table[(*labels, field)] = per_table.get((*labels, field), 0) + row.sums[field]
             else:
-                for field in MAINTENANCE_RESULTS:
+                for field in MAINTENANCE_TOTALS:
                     per_action[(row.action, field)] = per_action.get((row.action, field), 0) + row.sums[field]
         for key, value in per_table.items():
             if key[3] in moved:

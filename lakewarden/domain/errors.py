@@ -26,3 +26,42 @@ class AlreadyExists(LakewardenError):
 
 class Conflict(LakewardenError):
     """The request conflicts with the current state (e.g. a group still in use)."""
+
+
+# ---- lakewarden's REST catalog (the Iceberg REST spec's error types, by the API's mapping)
+
+
+class NoSuchWarehouse(NotFound):
+    """No internal catalog by that name (the REST catalog's prefix)."""
+
+
+class NoSuchNamespace(NotFound):
+    pass
+
+
+class NoSuchTable(NotFound):
+    pass
+
+
+class NamespaceNotEmpty(Conflict):
+    pass
+
+
+class CommitFailed(Conflict):
+    """A requirement of the commit does not hold against the table's current metadata."""
+
+
+# ---- processes
+
+
+class NothingToDo(Exception):
+    """The action has no work on this table now; the message says why (not an error: no process)."""
+
+
+class ActionForbidden(NothingToDo):
+    """The table's own settings forbid the action (e.g. gc.enabled=false for snapshot expiry); the
+    message names the setting. No process is created for it, not even on a manual run."""
+
+
+class IllegalTransition(Exception):
+    """A transition a state machine does not have: a bug, never user input."""

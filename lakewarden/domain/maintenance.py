@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 from lakewarden.domain.processes import Action
@@ -53,8 +54,6 @@ MAINTENANCE_DEFAULTS: dict[str, str] = {
     "rewrite-manifests.trigger.manifest-count": "100",
 }
 
-_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-
 
 def _get(props: Mapping[str, str], key: str) -> str:
     return str(props.get(key, MAINTENANCE_DEFAULTS.get(key, ""))).strip()
@@ -86,13 +85,11 @@ def _choice(props: Mapping[str, str], key: str, choices: Sequence[str]) -> str:
     raise InvalidField(key, f"{text!r} must be one of {', '.join(choices)}")
 
 
-def parse_duration(text: str, key: str) -> timedelta:
-    """'720min', '12h', '30d', '90s', '500ms' or plain milliseconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
-    if not match or match.group(2) not in ("", *_UNITS):
-        raise InvalidField(key, f"{text!r} is not a duration such as 720min, 12h, 30d or milliseconds")
-    number, unit = int(match.group(1)), match.group(2)
-    return timedelta(milliseconds=number) if unit == "" else timedelta(seconds=number * _UNITS[unit])
+def _duration(text: str, key: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise InvalidField(key, str(exc)) from None
 
 
 def enabled(props: Mapping[str, str], action: Action) -> bool:
@@ -142,7 +139,7 @@ def interval_override(props: Mapping[str, str], action: Action) -> timedelta | N
     """The table's own interval for the action (`<prefix>.interval`), if it sets one."""
     key = f"{PREFIX[action]}.interval"
     text = str(props.get(key, "")).strip()
-    return parse_duration(text, key) if text else None
+    return _duration(text, key) if text else None
 
 
 # ---- snapshot expiry
@@ -156,7 +153,7 @@ class ExpireSnapshotsConfig:
     @classmethod
     def of(cls, props: Mapping[str, str]) -> ExpireSnapshotsConfig:
         return cls(
-            parse_duration(_get(props, "snapshot.keep.duration"), "snapshot.keep.duration"),
+            _duration(_get(props, "snapshot.keep.duration"), "snapshot.keep.duration"),
             _int(props, "snapshot.keep.min-count", 1),
         )
 
@@ -250,7 +247,7 @@ class DataExpireConfig:
             raise InvalidField("data-expire.retention-time", "how long data is kept (e.g. 30d) is not set")
         return cls(
             field=field,
-            retention=parse_duration(retention, "data-expire.retention-time"),
+            retention=_duration(retention, "data-expire.retention-time"),
             level=_choice(props, "data-expire.level", ("partition", "file")),
             string_pattern=_pattern(props, "data-expire.datetime-string-pattern"),
             number_format=_choice(props, "data-expire.datetime-number-format", ("TIMESTAMP_MS", "TIMESTAMP_S")),

@@ -45,12 +45,3 @@ class ProcessPlan:
     target_snapshot_id: int | None
     tasks: list[TaskSpec]
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-class NothingToDo(Exception):
-    """The action has no work on this table now; the message says why."""
-
-
-class ActionForbidden(NothingToDo):
-    """The table's own settings forbid the action (e.g. gc.enabled=false for snapshot expiry); the
-    message names the setting. No process is created for it, not even on a manual run."""

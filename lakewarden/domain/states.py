@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping
 from typing import TypeVar
 
+from lakewarden.domain.errors import IllegalTransition
 from lakewarden.domain.evaluator import OptimizingType
 from lakewarden.domain.tables import TableStatus
 
@@ -44,7 +45,6 @@ TASK_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.CANCELED: frozenset(),
 }
 TASK_ACTIVE = frozenset({TaskStatus.SCHEDULED, TaskStatus.ACKED})
-TASK_TERMINAL = frozenset({TaskStatus.SUCCESS, TaskStatus.CANCELED})
 
 PROCESS_TRANSITIONS: dict[ProcessStatus, frozenset[ProcessStatus]] = {
     ProcessStatus.RUNNING: frozenset({ProcessStatus.SUCCESS, ProcessStatus.FAILED, ProcessStatus.CANCELED}),
@@ -68,10 +68,6 @@ TABLE_TRANSITIONS: dict[TableStatus, frozenset[TableStatus]] = {
     **{s: frozenset({TableStatus.COMMITTING, TableStatus.IDLE}) for s in _OPTIMIZING},
     TableStatus.COMMITTING: frozenset({TableStatus.IDLE}),
 }
-
-
-class IllegalTransition(Exception):
-    """A transition the state machine does not have: a bug, never user input."""
 
 
 def _check(kind: str, transitions: Mapping[S, frozenset[S]], expected: S, new: S) -> None:

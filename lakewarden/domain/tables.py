@@ -35,6 +35,9 @@ class TableStatus(enum.IntEnum):
     FULL_OPTIMIZING = 100
     MAJOR_OPTIMIZING = 200
     MINOR_OPTIMIZING = 300
+    # Amoro's server commits a process's rewrites itself, in this status. lakewarden's optimizers commit
+    # each task with Iceberg's own validation, so no table enters it; the code is kept so that status
+    # codes, filters and dashboards read as Amoro's do, and a table found in it is healed like the others.
     COMMITTING = 400
     PLANNING = 500
     PENDING = 600

@@ -28,6 +28,8 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     PartitionFieldSummary,
+    # pyiceberg private API (pinned: pyiceberg==0.12.0 in requirements.lock): how a manifest entry inherits
+    # its snapshot id and sequence numbers from its manifest, as ManifestFile.fetch_manifest_entry does
     _inherit_from_manifest,
 )
 from pyiceberg.table.snapshots import Snapshot
@@ -41,7 +43,11 @@ _lock = threading.Lock()
 
 
 class _ResolvedOnceAvroFile(AvroFile[Any]):
-    """pyiceberg's AvroFile, with the schema conversion and reader resolution shared across files."""
+    """pyiceberg's AvroFile, with the schema conversion and reader resolution shared across files.
+
+    Relies on AvroFile's internals (pinned: pyiceberg==0.12.0): its `__enter__` steps and the attributes
+    `input_file`, `decoder`, `header`, `schema`, `reader`, `read_schema`, `read_types`, `read_enums`,
+    `_read_header`. tests/test_table_metadata.py compares what it reads with pyiceberg's own reading."""
 
     def __enter__(self) -> _ResolvedOnceAvroFile:
         with self.input_file.open() as f:

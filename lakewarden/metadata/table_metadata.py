@@ -34,6 +34,8 @@ from pyiceberg.table.update import (
     SetPropertiesUpdate,
     TableUpdate,
     UpgradeFormatVersionUpdate,
+    # pyiceberg private API (pinned: pyiceberg==0.12.0 in requirements.lock): the per-update handler, its
+    # context and the metadata-log step of update_table_metadata, reused without its final deep copy
     _apply_table_update,
     _TableMetadataUpdateContext,
     _update_table_metadata_log,

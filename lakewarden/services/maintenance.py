@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lakewarden.domain.errors import Conflict, InvalidField
+from lakewarden.domain.errors import ActionForbidden, Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import (
     MAINTENANCE_ACTIONS,
     AutoTagConfig,
@@ -34,7 +34,7 @@ from lakewarden.domain.maintenance import (
     interval_override,
     tag_due,
 )
-from lakewarden.domain.processes import Action, ActionForbidden, NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 from lakewarden.protocol import TASK_INPUT, TaskInput

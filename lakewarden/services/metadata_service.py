@@ -37,7 +37,7 @@ from pyiceberg.table.update import (
 )
 
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.errors import AlreadyExists, Conflict, InvalidField, NotFound
+from lakewarden.domain.errors import AlreadyExists, CommitFailed, InvalidField, NoSuchWarehouse, NotFound
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, PartitionConflict, conflict_strategy, rebase_on_partitions
 from lakewarden.metadata.table_metadata import (
     apply_updates,
@@ -56,14 +56,6 @@ from lakewarden.store.database import Database
 log = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 20
 Subscriber = Callable[[dict[str, Any]], None]
-
-
-class CommitFailed(Conflict):
-    """A requirement of the commit does not hold against the table's current metadata."""
-
-
-class NoSuchWarehouse(NotFound):
-    pass
 
 
 @dataclass(frozen=True)

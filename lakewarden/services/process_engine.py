@@ -20,10 +20,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.errors import Conflict
+from lakewarden.domain.errors import Conflict, NothingToDo
 from lakewarden.domain.evaluator import OptimizingType
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.domain.processes import Action, NothingToDo
+from lakewarden.domain.processes import Action
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import TASK_RESULT

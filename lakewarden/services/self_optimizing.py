@@ -9,11 +9,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.planning import TaskPlan, plan_tasks
-from lakewarden.domain.processes import Action, NothingToDo, ProcessPlan, TaskSpec
+from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.expressions import partition_filter_json

@@ -11,23 +11,11 @@ from typing import Any
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from lakewarden.domain.errors import AlreadyExists, Conflict, NotFound
+from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
 from lakewarden.store.database import utcnow
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, NamespaceRow
 
 SEP = "\x1f"
-
-
-class NoSuchNamespace(NotFound):
-    pass
-
-
-class NoSuchTable(NotFound):
-    pass
-
-
-class NamespaceNotEmpty(Conflict):
-    pass
 
 
 def key(levels: tuple[str, ...] | list[str]) -> str:

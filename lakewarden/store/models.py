@@ -95,7 +95,7 @@ class OptimizerRow(Base):
 
 
 class ProcessRow(Base):
-    """One run of an action on a table (self-optimizing now; maintenance actions later)."""
+    """One run of an action on a table: self-optimizing or a maintenance action."""
 
     __tablename__ = "optimizing_process"
 

@@ -16,14 +16,13 @@ from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.errors import InvalidField, NoSuchTable
 from lakewarden.services.metadata_service import LoadedTable, MetadataService
 from lakewarden.services.metadata_service import TableChange as Change
 from lakewarden.store import metadata as store
 
 router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
-DEFAULT_PAGE_SIZE = 1000
 ENDPOINTS = [
     "GET /v1/{prefix}/namespaces",
     "POST /v1/{prefix}/namespaces",
@@ -257,7 +256,7 @@ async def load_table(prefix: str, namespace: str, table: str, request: Request) 
 @router.head("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
 def table_exists(prefix: str, namespace: str, table: str, svc: Service) -> Response:
     if not svc.table_exists(prefix, _ns(namespace), table):
-        raise store.NoSuchTable(f"Table does not exist: {namespace}.{table}")
+        raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
     return Response(status_code=204)
 
 

@@ -10,19 +10,11 @@ from pydantic import BaseModel, Field
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
+from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.store import stats
 
 router = APIRouter(tags=["overview"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
-MAINTENANCE_RESULTS = (
-    "files_deleted",
-    "bytes_freed",
-    "snapshots_expired",
-    "delete_files_removed",
-    "data_files_deleted",
-    "tags_created",
-    "manifests_rewritten",
-)
 
 
 class Overview(BaseModel):
@@ -52,7 +44,7 @@ def overview(ctx: Ctx) -> Overview:
         "bytes_in": 0,
         "bytes_out": 0,
     }
-    maintenance: dict[str, Any] = {"running": 0, "succeeded": 0, "failed": 0, **dict.fromkeys(MAINTENANCE_RESULTS, 0)}
+    maintenance: dict[str, Any] = {"running": 0, "succeeded": 0, "failed": 0, **dict.fromkeys(MAINTENANCE_TOTALS, 0)}
     per_action: dict[str, int] = {}
     for row in totals:
         target = optimizing if row.action == Action.OPTIMIZING else maintenance
@@ -62,7 +54,7 @@ def overview(ctx: Ctx) -> Overview:
         if row.action != Action.OPTIMIZING:
             per_action[row.action] = per_action.get(row.action, 0) + row.count
         if row.status == "success":
-            fields = ("files_in", "files_out", "bytes_in", "bytes_out") if target is optimizing else MAINTENANCE_RESULTS
+            fields = ("files_in", "files_out", "bytes_in", "bytes_out") if target is optimizing else MAINTENANCE_TOTALS
             for field in fields:
                 target[field] += row.sums.get(field, 0)
     maintenance["by_action"] = per_action

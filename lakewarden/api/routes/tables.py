@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import MaintenanceRead, TableBrief, TableRead
-from lakewarden.domain.errors import Conflict, InvalidField
+from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import maintenance_states
-from lakewarden.domain.processes import Action, NothingToDo
+from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.services.catalog_access import catalog_for

@@ -1,0 +1,104 @@
+"""Real `lakewarden server` processes for the tests, and the real CLI pointed at them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+FAST_EVALUATOR = "  evaluator: {interval: 1s, recheck-interval: 1s}\n"
+LAKEWARDEN = [sys.executable, "-m", "lakewarden.cli.main"]
+REFRESH_SECONDS = 2
+
+
+# Maintenance actions stay off in test servers unless a test turns them on: their processes would
+# appear beside the optimizing ones that other tests count.
+MAINTENANCE_OFF = "".join(
+    f"  {action}: {{enabled: false}}\n"
+    for action in (
+        "expire-snapshots",
+        "clean-orphan-files",
+        "clean-dangling-delete-files",
+        "data-expiration",
+        "auto-create-tags",
+        "rewrite-manifests",
+    )
+)
+
+
+class ServerProcess:
+    def __init__(self, tmp_path: Path, extra: str = "", maintenance: str = MAINTENANCE_OFF) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = tmp_path / "data"
+        self.config = tmp_path / "lakewarden.yaml"
+        self.config.write_text(
+            f"ams:\n  data-dir: {self.data_dir}\n  http-server: {{bind-port: {self.port}}}\n"
+            f"  refresh-external-catalogs: {{interval: {REFRESH_SECONDS}s, thread-count: 2}}\n"
+            + extra
+            + maintenance
+            # no optimizer started by the server: tests run their own where they need one
+            + "resource-groups:\n  - {name: default, container: local}\n"
+        )
+        self.log = tmp_path / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([*LAKEWARDEN, "server", "--config", str(self.config)], stdout=out, stderr=out)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"server did not start:\n{self.log.read_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+
+def cli(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [*LAKEWARDEN, *args, "--server", server.url], capture_output=True, text=True, timeout=60, check=False
+    )
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def cli_json(server: ServerProcess, *args: str) -> Any:
+    return json.loads(cli(server, *args, "--json").stdout)
+
+
+@contextmanager
+def started_server(tmp_path: Path, extra: str = "", maintenance: str | None = None) -> Iterator[ServerProcess]:
+    """A real `lakewarden server` process on a fresh data directory; `extra` adds `ams:` settings;
+    `maintenance` replaces the `ams:` lines that turn the maintenance actions off."""
+    process = ServerProcess(tmp_path, extra=extra, maintenance=MAINTENANCE_OFF if maintenance is None else maintenance)
+    process.start()
+    try:
+        yield process
+    finally:
+        if process.proc is not None and process.proc.poll() is None:
+            process.stop()
