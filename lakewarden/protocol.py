@@ -170,6 +170,7 @@ class ExpireSnapshotsResult(_Result):
     statistics_files_deleted: int = 0
     files_deleted: int = 0
     bytes_freed: int = 0
+    skipped_outside_location: int = Field(0, description="Unreferenced files left alone: outside the table location")
     cutoff_ms: int | None = None
     protected_snapshot_ids: list[int] = Field(default_factory=list)
     TOTALS: ClassVar[tuple[str, ...]] = (
@@ -181,6 +182,7 @@ class ExpireSnapshotsResult(_Result):
         "statistics_files_deleted",
         "files_deleted",
         "bytes_freed",
+        "skipped_outside_location",
     )
 
 

@@ -102,6 +102,32 @@ def test_expire_snapshots_keeps_a_running_optimizing_process_base(
     assert spark.sql("SELECT count(*) FROM local.db.ex").first()[0] == 5  # type: ignore[index]
 
 
+def test_expiry_never_deletes_outside_the_table_location(
+    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession, tmp_path: Path
+) -> None:
+    """A data file outside the table's location (added by reference) is left alone when the snapshots
+    that referenced it expire; the table's own unreferenced files go."""
+    server, api = lake
+    spark.sql(
+        f"CREATE TABLE local.db.refs (id BIGINT) USING iceberg TBLPROPERTIES ({QUIET}, 'snapshot.keep.duration'='0min')"
+    )
+    outside = tmp_path / "shared-parquet"
+    spark.range(0, 50).write.parquet(str(outside))
+    spark.sql(f"CALL local.system.add_files(table => 'db.refs', source_table => '`parquet`.`{outside}`')")
+    spark.sql("INSERT INTO local.db.refs SELECT id FROM range(50, 100)")
+    spark.sql("INSERT OVERWRITE local.db.refs SELECT id FROM range(1000, 1010)")  # both files unreferenced now
+    outside_files = sorted(outside.glob("*.parquet"))
+    assert outside_files
+
+    process = run_on_optimizer(server, spark, api, "refs", "expire-snapshots")
+    summary = process["summary"]
+    assert summary["skipped_outside_location"] == len(outside_files)
+    assert summary["data_files_deleted"] >= 1 and summary["bytes_freed"] > 0  # the table's own old file
+    assert all(path.exists() for path in outside_files)
+    spark.sql("REFRESH TABLE local.db.refs")
+    assert sorted(r[0] for r in spark.sql("SELECT id FROM local.db.refs").collect()) == list(range(1000, 1010))
+
+
 def test_orphan_files_dry_run_and_clean(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
     """With the table's min-existing-time of 60 minutes, which Iceberg's procedure would refuse (< 24 h)."""
     server, api = lake

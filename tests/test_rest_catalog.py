@@ -83,7 +83,8 @@ def test_pyiceberg_client_round_trip(server: ServerProcess) -> None:
     location = catalog.load_table("db.sub.renamed").metadata.location
     catalog.purge_table("db.sub.renamed")
     assert catalog.list_tables(("db", "sub")) == []
-    assert not any(Path(location.removeprefix("file:")).rglob("*.parquet"))
+    # the purge runs after the answer
+    wait_for("the purge", lambda: not any(Path(location.removeprefix("file:")).rglob("*.parquet")), timeout=30)
     catalog.drop_namespace(("db", "sub"))
 
     # a table created again under the same name gets a fresh location

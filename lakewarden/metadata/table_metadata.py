@@ -45,6 +45,7 @@ from pyiceberg.utils.datetime import datetime_to_millis
 
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
+from lakewarden.metadata.paths import is_under
 
 MAX_FORMAT_VERSION = 3
 
@@ -183,8 +184,9 @@ def describe_commit(base: TableMetadata, metadata: TableMetadata, updates: Seque
     }
 
 
-def purge_files(io: FileIO, metadata: TableMetadata) -> None:
-    """Delete what the table's metadata references: data, delete and manifest files, then metadata files."""
+def referenced_files(io: FileIO, metadata: TableMetadata) -> set[str]:
+    """Every file the table's metadata references: data and delete files, manifests, manifest lists,
+    statistics and partition statistics files, earlier metadata files."""
     paths: set[str] = set()
     for snapshot in metadata.snapshots:
         paths.add(snapshot.manifest_list)
@@ -193,6 +195,21 @@ def purge_files(io: FileIO, metadata: TableMetadata) -> None:
             for entry in manifest_entries(io, manifest, discard_deleted=False):
                 paths.add(entry.data_file.file_path)
     paths.update(log_entry.metadata_file for log_entry in metadata.metadata_log)
-    for path in sorted(paths):
+    paths.update(s.statistics_path for s in metadata.statistics)
+    paths.update(s.statistics_path for s in metadata.partition_statistics)
+    return paths
+
+
+def purge_files(io: FileIO, metadata: TableMetadata, metadata_location: str) -> tuple[int, int]:
+    """Delete what the table's metadata references under the table's location, then the metadata file
+    itself; a referenced file elsewhere (a crafted metadata-log, another table's file) is left alone.
+    Returns (files deleted, files skipped as outside the location)."""
+    deleted = skipped = 0
+    for path in [*sorted(referenced_files(io, metadata) - {metadata_location}), metadata_location]:
+        if not is_under(metadata.location, path):
+            skipped += 1
+            continue
         with contextlib.suppress(OSError):  # already gone: purging again must not fail
             io.delete(path)
+            deleted += 1
+    return deleted, skipped

@@ -80,20 +80,13 @@ def _snapshot_ids(table: Any) -> set[int]:
     return {int(s.snapshotId()) for s in _iterate(table.snapshots())}
 
 
-def _referenced_bytes(spark: SparkSession, name: str) -> int:
-    """Bytes of the data and delete files any snapshot references (each file counted once)."""
-    spark.sql(f"REFRESH TABLE {name}")
-    row = spark.sql(
-        f"SELECT COALESCE(SUM(file_size_in_bytes), 0) FROM (SELECT DISTINCT file_path, file_size_in_bytes "
-        f"FROM {name}.all_files)"
-    ).first()
-    return int(row[0]) if row is not None else 0
-
-
 # ---- snapshots
 
 
 def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSnapshotsInput) -> ExpireSnapshotsResult:
+    """Iceberg expires the snapshots and names the files no snapshot left references (expireFiles commits
+    the expiry and deletes nothing); each is deleted here only if it lies under the table's location,
+    so a file another table shares, or a crafted path, is never touched."""
     cutoff = _now_ms() - work.keep_duration_ms
     protected = []
     for snapshot_id in work.protected_snapshot_ids:
@@ -102,25 +95,75 @@ def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSn
             cutoff = min(cutoff, int(snapshot.timestampMillis()))
             protected.append(snapshot_id)
     before = _snapshot_ids(table)
-    bytes_before = _referenced_bytes(spark, name)
-    result = _actions(spark).expireSnapshots(table).expireOlderThan(cutoff).retainLast(work.min_count).execute()
+    action = _actions(spark).expireSnapshots(table).expireOlderThan(cutoff).retainLast(work.min_count)
+    unreferenced = [(str(f.getPath()), str(f.getType())) for f in _iterate(action.expireFiles().collectAsList())]
     expired = before - _snapshot_ids(table)
-    counts = {
-        "data_files_deleted": int(result.deletedDataFilesCount()),
-        "delete_files_deleted": int(result.deletedPositionDeleteFilesCount())
-        + int(result.deletedEqualityDeleteFilesCount()),
-        "manifests_deleted": int(result.deletedManifestsCount()),
-        "manifest_lists_deleted": int(result.deletedManifestListsCount()),
-        "statistics_files_deleted": int(result.deletedStatisticsFilesCount()),
-    }
+    files = _TableFiles(spark, table)
+    counts = dict.fromkeys(_EXPIRED_KINDS.values(), 0)
+    freed = outside = 0
+    for path, kind in unreferenced:
+        size = files.delete(path)
+        if size is None:
+            outside += 1
+        elif kind.upper() in _EXPIRED_KINDS:
+            counts[_EXPIRED_KINDS[kind.upper()]] += 1
+            freed += size
+        else:
+            freed += size
     return ExpireSnapshotsResult(
         snapshots_expired=len(expired),
         **counts,
-        files_deleted=sum(counts.values()),
-        bytes_freed=max(0, bytes_before - _referenced_bytes(spark, name)),
+        files_deleted=len(unreferenced) - outside,
+        bytes_freed=freed,
+        skipped_outside_location=outside,
         cutoff_ms=cutoff,
         protected_snapshot_ids=protected,
     )
+
+
+# the kinds of FileInfo that Iceberg's expireFiles names (BaseSparkAction), by what the result counts
+_EXPIRED_KINDS = {
+    "DATA": "data_files_deleted",
+    "POSITION_DELETES": "delete_files_deleted",
+    "EQUALITY_DELETES": "delete_files_deleted",
+    "MANIFEST": "manifests_deleted",
+    "MANIFEST LIST": "manifest_lists_deleted",
+    "STATISTICS FILES": "statistics_files_deleted",
+}
+
+
+class _TableFiles:
+    """Files of one table through Hadoop's FileSystem, confined to the table's location."""
+
+    def __init__(self, spark: SparkSession, table: Any) -> None:
+        jvm: Any = spark._jvm
+        jsc: Any = spark._jsc
+        self.jvm = jvm
+        root = jvm.org.apache.hadoop.fs.Path(table.location())
+        self.fs = root.getFileSystem(jsc.hadoopConfiguration())
+        self.prefix = str(self.fs.makeQualified(root).toString()).rstrip("/") + "/"
+
+    def qualified(self, path: str) -> str | None:
+        """The path, fully qualified, if it lies under the table's location; else None."""
+        qualified = str(self.fs.makeQualified(self.jvm.org.apache.hadoop.fs.Path(path)).toString())
+        return qualified if qualified.startswith(self.prefix) and "/../" not in qualified else None
+
+    def status(self, qualified: str) -> Any:
+        """The file's FileStatus, or None when it is gone."""
+        path = self.jvm.org.apache.hadoop.fs.Path(qualified)
+        return self.fs.getFileStatus(path) if self.fs.exists(path) else None
+
+    def delete(self, path: str) -> int | None:
+        """Delete the file if it lies under the table's location: its size (0 if it was gone already),
+        or None when it lies outside and was left alone."""
+        qualified = self.qualified(path)
+        if qualified is None:
+            return None
+        status = self.status(qualified)
+        if status is None:
+            return 0
+        size = int(status.getLen())
+        return size if self.fs.delete(self.jvm.org.apache.hadoop.fs.Path(qualified), False) else 0
 
 
 # ---- orphan files
@@ -139,28 +182,22 @@ def _clean_orphan_files(spark: SparkSession, table: Any, work: CleanOrphanFilesI
     # a java.util.function.Consumer<String> that keeps what it is given: Iceberg's own deletion never runs
     collector = jvm.java.util.stream.Stream.builder()
     result = _actions(spark).deleteOrphanFiles(table).olderThan(older_than).deleteWith(collector).execute()
-    conf = spark._jsc.hadoopConfiguration()
-    root = jvm.org.apache.hadoop.fs.Path(table.location())
-    fs = root.getFileSystem(conf)
-    prefix = str(fs.makeQualified(root).toString()).rstrip("/") + "/"
+    files = _TableFiles(spark, table)
     found: list[tuple[str, int]] = []
     outside = young = 0
     for location in _iterate(result.orphanFileLocations()):
-        path = jvm.org.apache.hadoop.fs.Path(str(location))
-        qualified = str(fs.makeQualified(path).toString())
-        if not qualified.startswith(prefix) or "/../" in qualified:  # never outside the table's location
+        qualified = files.qualified(str(location))
+        if qualified is None:  # never outside the table's location
             outside += 1
             continue
-        if not fs.exists(path):
+        status = files.status(qualified)
+        if status is None:
             continue
-        status = fs.getFileStatus(path)
         if not status.isFile() or int(status.getModificationTime()) >= older_than:
             young += 1  # written (or rewritten) since Iceberg listed it
             continue
         found.append((qualified, int(status.getLen())))
-    deleted = (
-        0 if work.dry_run else sum(1 for path, _ in found if fs.delete(jvm.org.apache.hadoop.fs.Path(path), False))
-    )
+    deleted = 0 if work.dry_run else sum(1 for path, _ in found if files.delete(path) is not None)
     size = sum(s for _, s in found)
     return CleanOrphanFilesResult(
         dry_run=work.dry_run,

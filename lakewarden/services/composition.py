@@ -144,4 +144,5 @@ class ServerRuntime:
         for loop in self.loops:
             loop.stop()
         self.events.stop()
+        self.metadata.close()
         self.db.dispose()

@@ -18,6 +18,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from pyiceberg.table.update import (
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, CommitFailed, InvalidField, NoSuchWarehouse, NotFound
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, PartitionConflict, conflict_strategy, rebase_on_partitions
+from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.table_metadata import (
     apply_updates,
     defines_table,
@@ -104,6 +106,7 @@ class MetadataService:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._subscribers: list[Subscriber] = []
+        self._purges = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-purge")
         self._cache: OrderedDict[str, TableMetadata] = OrderedDict()  # metadata files never change
         self._cache_lock = threading.Lock()
         self._json: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies by metadata location
@@ -219,14 +222,10 @@ class MetadataService:
             if store.pointer_exists(session, catalog, namespace, name):
                 raise AlreadyExists(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
         _check_properties(properties)
+        location = location or self.default_location(spec, namespace, name)
+        confine_table(spec.properties["warehouse"], location, properties)
         try:
-            metadata = new_metadata(
-                schema,
-                spec_ or PartitionSpec(),
-                order or SortOrder(),
-                location or self.default_location(spec, namespace, name),
-                dict(properties),
-            )
+            metadata = new_metadata(schema, spec_ or PartitionSpec(), order or SortOrder(), location, dict(properties))
         except ValueError as exc:
             raise InvalidField("table", str(exc)) from exc
         if stage:  # nothing is written until the client commits the create
@@ -349,6 +348,7 @@ class MetadataService:
             raise InvalidField("updates", f"{label}{exc}") from exc
         try:
             _check_properties(metadata.properties)
+            confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         except InvalidField:
             self._discard(io, written)
             raise
@@ -418,6 +418,7 @@ class MetadataService:
         except (ValueError, KeyError, StopIteration) as exc:
             raise InvalidField("updates", f"cannot create the table from these updates: {exc}") from exc
         _check_properties(metadata.properties)
+        confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         io = self._io(spec)
         location = self._new_location(metadata, 0)
         write_metadata(io, location, metadata)
@@ -496,12 +497,18 @@ class MetadataService:
                 io.delete(location)
 
     def register_table(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedTable:
-        """Adopt an existing table by its metadata file; the file must be readable."""
+        """Adopt an existing table by its metadata file: a readable file under the warehouse, of a table
+        whose location is under the warehouse too (a purge later deletes only what lies there)."""
         spec = self.catalog(catalog)
+        try:
+            check_under(spec.properties["warehouse"], metadata_location, "metadata-location")
+        except OutsideRoot as exc:
+            raise InvalidField("metadata-location", f"{exc}: only metadata under the warehouse is registered") from None
         try:
             metadata = self._read(self._io(spec), metadata_location)
         except Exception as exc:
             raise InvalidField("metadata-location", f"cannot read table metadata there: {exc}") from exc
+        confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         details: dict[str, Any] = {
             "operation": "register",
             "snapshot_id": metadata.current_snapshot_id,
@@ -520,10 +527,28 @@ class MetadataService:
                 session, "table-dropped", catalog, namespace, name, {"metadata_location": location, "purge": purge}
             )
         self._publish([event])
-        if purge:
+        if purge:  # after the answer: the table is gone for clients at once, its files follow
+            self._purges.submit(self._purge, spec, location)
+
+    def _purge(self, spec: CatalogSpec, metadata_location: str) -> None:
+        try:
             io = self._io(spec)
-            purge_files(io, self._read(io, location))
-            io.delete(location)
+            deleted, skipped = purge_files(io, self._read(io, metadata_location), metadata_location)
+        except Exception:
+            log.exception(
+                "purging the table of %s failed; its files stay (orphan cleanup can take them)", metadata_location
+            )
+            return
+        log.info(
+            "purged %d file(s) of the table of %s%s",
+            deleted,
+            metadata_location,
+            f"; left {skipped} referenced file(s) outside its location" if skipped else "",
+        )
+
+    def close(self) -> None:
+        """Let a purge that runs finish; purges not started yet are given up (their files are orphans)."""
+        self._purges.shutdown(wait=True, cancel_futures=True)
 
     def rename_table(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
         self.catalog(catalog)
