@@ -17,13 +17,16 @@ Format-version 3 tables (whose manifest lists carry row ids) and multi-table tra
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntryStatus, ManifestFile, write_manifest_list
 from pyiceberg.table.metadata import TableMetadata
@@ -37,9 +40,11 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from lakewarden.domain.errors import CommitFailed, InvalidField
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
+log = logging.getLogger(__name__)
 CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
 STRATEGIES = ("iceberg", "partition")
 _TOTALS = (
@@ -216,3 +221,47 @@ def _count(summary: Summary | None, key: str) -> int | None:
         return int(summary[key]) if summary is not None else None  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+
+
+def checked_updates(
+    io: FileIO,
+    base: TableMetadata,
+    requirements: Sequence[TableRequirement],
+    updates: Sequence[TableUpdate],
+    single: bool,
+    label: str,
+) -> tuple[Sequence[TableUpdate], list[str]]:
+    """The commit's requirements checked against `base`, under the table's conflict strategy when it
+    is a single table's commit.
+
+    Returns the updates to apply (rebased onto the branch head where the
+    `partition` strategy allows it) and the files written for them; raises CommitFailed."""
+    try:
+        for requirement in requirements:
+            requirement.validate(base)
+        return updates, []
+    except CommitFailedException as exc:
+        if not single:
+            raise CommitFailed(f"{label}{exc}") from exc
+        failure = exc
+    try:
+        strategy = conflict_strategy(base.properties)
+    except ValueError as exc:
+        raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
+    if strategy != "partition":
+        raise CommitFailed(str(failure)) from failure
+    try:
+        rebased = rebase_on_partitions(io, base, requirements, updates)
+    except PartitionConflict as exc:
+        raise CommitFailed(str(exc)) from exc
+    if rebased is None:
+        raise CommitFailed(str(failure)) from failure
+    try:
+        for requirement in rebased.requirements:
+            requirement.validate(base)
+    except CommitFailedException as exc:  # another requirement fails too: a real conflict
+        with contextlib.suppress(OSError):
+            io.delete(rebased.manifest_list)
+        raise CommitFailed(str(exc)) from exc
+    log.info("commit rebased onto the branch head (no partition overlap): %s", rebased.manifest_list)
+    return rebased.updates, [rebased.manifest_list]

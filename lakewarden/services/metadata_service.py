@@ -11,23 +11,18 @@ the same transaction as the swap; in-process subscribers hear of it at once.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog.noop import NoopCatalog
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import SortOrder
@@ -39,18 +34,18 @@ from pyiceberg.table.update import (
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, CommitFailed, InvalidField, NoSuchWarehouse, NotFound
-from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, PartitionConflict, conflict_strategy, rebase_on_partitions
+from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
 from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.table_metadata import (
     apply_updates,
     defines_table,
     describe_commit,
     metadata_from_updates,
-    metadata_json,
     new_metadata,
     purge_files,
     write_metadata,
 )
+from lakewarden.services.metadata_files import MetadataFiles
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
 from lakewarden.store.database import Database
@@ -107,9 +102,8 @@ class MetadataService:
         self.db = db
         self._subscribers: list[Subscriber] = []
         self._purges = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-purge")
-        self._cache: OrderedDict[str, TableMetadata] = OrderedDict()  # metadata files never change
-        self._cache_lock = threading.Lock()
-        self._json: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies by metadata location
+        self.files = MetadataFiles()  # parsed metadata files and loadTable bodies, kept
+        self._catalogs_lock = threading.Lock()
         self._catalogs: dict[str, CatalogSpec] = {}  # internal catalogs by name (the catalog routes forget them)
 
     # ---- events
@@ -142,11 +136,11 @@ class MetadataService:
 
     def forget_catalog(self, name: str) -> None:
         """A catalog was changed or removed: look it up afresh next time."""
-        with self._cache_lock:
+        with self._catalogs_lock:
             self._catalogs.pop(name, None)
 
     def catalog(self, name: str) -> CatalogSpec:
-        with self._cache_lock:
+        with self._catalogs_lock:
             cached = self._catalogs.get(name)
         if cached is not None:
             return cached
@@ -157,7 +151,7 @@ class MetadataService:
                 raise NoSuchWarehouse(f"warehouse {name!r} is not an internal catalog of this lakewarden") from None
         if spec.type != "internal":
             raise NoSuchWarehouse(f"warehouse {name!r} is a {spec.type} catalog, not an internal one")
-        with self._cache_lock:
+        with self._catalogs_lock:
             self._catalogs[name] = spec
         return spec
 
@@ -181,23 +175,6 @@ class MetadataService:
         self._publish([event])
 
     # ---- tables
-
-    def _read(self, io: FileIO, location: str) -> TableMetadata:
-        with self._cache_lock:
-            cached = self._cache.get(location)
-            if cached is not None:
-                self._cache.move_to_end(location)
-                return cached
-        metadata = FromInputFile.table_metadata(io.new_input(location))
-        with self._cache_lock:
-            self._cache[location] = metadata
-            while len(self._cache) > 2000:
-                self._cache.popitem(last=False)
-        return metadata
-
-    @staticmethod
-    def _new_location(metadata: TableMetadata, version: int) -> str:
-        return f"{metadata.location.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
 
     def default_location(self, spec: CatalogSpec, namespace: str, table: str) -> str:
         # a fresh directory each time: a table dropped and created again never sees the old files
@@ -231,7 +208,7 @@ class MetadataService:
         if stage:  # nothing is written until the client commits the create
             return LoadedTable(None, metadata)
         io = self._io(spec)
-        location = self._new_location(metadata, 0)
+        location = self.files.new_location(metadata, 0)
         write_metadata(io, location, metadata)
         details: dict[str, Any] = {
             "operation": "create",
@@ -249,25 +226,13 @@ class MetadataService:
     def response_body(self, loaded: LoadedTable) -> bytes:
         """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
         assert loaded.metadata_location is not None
-        with self._cache_lock:
-            body = self._json.get(loaded.metadata_location)
-        if body is None:
-            body = self._remember_body(loaded.metadata_location, metadata_json(loaded.metadata))
-        return body
-
-    def _remember_body(self, location: str, metadata_text: str) -> bytes:
-        body = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}, "config": {{}}}}'.encode()
-        with self._cache_lock:
-            self._json[location] = body
-            while len(self._json) > 500:
-                self._json.popitem(last=False)
-        return body
+        return self.files.response_body(loaded.metadata_location, loaded.metadata)
 
     def load_table(self, catalog: str, namespace: str, name: str) -> LoadedTable:
         spec = self.catalog(catalog)
         with self.db.read() as session:
             location = store.get_pointer(session, catalog, namespace, name).metadata_location
-        return LoadedTable(location, self._read(self._io(spec), location))
+        return LoadedTable(location, self.files.read(self._io(spec), location))
 
     def table(self, catalog: str, namespace: str, name: str) -> Table:
         """A read-only pyiceberg Table for lakewarden's own services: no HTTP round trip to ourselves."""
@@ -319,17 +284,15 @@ class MetadataService:
                 for change in changes:
                     staged.append(self._stage(spec, io, change, single))
             except Exception:
-                self._discard(io, [path for entry in staged for path in entry.files])
+                self.files.discard(io, [path for entry in staged for path in entry.files])
                 raise
             try:
                 events = self._swap_all(spec.name, staged, client)
             except _SwapLost:  # another commit won a swap: drop our files, check again, try again
-                self._discard(io, [path for entry in staged for path in entry.files])
+                self.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
             for entry in staged:
-                with self._cache_lock:
-                    self._cache[entry.location] = entry.metadata
-                self._remember_body(entry.location, entry.text)  # the file just written, not serialised again
+                self.files.written(entry.location, entry.metadata, entry.text)  # not read or serialised again
             self._publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
@@ -339,20 +302,20 @@ class MetadataService:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
         with self.db.read() as session:
             pointer = store.get_pointer(session, spec.name, change.namespace, change.name)
-        base = self._read(io, pointer.metadata_location)
-        applied, written = self._checked(io, base, change.requirements, change.updates, single, label)
+        base = self.files.read(io, pointer.metadata_location)
+        applied, written = checked_updates(io, base, change.requirements, change.updates, single, label)
         try:
             metadata = apply_updates(base, applied, metadata_location=pointer.metadata_location)
         except (ValueError, KeyError) as exc:
-            self._discard(io, written)
+            self.files.discard(io, written)
             raise InvalidField("updates", f"{label}{exc}") from exc
         try:
             _check_properties(metadata.properties)
             confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         except InvalidField:
-            self._discard(io, written)
+            self.files.discard(io, written)
             raise
-        location = self._new_location(metadata, pointer.version + 1)
+        location = self.files.new_location(metadata, pointer.version + 1)
         text = write_metadata(io, location, metadata)
         return _Staged(
             change,
@@ -366,49 +329,6 @@ class MetadataService:
             [location, *written],
         )
 
-    @staticmethod
-    def _checked(
-        io: FileIO,
-        base: TableMetadata,
-        requirements: Sequence[TableRequirement],
-        updates: Sequence[TableUpdate],
-        single: bool,
-        label: str,
-    ) -> tuple[Sequence[TableUpdate], list[str]]:
-        """The commit's requirements checked against `base`, under the table's conflict strategy when it
-        is a single table's commit.
-
-        Returns the updates to apply (rebased onto the branch head where the
-        `partition` strategy allows it) and the files written for them; raises CommitFailed."""
-        try:
-            for requirement in requirements:
-                requirement.validate(base)
-            return updates, []
-        except CommitFailedException as exc:
-            if not single:
-                raise CommitFailed(f"{label}{exc}") from exc
-            failure = exc
-        try:
-            strategy = conflict_strategy(base.properties)
-        except ValueError as exc:
-            raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
-        if strategy != "partition":
-            raise CommitFailed(str(failure)) from failure
-        try:
-            rebased = rebase_on_partitions(io, base, requirements, updates)
-        except PartitionConflict as exc:
-            raise CommitFailed(str(exc)) from exc
-        if rebased is None:
-            raise CommitFailed(str(failure)) from failure
-        try:
-            for requirement in rebased.requirements:
-                requirement.validate(base)
-        except CommitFailedException as exc:  # another requirement fails too: a real conflict
-            MetadataService._discard(io, [rebased.manifest_list])
-            raise CommitFailed(str(exc)) from exc
-        log.info("commit rebased onto the branch head (no partition overlap): %s", rebased.manifest_list)
-        return rebased.updates, [rebased.manifest_list]
-
     def _commit_create(
         self, spec: CatalogSpec, namespace: str, name: str, updates: Sequence[TableUpdate], client: str | None
     ) -> LoadedTable:
@@ -420,7 +340,7 @@ class MetadataService:
         _check_properties(metadata.properties)
         confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         io = self._io(spec)
-        location = self._new_location(metadata, 0)
+        location = self.files.new_location(metadata, 0)
         write_metadata(io, location, metadata)
         details = {**describe_commit(metadata, metadata, updates), "operation": "create"}
         self._add_table(spec.name, namespace, name, location, details, details, client, written=io, staged=True)
@@ -490,12 +410,6 @@ class MetadataService:
                 events.append(self._event(session, "table-committed", catalog, namespace, name, payload))
         return events
 
-    @staticmethod
-    def _discard(io: FileIO, locations: Sequence[str]) -> None:
-        for location in locations:
-            with contextlib.suppress(OSError):
-                io.delete(location)
-
     def register_table(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedTable:
         """Adopt an existing table by its metadata file: a readable file under the warehouse, of a table
         whose location is under the warehouse too (a purge later deletes only what lies there)."""
@@ -505,7 +419,7 @@ class MetadataService:
         except OutsideRoot as exc:
             raise InvalidField("metadata-location", f"{exc}: only metadata under the warehouse is registered") from None
         try:
-            metadata = self._read(self._io(spec), metadata_location)
+            metadata = self.files.read(self._io(spec), metadata_location)
         except Exception as exc:
             raise InvalidField("metadata-location", f"cannot read table metadata there: {exc}") from exc
         confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
@@ -533,7 +447,7 @@ class MetadataService:
     def _purge(self, spec: CatalogSpec, metadata_location: str) -> None:
         try:
             io = self._io(spec)
-            deleted, skipped = purge_files(io, self._read(io, metadata_location), metadata_location)
+            deleted, skipped = purge_files(io, self.files.read(io, metadata_location), metadata_location)
         except Exception:
             log.exception(
                 "purging the table of %s failed; its files stay (orphan cleanup can take them)", metadata_location
