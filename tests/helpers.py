@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -13,7 +14,7 @@ import httpx
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import TaskSpec
 from lakewarden.optimizer.app import Optimizer
-from lakewarden.protocol import OptimizingInput, PartitionRef
+from lakewarden.protocol import Assignment, OptimizingInput, PartitionRef
 from lakewarden.spark.session import configure_catalogs
 from tests.servers import ServerProcess
 
@@ -92,3 +93,22 @@ def minor_task(path: str = "", values: list[Any] | None = None, cost_bytes: int 
         table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"', options={}
     )
     return TaskSpec("minor", work, [partition.model_dump()], cost_bytes)
+
+
+def spark_sql_catalog(spark: SparkSession, tmp_path: Path, name: str) -> CatalogSpec:
+    """A fresh Iceberg SQL catalog `name` with a namespace `db`, configured in Spark (for executor tests)."""
+    from lakewarden.metadata.catalogs import initialize_catalog
+
+    spec = CatalogSpec(name, "sql", {"uri": f"sqlite:///{tmp_path}/{name}.db", "warehouse": str(tmp_path / name)})
+    initialize_catalog(spec)
+    configure_catalogs(spark, [spec])
+    spark.sql(f"CREATE NAMESPACE {name}.db")
+    return spec
+
+
+def assignment(spec: CatalogSpec, work: dict[str, Any]) -> Assignment:
+    """A task as poll hands it out, on a table of `spec`'s catalog."""
+    catalog = {"name": spec.name, "type": spec.type, "properties": spec.properties}
+    return Assignment.model_validate(
+        {"process_id": 1, "task_id": 1, "attempt": 1, "type": "manual", "input": work, "catalog": catalog}
+    )

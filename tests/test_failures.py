@@ -68,11 +68,8 @@ def _raised(call: Any) -> BaseException:
 def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     """Exceptions as py4j and PySpark hand them over: the Java cause chain decides, and the message is
     the cause Iceberg or the JVM gave."""
-    from lakewarden.domain.catalogs import CatalogSpec
-    from lakewarden.metadata.catalogs import initialize_catalog
     from lakewarden.optimizer.executor import execute_task
-    from lakewarden.protocol import Assignment
-    from lakewarden.spark.session import configure_catalogs
+    from tests.helpers import assignment, spark_sql_catalog
 
     jvm: Any = spark._jvm
     missing = _raised(lambda: jvm.java.io.FileInputStream(str(tmp_path / "nowhere" / "x.parquet")))
@@ -86,18 +83,11 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     assert describe_failure(analysis)[1] is False
 
     # Iceberg refusing an action because of a table setting: final, with Iceberg's reason
-    spec = CatalogSpec("failcat", "sql", {"uri": f"sqlite:///{tmp_path}/c.db", "warehouse": str(tmp_path / "w")})
-    initialize_catalog(spec)
-    configure_catalogs(spark, [spec])
-    spark.sql("CREATE NAMESPACE failcat.db")
+    spec = spark_sql_catalog(spark, tmp_path, "failcat")
     spark.sql("CREATE TABLE failcat.db.t (id BIGINT) USING iceberg TBLPROPERTIES ('gc.enabled'='false')")
     spark.sql("INSERT INTO failcat.db.t VALUES (1)")
     work = {"action": "expire-snapshots", "table": "db.t", "keep_duration_ms": 0, "min_count": 1}
-    catalog = {"name": "failcat", "type": "sql", "properties": spec.properties}
-    task = Assignment.model_validate(
-        {"process_id": 1, "task_id": 1, "attempt": 1, "type": "manual", "input": work, "catalog": catalog}
-    )
-    refused = _raised(lambda: execute_task(spark, task, "test"))
+    refused = _raised(lambda: execute_task(spark, assignment(spec, work), "test"))
     message, retryable = describe_failure(refused)
     assert not retryable
     assert message == (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.helpers import PROPS, checksum, open_lake, running_optimizer, wait_for
+from tests.helpers import PROPS, assignment, checksum, open_lake, running_optimizer, spark_sql_catalog, wait_for
 from tests.servers import FAST_EVALUATOR, MAINTENANCE_OFF, ServerProcess, cli, cli_json, started_server
 
 if TYPE_CHECKING:
@@ -279,16 +279,10 @@ def test_data_expiration(lake: tuple[ServerProcess, httpx.Client], spark: SparkS
 
 def test_auto_tag_task_creates_the_tag(spark: SparkSession, tmp_path: Path) -> None:
     """The Spark side of auto tags (which tag is due when is tested in test_maintenance_domain)."""
-    from lakewarden.domain.catalogs import CatalogSpec
-    from lakewarden.metadata.catalogs import initialize_catalog
     from lakewarden.optimizer.executor import execute_task
-    from lakewarden.protocol import Assignment, AutoCreateTagsResult
-    from lakewarden.spark.session import configure_catalogs
+    from lakewarden.protocol import AutoCreateTagsResult
 
-    spec = CatalogSpec("tagcat", "sql", {"uri": f"sqlite:///{tmp_path}/c.db", "warehouse": str(tmp_path / "w")})
-    initialize_catalog(spec)
-    configure_catalogs(spark, [spec])
-    spark.sql("CREATE NAMESPACE tagcat.db")
+    spec = spark_sql_catalog(spark, tmp_path, "tagcat")
     spark.sql("CREATE TABLE tagcat.db.t (id BIGINT) USING iceberg")
     spark.sql("INSERT INTO tagcat.db.t VALUES (1)")
     first = snapshot_ids(spark, "tagcat.db.t")[0]
@@ -300,10 +294,7 @@ def test_auto_tag_task_creates_the_tag(spark: SparkSession, tmp_path: Path) -> N
         "snapshot_id": first,
         "max_age_ms": 86400000,
     }
-    catalog = {"name": "tagcat", "type": "sql", "properties": spec.properties}
-    task = Assignment.model_validate(
-        {"process_id": 1, "task_id": 1, "attempt": 1, "type": "manual", "input": work, "catalog": catalog}
-    )
+    task = assignment(spec, work)
     created = execute_task(spark, task, "test")
     assert created.model_copy(update={"duration_ms": 0}) == AutoCreateTagsResult(
         tags_created=1, tags=["tag-20261120"], snapshot_id=first

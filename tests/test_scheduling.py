@@ -171,12 +171,17 @@ def fail_task(client: TestClient, token: str, pid: int, attempt: int, error: str
     assert failed.status_code == 204, failed.text
 
 
-def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> None:
+def one_task_optimizing(client: TestClient, **config: str) -> tuple[ServerContext, int, str]:
+    """Table c.db.t optimizing with a process of one task, and an optimizer of the default group."""
     ctx = ctx_of(client)
-    rec = add_table(ctx, "t", **{"self-optimizing.execute.num-retries": "2"})
+    rec = add_table(ctx, "t", **config)
     pid = process_with_tasks(ctx, rec, tasks=1)
     start_optimizing(ctx, rec, pid)
-    token = register(client, "default")
+    return ctx, pid, register(client, "default")
+
+
+def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> None:
+    ctx, pid, token = one_task_optimizing(client, **{"self-optimizing.execute.num-retries": "2"})
     for attempt in (1, 2, 3):  # the first try and two retries
         task = poll(client, token)
         assert (task["task_id"], task["attempt"]) == (1, attempt)
@@ -193,13 +198,9 @@ def test_failed_task_is_retried_then_the_process_fails(client: TestClient) -> No
 
 
 def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
-    ctx = ctx_of(client)
+    ctx, pid, token = one_task_optimizing(client)
     assert [ctx.engine.backoff(n) for n in (0, 1, 2)] == [timedelta(seconds=s) for s in (5, 10, 20)]
     assert ctx.engine.backoff(12) == timedelta(minutes=5)  # at most task-retry-backoff-max
-    rec = add_table(ctx, "t")
-    pid = process_with_tasks(ctx, rec, tasks=1)
-    start_optimizing(ctx, rec, pid)
-    token = register(client, "default")
     for attempt, seconds in ((1, 5), (2, 10)):
         assert poll(client, token)["attempt"] == attempt
         before = utcnow()
@@ -214,11 +215,7 @@ def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
 
 
 def test_a_final_failure_is_not_retried(client: TestClient) -> None:
-    ctx = ctx_of(client)
-    rec = add_table(ctx, "t", **{"self-optimizing.execute.num-retries": "5"})
-    pid = process_with_tasks(ctx, rec, tasks=1)
-    start_optimizing(ctx, rec, pid)
-    token = register(client, "default")
+    _, pid, token = one_task_optimizing(client, **{"self-optimizing.execute.num-retries": "5"})
     assert poll(client, token)["attempt"] == 1
     fail_task(client, token, pid, 1, "ValidationException: Cannot expire snapshots: GC is disabled", retryable=False)
     process = client.get(f"/api/v1/processes/{pid}").json()
