@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.io import load_file_io
@@ -81,26 +82,20 @@ def test_manifests_read_like_pyiceberg_with_schemas_resolved_once(tmp_path: Path
         for discard in (True, False):
             a = fast.entries(table.io, mine, discard_deleted=discard)
             b = reference.fetch_manifest_entry(table.io, discard_deleted=discard)
-            key = [
-                (
-                    e.status,
-                    e.snapshot_id,
-                    e.sequence_number,
-                    e.file_sequence_number,
-                    e.data_file.file_path,
-                    e.data_file.record_count,
-                )
-                for e in a
-            ]
-            assert key == [
-                (
-                    e.status,
-                    e.snapshot_id,
-                    e.sequence_number,
-                    e.file_sequence_number,
-                    e.data_file.file_path,
-                    e.data_file.record_count,
-                )
-                for e in b
-            ]
+            assert _entry_keys(a) == _entry_keys(b)
     assert 1 <= len(fast._resolved) <= 4  # one reader per distinct schema, not per file
+
+
+def _entry_keys(entries: list[Any]) -> list[tuple[Any, ...]]:
+    """What must match between two readings of a manifest, entry by entry."""
+    return [
+        (
+            e.status,
+            e.snapshot_id,
+            e.sequence_number,
+            e.file_sequence_number,
+            e.data_file.file_path,
+            e.data_file.record_count,
+        )
+        for e in entries
+    ]

@@ -4,7 +4,8 @@
   (its tasks' optimizer-thread seconds over quota × 1 h);
 - `balanced`: the pending table optimized least recently goes first.
 
-Ties go to the table name. A table holds at most ceil(quota × the group's threads) threads at once.
+Ties go to the table name (the policy names: domain/groups.SCHEDULING_POLICIES). A table holds
+at most ceil(quota × the group's threads) threads at once.
 Pure functions over plain values: the dispatcher (services/dispatcher.py) gathers the numbers.
 """
 
@@ -15,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-POLICIES = ("quota", "balanced")
 QUOTA_WINDOW_SECONDS = 3600.0
 
 T = TypeVar("T")
