@@ -10,6 +10,7 @@ The server and the optimizer both import this module; it imports nothing of lake
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -300,13 +301,21 @@ class TaskRef(TokenRef):
     attempt: int
 
 
+class FailureKind(StrEnum):
+    """What a task's failure says about running it again (the rules: domain/failures.py)."""
+
+    CONFLICT = "conflict"  # lost a race with a concurrent commit: retried after the base back-off
+    TRANSIENT = "transient"  # storage, network, a lost executor, an unknown kind: retried after a growing back-off
+    FINAL = "final"  # fails the same way every time (an invalid argument, a forbidden setting): not retried
+
+
 class Completion(TaskRef):
     """A task's result, or its error."""
 
     output: TaskResult | None = None
     error: str | None = None
-    retryable: bool = Field(
-        True,
-        description="With an error: whether running the task again may pass (a conflict, I/O) or it fails the "
-        "same way every time (an invalid argument, a forbidden setting): then the process fails at once",
+    failure: FailureKind = Field(
+        FailureKind.TRANSIENT,
+        description="With an error: a conflict with a concurrent commit and a transient failure are retried (a "
+        "conflict soon, a transient failure after a growing back-off); a final one fails the process at once",
     )

@@ -45,12 +45,15 @@ def test_demo_compacts_live_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     api = f"http://127.0.0.1:{port}/api/v1"
     try:
         # the writer makes small files; lakewarden's local optimizer compacts them while it writes
-        wait_for(
-            "a compaction during the demo",
-            lambda: demo.poll() is None and _succeeded(api),
-            timeout=300,
-            interval=1,
-        )
+        try:
+            wait_for(
+                "a compaction during the demo",
+                lambda: demo.poll() is None and _succeeded(api),
+                timeout=300,
+                interval=1,
+            )
+        except AssertionError as exc:
+            raise AssertionError(_diagnosis(api, tmp_path / "demo", log)) from exc
         assert demo.poll() is None, log.read_text()
         demo.send_signal(signal.SIGINT)  # Ctrl-C
         code = demo.wait(240)
@@ -74,3 +77,18 @@ def _succeeded(api: str) -> bool:
     except httpx.HTTPError:
         return False
     return any(p["action"] == "optimizing" for p in processes)
+
+
+def _diagnosis(api: str, data_dir: Path, log: Path) -> str:
+    """What the demo, its server and its processes were doing, for a failure report."""
+    parts = [f"demo output:\n{log.read_text()[-4000:]}"]
+    server_log = data_dir / "server.log"
+    if server_log.exists():
+        parts.append(f"server log (end):\n{server_log.read_text()[-4000:]}")
+    try:
+        for p in httpx.get(f"{api}/processes", params={"limit": 20}, timeout=5).json():
+            tasks = [(t["status"], t["attempt"], t["failure"], (t["error"] or "")[:160]) for t in p["tasks"]]
+            parts.append(f"process {p['process_id']} {p['table']} {p['action']} {p['status']}: {tasks}")
+    except httpx.HTTPError as exc:
+        parts.append(f"processes: {exc}")
+    return "\n".join(parts)

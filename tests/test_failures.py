@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from lakewarden.domain.failures import is_retryable
+from lakewarden.domain.failures import classify, is_retryable
 from lakewarden.optimizer.failures import cause_chain, describe_failure
+from lakewarden.protocol import FailureKind
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -16,32 +17,49 @@ if TYPE_CHECKING:
 VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
 
 
+CONFLICT, TRANSIENT, FINAL = FailureKind.CONFLICT, FailureKind.TRANSIENT, FailureKind.FINAL
+
+
 @pytest.mark.parametrize(
-    ("chain", "retryable"),
+    ("chain", "kind"),
     [
-        ([(VALIDATION, "Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)")], False),
-        ([("java.lang.IllegalArgumentException", "Cannot remove orphan files with an interval less than 24 h")], False),
-        ([("org.apache.iceberg.exceptions.NoSuchTableException", "Table does not exist: db.t")], False),
-        ([("python:ValueError", "this optimizer does not know the action 'vacuum'")], False),
-        # a commit that lost a race: a retry plans on the new state
-        ([("org.apache.iceberg.exceptions.CommitFailedException", "Requirement failed: branch main changed")], True),
-        ([(VALIDATION, "Cannot commit, found new delete for replaced data file: GenericDataFile{…}")], True),
-        ([(VALIDATION, "Found conflicting files that can contain records matching true: [s3://…]")], True),
-        ([(VALIDATION, "Missing required files to delete: /w/db/t/data/a.parquet")], True),
+        ([(VALIDATION, "Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)")], FINAL),
+        ([("java.lang.IllegalArgumentException", "Cannot remove orphan files with an interval less than 24 h")], FINAL),
+        ([("org.apache.iceberg.exceptions.NoSuchTableException", "Table does not exist: db.t")], FINAL),
+        ([("python:ValueError", "this optimizer does not know the action 'vacuum'")], FINAL),
+        # a commit that lost a race: a retry plans on the new state, soon
+        (
+            [("org.apache.iceberg.exceptions.CommitFailedException", "Requirement failed: branch main changed")],
+            CONFLICT,
+        ),
+        ([(VALIDATION, "Cannot commit, found new delete for replaced data file: GenericDataFile{…}")], CONFLICT),
+        (
+            [(VALIDATION, "Cannot commit, found new position delete for replaced data file: GenericDataFile{…}")],
+            CONFLICT,
+        ),
+        ([(VALIDATION, "Found conflicting files that can contain records matching true: [s3://…]")], CONFLICT),
+        ([(VALIDATION, "Missing required files to delete: /w/db/t/data/a.parquet")], CONFLICT),
+        ([("java.lang.RuntimeException", "x"), (VALIDATION, "Found concurrently added DV for s3://…")], CONFLICT),
+        # the state of the commit is not known: not a lost race, retried after a growing back-off
+        ([("org.apache.iceberg.exceptions.CommitStateUnknownException", "Service unavailable")], TRANSIENT),
         # storage, network, executors
-        ([("java.lang.RuntimeException", "x"), ("java.io.IOException", "No space left on device")], True),
-        ([("org.apache.spark.SparkException", "Job aborted"), ("java.net.SocketTimeoutException", "timed out")], True),
-        ([("python:OSError", "[Errno 28] No space left on device")], True),
+        ([("java.lang.RuntimeException", "x"), ("java.io.IOException", "No space left on device")], TRANSIENT),
+        (
+            [("org.apache.spark.SparkException", "Job aborted"), ("java.net.SocketTimeoutException", "timed out")],
+            TRANSIENT,
+        ),
+        ([("python:OSError", "[Errno 28] No space left on device")], TRANSIENT),
         # a SparkException is judged by what it wraps
-        ([("org.apache.spark.SparkException", "Job aborted"), ("java.lang.IllegalArgumentException", "bad")], False),
-        ([("org.apache.spark.SparkException", "Job aborted due to stage failure: executor lost")], True),
+        ([("org.apache.spark.SparkException", "Job aborted"), ("java.lang.IllegalArgumentException", "bad")], FINAL),
+        ([("org.apache.spark.SparkException", "Job aborted due to stage failure: executor lost")], TRANSIENT),
         # what is not known is retried: retries are bounded
-        ([("java.lang.RuntimeException", "something else")], True),
-        ([], True),
+        ([("java.lang.RuntimeException", "something else")], TRANSIENT),
+        ([], TRANSIENT),
     ],
 )
-def test_retryable_failures(chain: list[tuple[str, str]], retryable: bool) -> None:
-    assert is_retryable(chain) is retryable
+def test_failure_kinds(chain: list[tuple[str, str]], kind: FailureKind) -> None:
+    assert classify(chain) is kind
+    assert is_retryable(chain) is (kind is not FINAL)
 
 
 def test_python_exceptions_are_described_by_their_classes() -> None:
@@ -54,8 +72,8 @@ def test_python_exceptions_are_described_by_their_classes() -> None:
         chain = cause_chain(exc)
         assert ("python:FileNotFoundError", "/w/db/t/metadata/v3.metadata.json") in chain
         assert ("python:OSError", "/w/db/t/metadata/v3.metadata.json") in chain  # a subclass counts as its base
-        assert describe_failure(exc) == ("RuntimeError: reading the table failed", True)
-    assert describe_failure(KeyError("snapshot_id")) == ("KeyError: 'snapshot_id'", False)
+        assert describe_failure(exc) == ("RuntimeError: reading the table failed", TRANSIENT)
+    assert describe_failure(KeyError("snapshot_id")) == ("KeyError: 'snapshot_id'", FINAL)
 
 
 def _raised(call: Any) -> BaseException:
@@ -73,14 +91,14 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
 
     jvm: Any = spark._jvm
     missing = _raised(lambda: jvm.java.io.FileInputStream(str(tmp_path / "nowhere" / "x.parquet")))
-    message, retryable = describe_failure(missing)
-    assert retryable and message.startswith("FileNotFoundException: ") and "nowhere/x.parquet" in message
+    message, kind = describe_failure(missing)
+    assert kind is TRANSIENT and message.startswith("FileNotFoundException: ") and "nowhere/x.parquet" in message
 
     bad_number = _raised(lambda: jvm.java.lang.Long.parseLong("twelve"))
-    assert describe_failure(bad_number) == ('NumberFormatException: For input string: "twelve"', False)
+    assert describe_failure(bad_number) == ('NumberFormatException: For input string: "twelve"', FINAL)
 
     analysis = _raised(lambda: spark.sql("SELECT * FROM no_such_catalog.db.no_such_table"))
-    assert describe_failure(analysis)[1] is False
+    assert describe_failure(analysis)[1] is FINAL
 
     # Iceberg refusing an action because of a table setting: final, with Iceberg's reason
     spec = spark_sql_catalog(spark, tmp_path, "failcat")
@@ -88,8 +106,8 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     spark.sql("INSERT INTO failcat.db.t VALUES (1)")
     work = {"action": "expire-snapshots", "table": "db.t", "keep_duration_ms": 0, "min_count": 1}
     refused = _raised(lambda: execute_task(spark, assignment(spec, work), "test"))
-    message, retryable = describe_failure(refused)
-    assert not retryable
+    message, kind = describe_failure(refused)
+    assert kind is FINAL
     assert message == (
         "ValidationException: Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)"
     )

@@ -201,7 +201,7 @@ def test_gc_disabled_forbids_expiry_and_orphan_cleanup(
     final = "task 1 failed with an error no retry can change (not retried): ValidationException: Cannot expire"
     assert process["fail_reason"].startswith(f"{final} snapshots: GC is disabled")
     task = process["tasks"][0]
-    assert (task["attempt"], task["retry_count"], task["retryable"]) == (1, 0, False)
+    assert (task["attempt"], task["retry_count"], task["failure"]) == (1, 0, "final")
     assert len(snapshot_ids(spark, "local.db.nogc")) == 3  # nothing expired
 
     api.post("/catalogs/local/refresh")

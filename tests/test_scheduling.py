@@ -14,6 +14,7 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier, TableStatus
+from lakewarden.protocol import FailureKind
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
@@ -204,9 +205,14 @@ def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
     for attempt, seconds in ((1, 5), (2, 10)):
         assert poll(client, token)["attempt"] == attempt
         before = utcnow()
-        fail_task(client, token, pid, attempt, "IOException: the disk went away", retryable=True)
+        fail_task(client, token, pid, attempt, "IOException: the disk went away", failure="transient")
         task = client.get(f"/api/v1/processes/{pid}").json()["tasks"][0]
-        assert (task["status"], task["retryable"], task["retry_count"]) == ("planned", True, attempt)
+        assert (task["status"], task["failure"], task["retryable"], task["retry_count"]) == (
+            "planned",
+            "transient",
+            True,
+            attempt,
+        )
         wait = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC) - before
         assert timedelta(seconds=seconds - 1) < wait <= timedelta(seconds=seconds + 1)
         assert poll(client, token) is None  # not before the back-off ends
@@ -214,10 +220,33 @@ def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
     assert poll(client, token)["attempt"] == 3
 
 
+def test_a_conflict_is_retried_after_the_base_backoff_each_time(client: TestClient) -> None:
+    """A compaction that lost a race with a writer: waiting longer does not make winning likelier."""
+    ctx, pid, token = one_task_optimizing(client, **{"self-optimizing.execute.num-retries": "3"})
+    assert ctx.engine.backoff(3, FailureKind.CONFLICT) == timedelta(seconds=5)
+    for attempt in (1, 2, 3):
+        assert poll(client, token)["attempt"] == attempt
+        before = utcnow()
+        fail_task(
+            client,
+            token,
+            pid,
+            attempt,
+            "ValidationException: Cannot commit, found new position delete",
+            failure="conflict",
+        )
+        task = client.get(f"/api/v1/processes/{pid}").json()["tasks"][0]
+        assert (task["status"], task["failure"], task["retry_count"]) == ("planned", "conflict", attempt)
+        wait = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC) - before
+        assert timedelta(seconds=4) < wait <= timedelta(seconds=6)
+        end_backoff(ctx, pid)
+    assert poll(client, token)["attempt"] == 4
+
+
 def test_a_final_failure_is_not_retried(client: TestClient) -> None:
     _, pid, token = one_task_optimizing(client, **{"self-optimizing.execute.num-retries": "5"})
     assert poll(client, token)["attempt"] == 1
-    fail_task(client, token, pid, 1, "ValidationException: Cannot expire snapshots: GC is disabled", retryable=False)
+    fail_task(client, token, pid, 1, "ValidationException: Cannot expire snapshots: GC is disabled", failure="final")
     process = client.get(f"/api/v1/processes/{pid}").json()
     assert process["status"] == "failed"
     assert process["fail_reason"] == (
@@ -225,6 +254,6 @@ def test_a_final_failure_is_not_retried(client: TestClient) -> None:
         "ValidationException: Cannot expire snapshots: GC is disabled"
     )
     task = process["tasks"][0]
-    assert (task["retry_count"], task["retryable"], task["retry_after"]) == (0, False, None)
+    assert (task["retry_count"], task["failure"], task["retryable"], task["retry_after"]) == (0, "final", False, None)
     assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"
     assert poll(client, token) is None

@@ -50,6 +50,8 @@ def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: Spa
     assert checksum(spark, "local.db.t") == before  # the data is unchanged
     spark.sql("REFRESH TABLE local.db.t")
     assert spark.sql("SELECT count(*) FROM local.db.t.files WHERE content = 0").first()[0] == 2  # type: ignore[index]
+    written = spark.sql("SELECT sum(file_size_in_bytes) FROM local.db.t.files WHERE content = 0").first()[0]  # type: ignore[index]
+    assert task["output"]["bytes_out"] == written > 0
     summary = spark.sql("SELECT summary FROM local.db.t.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]  # type: ignore[index]
     assert summary["lakewarden.process-id"] == str(process["process_id"])
     assert summary["lakewarden.optimizing-type"] == "minor"

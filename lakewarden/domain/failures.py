@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from lakewarden.protocol import FailureKind
+
 # may pass on a retry: conflicts with concurrent commits, I/O, lost executors and JVMs, timeouts
 RETRYABLE = frozenset(
     {
@@ -73,15 +75,27 @@ _CONFLICT = re.compile(
 )
 
 
-def is_retryable(chain: Sequence[tuple[str, str]]) -> bool:
-    """Whether a failure with this cause chain may pass on a retry. A conflict or I/O failure anywhere in
-    the chain makes it retryable; else a known deterministic refusal anywhere makes it final; a failure
-    of a kind not known here is retried (the cautious choice: retries are bounded)."""
-    kinds = []
+# a commit that lost a race: a writer committed meanwhile. Waiting longer does not make winning likelier
+# (the writer keeps its pace), so these retry after the base back-off; other failures back off further
+# each time, as a sign of load or an outage
+CONFLICTS = frozenset({"org.apache.iceberg.exceptions.CommitFailedException"})
+
+
+def classify(chain: Sequence[tuple[str, str]]) -> FailureKind:
+    """What kind of failure this cause chain is. A conflict anywhere in the chain makes it a conflict; else
+    an I/O failure anywhere makes it transient; else a known deterministic refusal anywhere makes it final;
+    a failure of a kind not known here is transient (the cautious choice: retries are bounded)."""
+    names = [name for name, _ in chain]
     for name, message in chain:
-        if name == "org.apache.iceberg.exceptions.ValidationException" and _CONFLICT.search(message or ""):
-            return True
-        kinds.append(name)
-    if any(name in RETRYABLE for name in kinds):
-        return True
-    return not any(name in DETERMINISTIC for name in kinds)
+        if name in CONFLICTS or (
+            name == "org.apache.iceberg.exceptions.ValidationException" and _CONFLICT.search(message or "")
+        ):
+            return FailureKind.CONFLICT
+    if any(name in RETRYABLE for name in names):
+        return FailureKind.TRANSIENT
+    return FailureKind.FINAL if any(name in DETERMINISTIC for name in names) else FailureKind.TRANSIENT
+
+
+def is_retryable(chain: Sequence[tuple[str, str]]) -> bool:
+    """Whether a failure with this cause chain may pass on a retry."""
+    return classify(chain) is not FailureKind.FINAL

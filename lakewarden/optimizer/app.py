@@ -18,7 +18,7 @@ from typing import Any
 
 from lakewarden.optimizer.client import OptimizerClient, ProtocolError
 from lakewarden.optimizer.failures import describe_failure
-from lakewarden.protocol import TaskResult
+from lakewarden.protocol import FailureKind, TaskResult
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -93,20 +93,20 @@ class Optimizer:
             )
             output: TaskResult | None = None
             error: str | None = None
-            retryable = True
+            failure = FailureKind.TRANSIENT
             try:
                 output = execute_task(spark, task, token)
             except Exception as exc:
-                error, retryable = describe_failure(exc)
+                error, failure = describe_failure(exc)
                 log.warning(
                     "thread %d: task failed (%s): %s\n%s",
                     thread_id,
-                    "retryable" if retryable else "final",
+                    failure,
                     error,
                     traceback.format_exc(limit=3),
                 )
             try:
-                self.client.complete(token, task, output, error, retryable)
+                self.client.complete(token, task, output, error, failure)
                 self.completed += 1
             except ProtocolError as exc:
                 log.warning("thread %d: completion refused: %s", thread_id, exc)

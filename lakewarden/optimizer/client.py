@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from lakewarden.protocol import Assignment, Completion, Registration, TaskResult
+from lakewarden.protocol import Assignment, Completion, FailureKind, Registration, TaskResult
 
 
 class ProtocolError(Exception):
@@ -54,16 +54,16 @@ class OptimizerClient:
         task: Assignment,
         output: TaskResult | None,
         error: str | None,
-        retryable: bool = True,
+        failure: FailureKind = FailureKind.TRANSIENT,
         retry_seconds: float = 300.0,
     ) -> None:
         """Report the result; while the server is unreachable (e.g. restarting), keep trying.
 
         The work is done and committed: losing its report would leave the task ACKED until the
-        execute timeout. A refusal (4xx) is final and raised at once. With an error, `retryable` says
-        whether running the task again may pass.
+        execute timeout. A refusal (4xx) is final and raised at once. With an error, `failure` says
+        whether and when running the task again may pass.
         """
-        body = Completion(token=token, **_ref(task), output=output, error=error, retryable=retryable)
+        body = Completion(token=token, **_ref(task), output=output, error=error, failure=failure)
         payload = body.model_dump(mode="json", exclude_none=True)
         deadline = time.monotonic() + retry_seconds
         pause = 0.5

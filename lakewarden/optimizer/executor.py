@@ -65,7 +65,7 @@ def _optimize(jvm: Any, jss: Any, table: Any, work: OptimizingInput, properties:
     bytes_out = 0
     if files_out:
         table.refresh()
-        bytes_out = int(table.currentSnapshot().summary().getOrDefault("added-files-size", "0"))
+        bytes_out = _added_bytes(table, properties)
     delete_files_removed = int(result.removedDeleteFilesCount())
     delete_files_added = 0
 
@@ -88,3 +88,18 @@ def _optimize(jvm: Any, jss: Any, table: Any, work: OptimizingInput, properties:
         delete_files_added=delete_files_added,
         snapshot_id=None if current is None else int(current.snapshotId()),
     )
+
+
+def _added_bytes(table: Any, properties: dict[str, str]) -> int:
+    """The bytes the rewrite's own snapshot added: found by the properties it carries, walking back from the
+    current snapshot (a writer may have committed after it)."""
+    snapshot = table.currentSnapshot()
+    for _ in range(1000):
+        if snapshot is None:
+            break
+        summary = snapshot.summary()
+        if all(summary.get(key) == value for key, value in properties.items()):
+            return int(summary.getOrDefault("added-files-size", "0"))
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else table.snapshot(parent)
+    return 0

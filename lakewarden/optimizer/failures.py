@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakewarden.domain.failures import is_retryable
+from lakewarden.domain.failures import classify
+from lakewarden.protocol import FailureKind
 
 MAX_MESSAGE = 4000
 MAX_CAUSES = 20
@@ -56,9 +57,9 @@ def _java_chain(throwable: Any, seen: set[int]) -> list[tuple[str, str]]:
     return chain
 
 
-def describe_failure(exc: BaseException) -> tuple[str, bool]:
+def describe_failure(exc: BaseException) -> tuple[str, FailureKind]:
     """The message the server records (the innermost Java cause's, which says what Iceberg refused, led
-    by the outer exception's type) and whether a retry may pass."""
+    by the outer exception's type) and the kind of failure (whether and when a retry may pass)."""
     chain = cause_chain(exc)
     java = [(name, message) for name, message in chain if not name.startswith("python:")]
     if java:
@@ -68,4 +69,4 @@ def describe_failure(exc: BaseException) -> tuple[str, bool]:
             text = f"{java[0][0].rsplit('.', 1)[-1]} caused by {text}"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    return text[:MAX_MESSAGE], is_retryable(chain)
+    return text[:MAX_MESSAGE], classify(chain)

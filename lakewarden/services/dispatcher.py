@@ -177,7 +177,7 @@ class TaskDispatcher:
                 expected_token=done.token,
                 output=output,
                 error=done.error,
-                retryable=done.retryable if done.error else None,
+                failure=done.failure.value if done.error else None,
                 ended_at=utcnow(),
             ):
                 raise Conflict(

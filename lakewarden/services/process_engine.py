@@ -26,7 +26,7 @@ from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.protocol import TASK_RESULT
+from lakewarden.protocol import TASK_RESULT, FailureKind
 from lakewarden.services.catalog_access import catalog_for
 from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.processes import ProcessRegistry
@@ -132,8 +132,11 @@ class ProcessEngine:
 
     # ---- settling
 
-    def backoff(self, retry_count: int) -> timedelta:
-        """How long a task waits before its retry number `retry_count + 1`."""
+    def backoff(self, retry_count: int, failure: FailureKind = FailureKind.TRANSIENT) -> timedelta:
+        """How long a task waits before its retry number `retry_count + 1`: after a conflict the base back-off
+        (the writer it lost to keeps its pace, waiting longer does not help), else a doubling one."""
+        if failure is FailureKind.CONFLICT:
+            return min(self.retry_backoff, self.retry_backoff_max)
         return min(self.retry_backoff * (1 << min(retry_count, 30)), self.retry_backoff_max)
 
     def settle(self, process_id: int) -> None:
@@ -149,7 +152,7 @@ class ProcessEngine:
             config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
             tasks = store.tasks_of(session, process_id)
             failed = [t for t in tasks if t.status == TaskStatus.FAILED]
-            final = next((t for t in failed if t.retryable is False), None)
+            final = next((t for t in failed if t.failure == FailureKind.FINAL), None)
             retry = next((t for t in failed if t.retry_count < config.execute_num_retries), None)
             if final is None and retry is not None:
                 store.transition_task(
@@ -160,7 +163,7 @@ class ProcessEngine:
                     TaskStatus.PLANNED,
                     expected_attempt=retry.attempt,
                     retry_count=retry.retry_count + 1,
-                    retry_after=utcnow() + self.backoff(retry.retry_count),
+                    retry_after=utcnow() + self.backoff(retry.retry_count, FailureKind(retry.failure or "transient")),
                 )
                 self.on_work()
                 return

@@ -131,8 +131,8 @@ class TaskRow(Base):
     input: Mapped[dict[str, Any]]
     output: Mapped[dict[str, Any] | None]
     error: Mapped[str | None] = mapped_column(Text)
-    # with an error: whether a retry may pass (else the process fails at once)
-    retryable: Mapped[bool | None]
+    # with an error, its kind (protocol.FailureKind): conflict and transient are retried, final is not
+    failure: Mapped[str | None] = mapped_column(String(16))
     # a retried task is not handed out before this (back-off)
     retry_after: Mapped[datetime | None]
     cost_bytes: Mapped[int] = mapped_column(BigInteger)

@@ -14,6 +14,7 @@ from lakewarden.api.schemas import _Read
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
+from lakewarden.protocol import FailureKind
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc
@@ -36,6 +37,10 @@ class TaskRead(_Read):
     ended_at: datetime | None
     output: dict[str, Any] | None
     error: str | None
+    failure: str | None = Field(
+        description="With an error, its kind: conflict (lost a race with a concurrent commit; retried after the "
+        "base back-off), transient (retried after a growing back-off) or final (not retried)"
+    )
     retryable: bool | None = Field(description="With an error: whether a retry may pass (else not retried)")
     retry_after: datetime | None = Field(description="A retried task waits until then (back-off)")
 
@@ -101,7 +106,8 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
                 ended_at=t.ended_at,
                 output=t.output,
                 error=t.error,
-                retryable=t.retryable,
+                failure=t.failure,
+                retryable=None if t.failure is None else t.failure != FailureKind.FINAL,
                 retry_after=t.retry_after,
             )
             for t in tasks
