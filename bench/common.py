@@ -80,6 +80,11 @@ def running_server(tmp: str, config: str) -> Iterator[str]:
         server.wait(30)
 
 
+def admin_token(tmp: str) -> str:
+    """The admin token a `running_server(tmp, …)` wrote at its first start."""
+    return (Path(tmp) / "data" / "admin.token").read_text().strip()
+
+
 def write(name: str, result: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

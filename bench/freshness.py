@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import RESULTS, running_server, write
+from bench.common import RESULTS, admin_token, running_server, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.spark.session import build_spark_session
 
@@ -94,7 +94,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as root:
         spark = build_spark_session(
-            [CatalogSpec("bench", "internal", {"uri": f"{root}/iceberg"})],
+            [CatalogSpec("bench", "internal", {"uri": f"{root}/iceberg", "token": admin_token(tmp)})],
             app_name="lakewarden-bench-writer",
             driver_memory="2g",
         )
@@ -144,7 +144,9 @@ def main() -> None:
                 )
                 print(f"round {round_:3d} @ {point['elapsed_s']:6.1f}s  {tables}", flush=True)
         # the stream has stopped: let lakewarden catch up once, then the last word
-        api = httpx.Client(base_url=f"{root}/api/v1", timeout=30)
+        api = httpx.Client(
+            base_url=f"{root}/api/v1", timeout=30, headers={"Authorization": f"Bearer {admin_token(tmp)}"}
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and api.get("/tables/bench/f/optimized").json()["status"] != "idle":
             time.sleep(1)

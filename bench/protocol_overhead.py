@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bar_chart, running_server, summary, write
+from bench.common import admin_token, bar_chart, running_server, summary, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.domain.tables import TableIdentifier
@@ -54,7 +54,9 @@ def main() -> None:
         db.dispose()
 
         http = httpx.Client(base_url=f"{url}/optimizer")
-        token = http.post("/register", json={"group": "default", "parallelism": 1}).json()["token"]
+        admin = {"Authorization": f"Bearer {admin_token(tmp)}"}
+        token = http.post("/register", json={"group": "default", "parallelism": 1}, headers=admin).json()["token"]
+        http.headers["Authorization"] = f"Bearer {token}"  # the optimizer's own token from here on
         per_task: list[float] = []
         phases: dict[str, list[float]] = {"poll": [], "ack": [], "complete": []}
         for _ in range(args.tasks):

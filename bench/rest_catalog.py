@@ -31,18 +31,18 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bar_chart, running_server, summary, write
+from bench.common import admin_token, bar_chart, running_server, summary, write
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
 
-def run(workers: int, total: int, work: Any) -> tuple[float, list[float]]:
+def run(workers: int, total: int, work: Any, headers: dict[str, str]) -> tuple[float, list[float]]:
     """`total` calls of work(client, i) spread over `workers` threads; (calls per second, latencies in ms)."""
     latencies: list[float] = []
     lock = threading.Lock()
 
     def worker(w: int) -> None:
-        client = httpx.Client(timeout=30)
+        client = httpx.Client(timeout=30, headers=headers)
         mine: list[float] = []
         for i in range(w, total, workers):
             started = time.perf_counter()
@@ -61,9 +61,12 @@ def run(workers: int, total: int, work: Any) -> tuple[float, list[float]]:
     return total / (time.perf_counter() - started), latencies
 
 
-def wrk(url: str, connections: int, seconds: int = 5, script: Path | None = None) -> tuple[float, dict[str, float]]:
+def wrk(
+    url: str, connections: int, token: str, seconds: int = 5, script: Path | None = None
+) -> tuple[float, dict[str, float]]:
     """Requests per second and latency percentiles (ms) from wrk: one thread per connection."""
     command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{seconds}s", "--latency"]
+    command += ["-H", f"Authorization: Bearer {token}"]
     if script is not None:
         command += ["-s", str(script)]
     out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
@@ -78,7 +81,7 @@ def wrk(url: str, connections: int, seconds: int = 5, script: Path | None = None
     return rate, {"p50": ms("50%"), "p99": ms("99%")}
 
 
-def commit_script(path: Path, prefix: str, uuids: list[str]) -> Path:
+def commit_script(path: Path, prefix: str, uuids: list[str], token: str) -> Path:
     """A wrk script in which connection n commits to table t<n> only (a property change each time)."""
     quoted = ", ".join(f'"{u}"' for u in uuids)
     path.write_text(
@@ -87,7 +90,8 @@ def commit_script(path: Path, prefix: str, uuids: list[str]) -> Path:
         "request = function()\n  counter = counter + 1\n"
         '  local body = \'{"requirements": [{"type": "assert-table-uuid", "uuid": "\' .. uuids[id + 1] .. \'"}], \''
         ' .. \'"updates": [{"action": "set-properties", "updates": {"n": "\' .. counter .. \'"}}]}\'\n'
-        f"  return wrk.format('POST', '{prefix}/t' .. id, {{['Content-Type'] = 'application/json'}}, body)\n"
+        f"  return wrk.format('POST', '{prefix}/t' .. id, {{['Content-Type'] = 'application/json', "
+        f"['Authorization'] = 'Bearer {token}'}}, body)\n"
         "end\n"
     )
     return path
@@ -106,7 +110,9 @@ def main() -> None:
             "catalogs: [{name: bench, type: internal}]\nresource-groups: [{name: default, container: local}]\n"
         )
         with running_server(tmp, settings) as root:
-            catalog = RestCatalog("bench", uri=f"{root}/iceberg", warehouse="bench")
+            token = admin_token(tmp)
+            headers = {"Authorization": f"Bearer {token}"}
+            catalog = RestCatalog("bench", uri=f"{root}/iceberg", warehouse="bench", token=token)
             catalog.create_namespace("db")
             tables = [catalog.create_table(f"db.t{i}", SCHEMA) for i in range(args.clients)]
             uuids = [str(t.metadata.table_uuid) for t in tables]
@@ -124,16 +130,16 @@ def main() -> None:
                 assert response.status_code == 200, response.text
 
             if shutil.which("wrk"):  # an independent client, so the server's capacity is what is measured
-                script = commit_script(Path(tmp) / "commit.lua", "/iceberg/v1/bench/namespaces/db/tables", uuids)
+                script = commit_script(Path(tmp) / "commit.lua", "/iceberg/v1/bench/namespaces/db/tables", uuids, token)
                 for name, lua in (("loads", None), ("commits", script)):
                     for label, connections in (("sequential", 1), (f"{args.clients} clients", args.clients)):
-                        rate, stats = wrk(f"{base}/t0", connections, script=lua)
+                        rate, stats = wrk(f"{base}/t0", connections, token, script=lua)
                         results[f"{name} {label} (wrk)"] = {"per_second": rate, "latency_ms": stats}
                         line = f"{rate:8.0f}/s   p50 {stats['p50']:.1f} ms   p99 {stats['p99']:.1f} ms"
                         print(f"{name:7s} {label:11s} {line} (wrk)")
             for name, work, total in (("loads", load, args.loads), ("commits", commit, args.commits)):
                 for label, workers in (("sequential", 1), (f"{args.clients} clients", args.clients)):
-                    rate, latencies = run(workers, total, work)
+                    rate, latencies = run(workers, total, work, headers)
                     results[f"{name} {label}"] = {"per_second": round(rate, 1), "latency_ms": summary(latencies)}
                     stats = summary(latencies)
                     print(
@@ -150,7 +156,9 @@ def main() -> None:
                 time.sleep(1.0)  # let the first commits' evaluations settle
                 started = time.perf_counter()
                 table.append(pa.table({"id": pa.array([9], pa.int64())}))
-                while httpx.get(f"{root}/api/v1/tables/bench/db/r{r}").json().get("status") != "pending":
+                while (
+                    httpx.get(f"{root}/api/v1/tables/bench/db/r{r}", headers=headers).json().get("status") != "pending"
+                ):
                     if time.perf_counter() - started > 30:
                         raise SystemExit("the table was not queued within 30 s")
                     time.sleep(0.01)

@@ -5,6 +5,7 @@
       http-server: {bind-port: 1630}
       data-dir: ~/.lakewarden          # SQLite system database and local warehouse live here
       database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
+      auth: {enabled: true, metrics: token, access-token-ttl: 1h}  # first start: <data-dir>/admin.token
       refresh-external-catalogs: {interval: 3min, thread-count: 10}
       optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
                   task-retry-backoff: 5s, task-retry-backoff-max: 5min}
@@ -46,6 +47,24 @@ class _Model(BaseModel):
 
 class HttpServerConfig(_Model):
     bind_port: int = Field(1630, alias="bind-port", ge=0, le=65535)
+
+
+class AuthConfig(_Model):
+    """Who may call the server (domain/security.py). On by default: the first start creates principal
+    `admin` and writes its token to `<data-dir>/admin.token` (mode 0600), where the CLI finds it."""
+
+    enabled: bool = True
+    metrics: str = Field("token", pattern="^(open|token)$")  # /metrics: open to anyone, or a viewer's token
+    # signs access, session and optimizer tokens; servers sharing a database must share it. Default:
+    # LAKEWARDEN_SECRET_KEY, else <data-dir>/secret.key (created at first start)
+    secret_key_file: Path | None = Field(None, alias="secret-key-file")
+    access_token_ttl: Duration = Field(timedelta(hours=1), alias="access-token-ttl")  # OAuth2, REST catalog
+    session_ttl: Duration = Field(timedelta(hours=12), alias="session-ttl")  # the dashboard's login
+    # failed logins (password, client credentials) from one address before it must wait out the window
+    failed_login_limit: int = Field(10, alias="failed-login-limit", ge=1)
+    failed_login_window: Duration = Field(timedelta(minutes=5), alias="failed-login-window")
+    # a cached token or principal is rechecked against the database after this (revocations on other servers)
+    cache_ttl: Duration = Field(timedelta(seconds=10), alias="cache-ttl")
 
 
 class DatabaseConfig(_Model):
@@ -102,6 +121,7 @@ class AmsConfig(_Model):
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
     data_dir: Path = Field(Path("~/.lakewarden"), alias="data-dir")
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     refresh_external_catalogs: RefreshCatalogsConfig = Field(
         default_factory=RefreshCatalogsConfig, alias="refresh-external-catalogs"
     )

@@ -59,7 +59,14 @@ def config(request: pytest.FixtureRequest, tmp_path: Path) -> Config:
 def client(config: Config) -> Iterator[TestClient]:
     """The real server app (migrations, seeds, routes) over ASGI, background loops left to the test."""
     with TestClient(create_app(config, start_services=False)) as test_client:
-        yield test_client
+        yield as_admin(test_client, config)
+
+
+def as_admin(test_client: TestClient, config: Config) -> TestClient:
+    """The client with the admin token the server's first start wrote to its data directory."""
+    token = (config.data_dir / "admin.token").read_text().strip()
+    test_client.headers["Authorization"] = f"Bearer {token}"
+    return test_client
 
 
 @pytest.fixture

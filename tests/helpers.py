@@ -53,11 +53,10 @@ def checksum(spark: SparkSession, table: str, columns: str = "id, cat, v") -> tu
 def open_lake(server: ServerProcess, spark: SparkSession) -> httpx.Client:
     """An API client of the server, and Spark on its embedded catalogs `local` (sql) and `lake` (internal,
     lakewarden's REST catalog), each with a namespace `db`."""
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    api = server.api()
     catalogs = {c["name"]: c for c in api.get("/catalogs").json()}
-    configure_catalogs(
-        spark, [CatalogSpec(name, catalogs[name]["type"], catalogs[name]["properties"]) for name in ("local", "lake")]
-    )
+    lake = CatalogSpec("lake", "internal", {**catalogs["lake"]["properties"], "token": server.token})
+    configure_catalogs(spark, [CatalogSpec("local", "sql", catalogs["local"]["properties"]), lake])
     spark.sql("CREATE NAMESPACE local.db")
     spark.sql("CREATE NAMESPACE lake.db")
     return api
@@ -66,7 +65,7 @@ def open_lake(server: ServerProcess, spark: SparkSession) -> httpx.Client:
 @contextmanager
 def running_optimizer(server: ServerProcess, spark: SparkSession, parallelism: int = 1) -> Iterator[Optimizer]:
     """A real optimizer on the test session's Spark, in a thread, stopped (tasks finished) on exit."""
-    optimizer = Optimizer(server.url, "default", parallelism=parallelism, spark=spark)
+    optimizer = Optimizer(server.url, "default", parallelism=parallelism, spark=spark, credential=server.token)
     runner = threading.Thread(target=optimizer.run, daemon=True)
     runner.start()
     try:

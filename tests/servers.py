@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -58,6 +59,16 @@ class ServerProcess:
         )
         self.log = tmp_path / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.token = ""  # the admin token the first start wrote (<data-dir>/admin.token)
+        self.http = httpx.Client(timeout=30)  # authenticated as admin once started
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def api(self, prefix: str = "/api/v1") -> httpx.Client:
+        """An admin's client of the server's API (or of `prefix`, e.g. the REST catalog)."""
+        return httpx.Client(base_url=f"{self.url}{prefix}", timeout=30, headers=self.headers)
 
     def start(self) -> None:
         with self.log.open("ab") as out:
@@ -67,6 +78,8 @@ class ServerProcess:
             assert self.proc.poll() is None, self.log.read_text()
             try:
                 if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                    self.token = (self.data_dir / "admin.token").read_text().strip()
+                    self.http.headers.update(self.headers)
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
@@ -78,9 +91,13 @@ class ServerProcess:
         return self.proc.wait(timeout=30)
 
 
-def cli(server: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(
+    server: ServerProcess, *args: str, ok: bool = True, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it, with the admin's token (or `token`) in LAKEWARDEN_TOKEN."""
+    env = {**os.environ, "LAKEWARDEN_TOKEN": server.token if token is None else token}
     proc = subprocess.run(
-        [*LAKEWARDEN, *args, "--server", server.url], capture_output=True, text=True, timeout=60, check=False
+        [*LAKEWARDEN, *args, "--server", server.url], capture_output=True, text=True, timeout=60, check=False, env=env
     )
     if ok:
         assert proc.returncode == 0, proc.stderr

@@ -35,11 +35,11 @@ def server_settings() -> str:
 
 def lake(server: ServerProcess) -> tuple[RestCatalog, Path, httpx.Client]:
     """pyiceberg on the embedded catalog `lake`, its warehouse directory, and a raw HTTP client of it."""
-    catalog = RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake")
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    catalog = RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake", token=server.token)
+    api = server.api()
     warehouse = Path(api.get("/catalogs/lake").json()["properties"]["warehouse"].removeprefix("file:"))
     catalog.create_namespace("db")
-    return catalog, warehouse, httpx.Client(base_url=f"{server.url}/iceberg/v1/lake", timeout=30)
+    return catalog, warehouse, server.api("/iceberg/v1/lake")
 
 
 def files_under(path: Path) -> list[Path]:

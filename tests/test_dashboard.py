@@ -105,6 +105,16 @@ class Page:
             f"{selector} on the page", lambda: (self.all(selector) or [None])[0], timeout=timeout, interval=0.25
         )
 
+    def sign_in(self, token: str | None = None, name: str = "", password: str = "") -> None:
+        """The sign-in form, as the dashboard shows it to a visitor without a session."""
+        self.wait_for("#sign-in")
+        if token is not None:
+            self.css('#sign-in input[name="token"]').send_keys(token)
+        else:
+            self.css('#sign-in input[name="name"]').send_keys(name)
+            self.css('#sign-in input[name="password"]').send_keys(password)
+        self.css('#sign-in button[type="submit"]').click()
+
     def screenshot(self, name: str) -> None:
         assert self.driver.save_screenshot(str(OUTPUT / "dashboard" / f"{name}.png"))
 
@@ -126,8 +136,17 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         wait_for("pending", lambda: api.get("/tables/local/db/clicks").json()["status"] == "pending")
         page = Page(browser, server)
 
-        # overview: the cards fill in from the API
+        # a visitor without a session sees the sign-in form; a wrong token is refused there
         page.open("#/")
+        page.sign_in("lw_nope_nope")
+        page.wait_text("#sign-in-error", "unknown token")
+        page.css('#sign-in input[name="token"]').clear()
+        page.screenshot("sign-in")
+        page.css('#sign-in input[name="token"]').send_keys(server.token)
+        page.css('#sign-in button[type="submit"]').click()
+        page.wait_text("#signed-in", "admin (admin)")
+
+        # overview: the cards fill in from the API
         page.wait_text("#card-tables .value", "1")
         page.wait_text("#card-pending .value", "1")
         page.wait_text("#card-threads", "OPTIMIZER THREADS")  # in capitals: the style sheet
@@ -212,6 +231,27 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.screenshot("overview-after")
         assert api.post("/resource-groups/default/scale", json={"instances": 0}).status_code == 200
 
+        # sign out; a viewer signs in with name and password, sees every page and changes nothing
+        body = {"name": "vera", "role": "viewer", "password": "correct horse"}
+        assert api.post("/principals", json=body).status_code == 201
+        page.click("#sign-out")
+        page.sign_in(name="vera", password="wrong password")
+        page.wait_text("#sign-in-error", "wrong name or password")
+        page.css('#sign-in input[name="password"]').clear()
+        page.css('#sign-in input[name="password"]').send_keys("correct horse")
+        page.css('#sign-in button[type="submit"]').click()
+        page.wait_text("#signed-in", "vera (viewer)")
+        page.css('nav a[data-nav="groups"]').click()
+        scale = page.wait_for('[data-group="default"] [data-form="scale"] input[name="instances"]')
+        scale.clear()
+        scale.send_keys("1")
+        page.css('[data-group="default"] [data-form="scale"] button').click()
+        page.wait_text('[data-group="default"] [data-field="scale-error"]', "needs role operator")
+        page.screenshot("viewer-refused")
+        assert api.get("/resource-groups/default").json()["properties"].get("instances") == "0"
+        audit = api.get("/audit").json()
+        assert [e["action"] for e in audit[:1]] == ["create-principal"] and audit[0]["principal"] == "admin"
+
 
 def test_metrics_expose_tables_processes_groups_and_latency(tmp_path: Path, spark: SparkSession) -> None:
     from tests.helpers import running_optimizer
@@ -230,7 +270,7 @@ def test_metrics_expose_tables_processes_groups_and_latency(tmp_path: Path, spar
         process = api.post("/tables/local/db/m/actions/expire-snapshots").json()["process_id"]
         with running_optimizer(server, spark):
             wait_for("expired", lambda: api.get(f"/processes/{process}").json()["status"] == "success")
-        text = httpx.get(f"{server.url}/metrics").text
+        text = server.http.get(f"{server.url}/metrics").text
     from prometheus_client.parser import text_string_to_metric_families
 
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}

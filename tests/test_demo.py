@@ -48,7 +48,7 @@ def test_demo_compacts_live_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         try:
             wait_for(
                 "a compaction during the demo",
-                lambda: demo.poll() is None and _succeeded(api),
+                lambda: demo.poll() is None and _succeeded(api, tmp_path / "demo"),
                 timeout=300,
                 interval=1,
             )
@@ -66,14 +66,22 @@ def test_demo_compacts_live_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     assert output.count("verified:") == 2, output  # every table holds exactly the rows written
     assert "lake.demo.events_1" in output and "lake.demo.events_2" in output
     with pytest.raises(httpx.HTTPError):  # the server (and with it the optimizer) is gone
-        httpx.get(f"{api}/health", timeout=2)
+        httpx.get(f"{api}/health", timeout=2)  # open without a token
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path / "demo")], capture_output=True, text=True).stdout
     assert not leftovers.strip(), f"processes left running: {leftovers}"
 
 
-def _succeeded(api: str) -> bool:
+def _auth(data_dir: Path) -> dict[str, str]:
+    """The admin token the demo's server wrote at its first start (none yet while it starts)."""
+    path = data_dir / "lakewarden" / "admin.token"
+    return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.exists() else {}
+
+
+def _succeeded(api: str, data_dir: Path) -> bool:
     try:
-        processes = httpx.get(f"{api}/processes", params={"status": "success"}, timeout=5).json()
+        processes = httpx.get(
+            f"{api}/processes", params={"status": "success"}, headers=_auth(data_dir), timeout=5
+        ).json()
     except httpx.HTTPError:
         return False
     return any(p["action"] == "optimizing" for p in processes)
@@ -86,7 +94,7 @@ def _diagnosis(api: str, data_dir: Path, log: Path) -> str:
     if server_log.exists():
         parts.append(f"server log (end):\n{server_log.read_text()[-4000:]}")
     try:
-        for p in httpx.get(f"{api}/processes", params={"limit": 20}, timeout=5).json():
+        for p in httpx.get(f"{api}/processes", params={"limit": 20}, headers=_auth(data_dir), timeout=5).json():
             tasks = [(t["status"], t["attempt"], t["failure"], (t["error"] or "")[:160]) for t in p["tasks"]]
             parts.append(f"process {p['process_id']} {p['table']} {p['action']} {p['status']}: {tasks}")
     except httpx.HTTPError as exc:

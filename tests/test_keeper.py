@@ -16,6 +16,7 @@ from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
+from tests.conftest import as_admin
 from tests.helpers import minor_task
 
 ZERO = timedelta(0)
@@ -102,6 +103,7 @@ def test_restart_heals_what_a_dead_server_left(config: Config) -> None:
     from lakewarden.store.runtime import transition_table
 
     with TestClient(create_app(config, start_services=False)) as first:
+        as_admin(first, config)
         ctx: ServerContext = first.app.state.context  # type: ignore[attr-defined]
         process_id = setup_process(ctx)
         with ctx.db.write() as session:
@@ -130,6 +132,7 @@ def test_restart_heals_what_a_dead_server_left(config: Config) -> None:
                 assert store.transition_task(session, process_id, 1, before, after)
 
     with TestClient(create_app(config, start_services=False)) as second:  # the restart
+        as_admin(second, config)
         tables = {t["table"]: t["status"] for t in second.get("/api/v1/tables").json()}
         assert tables == {"t": "idle", "planning": "pending", "orphan": "idle"}
         process = second.get(f"/api/v1/processes/{process_id}").json()

@@ -59,6 +59,7 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, "LAKEWARDEN_TOKEN": server.token},  # an operator's (here the admin's) token registers
     )
     try:
 

@@ -30,7 +30,7 @@ def server_settings() -> str:
 
 
 def client(server: ServerProcess) -> RestCatalog:
-    return RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake")
+    return RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake", token=server.token)
 
 
 def rows(start: int, count: int, tag: str = "x") -> pa.Table:
@@ -38,7 +38,7 @@ def rows(start: int, count: int, tag: str = "x") -> pa.Table:
 
 
 def test_pyiceberg_client_round_trip(server: ServerProcess) -> None:
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    api = server.api()
     catalog = client(server)
     assert api.get("/catalogs/lake").json()["properties"]["uri"] == f"{server.url}/iceberg"
     catalog.create_namespace("db", {"owner": "data"})
@@ -128,7 +128,7 @@ def test_concurrent_appenders_lose_no_commit(server: ServerProcess) -> None:
     data = catalog.load_table("db.busy").scan().to_arrow()
     assert data.num_rows == 4 * 5 * 10
     assert len(set(data.column("id").to_pylist())) == 200
-    timeline = httpx.get(f"{server.url}/api/v1/tables/lake/db/busy/timeline").json()
+    timeline = server.http.get(f"{server.url}/api/v1/tables/lake/db/busy/timeline").json()
     assert len(timeline) == 1 + 20  # the create and every append, each with its own version
     assert sorted(c["version"] for c in timeline) == list(range(21))
 
@@ -159,7 +159,7 @@ def test_partition_conflict_strategy(server: ServerProcess) -> None:
     assert [s.sequence_number for s in reversed(chain)] == [1, 2, 3]
     assert chain[0].summary is not None and chain[0].summary["total-records"] == "15"
     assert chain[0].summary["total-data-files"] == "3"
-    timeline = httpx.get(f"{server.url}/api/v1/tables/lake/db/parts/timeline").json()
+    timeline = server.http.get(f"{server.url}/api/v1/tables/lake/db/parts/timeline").json()
     assert timeline[0]["parent_snapshot_id"] == chain[1].snapshot_id  # recorded as it landed
 
     # the default strategy (iceberg) keeps the spec's requirement: the stale writer must retry
@@ -188,31 +188,33 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
         assert (body["code"], body["type"]) == (status, kind) and body["message"]
         return dict(body)
 
-    assert httpx.get(f"{base}/config", params={"warehouse": "lake"}).json()["overrides"] == {"prefix": "lake"}
-    kept = httpx.delete(f"{server.url}/api/v1/catalogs/lake")
+    assert server.http.get(f"{base}/config", params={"warehouse": "lake"}).json()["overrides"] == {"prefix": "lake"}
+    kept = server.http.delete(f"{server.url}/api/v1/catalogs/lake")
     assert kept.status_code == 409 and "namespace" in kept.json()["error"]["message"]
-    error(httpx.get(f"{base}/config", params={"warehouse": "nope"}), 404, "NoSuchWarehouseException")
-    error(httpx.get(f"{base}/lake/namespaces/nope"), 404, "NoSuchNamespaceException")
-    error(httpx.get(f"{base}/lake/namespaces/db/tables/nope"), 404, "NoSuchTableException")
-    error(httpx.post(f"{base}/lake/namespaces", json={"namespace": "db"}), 400, "BadRequestException")
-    error(httpx.post(f"{base}/lake/namespaces", json={"namespace": ["db"]}), 409, "AlreadyExistsException")
+    error(server.http.get(f"{base}/config", params={"warehouse": "nope"}), 404, "NoSuchWarehouseException")
+    error(server.http.get(f"{base}/lake/namespaces/nope"), 404, "NoSuchNamespaceException")
+    error(server.http.get(f"{base}/lake/namespaces/db/tables/nope"), 404, "NoSuchTableException")
+    error(server.http.post(f"{base}/lake/namespaces", json={"namespace": "db"}), 400, "BadRequestException")
+    error(server.http.post(f"{base}/lake/namespaces", json={"namespace": ["db"]}), 409, "AlreadyExistsException")
     error(
-        httpx.post(f"{base}/lake/namespaces/db/tables", json={"name": "x", "schema": {"type": "nope"}}),
+        server.http.post(f"{base}/lake/namespaces/db/tables", json={"name": "x", "schema": {"type": "nope"}}),
         400,
         "BadRequestException",
     )
     error(
-        httpx.post(f"{base}/lake/namespaces/db/tables", content=b"{", headers={"content-type": "application/json"}),
+        server.http.post(
+            f"{base}/lake/namespaces/db/tables", content=b"{", headers={"content-type": "application/json"}
+        ),
         400,
         "BadRequestException",
     )
     stale = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42}], "updates": []}
-    error(httpx.post(f"{base}/lake/namespaces/db/tables/t", json=stale), 409, "CommitFailedException")
+    error(server.http.post(f"{base}/lake/namespaces/db/tables/t", json=stale), 409, "CommitFailedException")
     bad_update = {"updates": [{"action": "no-such-action"}]}
-    error(httpx.post(f"{base}/lake/namespaces/db/tables/t", json=bad_update), 400, "BadRequestException")
-    error(httpx.delete(f"{base}/lake/namespaces/db"), 409, "NamespaceNotEmptyException")
-    error(httpx.get(f"{base}/lake/namespaces", params={"pageToken": "zz"}), 400, "BadRequestException")
-    page = httpx.get(f"{base}/lake/namespaces", params={"pageSize": 1}).json()
+    error(server.http.post(f"{base}/lake/namespaces/db/tables/t", json=bad_update), 400, "BadRequestException")
+    error(server.http.delete(f"{base}/lake/namespaces/db"), 409, "NamespaceNotEmptyException")
+    error(server.http.get(f"{base}/lake/namespaces", params={"pageToken": "zz"}), 400, "BadRequestException")
+    page = server.http.get(f"{base}/lake/namespaces", params={"pageSize": 1}).json()
     assert page == {"namespaces": [["db"]], "next-page-token": None}
 
 
@@ -235,22 +237,24 @@ def test_multi_table_commit_is_atomic_and_register_adopts_a_table(server: Server
             change(two, str(two.metadata.table_uuid), "1"),
         ]
     }
-    assert httpx.post(f"{base}/transactions/commit", json=both).status_code == 204
+    assert server.http.post(f"{base}/transactions/commit", json=both).status_code == 204
     assert {catalog.load_table(f"db.{t}").properties["batch"] for t in ("one", "two")} == {"1"}
 
     wrong = "00000000-0000-0000-0000-000000000000"
     half = {"table-changes": [change(one, str(one.metadata.table_uuid), "2"), change(two, wrong, "2")]}
-    refused = httpx.post(f"{base}/transactions/commit", json=half)
+    refused = server.http.post(f"{base}/transactions/commit", json=half)
     assert refused.status_code == 409 and refused.json()["error"]["type"] == "CommitFailedException"
     assert catalog.load_table("db.one").properties["batch"] == "1"  # nothing of the failed transaction applied
     twice = {"table-changes": [change(one, str(one.metadata.table_uuid), "3")] * 2}
-    assert httpx.post(f"{base}/transactions/commit", json=twice).status_code == 400
+    assert server.http.post(f"{base}/transactions/commit", json=twice).status_code == 400
 
     one.append(rows(0, 5))
     location = catalog.load_table("db.one").metadata_location
     catalog.drop_table("db.one")  # the files stay: no purge
-    adopted = httpx.post(f"{base}/namespaces/db/register", json={"name": "adopted", "metadata-location": location})
+    adopted = server.http.post(
+        f"{base}/namespaces/db/register", json={"name": "adopted", "metadata-location": location}
+    )
     assert adopted.status_code == 200, adopted.text
     assert catalog.load_table("db.adopted").scan().to_arrow().num_rows == 5
-    bad = httpx.post(f"{base}/namespaces/db/register", json={"name": "x", "metadata-location": "/nowhere.json"})
+    bad = server.http.post(f"{base}/namespaces/db/register", json={"name": "x", "metadata-location": "/nowhere.json"})
     assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("metadata-location")

@@ -22,9 +22,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 @pytest.fixture
 def lake(server: ServerProcess, spark: SparkSession) -> tuple[ServerProcess, httpx.Client]:
     """Here: a new internal catalog of the server's, named after its port, configured in Spark."""
-    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=30)
+    api = server.api()
     created = api.post("/catalogs", json={"name": f"rest{server.port}", "type": "internal"}).json()
-    configure_catalogs(spark, [CatalogSpec(created["name"], "internal", created["properties"])])
+    properties = {**created["properties"], "token": server.token}
+    configure_catalogs(spark, [CatalogSpec(created["name"], "internal", properties)])
     return server, api
 
 
@@ -148,7 +149,7 @@ def test_format_version_3_tables_with_deletion_vectors(
     formats = {r[0] for r in spark.sql(f"SELECT file_format FROM {c}.db.v3.delete_files").collect()}
     assert formats == {"PUFFIN"}
     assert spark.sql(f"SELECT count(*) FROM {c}.db.v3").first()[0] == 100 - 12  # type: ignore[index]
-    loaded = httpx.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/tables/v3").json()["metadata"]
+    loaded = server.http.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/tables/v3").json()["metadata"]
     assert loaded["format-version"] == 3 and loaded["next-row-id"] >= 100
 
     # a staged create (CTAS) as v3, and a v2 table upgraded in place
@@ -165,7 +166,7 @@ def test_format_version_3_tables_with_deletion_vectors(
     spark.sql(f"INSERT INTO {c}.db.up SELECT id FROM range(20, 30)")
     spark.sql(f"DELETE FROM {c}.db.up WHERE id < 5")
     assert spark.sql(f"SELECT count(*) FROM {c}.db.up").first()[0] == 25  # type: ignore[index]
-    upgraded = httpx.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/tables/up").json()["metadata"]
+    upgraded = server.http.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/tables/up").json()["metadata"]
     assert upgraded["format-version"] == 3
     assert {r[0] for r in spark.sql(f"SELECT file_format FROM {c}.db.up.delete_files").collect()} == {"PUFFIN"}
 

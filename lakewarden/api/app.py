@@ -8,18 +8,31 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from lakewarden import __version__
 from lakewarden.api import errors
+from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
-from lakewarden.api.routes import catalogs, events, groups, iceberg_rest, optimizer, overview, processes, tables
+from lakewarden.api.routes import (
+    catalogs,
+    events,
+    groups,
+    iceberg_oauth,
+    iceberg_rest,
+    optimizer,
+    overview,
+    processes,
+    security,
+    tables,
+)
 from lakewarden.api.schemas import Health
 from lakewarden.config import Config
+from lakewarden.domain.errors import Forbidden
 from lakewarden.services.composition import ServerRuntime
 from lakewarden.store.database import utcnow
 
@@ -28,7 +41,7 @@ DASHBOARD = Path(__file__).resolve().parent.parent / "dashboard"
 health_router = APIRouter(tags=["health"])
 
 
-@health_router.get("/health", response_model=Health)
+@health_router.get("/health", response_model=Health, **OPEN)
 def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
     database = ctx.db.ping()
     return Health(
@@ -65,7 +78,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
-    api = APIRouter(prefix="/api/v1")
+    # every route is checked (api/auth.py): a role for /api/v1, a grant for /iceberg/v1
+    api = APIRouter(prefix="/api/v1", dependencies=[Depends(authorize_api)])
     routers = (
         health_router,
         catalogs.router,
@@ -75,16 +89,23 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         processes.router,
         events.router,
         overview.router,
+        security.router,
     )
     for router in routers:
         api.include_router(router)
     app.include_router(api)
-    app.include_router(iceberg_rest.router)
+    app.include_router(iceberg_oauth.router)
+    app.include_router(iceberg_rest.router, dependencies=[Depends(authorize_catalog)])
     app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
-        """Prometheus metrics: tables, processes, groups and maintenance from the database; API latency."""
+    def metrics(request: Request) -> Response:
+        """Prometheus metrics: tables, processes, groups and maintenance from the database; API latency.
+        Open, or for any signed-in caller with a role (`ams.auth.metrics`)."""
+        if config.ams.auth.metrics == "token":
+            principal = caller(request)
+            if principal.role is None:
+                raise Forbidden(f"{principal.name} may not read metrics (needs role viewer)")
         return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)

@@ -18,19 +18,25 @@ from lakewarden.domain.errors import (
     AlreadyExists,
     CommitFailed,
     Conflict,
+    Forbidden,
     InvalidField,
     LakewardenError,
     NamespaceNotEmpty,
     NoSuchNamespace,
     NoSuchTable,
     NoSuchWarehouse,
+    NotAuthorized,
     NotFound,
+    TooManyRequests,
 )
 
 log = logging.getLogger(__name__)
 
 # most specific first: the first class an error is an instance of decides
 _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
+    NotAuthorized: (401, "NotAuthorizedException"),
+    Forbidden: (403, "ForbiddenException"),
+    TooManyRequests: (429, "TooManyRequestsException"),
     NoSuchNamespace: (404, "NoSuchNamespaceException"),
     NoSuchTable: (404, "NoSuchTableException"),
     NoSuchWarehouse: (404, "NoSuchWarehouseException"),
@@ -49,7 +55,9 @@ _HTTP_TYPES = {
     405: "MethodNotAllowedException",
     406: "NotAcceptableException",
     409: "ConflictException",
+    413: "RequestEntityTooLargeException",
     415: "UnsupportedMediaTypeException",
+    429: "TooManyRequestsException",
     503: "ServiceUnavailableException",
 }
 
@@ -70,7 +78,12 @@ def install(app: FastAPI) -> None:
     async def _domain(_: Request, exc: LakewardenError) -> JSONResponse:
         for kind, (code, type_) in _STATUS.items():
             if isinstance(exc, kind):
-                return error_response(code, str(exc), type_)
+                response = error_response(code, str(exc), type_)
+                if isinstance(exc, NotAuthorized):
+                    response.headers["WWW-Authenticate"] = 'Bearer realm="lakewarden"'
+                elif isinstance(exc, TooManyRequests):
+                    response.headers["Retry-After"] = str(exc.retry_after_seconds)
+                return response
         return error_response(400, str(exc), "BadRequestException")
 
     @app.exception_handler(RequestValidationError)

@@ -91,8 +91,9 @@ def _free_port(preferred: int) -> int:
 
 
 @contextmanager
-def demo_server(data_dir: Path, port: int, console: Console) -> Iterator[str]:
-    """The server on the embedded default, in its own session (Ctrl-C is the demo's to handle)."""
+def demo_server(data_dir: Path, port: int, console: Console) -> Iterator[tuple[str, str]]:
+    """The server on the embedded default, in its own session (Ctrl-C is the demo's to handle); yields its
+    URL and the admin token its first start wrote."""
     config = data_dir / "lakewarden.yaml"
     config.write_text(
         f"ams:\n  data-dir: {data_dir / 'lakewarden'}\n  http-server: {{bind-port: {port}}}\n"
@@ -120,7 +121,7 @@ def demo_server(data_dir: Path, port: int, console: Console) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise DemoError(f"the server did not start; see {data_dir / 'server.log'}")
             time.sleep(0.3)
-        yield url
+        yield url, (data_dir / "lakewarden" / "admin.token").read_text().strip()
     finally:
         console.print("[dim]stopping the server and its optimizer…[/dim]")
         server.send_signal(signal.SIGTERM)
@@ -286,11 +287,11 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     signal.signal(signal.SIGINT, ask_to_stop)
     spark_log = data_dir / "spark.log"
     try:
-        with demo_server(data_dir, port, console) as url, _stderr_to(spark_log):
-            api = httpx.Client(base_url=f"{url}/api/v1", timeout=30)
+        with demo_server(data_dir, port, console) as (url, token), _stderr_to(spark_log):
+            api = httpx.Client(base_url=f"{url}/api/v1", timeout=30, headers={"Authorization": f"Bearer {token}"})
             console.print(f"server at {url} (dashboard); starting Spark for the writer…")
             spark = build_spark_session(
-                [CatalogSpec("lake", "internal", {"uri": f"{url}/iceberg"})],
+                [CatalogSpec("lake", "internal", {"uri": f"{url}/iceberg", "token": token})],
                 app_name="lakewarden-demo-writer",
                 driver_memory="1g",
                 extra_conf={"spark.ui.showConsoleProgress": "false"},  # the live view owns the screen

@@ -20,7 +20,9 @@ from lakewarden.cli._common import (
     show,
     table_path,
 )
+from lakewarden.cli.client import local_token
 from lakewarden.cli.processes import process_app
+from lakewarden.cli.security import grant_app, principal_app, token_app
 from lakewarden.domain.errors import LakewardenError
 
 app = typer.Typer(help="lakewarden: lakehouse table management for Apache Iceberg.", no_args_is_help=True)
@@ -31,6 +33,9 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(group_app, name="group")
 app.add_typer(table_app, name="table")
 app.add_typer(process_app, name="process")
+app.add_typer(principal_app, name="principal")
+app.add_typer(token_app, name="token")
+app.add_typer(grant_app, name="grant")
 
 
 @app.command()
@@ -67,7 +72,7 @@ def optimizer(
 
     configure_logging()
     try:
-        Optimizer(server, group, parallelism, spark_master, resource_id, driver_memory).run()
+        Optimizer(server, group, parallelism, spark_master, resource_id, driver_memory, credential=local_token()).run()
     except ProtocolError as exc:
         fail(str(exc))
     except httpx.ConnectError:
@@ -231,10 +236,10 @@ def group_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = F
     pairs = [(k, group[k]) for k in ("name", "container", "table_count")]
     render.key_values(f"resource group {name}", pairs + sorted(group["properties"].items()))
     rows = [
-        [o["token"], o["resource_id"] or "(external)", o["threads"], o["host"], o["last_heartbeat_at"]]
+        [o["optimizer_id"], o["resource_id"] or "(external)", o["threads"], o["host"], o["last_heartbeat_at"]]
         for o in optimizers
     ]
-    render.table("optimizers", ["token", "resource", "threads", "host", "last heartbeat"], rows)
+    render.table("optimizers", ["id", "resource", "threads", "host", "last heartbeat"], rows)
 
 
 @group_app.command("scale")

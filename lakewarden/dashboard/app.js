@@ -13,18 +13,70 @@ function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 }
 
+function cookie(name) {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(name + "="));
+  return found ? decodeURIComponent(found.slice(name.length + 1)) : "";
+}
+
 async function api(path, options = {}) {
-  const init = {...options, headers: {"Content-Type": "application/json"}};
+  // signed in by the session cookie (HttpOnly); a change also sends the CSRF cookie's value as a header,
+  // which a page of another site cannot read
+  const headers = {"Content-Type": "application/json"};
+  if ((options.method || "GET") !== "GET") headers["X-CSRF-Token"] = cookie("lakewarden_csrf");
+  const init = {...options, headers, credentials: "same-origin"};
   if (init.body !== undefined && typeof init.body !== "string") init.body = JSON.stringify(init.body);
   const response = await fetch(API + path, init);
   if (response.status === 204) return null;
   const body = await response.json().catch(() => null);
   if (!response.ok) {
+    if (response.status === 401 && path !== "/session") signIn(body?.error?.message);
     const error = new Error(body?.error?.message || `${response.status} ${response.statusText}`);
     error.status = response.status;
     throw error;
   }
   return body;
+}
+
+// ---- signing in and out
+
+function signIn(reason) {
+  if (active) clearInterval(active.timer);
+  active = null;
+  document.getElementById("who").innerHTML = "";
+  view.innerHTML = `<h1>Sign in</h1>
+    <p class="muted">With an API token (the first start wrote the admin's to <span class="mono">&lt;data-dir&gt;/admin.token</span>),
+    or a user's name and password.</p>
+    <form id="sign-in" class="login">
+      <label>Token <input name="token" type="password" autocomplete="off" placeholder="lw_…"></label>
+      <p class="muted">or</p>
+      <label>Name <input name="name" autocomplete="username"></label>
+      <label>Password <input name="password" type="password" autocomplete="current-password"></label>
+      <button type="submit">Sign in</button>
+      <span class="error" id="sign-in-error"></span>
+    </form>`;
+  const form = view.querySelector("#sign-in");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = Object.fromEntries(new FormData(form));
+    const body = data.token ? {token: data.token} : {name: data.name, password: data.password};
+    try {
+      await api("/session", {method: "POST", body});
+      route();
+    } catch (e) { form.querySelector("#sign-in-error").textContent = e.message; }
+  });
+}
+
+async function showWho() {
+  try {
+    const me = await api("/session");
+    document.getElementById("who").innerHTML =
+      `<span id="signed-in">${esc(me.name)} (${esc(me.role || "no role")})</span> <button id="sign-out" class="secondary">Sign out</button>`;
+    document.body.classList.toggle("viewer", me.role === "viewer");
+    document.getElementById("sign-out").addEventListener("click", async () => {
+      await api("/session", {method: "DELETE"}).catch(() => null);
+      signIn();
+    });
+  } catch (e) { /* not signed in: the page shows the form */ }
 }
 
 const fmt = {
@@ -359,8 +411,8 @@ function groupsPage() {
         element.querySelector('[data-field="summary"]').textContent =
           `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}`;
         element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "registered", "last heartbeat"],
-          optimizers[i].map((o) => [`<span class="mono">${esc(o.token)}</span>`, o.threads, esc(o.host || ""), fmt.time(o.registered_at),
-            fmt.ago(o.last_heartbeat_at)]), (k) => `data-optimizer="${esc(optimizers[i][k].token)}"`);
+          optimizers[i].map((o) => [`<span class="mono">${esc(o.optimizer_id)}</span>`, o.threads, esc(o.host || ""), fmt.time(o.registered_at),
+            fmt.ago(o.last_heartbeat_at)]), (k) => `data-optimizer="${esc(optimizers[i][k].optimizer_id)}"`);
       });
     },
   };
@@ -420,6 +472,7 @@ function route() {
   view.replaceChildren(root);
   page.mount(root);
   const tick = () => refreshOn(page, root);
+  if (!document.getElementById("signed-in")) showWho();
   tick();
   active = {timer: setInterval(tick, REFRESH_MS)};
 }
@@ -432,6 +485,7 @@ async function refreshOn(page, root) {
     live.textContent = "live";
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB", {hour12: false})}`;
   } catch (error) {
+    if (error.status === 401) return; // the sign-in form is showing
     live.className = "live stale";
     live.textContent = `not updating: ${error.message}`;
   }

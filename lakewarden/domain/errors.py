@@ -28,6 +28,22 @@ class Conflict(LakewardenError):
     """The request conflicts with the current state (e.g. a group still in use)."""
 
 
+class NotAuthorized(LakewardenError):
+    """No credentials, or credentials the server does not accept (401)."""
+
+
+class Forbidden(LakewardenError):
+    """Known caller, but without the right to this (403); the message names the right missing."""
+
+
+class TooManyRequests(LakewardenError):
+    """Too many failed attempts from this client; try again later (429)."""
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 # ---- lakewarden's REST catalog (the Iceberg REST spec's error types, by the API's mapping)
 
 

@@ -34,8 +34,9 @@ class Optimizer:
         resource_id: str | None = None,
         driver_memory: str = "2g",
         spark: Any = None,
+        credential: str | None = None,
     ) -> None:
-        self.client = OptimizerClient(server)
+        self.client = OptimizerClient(server, credential)
         self.group = group
         self.parallelism = parallelism
         self.spark_master = spark_master or f"local[{parallelism}]"
@@ -50,7 +51,7 @@ class Optimizer:
     def _register(self) -> str:
         with self._token_lock:
             self.token = self.client.register(self.group, self.parallelism, self.resource_id, socket.gethostname())
-            log.info("registered with group %s (token %s…)", self.group, self.token[:8])
+            log.info("registered with group %s", self.group)
             return self.token
 
     def _heartbeat(self) -> None:
@@ -58,7 +59,7 @@ class Optimizer:
             try:
                 self.client.touch(self.token)
             except ProtocolError as exc:
-                if exc.status == 404:  # the server declared us lost: start over with a new token
+                if exc.status in (401, 404):  # the server declared us lost: start over with a new token
                     self._register()
                 else:
                     log.warning("heartbeat failed: %s", exc)

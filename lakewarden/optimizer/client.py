@@ -17,12 +17,16 @@ class ProtocolError(Exception):
 
 
 class OptimizerClient:
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, credential: str | None = None) -> None:
         # a poll may wait up to 3 s on the server: leave room for it
         self._http = httpx.Client(base_url=server.rstrip("/") + "/api/v1/optimizer", timeout=30.0)
+        self.credential = credential  # what registers: a group's registration token or an operator's token
 
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
-        response = self._http.post(path, json=body)
+    def _post(self, path: str, body: dict[str, Any], bearer: str | None = None) -> Any:
+        """POST as the optimizer (its own token, from the body) or, registering, with the credential."""
+        bearer = bearer or body.get("token")
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+        response = self._http.post(path, json=body, headers=headers)
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]["message"]
@@ -33,7 +37,7 @@ class OptimizerClient:
 
     def register(self, group: str, parallelism: int, resource_id: str | None, host: str) -> str:
         body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host)
-        return str(self._post("/register", body.model_dump(mode="json"))["token"])
+        return str(self._post("/register", body.model_dump(mode="json"), bearer=self.credential)["token"])
 
     def touch(self, token: str) -> None:
         self._post("/touch", {"token": token})

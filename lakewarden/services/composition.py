@@ -25,6 +25,7 @@ from datetime import timedelta
 
 from lakewarden.config import Config
 from lakewarden.domain.processes import Action
+from lakewarden.services.auth import AuthService
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
 from lakewarden.services.dispatcher import TaskDispatcher
@@ -63,6 +64,7 @@ class ServerRuntime:
 
     config: Config
     db: Database
+    auth: AuthService
     metadata: MetadataService
     evaluator: TableEvaluator
     explorer: TableExplorer
@@ -79,6 +81,10 @@ class ServerRuntime:
         db = Database(config.database_url)
         db.migrate()
         ensure_seeds(db, config, server_url)
+        auth = AuthService(db, config.ams.auth, config.data_dir)
+        written = auth.bootstrap()
+        if written is not None:
+            log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
         metadata = MetadataService(db)
         evaluating = config.ams.evaluator
@@ -110,11 +116,12 @@ class ServerRuntime:
         return cls(
             config=config,
             db=db,
+            auth=auth,
             metadata=metadata,
             evaluator=evaluator,
             explorer=explorer,
             engine=engine,
-            dispatcher=TaskDispatcher(db, engine, work_ready),
+            dispatcher=TaskDispatcher(db, engine, work_ready, auth),
             keeper=OptimizerKeeper(
                 db,
                 timeouts.heart_beat_timeout,
@@ -123,7 +130,7 @@ class ServerRuntime:
                 on_released=work_ready.notify,
             ),
             trigger=MaintenanceTrigger(db, engine, maintenance_schedules(config)),
-            maintainer=ResourceMaintainer(db, config, server_url),
+            maintainer=ResourceMaintainer(db, config, server_url, auth.registration_token),
             events=events,
         )
 

@@ -68,6 +68,8 @@ class LocalContainer:
     server_url: str
     log_dir: Path
     properties: dict[str, str] = field(default_factory=dict)
+    # a token that lets the optimizer register with its group (and nothing else); None: auth is off
+    registration_token: Callable[[str], str] | None = None
 
     def start(self, group: str, group_properties: dict[str, str]) -> Instance:
         resource_id = f"{self.name}-{group}-{uuid.uuid4().hex[:8]}"
@@ -92,6 +94,9 @@ class LocalContainer:
             resource_id,
         ]
         env = {**os.environ, **{k[len("export.") :]: v for k, v in self.properties.items() if k.startswith("export.")}}
+        env.pop("LAKEWARDEN_TOKEN", None)  # never the server's own environment's credential
+        if self.registration_token is not None:
+            env["LAKEWARDEN_TOKEN"] = self.registration_token(group)
         with log_path.open("ab") as out:
             process = subprocess.Popen(
                 command,
@@ -106,16 +111,23 @@ class LocalContainer:
         return Instance(resource_id, group, process, log_path)
 
 
-ContainerFactory = Callable[[ContainerConfig, str, Path], LocalContainer]
+ContainerFactory = Callable[[ContainerConfig, str, Path, Callable[[str], str] | None], LocalContainer]
 CONTAINERS: dict[str, ContainerFactory] = {
-    "local": lambda cfg, url, logs: LocalContainer(cfg.name, url, logs, dict(cfg.properties)),
+    "local": lambda cfg, url, logs, tokens: LocalContainer(cfg.name, url, logs, dict(cfg.properties), tokens),
 }
 
 
 class ResourceMaintainer(LoopService):
     name = "resource-maintainer"
 
-    def __init__(self, db: Database, config: Config, server_url: str, interval_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        server_url: str,
+        registration_token: Callable[[str], str] | None = None,
+        interval_seconds: float = 5.0,
+    ) -> None:
         super().__init__(interval_seconds)
         self.db = db
         self.containers: dict[str, LocalContainer] = {}
@@ -124,7 +136,8 @@ class ResourceMaintainer(LoopService):
             if factory is None:
                 log.warning("container %s: unknown container-impl %r", container.name, container.container_impl)
                 continue
-            self.containers[container.name] = factory(container, server_url, config.data_dir / "optimizers")
+            tokens = registration_token if config.ams.auth.enabled else None
+            self.containers[container.name] = factory(container, server_url, config.data_dir / "optimizers", tokens)
         self.instances: dict[str, list[Instance]] = {}
 
     def run_once(self) -> None:

@@ -18,13 +18,16 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import BLOCKS_OPTIMIZING
 from lakewarden.domain.scheduling import Candidate, next_table, thread_cap
+from lakewarden.domain.security import Grant, Privilege
 from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import TASK_INPUT, Assignment, CatalogConnection, Completion
+from lakewarden.services.auth import AuthService
 from lakewarden.services.loop import WakeSignal
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.store import catalogs as catalog_store
@@ -36,13 +39,25 @@ from lakewarden.store.tables import TableRecord
 log = logging.getLogger(__name__)
 
 
+# an optimizer's token for an internal catalog lives this long; a new one is made when half of it is left
+CATALOG_TOKEN_TTL = timedelta(days=1)
+
+
 class TaskDispatcher:
-    def __init__(self, db: Database, engine: ProcessEngine, work_ready: WakeSignal | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        engine: ProcessEngine,
+        work_ready: WakeSignal | None = None,
+        auth: AuthService | None = None,
+    ) -> None:
         self.db = db
         self.engine = engine
         self.work_ready = work_ready or WakeSignal()  # notified when tasks may be ready: long polls look again
+        self.auth = auth
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._catalog_tokens: dict[tuple[str, str], tuple[float, str]] = {}
 
     def _lock(self, group: str) -> threading.Lock:
         with self._guard:
@@ -100,7 +115,9 @@ class TaskDispatcher:
                 ):
                     spec = catalog_store.spec_of(catalog_store.get_catalog(session, process.catalog_name))
                     work = factory.dispatch_input(session, process, TASK_INPUT.validate_python(task.input))
-                    catalog = CatalogConnection(name=spec.name, type=spec.type, properties=dict(spec.properties))
+                    catalog = CatalogConnection(
+                        name=spec.name, type=spec.type, properties=self._connection(token, spec)
+                    )
                     return Assignment(
                         process_id=process.process_id,
                         task_id=task.task_id,
@@ -110,6 +127,24 @@ class TaskDispatcher:
                         catalog=catalog,
                     )
         return None
+
+    def _connection(self, token: str, spec: CatalogSpec) -> dict[str, str]:
+        """What the optimizer connects with. For lakewarden's own catalogs: a token of the server's, good for
+        writing that catalog only, made once per optimizer and catalog (Spark keeps a catalog open with the
+        credential it was opened with; the Iceberg client renews it by token exchange before it expires)."""
+        properties = dict(spec.properties)
+        if spec.type != "internal" or self.auth is None or not self.auth.enabled:
+            return properties
+        key = (token, spec.name)
+        now = time.time()
+        with self._guard:
+            cached = self._catalog_tokens.get(key)
+            if cached is None or cached[0] - now < CATALOG_TOKEN_TTL.total_seconds() / 2:
+                grant = Grant(spec.name, Privilege.WRITE)
+                issued = self.auth.catalog_token(f"optimizer of {spec.name}", [grant], CATALOG_TOKEN_TTL)
+                cached = self._catalog_tokens[key] = (now + issued.expires_in, issued.token)
+        properties["token"] = cached[1]
+        return properties
 
     def _pick_table(self, group: str) -> TableRecord | None:
         """The next PENDING table of the group by its scheduling policy, past its min-plan-interval and not

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# how a REST catalog client authenticates (Iceberg's RESTSessionCatalog / OAuth2 properties)
+AUTH_PROPERTIES = frozenset({"token", "credential", "scope", "oauth2-server-uri", "token-refresh-enabled"})
 MAVEN_RUNTIME = f"org.apache.iceberg:iceberg-spark-runtime-3.5_{SCALA_BINARY}:{ICEBERG_VERSION}"
 
 
@@ -55,7 +57,8 @@ def catalog_conf(spec: CatalogSpec) -> dict[str, str]:
         conf[f"{prefix}.type"] = "rest"
     elif spec.type == "internal":  # lakewarden's REST catalog: the catalog's name is the warehouse
         conf[f"{prefix}.type"] = "rest"
-        props = {"uri": props["uri"], "warehouse": spec.name}
+        auth = {k: v for k, v in props.items() if k in AUTH_PROPERTIES}  # token=… or credential=id:secret
+        props = {"uri": props["uri"], "warehouse": spec.name, **auth}
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
     for key, value in props.items():

@@ -196,3 +196,57 @@ class EventRow(Base):
     table_name: Mapped[str | None] = mapped_column(String(255))
     payload: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+
+
+class PrincipalRow(Base):
+    """A user or a service that may call the server (domain/security.py)."""
+
+    __tablename__ = "principal"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(16))
+    password_hash: Mapped[str | None] = mapped_column(Text)  # Argon2, users only
+    created_at: Mapped[datetime]
+
+
+class ApiTokenRow(Base):
+    """An API token: `lw_<token_id>_<secret>`; only the secret's SHA-256 is kept (it is random, 256 bits)."""
+
+    __tablename__ = "api_token"
+
+    token_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(128), ForeignKey("principal.name", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class GrantRow(Base):
+    """`privilege` on an internal catalog, or on a namespace of it (levels joined by 0x1F; '' = the catalog)."""
+
+    __tablename__ = "catalog_grant"
+
+    principal: Mapped[str] = mapped_column(
+        String(128), ForeignKey("principal.name", ondelete="CASCADE"), primary_key=True
+    )
+    catalog_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    privilege: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+
+
+class AuditRow(Base):
+    """Who changed what: one row per change a caller made (catalogs, groups, principals, grants, actions)."""
+
+    __tablename__ = "audit_log"
+
+    audit_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(index=True)
+    principal: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(1024))
+    detail: Mapped[dict[str, Any]]
+    client: Mapped[str | None] = mapped_column(String(255))

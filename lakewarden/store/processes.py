@@ -46,6 +46,10 @@ def get_optimizer(session: Session, token: str) -> OptimizerRow:
     return row
 
 
+def find_optimizer(session: Session, token: str) -> OptimizerRow | None:
+    return session.get(OptimizerRow, token)
+
+
 def touch_optimizer(session: Session, token: str) -> OptimizerRow:
     row = get_optimizer(session, token)
     row.last_heartbeat_at = utcnow()

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
+from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import CatalogCreate, CatalogRead, CatalogUpdate, RefreshRead
 from lakewarden.domain.catalogs import CatalogSpec, redact, validate_catalog, with_internal_defaults
@@ -110,7 +111,7 @@ def delete_catalog(name: str, ctx: Ctx) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{name}/refresh", response_model=RefreshRead)
+@router.post("/{name}/refresh", response_model=RefreshRead, **OPERATOR)
 def refresh_catalog(name: str, ctx: Ctx) -> RefreshRead:
     """Explore the catalog now: add new tables, dispose dropped ones, refresh changed ones."""
     result = ctx.explorer.refresh(name)

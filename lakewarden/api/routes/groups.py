@@ -8,9 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 from pydantic import Field
 
+from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate, _Read, _Request
 from lakewarden.domain.groups import validate_group, validate_group_update
+from lakewarden.domain.security import optimizer_id
 from lakewarden.store import groups as store
 from lakewarden.store import processes as optimizer_store
 from lakewarden.store.models import ResourceGroupRow
@@ -68,7 +70,7 @@ class Scale(_Request):
 
 
 class OptimizerRead(_Read):
-    token: str
+    optimizer_id: str = Field(description="A digest of the optimizer's token (the token itself is never shown)")
     group: str
     container: str | None
     resource_id: str | None
@@ -78,7 +80,7 @@ class OptimizerRead(_Read):
     last_heartbeat_at: datetime
 
 
-@router.post("/{name}/scale", response_model=GroupRead)
+@router.post("/{name}/scale", response_model=GroupRead, **OPERATOR)
 def scale_group(name: str, body: Scale, ctx: Ctx) -> GroupRead:
     """Scale out or release: set how many optimizers the group's container keeps alive."""
     with ctx.db.write() as session:
@@ -98,7 +100,7 @@ def group_optimizers(name: str, ctx: Ctx) -> list[OptimizerRead]:
         store.get_group(session, name)
         return [
             OptimizerRead(
-                token=o.token[:8] + "…",
+                optimizer_id=optimizer_id(o.token),
                 group=o.group_name,
                 container=o.container,
                 resource_id=o.resource_id,

@@ -12,8 +12,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
 
+from lakewarden.api.auth import OPTIMIZER, Caller
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.errors import Forbidden, InvalidField
+from lakewarden.domain.security import Principal, Role
 from lakewarden.protocol import Assignment, Completion, PollRequest, Registered, Registration, TaskRef, TokenRef
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store
@@ -23,8 +25,23 @@ Ctx = Annotated[ServerContext, Depends(server_context)]
 HEARTBEAT_SECONDS = 10.0
 
 
-@router.post("/register", response_model=Registered)
-def register(body: Registration, ctx: Ctx) -> Registered:
+def _own(principal: Principal, token: str) -> None:
+    """An optimizer calls with its own token; an operator may act for any optimizer (tools, tests)."""
+    if principal.optimizer_token is not None and principal.optimizer_token == token:
+        return
+    if principal.optimizer_token is None and principal.has_role(Role.OPERATOR):
+        return
+    raise Forbidden("the token in the body is not the caller's optimizer token")
+
+
+@router.post("/register", response_model=Registered, **OPTIMIZER)
+def register(body: Registration, ctx: Ctx, principal: Caller) -> Registered:
+    """Needs a registration token of the group (what a container gives the optimizers it starts) or an
+    operator's token; answers with the optimizer's own token for everything after."""
+    if principal.register_group is not None and principal.register_group != body.group:
+        raise Forbidden(f"this registration token is for group {principal.register_group!r}, not {body.group!r}")
+    if principal.register_group is None and not principal.has_role(Role.OPERATOR):
+        raise Forbidden(f"{principal.name} may not register optimizers (needs role operator)")
     with ctx.db.write() as session:
         if not group_store.group_exists(session, body.group):
             raise InvalidField("group", f"resource group {body.group!r} does not exist")
@@ -35,15 +52,17 @@ def register(body: Registration, ctx: Ctx) -> Registered:
     return Registered(token=row.token, heartbeat_seconds=HEARTBEAT_SECONDS)
 
 
-@router.post("/touch", status_code=204)
-def touch(body: TokenRef, ctx: Ctx) -> Response:
+@router.post("/touch", status_code=204, **OPTIMIZER)
+def touch(body: TokenRef, ctx: Ctx, principal: Caller) -> Response:
+    _own(principal, body.token)
     with ctx.db.write() as session:
         store.touch_optimizer(session, body.token)
     return Response(status_code=204)
 
 
-@router.post("/unregister", status_code=204)
-def unregister(body: TokenRef, ctx: Ctx) -> Response:
+@router.post("/unregister", status_code=204, **OPTIMIZER)
+def unregister(body: TokenRef, ctx: Ctx, principal: Caller) -> Response:
+    _own(principal, body.token)
     """An optimizer leaving cleanly; whatever it still held goes back to PLANNED at once."""
     with ctx.db.write() as session:
         store.get_optimizer(session, body.token)
@@ -51,20 +70,25 @@ def unregister(body: TokenRef, ctx: Ctx) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/poll", response_model=Assignment, responses={204: {"description": "no task within the timeout"}})
-def poll(body: PollRequest, ctx: Ctx) -> Any:
+@router.post(
+    "/poll", response_model=Assignment, responses={204: {"description": "no task within the timeout"}}, **OPTIMIZER
+)
+def poll(body: PollRequest, ctx: Ctx, principal: Caller) -> Any:
+    _own(principal, body.token)
     assignment = ctx.dispatcher.poll(body.token, body.thread_id, body.timeout_seconds)
     return Response(status_code=204) if assignment is None else assignment
 
 
-@router.post("/ack", status_code=204)
-def ack(body: TaskRef, ctx: Ctx) -> Response:
+@router.post("/ack", status_code=204, **OPTIMIZER)
+def ack(body: TaskRef, ctx: Ctx, principal: Caller) -> Response:
+    _own(principal, body.token)
     ctx.dispatcher.ack(body.token, body.process_id, body.task_id, body.attempt)
     return Response(status_code=204)
 
 
-@router.post("/complete", status_code=204)
-def complete(body: Completion, ctx: Ctx) -> Response:
+@router.post("/complete", status_code=204, **OPTIMIZER)
+def complete(body: Completion, ctx: Ctx, principal: Caller) -> Response:
+    _own(principal, body.token)
     if (body.output is None) == (body.error is None):
         raise InvalidField("output", "give exactly one of output and error")
     ctx.dispatcher.complete(body)

@@ -9,9 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import Field
 
+from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import _Read
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.protocol import FailureKind
@@ -100,7 +102,7 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
                 attempt=t.attempt,
                 retry_count=t.retry_count,
                 partitions=[p["path"] or "(unpartitioned)" for p in t.partitions],
-                optimizer=t.optimizer_token,
+                optimizer=None if t.optimizer_token is None else optimizer_id(t.optimizer_token),
                 scheduled_at=t.scheduled_at,
                 acked_at=t.acked_at,
                 ended_at=t.ended_at,
@@ -142,7 +144,7 @@ def get_process(process_id: int, ctx: Ctx) -> ProcessRead:
         return _read(store.get_process(session, process_id), store.tasks_of(session, process_id))
 
 
-@router.post("/{process_id}/cancel", response_model=ProcessRead)
+@router.post("/{process_id}/cancel", response_model=ProcessRead, **OPERATOR)
 def cancel_process(process_id: int, ctx: Ctx) -> ProcessRead:
     ctx.engine.cancel(process_id)
     return get_process(process_id, ctx)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import MaintenanceRead, TableBrief, TableRead
 from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
@@ -90,7 +91,7 @@ def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
         return _read(store.get_table(session, TableIdentifier(catalog, database, table)))
 
 
-@router.post("/{catalog}/{database}/{table}/evaluate", response_model=TableRead)
+@router.post("/{catalog}/{database}/{table}/evaluate", response_model=TableRead, **OPERATOR)
 def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
     """Evaluate the table now (as the evaluator service does on its interval) and return the verdict."""
     name = TableIdentifier(catalog, database, table)
@@ -118,7 +119,10 @@ class ActionRun(BaseModel):
 
 
 @router.post(
-    "/{catalog}/{database}/{table}/actions/{action}", response_model=ActionRun, responses={201: {"model": ActionRun}}
+    "/{catalog}/{database}/{table}/actions/{action}",
+    response_model=ActionRun,
+    responses={201: {"model": ActionRun}},
+    **OPERATOR,
 )
 def run_action(
     catalog: str, database: str, table: str, action: str, ctx: Ctx, response: Response, body: RunAction | None = None
