@@ -2,7 +2,7 @@
 
     ams:
       server-bind-host: 127.0.0.1
-      http-server: {bind-port: 1630}
+      http-server: {bind-port: 1630, max-body-size: 16777216, ssl: {certfile: cert.pem, keyfile: key.pem}}
       data-dir: ~/.lakewarden          # SQLite system database and local warehouse live here
       database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
       auth: {enabled: true, metrics: token, access-token-ttl: 1h}  # first start: <data-dir>/admin.token
@@ -45,8 +45,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+class SslConfig(_Model):
+    """TLS for the server: a PEM certificate (chain) and its private key."""
+
+    certfile: Path
+    keyfile: Path
+
+
 class HttpServerConfig(_Model):
     bind_port: int = Field(1630, alias="bind-port", ge=0, le=65535)
+    max_body_size: int = Field(16 * 1024 * 1024, alias="max-body-size", ge=1024)  # bytes; larger: 413
+    ssl: SslConfig | None = None
 
 
 class AuthConfig(_Model):

@@ -27,10 +27,13 @@ def serve(config: Config, log_level: str = "info") -> None:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     signal.signal(signal.SIGINT, _exit_cleanly)
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    ssl = config.ams.http_server.ssl
     uvicorn.run(
         create_app(config),
         host=config.ams.server_bind_host,
         port=config.ams.http_server.bind_port,
         log_level=log_level,
         timeout_graceful_shutdown=10,
+        ssl_certfile=None if ssl is None else str(ssl.certfile.expanduser()),
+        ssl_keyfile=None if ssl is None else str(ssl.keyfile.expanduser()),
     )

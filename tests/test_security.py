@@ -17,6 +17,7 @@ from pyiceberg.exceptions import ForbiddenError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lakewarden.domain.catalogs import CatalogSpec
 from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
@@ -251,7 +252,11 @@ def test_pyiceberg_with_client_credentials_static_tokens_and_grants(server: Serv
         headers={"Authorization": f"Bearer {renewed.json()['access_token']}"},
     )
     assert config.status_code == 401
-    assert api.get("/audit").json()[0]["action"] == "revoke-token"
+    audit = [(e["principal"], e["action"], e["target"]) for e in api.get("/audit", params={"limit": 100}).json()]
+    assert audit[0] == ("admin", "revoke-token", "etl")
+    assert ("etl", "POST /iceberg/v1/{prefix}/namespaces/{namespace}/tables", "lake/sales") in audit
+    assert ("admin", "POST /iceberg/v1/{prefix}/namespaces", "lake") in audit
+    assert not [a for a in audit if a[1].endswith("/tables/{table}")]  # commits are on the timeline instead
 
 
 @pytest.mark.spark
@@ -259,7 +264,7 @@ def test_pyiceberg_with_client_credentials_static_tokens_and_grants(server: Serv
 def test_spark_with_client_credentials_and_a_read_only_token(server: ServerProcess, spark: SparkSession) -> None:
     """Spark's Iceberg REST client: `credential=` (OAuth2 client credentials, renewed by token exchange)
     writes where its grant allows; `token=` with a read grant reads and is refused a write."""
-    from lakewarden.domain.catalogs import CatalogSpec
+
     from lakewarden.spark.session import configure_catalogs
 
     cli(server, "principal", "create", "job", "--kind", "service")
@@ -286,3 +291,82 @@ def test_spark_with_client_credentials_and_a_read_only_token(server: ServerProce
     with pytest.raises(Exception, match=r"ForbiddenException|bi has no write grant"):
         spark.sql(f"INSERT INTO {reader.name}.db.t VALUES (3)")
     assert spark.sql(f"SELECT count(*) FROM {writer.name}.db.t").first()[0] == 2  # type: ignore[index]
+
+
+def test_bodies_are_bounded_and_changes_are_audited(client: TestClient) -> None:
+    big = b'{"name": "' + b"x" * (17 * 1024 * 1024) + b'"}'
+    refused = client.post("/api/v1/catalogs", content=big, headers={"content-type": "application/json"})
+    assert refused.status_code == 413 and "max-body-size" in refused.json()["error"]["message"]
+
+    def chunks() -> Any:  # no Content-Length: refused once what arrived passes the limit
+        for _ in range(20):
+            yield b"x" * (1024 * 1024)
+
+    streamed = client.post("/api/v1/resource-groups", content=chunks(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    small = client.post("/api/v1/resource-groups", json={"name": "etl", "container": "local"})
+    assert small.status_code == 201
+
+    # who changed what: groups, actions, drops — with the caller and the route; failures are not changes
+    operator = principal(client, "ops", "operator")
+    scaled = client.post(
+        "/api/v1/resource-groups/etl/scale", json={"instances": 0}, headers={"Authorization": f"Bearer {operator}"}
+    )
+    assert scaled.status_code == 200
+    assert client.delete("/api/v1/resource-groups/nope").status_code == 404
+    assert client.delete("/api/v1/resource-groups/etl").status_code == 204
+    entries = client.get("/api/v1/audit", params={"limit": 10}).json()
+    seen = [(e["principal"], e["action"], e["target"]) for e in entries]
+    assert seen[:3] == [
+        ("admin", "DELETE /api/v1/resource-groups/{name}", "etl"),
+        ("ops", "POST /api/v1/resource-groups/{name}/scale", "etl"),
+        ("admin", "create-token", "ops"),
+    ], seen
+    assert ("admin", "POST /api/v1/resource-groups", "/api/v1/resource-groups") in seen
+    assert all(e["client"] for e in entries)
+    only_ops = client.get("/api/v1/audit", params={"principal": "ops"}).json()
+    assert [e["action"] for e in only_ops] == ["POST /api/v1/resource-groups/{name}/scale"]
+
+
+def test_catalog_secrets_are_encrypted_at_rest(config: Any, tmp_path: Path) -> None:
+    """The database never holds a catalog's credential in the clear; the server reads it back; a row a
+    version before encryption stored in the clear is sealed at the next start."""
+    from sqlalchemy import JSON, column, select, table
+
+    from lakewarden.api.app import create_app
+    from lakewarden.store import catalogs as catalog_store
+    from lakewarden.store.database import Database
+    from tests.conftest import as_admin
+
+    stored = table("catalog_meta", column("name"), column("properties", JSON))
+
+    def raw(db: Database, name: str) -> dict[str, str]:
+        with db.read() as session:
+            return dict(session.execute(select(stored.c.properties).where(stored.c.name == name)).scalar_one())
+
+    body = {"name": "remote", "type": "rest", "properties": {"uri": "http://127.0.0.1:9/x", "credential": "id:s3cr3t"}}
+    with TestClient(create_app(config, start_services=False)) as client:
+        as_admin(client, config)
+        assert client.post("/api/v1/catalogs", json=body).status_code == 201
+        assert client.get("/api/v1/catalogs/remote").json()["properties"]["credential"] == "****"
+        ctx: Any = client.app.state.context  # type: ignore[attr-defined]
+        at_rest = raw(ctx.db, "remote")
+        assert at_rest["uri"] == "http://127.0.0.1:9/x" and at_rest["credential"].startswith("enc:v1:")
+        assert "s3cr3t" not in str(at_rest)
+        with ctx.db.read() as session:  # what the server works with (explorer, optimizers' tasks)
+            assert catalog_store.spec_of(catalog_store.get_catalog(session, "remote")).properties["credential"] == (
+                "id:s3cr3t"
+            )
+        with ctx.db.write() as session:  # as an older version stored it
+            session.execute(
+                stored.update()
+                .where(stored.c.name == "remote")
+                .values(properties={**at_rest, "credential": "id:plain"})
+            )
+    with TestClient(create_app(config, start_services=False)) as client:  # the next start seals it
+        ctx = client.app.state.context  # type: ignore[attr-defined]
+        assert raw(ctx.db, "remote")["credential"].startswith("enc:v1:")
+        with ctx.db.read() as session:
+            assert catalog_store.spec_of(catalog_store.get_catalog(session, "remote")).properties["credential"] == (
+                "id:plain"
+            )

@@ -18,6 +18,7 @@ from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
+from lakewarden.api.middleware import AuditLog, BodyLimit
 from lakewarden.api.routes import (
     catalogs,
     events,
@@ -52,7 +53,8 @@ def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
 def create_app(config: Config, start_services: bool = True) -> FastAPI:
     """Build the server. `start_services=False` leaves background loops stopped (tests drive them)."""
     host = config.ams.server_bind_host
-    server_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
+    scheme = "https" if config.ams.http_server.ssl is not None else "http"
+    server_url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
 
     metrics_registry = CollectorRegistry()  # the server's own metrics, not the process-wide default registry
 
@@ -96,6 +98,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     app.include_router(api)
     app.include_router(iceberg_oauth.router)
     app.include_router(iceberg_rest.router, dependencies=[Depends(authorize_catalog)])
+    app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
+    app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
     app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
 
     @app.get("/metrics", include_in_schema=False)

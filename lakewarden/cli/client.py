@@ -39,7 +39,12 @@ class AmsClient:
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, f"/api/v1{path}", **kwargs)
-        except httpx.ConnectError:
+        except httpx.ConnectError as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                raise ClientError(
+                    f"the certificate of {self.base_url} is not trusted (CERTIFICATE_VERIFY_FAILED): set "
+                    "SSL_CERT_FILE to the server's certificate (or its CA's)"
+                ) from None
             raise ClientError(
                 f"cannot reach the lakewarden server at {self.base_url} (is `lakewarden server` running?)"
             ) from None

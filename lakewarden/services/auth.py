@@ -129,12 +129,12 @@ class FailedLogins:
 
 
 class AuthService:
-    def __init__(self, db: Database, config: AuthConfig, data_dir: Path) -> None:
+    def __init__(self, db: Database, config: AuthConfig, data_dir: Path, key: bytes | None = None) -> None:
         self.db = db
         self.config = config
         self.enabled = config.enabled
         self.data_dir = data_dir
-        self._key = load_secret_key(config, data_dir)
+        self._key = key or load_secret_key(config, data_dir)
         self.passwords = PasswordHash.recommended()
         self.failed_logins = FailedLogins(config.failed_login_limit, config.failed_login_window)
         self._cache: dict[str, tuple[float, Principal]] = {}  # key -> (valid until, principal)

@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from lakewarden.config import Config
 from lakewarden.domain.processes import Action
-from lakewarden.services.auth import AuthService
+from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
 from lakewarden.services.dispatcher import TaskDispatcher
@@ -39,6 +39,8 @@ from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessRegistry
 from lakewarden.services.self_optimizing import SelfOptimizingFactory
+from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import secrets
 from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -80,8 +82,14 @@ class ServerRuntime:
         """The system database migrated and seeded, and every service wired; nothing started yet."""
         db = Database(config.database_url)
         db.migrate()
+        server_key = load_secret_key(config.ams.auth, config.data_dir)
+        secrets.configure(server_key)  # catalog secrets are encrypted at rest with a key derived from it
+        with db.write() as session:
+            sealed = catalog_store.seal_secrets(session)
+        if sealed:
+            log.info("encrypted the secrets of %d catalog(s) stored before encryption at rest", sealed)
         ensure_seeds(db, config, server_url)
-        auth = AuthService(db, config.ams.auth, config.data_dir)
+        auth = AuthService(db, config.ams.auth, config.data_dir, server_key)
         written = auth.bootstrap()
         if written is not None:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)

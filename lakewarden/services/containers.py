@@ -70,6 +70,7 @@ class LocalContainer:
     properties: dict[str, str] = field(default_factory=dict)
     # a token that lets the optimizer register with its group (and nothing else); None: auth is off
     registration_token: Callable[[str], str] | None = None
+    trusted_certificate: Path | None = None  # the server's own certificate, when it serves TLS
 
     def start(self, group: str, group_properties: dict[str, str]) -> Instance:
         resource_id = f"{self.name}-{group}-{uuid.uuid4().hex[:8]}"
@@ -95,6 +96,9 @@ class LocalContainer:
         ]
         env = {**os.environ, **{k[len("export.") :]: v for k, v in self.properties.items() if k.startswith("export.")}}
         env.pop("LAKEWARDEN_TOKEN", None)  # never the server's own environment's credential
+        if self.trusted_certificate is not None:  # a server with TLS: its optimizers trust its certificate
+            env["SSL_CERT_FILE"] = str(self.trusted_certificate)  # the optimizer's HTTP client (httpx)
+            env["LAKEWARDEN_TLS_CA"] = str(self.trusted_certificate)  # its Spark's JVM (spark/tls.py)
         if self.registration_token is not None:
             env["LAKEWARDEN_TOKEN"] = self.registration_token(group)
         with log_path.open("ab") as out:
@@ -137,7 +141,10 @@ class ResourceMaintainer(LoopService):
                 log.warning("container %s: unknown container-impl %r", container.name, container.container_impl)
                 continue
             tokens = registration_token if config.ams.auth.enabled else None
-            self.containers[container.name] = factory(container, server_url, config.data_dir / "optimizers", tokens)
+            built = factory(container, server_url, config.data_dir / "optimizers", tokens)
+            ssl = config.ams.http_server.ssl
+            built.trusted_certificate = None if ssl is None else ssl.certfile.expanduser().resolve()
+            self.containers[container.name] = built
         self.instances: dict[str, list[Instance]] = {}
 
     def run_once(self) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.spark.jars import ICEBERG_VERSION, SCALA_BINARY, ensure_spark_jars
+from lakewarden.spark.tls import java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,6 +98,11 @@ def build_spark_session(
         conf["spark.driver.extraClassPath"] = jars.driver_classpath
         conf["spark.driver.extraLibraryPath"] = jars.native_library_dir
         conf["spark.driver.extraJavaOptions"] += f" -Djava.library.path={jars.native_library_dir}"
+    trusted = os.environ.get("LAKEWARDEN_TLS_CA")  # a lakewarden server's certificate (self-signed, often)
+    if trusted:
+        options = java_options(Path(trusted))
+        conf["spark.driver.extraJavaOptions"] += f" {options}"
+        conf["spark.executor.extraJavaOptions"] = options
     for spec in catalogs:
         conf.update(catalog_conf(spec))
     conf.update(extra_conf or {})

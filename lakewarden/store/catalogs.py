@@ -54,6 +54,26 @@ def table_counts(session: Session) -> dict[str, int]:
     return {name: count for name, count in rows}
 
 
+def seal_secrets(session: Session) -> int:
+    """Rewrite catalogs whose secrets a version before encryption stored in the clear; returns how many."""
+    from sqlalchemy import JSON, column, table
+    from sqlalchemy.orm.attributes import flag_modified
+
+    from lakewarden.domain.catalogs import SECRET_PROPERTIES
+    from lakewarden.store.secrets import PREFIX
+
+    stored = table("catalog_meta", column("name"), column("properties", JSON))  # as stored: not decrypted
+    plain = [
+        name
+        for name, props in session.execute(select(stored.c.name, stored.c.properties))
+        if any(k in SECRET_PROPERTIES and not str(v).startswith(PREFIX) for k, v in (props or {}).items())
+    ]
+    for name in plain:
+        flag_modified(get_catalog(session, name), "properties")
+    session.flush()
+    return len(plain)
+
+
 def update_catalog(session: Session, spec: CatalogSpec) -> CatalogRow:
     row = get_catalog(session, spec.name)
     row.type = spec.type

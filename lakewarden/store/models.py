@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from lakewarden.store.secrets import SealedJSON
+
 # 64-bit ids; SQLite autoincrements only an INTEGER PRIMARY KEY (which is 64-bit there anyway)
 ID = BigInteger().with_variant(Integer, "sqlite")
 
@@ -21,7 +23,7 @@ class CatalogRow(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     type: Mapped[str] = mapped_column(String(32))
-    properties: Mapped[dict[str, Any]]
+    properties: Mapped[dict[str, Any]] = mapped_column(SealedJSON)  # secret values encrypted (store/secrets.py)
     # unknown until the first refresh; unhealthy while the last listing failed
     health: Mapped[str] = mapped_column(String(16), default="unknown")
     last_refresh_at: Mapped[datetime | None]

@@ -1,0 +1,122 @@
+"""ASGI middleware of the server: request bodies bounded, and every change recorded in the audit log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+
+from lakewarden.api.metrics import _template
+from lakewarden.store import security as store
+from lakewarden.store.database import Database
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class BodyLimit:
+    """Refuses a request whose body is larger than `max_bytes` with 413: by its Content-Length before reading
+    it, or, for a body sent in chunks, as soon as what arrived passes the limit (nothing more is read)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)  # the server stops at the declared length
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any) -> None:
+        message = f"request body larger than {self.max_bytes} bytes (ams.http-server.max-body-size)"
+        body = json.dumps({"error": {"message": message, "type": "RequestEntityTooLargeException", "code": 413}})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+# recorded by their routes with richer details, or not changes of the system (the optimizer protocol,
+# signing in and out); commits to tables are on the commit timeline, not here
+_NOT_AUDITED = ("/api/v1/principals", "/api/v1/tokens", "/api/v1/optimizer/", "/api/v1/session", "/iceberg/v1/oauth/")
+
+
+def _audited(method: str, template: str) -> bool:
+    if method in SAFE_METHODS or template.startswith(_NOT_AUDITED):
+        return False
+    if template.startswith("/iceberg/v1/"):
+        # namespaces and tables created, dropped, renamed, registered; not commits nor metric reports
+        return not (
+            template.endswith(("/tables/{table}", "/metrics", "/transactions/commit", "/properties"))
+            and method == "POST"
+        )
+    return template.startswith("/api/v1/")
+
+
+class AuditLog:
+    """After a change succeeded (status < 400), records who made it: the route, its path parameters, the
+    caller and their address (`GET /api/v1/audit`)."""
+
+    def __init__(self, app: Any, db_of: Any) -> None:
+        self.app = app
+        self.db_of = db_of  # () -> Database: the running server's, once its lifespan started
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+        template = _template(scope)
+        if status >= 400 or not _audited(scope["method"], template):
+            return
+        principal = getattr((scope.get("state") or {}).get("principal"), "name", "anonymous")
+        params = {k: str(v).replace("\x1f", ".") for k, v in (scope.get("path_params") or {}).items()}
+        target = "/".join(params.values()) or template
+        client = scope.get("client")
+        address = client[0] if client else None
+        db: Database = self.db_of()
+        action = f"{scope['method']} {template}"
+
+        def record() -> None:
+            with db.write() as session:
+                store.audit(session, principal, action, target, {"status": status, **params}, address)
+
+        await anyio.to_thread.run_sync(record)
