@@ -370,3 +370,54 @@ def test_catalog_secrets_are_encrypted_at_rest(config: Any, tmp_path: Path) -> N
             assert catalog_store.spec_of(catalog_store.get_catalog(session, "remote")).properties["credential"] == (
                 "id:plain"
             )
+
+
+def test_an_optimizers_catalog_token_reaches_only_the_tables_it_holds_a_task_on(client: TestClient) -> None:
+    """The token a task on an internal catalog carries: that table while the optimizer holds the task,
+    nothing else of the catalog (other tables, new namespaces, renames), and not after the task."""
+    from lakewarden.domain.errors import NotFound
+    from lakewarden.domain.processes import ProcessPlan
+    from lakewarden.domain.tables import TableIdentifier
+    from lakewarden.store import processes as process_store
+    from lakewarden.store import tables as table_store
+    from tests.helpers import minor_task
+
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
+    for name in ("mine", "other"):
+        created = client.post("/iceberg/v1/lake/namespaces/db/tables", json={"name": name, "schema": schema})
+        assert created.status_code == 200, created.text
+    ctx: Any = client.app.state.context  # type: ignore[attr-defined]
+    with ctx.db.write() as session:
+        try:
+            rec = table_store.get_table(session, TableIdentifier("lake", "db", "mine"))
+        except NotFound:  # the explorer has not looked yet (the loops are the test's to drive)
+            rec = table_store.add_table(session, TableIdentifier("lake", "db", "mine"), "default", {})
+        plan = ProcessPlan("minor", 1, [minor_task()])
+        process_id = process_store.create_process(session, rec, "default", "optimizing", plan).process_id
+    registered = client.post("/api/v1/optimizer/register", json={"group": "default", "parallelism": 1}).json()
+    optimizer = registered["token"]
+    poll = {"token": optimizer, "thread_id": 0, "timeout_seconds": 0}
+    task = client.post("/api/v1/optimizer/poll", json=poll, headers={"Authorization": f"Bearer {optimizer}"}).json()
+    assert task["process_id"] == process_id
+    catalog_token = task["catalog"]["properties"]["token"]
+    bearer = {"Authorization": f"Bearer {catalog_token}"}
+    base = "/iceberg/v1/lake/namespaces/db"
+    assert client.get(f"{base}/tables/mine", headers=bearer).status_code == 200
+    assert client.get(f"{base}/tables/other", headers=bearer).status_code == 403
+    assert client.get(f"{base}/tables", headers=bearer).status_code == 200  # listing the namespace: a read
+    refused = client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["x"]}, headers=bearer)
+    assert refused.status_code == 403
+    rename = {"source": {"namespace": ["db"], "name": "mine"}, "destination": {"namespace": ["db"], "name": "m2"}}
+    assert client.post("/iceberg/v1/lake/tables/rename", json=rename, headers=bearer).status_code == 403
+    assert client.get("/api/v1/tables", headers=bearer).status_code == 403  # no role: not the management API
+    assert "token" not in str(client.get(f"/api/v1/processes/{process_id}").json())  # never shown
+
+    ref = {"token": optimizer, "process_id": process_id, "task_id": 1, "attempt": task["attempt"]}
+    mine = {"Authorization": f"Bearer {optimizer}"}
+    assert client.post("/api/v1/optimizer/ack", json=ref, headers=mine).status_code == 204
+    done = {**ref, "output": {"action": "optimizing", "files_in": 0}}
+    assert client.post("/api/v1/optimizer/complete", json=done, headers=mine).status_code == 204
+    ctx.auth.forget()  # else believed for up to 2 s
+    assert client.get(f"{base}/tables/mine", headers=bearer).status_code == 403  # the task is over

@@ -140,6 +140,11 @@ async def authorize_catalog(request: Request) -> None:
         allowed = principal.sees(catalog, None)
     else:
         allowed = principal.may(catalog, namespace, table, Privilege.READ if reads else Privilege.WRITE)
+        if allowed and principal.task_holder is not None and not (reads and table is None):
+            # an optimizer's catalog token: only the tables it holds a task on, while it holds it
+            allowed = table is not None and auth_service(request).holds_task(
+                principal.task_holder, catalog, namespace, table
+            )
     if not allowed:
         target = ".".join((catalog, *(namespace or ()), *((table,) if table else ())))
         need = "read" if reads else "write"
@@ -149,7 +154,8 @@ async def authorize_catalog(request: Request) -> None:
 def require_catalog(
     principal: Principal, catalog: str, namespace: tuple[str, ...] | None, table: str | None, need: Privilege
 ) -> None:
-    """A route's own check of one object (rename, transactions, creating a namespace)."""
-    if not principal.may(catalog, namespace, table, need):
+    """A route's own check of one object (rename, transactions, creating a namespace). An optimizer's
+    catalog token does none of these."""
+    if principal.task_holder is not None or not principal.may(catalog, namespace, table, need):
         target = ".".join((catalog, *(namespace or ()), *((table,) if table else ())))
         raise Forbidden(f"{principal.name} has no {need} grant on {target}")

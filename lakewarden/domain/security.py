@@ -117,6 +117,9 @@ class Principal:
     optimizer_token: str | None = None
     register_group: str | None = None
     expires_at: float | None = None  # seconds since the epoch; None: until revoked
+    # an optimizer's catalog token: its grants reach a table only while this optimizer (by optimizer_id)
+    # holds a task on it
+    task_holder: str | None = None
     token_id: str | None = None  # the API token the caller presented, or was issued a token from
     attributes: dict[str, str] = field(default_factory=dict)
 

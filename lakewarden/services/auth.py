@@ -35,7 +35,7 @@ from pwdlib import PasswordHash
 
 from lakewarden.config import AuthConfig
 from lakewarden.domain.errors import NotAuthorized, TooManyRequests
-from lakewarden.domain.security import Grant, Principal, PrincipalKind, Privilege, Role
+from lakewarden.domain.security import Grant, Principal, PrincipalKind, Privilege, Role, optimizer_id
 from lakewarden.store import processes as process_store
 from lakewarden.store import security as store
 from lakewarden.store.database import Database, as_utc, utcnow
@@ -47,6 +47,7 @@ ADMIN = "admin"
 ADMIN_TOKEN_FILE = "admin.token"
 SECRET_KEY_FILE = "secret.key"
 ISSUER = "lakewarden"
+HOLD_CACHE_SECONDS = 2.0  # how long "this optimizer holds a task on that table" is believed
 # JWT `use` claims: what a signed token is for
 ACCESS, SESSION, REGISTER, CATALOG = "access", "session", "register-optimizer", "catalog"
 
@@ -138,6 +139,7 @@ class AuthService:
         self.passwords = PasswordHash.recommended()
         self.failed_logins = FailedLogins(config.failed_login_limit, config.failed_login_window)
         self._cache: dict[str, tuple[float, Principal]] = {}  # key -> (valid until, principal)
+        self._holds: dict[str, tuple[float, bool]] = {}  # holder+table -> (valid until, holds a task)
         self._lock = threading.Lock()
         self._cache_seconds = config.cache_ttl.total_seconds()
 
@@ -174,6 +176,7 @@ class AuthService:
         """Drop every cached lookup (after a revocation, a deletion, a role or grant change here)."""
         with self._lock:
             self._cache.clear()
+            self._holds.clear()
 
     # ---- authentication
 
@@ -252,7 +255,10 @@ class AuthService:
                 Grant(g["catalog"], Privilege(g["privilege"]), tuple(g.get("namespace", ())), g.get("table"))
                 for g in claims.get("grants", [])
             )
-            return Principal(name=subject, role=None, grants=grants, kind="task", expires_at=expires)
+            holder = claims.get("holder")
+            return Principal(
+                name=subject, role=None, grants=grants, kind="task", expires_at=expires, task_holder=holder
+            )
         raise NotAuthorized("the token is not one this server signed")
 
     def _optimizer(self, credential: str) -> Principal:
@@ -282,20 +288,44 @@ class AuthService:
         if principal.attributes.get("use") in (ACCESS, SESSION) or principal.token_id is not None:
             return self.access_token(principal, principal.attributes.get("use", ACCESS))
         if principal.kind == "task":
-            return self.catalog_token(principal.name, principal.grants, self.config.access_token_ttl)
+            ttl = self.config.access_token_ttl
+            return self.catalog_token(principal.name, principal.grants, ttl, principal.task_holder)
         raise NotAuthorized("this token cannot be exchanged")
 
     def registration_token(self, group: str, ttl: timedelta = timedelta(days=7)) -> str:
         """What a container gives the optimizers it starts: registering with `group`, nothing else."""
         return self._sign({"use": REGISTER, "sub": f"group:{group}", "group": group}, ttl).token
 
-    def catalog_token(self, subject: str, grants: Iterable[Grant], ttl: timedelta) -> IssuedToken:
-        """Catalog access limited to `grants` (e.g. one table for one task), for `ttl`."""
+    def catalog_token(
+        self, subject: str, grants: Iterable[Grant], ttl: timedelta, holder: str | None = None
+    ) -> IssuedToken:
+        """Catalog access limited to `grants`, for `ttl`; with `holder` (an optimizer's id), a table only
+        while that optimizer holds a task on it."""
         body = [
             {"catalog": g.catalog, "privilege": g.privilege.value, "namespace": list(g.namespace), "table": g.table}
             for g in grants
         ]
-        return self._sign({"use": CATALOG, "sub": subject, "grants": body}, ttl)
+        claims: dict[str, Any] = {"use": CATALOG, "sub": subject, "grants": body}
+        if holder is not None:
+            claims["holder"] = holder
+        return self._sign(claims, ttl)
+
+    def holds_task(self, holder: str, catalog: str, namespace: tuple[str, ...], table: str) -> bool:
+        """Whether the optimizer `holder` (optimizer_id) runs a task on the table now (cached 2 s)."""
+        key = f"holds:{holder}:{catalog}:{namespace}:{table}"
+        now = time.time()
+        with self._lock:
+            cached = self._holds.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        with self.db.read() as session:
+            tokens = process_store.active_task_holders(session, catalog, ".".join(namespace), table)
+        holds = any(optimizer_id(token) == holder for token in tokens)
+        with self._lock:
+            if len(self._holds) > 10_000:
+                self._holds.clear()
+            self._holds[key] = (now + HOLD_CACHE_SECONDS, holds)
+        return holds
 
     # ---- logins
 

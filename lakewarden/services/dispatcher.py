@@ -23,7 +23,7 @@ from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import BLOCKS_OPTIMIZING
 from lakewarden.domain.scheduling import Candidate, next_table, thread_cap
-from lakewarden.domain.security import Grant, Privilege
+from lakewarden.domain.security import Grant, Privilege, optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import TASK_INPUT, Assignment, CatalogConnection, Completion
@@ -129,9 +129,10 @@ class TaskDispatcher:
         return None
 
     def _connection(self, token: str, spec: CatalogSpec) -> dict[str, str]:
-        """What the optimizer connects with. For lakewarden's own catalogs: a token of the server's, good for
-        writing that catalog only, made once per optimizer and catalog (Spark keeps a catalog open with the
-        credential it was opened with; the Iceberg client renews it by token exchange before it expires)."""
+        """What the optimizer connects with. For lakewarden's own catalogs: a token of the server's that reaches
+        a table of that catalog only while this optimizer holds a task on it, made once per optimizer and
+        catalog (Spark keeps a catalog open with the credential it was opened with; the Iceberg client renews
+        it by token exchange before it expires)."""
         properties = dict(spec.properties)
         if spec.type != "internal" or self.auth is None or not self.auth.enabled:
             return properties
@@ -141,7 +142,8 @@ class TaskDispatcher:
             cached = self._catalog_tokens.get(key)
             if cached is None or cached[0] - now < CATALOG_TOKEN_TTL.total_seconds() / 2:
                 grant = Grant(spec.name, Privilege.WRITE)
-                issued = self.auth.catalog_token(f"optimizer of {spec.name}", [grant], CATALOG_TOKEN_TTL)
+                subject = f"optimizer {optimizer_id(token)}"
+                issued = self.auth.catalog_token(subject, [grant], CATALOG_TOKEN_TTL, holder=optimizer_id(token))
                 cached = self._catalog_tokens[key] = (now + issued.expires_in, issued.token)
         properties["token"] = cached[1]
         return properties

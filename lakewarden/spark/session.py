@@ -44,9 +44,9 @@ def jdbc_properties(sqlalchemy_url: str) -> dict[str, str]:
     raise ValueError(f"no JDBC mapping for {backend} catalogs")
 
 
-def catalog_conf(spec: CatalogSpec) -> dict[str, str]:
-    """`spark.sql.catalog.<name>.*` settings for one registered catalog."""
-    prefix = f"spark.sql.catalog.{spec.name}"
+def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, str]:
+    """`spark.sql.catalog.<name>.*` settings for one registered catalog (under `spark_name` if given)."""
+    prefix = f"spark.sql.catalog.{spark_name or spec.name}"
     props = dict(spec.connection_properties)
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
     if spec.type == "sql":
@@ -120,7 +120,9 @@ def build_spark_session(
     return spark
 
 
-def configure_catalogs(spark: SparkSession, catalogs: Iterable[CatalogSpec]) -> None:
+def configure_catalogs(
+    spark: SparkSession, catalogs: Iterable[CatalogSpec], spark_names: Mapping[str, str] | None = None
+) -> None:
     """Add or redefine catalogs on a running session.
 
     Spark instantiates a catalog once per name and caches it; when a definition changes (a new
@@ -128,7 +130,7 @@ def configure_catalogs(spark: SparkSession, catalogs: Iterable[CatalogSpec]) -> 
     """
     changed = False
     for spec in catalogs:
-        for key, value in catalog_conf(spec).items():
+        for key, value in catalog_conf(spec, (spark_names or {}).get(spec.name)).items():
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
                 changed = True

@@ -46,6 +46,22 @@ def get_optimizer(session: Session, token: str) -> OptimizerRow:
     return row
 
 
+def active_task_holders(session: Session, catalog: str, database: str, table: str) -> list[str]:
+    """The optimizer tokens that hold a scheduled or acked task on the table now."""
+    query = (
+        select(TaskRow.optimizer_token)
+        .join(ProcessRow, ProcessRow.process_id == TaskRow.process_id)
+        .where(
+            ProcessRow.catalog_name == catalog,
+            ProcessRow.db_name == database,
+            ProcessRow.table_name == table,
+            TaskRow.status.in_([TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]),
+            TaskRow.optimizer_token.is_not(None),
+        )
+    )
+    return [str(token) for token in session.scalars(query)]
+
+
 def find_optimizer(session: Session, token: str) -> OptimizerRow | None:
     return session.get(OptimizerRow, token)
 
