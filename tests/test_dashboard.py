@@ -251,6 +251,13 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         assert api.get("/resource-groups/default").json()["properties"].get("instances") == "0"
         audit = api.get("/audit").json()
         assert [e["action"] for e in audit[:1]] == ["create-principal"] and audit[0]["principal"] == "admin"
+        # the audit page: who changed what, here the viewer's own visit changed nothing
+        page.css('nav a[data-nav="audit"]').click()
+        page.wait_text("#audit", "create-principal")
+        page.wait_text("#audit", "POST /api/v1/resource-groups/{name}/scale")  # the admin's scale-out
+        page.css("#audit-principal").send_keys("nobody")
+        wait_for("the filter", lambda: "none" in page.text("#audit"), timeout=10, interval=0.25)
+        page.screenshot("audit")
 
 
 def test_metrics_expose_tables_processes_groups_and_latency(tmp_path: Path, spark: SparkSession) -> None:

@@ -421,3 +421,24 @@ def test_an_optimizers_catalog_token_reaches_only_the_tables_it_holds_a_task_on(
     assert client.post("/api/v1/optimizer/complete", json=done, headers=mine).status_code == 204
     ctx.auth.forget()  # else believed for up to 2 s
     assert client.get(f"{base}/tables/mine", headers=bearer).status_code == 403  # the task is over
+
+
+def test_metrics_need_a_role_unless_configured_open(client: TestClient, tmp_path: Path) -> None:
+    from lakewarden.api.app import create_app
+    from tests.conftest import make_config
+
+    admin = client.headers.pop("Authorization")
+    assert client.get("/metrics").status_code == 401
+    viewer = principal_as(client, admin, "mona", "viewer")
+    assert client.get("/metrics", headers={"Authorization": f"Bearer {viewer}"}).status_code == 200
+    with TestClient(create_app(make_config(tmp_path / "open", auth__metrics="open"), start_services=False)) as other:
+        assert other.get("/metrics").status_code == 200
+        assert other.get("/api/v1/tables").status_code == 401  # only the metrics are open
+
+
+def principal_as(client: TestClient, admin: str, name: str, role: str) -> str:
+    client.headers["Authorization"] = admin
+    try:
+        return principal(client, name, role)
+    finally:
+        del client.headers["Authorization"]

@@ -449,6 +449,25 @@ function processesPage() {
   };
 }
 
+function auditPage() {
+  return {
+    mount(root) {
+      root.innerHTML = `<h1>Audit</h1><p class="muted">Who changed what: every successful change through the API,
+        and namespaces and tables created, renamed, registered or dropped through the REST catalog
+        (commits are on each table's timeline).</p>
+        <p><input id="audit-principal" placeholder="only this principal"></p><div id="audit"></div>`;
+      root.querySelector("#audit-principal").addEventListener("input", () => this.update(root));
+    },
+    async update(root) {
+      const who = root.querySelector("#audit-principal").value.trim();
+      const entries = await api(`/audit?limit=200${who ? `&principal=${encodeURIComponent(who)}` : ""}`);
+      root.querySelector("#audit").innerHTML = grid(["time", "principal", "action", "target", "client"],
+        entries.map((e) => [fmt.time(e.at), esc(e.principal), `<span class="mono">${esc(e.action)}</span>`,
+          esc(e.target), esc(e.client || "")]), (i) => `data-audit="${entries[i].audit_id}"`);
+    },
+  };
+}
+
 // ---- routing and live refresh
 
 const ROUTES = [
@@ -458,6 +477,7 @@ const ROUTES = [
   [/^#\/tables\/([^/]+)\/([^/]+)\/([^/]+)(?:\/(\w+))?$/, tablePage, "tables"],
   [/^#\/groups$/, groupsPage, "groups"],
   [/^#\/processes$/, processesPage, "processes"],
+  [/^#\/audit$/, auditPage, "audit"],
 ];
 
 function route() {
