@@ -442,3 +442,31 @@ def principal_as(client: TestClient, admin: str, name: str, role: str) -> str:
         return principal(client, name, role)
     finally:
         del client.headers["Authorization"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_renews_a_short_lived_access_token_by_itself(tmp_path: Path, spark: SparkSession) -> None:
+    """With `credential=`, Iceberg's REST client renews its access token before it expires (token exchange
+    or new client credentials): a session outlives several 10 s tokens without an error."""
+    from lakewarden.spark.session import configure_catalogs
+    from tests.servers import started_server
+
+    with started_server(tmp_path, extra="  auth: {access-token-ttl: 10s}\n") as server:
+        uri = f"{server.url}/iceberg"
+        credential = f"admin:{server.token}"
+        spec = CatalogSpec(
+            f"renew{server.port}",
+            "internal",
+            {"uri": uri, "credential": credential, "oauth2-server-uri": f"{uri}/v1/oauth/tokens"},
+        )
+        configure_catalogs(spark, [spec])
+        spark.conf.set(f"spark.sql.catalog.{spec.name}.warehouse", "lake")
+        spark.sql(f"CREATE NAMESPACE {spec.name}.db")
+        spark.sql(f"CREATE TABLE {spec.name}.db.t (id BIGINT) USING iceberg")
+        for i in range(3):
+            spark.sql(f"INSERT INTO {spec.name}.db.t VALUES ({i})")
+            time.sleep(11)  # longer than a token lives
+        assert spark.sql(f"SELECT count(*) FROM {spec.name}.db.t").first()[0] == 3  # type: ignore[index]
+        issued = server.log.read_text().count('"POST /iceberg/v1/oauth/tokens HTTP/1.1" 200')
+        assert issued >= 3, server.log.read_text()[-3000:]

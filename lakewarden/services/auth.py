@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import os
 import secrets
 import threading
@@ -272,9 +273,11 @@ class AuthService:
     # ---- issuing
 
     def _sign(self, claims: dict[str, Any], ttl: timedelta) -> IssuedToken:
-        now = int(time.time())
+        # whole seconds, rounded up: the token lives at least the `expires_in` the client is told (a client
+        # renews it shortly before that, e.g. Iceberg's at 90% of it)
+        now = time.time()
         seconds = int(ttl.total_seconds())
-        body = {**claims, "iss": ISSUER, "iat": now, "exp": now + seconds, "jti": secrets.token_hex(8)}
+        body = {**claims, "iss": ISSUER, "iat": int(now), "exp": math.ceil(now) + seconds, "jti": secrets.token_hex(8)}
         return IssuedToken(jwt.encode(body, self._key, algorithm="HS256"), seconds)
 
     def access_token(self, principal: Principal, use: str = ACCESS) -> IssuedToken:
