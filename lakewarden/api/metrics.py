@@ -158,18 +158,26 @@ class LatencyMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
-
-        async def sending(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sending = StatusOf(send)
         try:
             await self.app(scope, receive, sending)
         finally:
-            self.histogram.labels(scope["method"], _template(scope), str(status)).observe(time.perf_counter() - started)
+            self.histogram.labels(scope["method"], _template(scope), str(sending.status)).observe(
+                time.perf_counter() - started
+            )
+
+
+class StatusOf:
+    """An ASGI `send` that remembers the response's status (500 until one is sent)."""
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.status = 500
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
 
 
 def _template(scope: Any) -> str:

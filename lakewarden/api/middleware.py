@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from lakewarden.api.metrics import _template
+from lakewarden.api.metrics import StatusOf, _template
 from lakewarden.store import security as store
 from lakewarden.store.database import Database
 
@@ -95,15 +95,9 @@ class AuditLog:
         if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        status = 500
-
-        async def sending(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sending = StatusOf(send)
         await self.app(scope, receive, sending)
+        status = sending.status
         template = _template(scope)
         if status >= 400 or not _audited(scope["method"], template):
             return
