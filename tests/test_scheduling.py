@@ -257,3 +257,14 @@ def test_a_final_failure_is_not_retried(client: TestClient) -> None:
     assert (task["retry_count"], task["failure"], task["retryable"], task["retry_after"]) == (0, "final", False, None)
     assert client.get("/api/v1/tables/c/db/t").json()["status"] == "idle"
     assert poll(client, token) is None
+
+
+def test_an_ack_sent_again_is_answered_the_same(client: TestClient) -> None:
+    """An optimizer whose ack's answer was lost (the server restarting) sends it again: same answer."""
+    _, pid, token = one_task_optimizing(client)
+    task = poll(client, token)
+    ref = {"token": token, "process_id": pid, "task_id": 1, "attempt": task["attempt"]}
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+    stale = client.post("/api/v1/optimizer/ack", json={**ref, "attempt": task["attempt"] + 1})
+    assert stale.status_code == 409

@@ -49,8 +49,18 @@ class OptimizerClient:
         result = self._post("/poll", {"token": token, "thread_id": thread_id})
         return None if result is None else Assignment.model_validate(result)
 
-    def ack(self, token: str, task: Assignment) -> None:
-        self._post("/ack", {"token": token, **_ref(task)})
+    def ack(self, token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
+        """Ack; while the server is unreachable (restarting), keep trying: an ack whose answer was lost may
+        have been recorded, and the server answers a repeated one the same. A refusal is raised at once."""
+        deadline = time.monotonic() + retry_seconds
+        while True:
+            try:
+                self._post("/ack", {"token": token, **_ref(task)})
+                return
+            except httpx.TransportError:
+                if time.monotonic() + 1.0 > deadline:
+                    raise
+                time.sleep(1.0)
 
     def complete(
         self,

@@ -196,7 +196,15 @@ class TaskDispatcher:
                 expected_token=token,
                 acked_at=utcnow(),
             ):
-                raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
+                # an ack sent again after its answer was lost (the server restarting) is answered the same
+                task = store.find_task(session, process_id, task_id)
+                again = task is not None and (task.status, task.attempt, task.optimizer_token) == (
+                    TaskStatus.ACKED.value,
+                    attempt,
+                    token,
+                )
+                if not again:
+                    raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
 
     def complete(self, done: Completion) -> None:
         """A task's result, or its error and whether a retry may pass; the engine settles its process."""

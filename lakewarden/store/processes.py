@@ -62,6 +62,10 @@ def active_task_holders(session: Session, catalog: str, database: str, table: st
     return [str(token) for token in session.scalars(query)]
 
 
+def find_task(session: Session, process_id: int, task_id: int) -> TaskRow | None:
+    return session.get(TaskRow, (process_id, task_id))
+
+
 def find_optimizer(session: Session, token: str) -> OptimizerRow | None:
     return session.get(OptimizerRow, token)
 
