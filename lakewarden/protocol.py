@@ -45,8 +45,21 @@ class PartitionRef(_Model):
 # ---- task inputs
 
 
+class FileGroupInput(_Model):
+    """Files of one partition optimized together, named by path as planned on the task's snapshot."""
+
+    partition: PartitionRef
+    rewrite: list[str] = Field(description="Data files rewritten, their deletes applied, into new files")
+    rewrite_pos: list[str] = Field(description="Data files whose deletes become a position-delete file of their own")
+    deletes: list[str] = Field(description="Every delete file that applies to those data files")
+    split_size: int = Field(description="Bytes read per Spark split; each split becomes one file")
+    max_file_size: int = Field(description="Where the writer rolls over to a new file")
+
+
 class OptimizingInput(_Model):
-    """Rewrite the planned file classes of some partitions, as planned on `snapshot_id`."""
+    """Rewrite exactly the planned files of some partitions, as planned on `snapshot_id`, and commit them
+    with the removal of `remove_deletes` in one snapshot. A task with no groups only removes delete files
+    (the last task of a process whose delete files were shared by several tasks)."""
 
     action: Literal["optimizing"] = "optimizing"
     table: str = Field(description="database.table in the task's catalog")
@@ -54,8 +67,8 @@ class OptimizingInput(_Model):
     type: Literal["minor", "major", "full"]
     partitions: list[PartitionRef]
     filter: str = Field(description="The partitions as an Iceberg ExpressionParser JSON expression")
-    options: dict[str, str] = Field(description="Options of Iceberg's RewriteDataFiles")
-    rewrite_position_deletes: bool = False
+    groups: list[FileGroupInput] = Field(default_factory=list)
+    remove_deletes: list[str] = Field(default_factory=list, description="Delete files the commit removes")
     reasons: list[str] = Field(default_factory=list)
 
 
@@ -149,16 +162,37 @@ class OptimizingResult(_Result):
     bytes_in: int = 0
     files_out: int = 0
     bytes_out: int = 0
+    # data files whose deletes were rewritten into position-delete files of their own
+    rewrite_pos_files: int = 0
     delete_files_removed: int = 0
+    delete_bytes_removed: int = 0
     delete_files_added: int = 0
+    delete_bytes_added: int = 0
     snapshot_id: int | None = None
-    TOTALS: ClassVar[tuple[str, ...]] = ("files_in", "bytes_in", "files_out", "bytes_out", "delete_files_removed")
+    rewritten_files: list[str] = Field(default_factory=list, description=f"Data files replaced (<= {MAX_LISTED})")
+    added_files: list[str] = Field(default_factory=list, description=f"Data files written (<= {MAX_LISTED})")
+    removed_delete_files: list[str] = Field(default_factory=list, description="Delete files removed")
+    added_delete_files: list[str] = Field(default_factory=list, description="Position-delete files written")
+    TOTALS: ClassVar[tuple[str, ...]] = (
+        "files_in",
+        "bytes_in",
+        "files_out",
+        "bytes_out",
+        "rewrite_pos_files",
+        "delete_files_removed",
+        "delete_bytes_removed",
+        "delete_files_added",
+        "delete_bytes_added",
+    )
+    LISTS: ClassVar[tuple[str, ...]] = ("rewritten_files", "added_files", "removed_delete_files", "added_delete_files")
 
     @classmethod
     def summarize(cls, results: Sequence[_Result]) -> dict[str, Any]:
-        """Only the totals: a process rewrote this many files and bytes, whatever its tasks' snapshots."""
-        totals = super().summarize(results)
-        return {name: int(totals.get(name, 0)) for name in cls.TOTALS}
+        """The totals and the files: a process rewrote these files and bytes, whatever its tasks' snapshots."""
+        merged = super().summarize(results)
+        summary: dict[str, Any] = {name: int(merged.get(name, 0)) for name in cls.TOTALS}
+        summary.update({name: merged.get(name, []) for name in cls.LISTS})
+        return summary
 
 
 class ExpireSnapshotsResult(_Result):

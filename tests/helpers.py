@@ -89,7 +89,7 @@ def minor_task(path: str = "", values: list[Any] | None = None, cost_bytes: int 
     """A planned minor-optimizing task of db.t on one partition, for tests that drive the protocol by hand."""
     partition = PartitionRef(spec_id=0, path=path, values=values or [])
     work = OptimizingInput(
-        table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"', options={}
+        table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"'
     )
     return TaskSpec("minor", work, [partition.model_dump()], cost_bytes)
 

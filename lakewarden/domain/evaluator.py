@@ -1,25 +1,36 @@
-"""The evaluator: per partition, classify data files and decide full, major, minor or nothing — with reasons.
+"""The evaluator: per partition, decide file by file what optimizing would do, and whether it is worth it.
 
+This follows Amoro's CommonPartitionEvaluator and AbstractPartitionPlan (apache/amoro) rule by rule.
 File classes (target = self-optimizing.target-size):
   fragment            size <= target / fragment-ratio
   undersized segment  fragment < size <= target * min-target-size-ratio
   segment             anything bigger
 
-Order of decision per partition: full, else major, else minor (Amoro's semantics, DESIGN.md).
-Every decision, and every decision not to optimize, carries sentences a person can read.
+What a plan does with a data file:
+  rewrite      fragments; segments whose position-deleted rows pass major.trigger.duplicate-ratio; in a full
+               optimizing every file (full.rewrite-all-files) or every file that is small or has deletes
+  undersized   undersized segments: rewritten when bin-packing gives them company, else treated as segments
+  rewrite-pos  segments whose deletes are rewritten into one position-delete file of their own: more than one
+               position-delete file, any equality delete, or one position-delete file that is not theirs alone
+Delete files of data files left alone are reserved: read, never removed.
+
+Type per partition: full (on its interval), else major (segments over the delete ratio, or undersized
+segments adding up to a target that two of them fit in), else minor (enough fragments and equality-delete
+files, or their interval has passed, or segments with position deletes to combine). A partition is pending
+only when its plan has a file group that changes something; every verdict carries readable reasons.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from lakewarden.domain.files import AppliedDeletes, PartitionFiles, PartitionKey
+from lakewarden.domain.files import AppliedDeletes, DataFile, DeleteFile, PartitionFiles, PartitionKey
 from lakewarden.domain.optimizing_config import OptimizingConfig
 
 # Iceberg's read.split.open-file-cost: opening a file costs about as much as reading this many bytes.
 OPEN_FILE_COST = 4 * 1024 * 1024
-_NO_DELETES = AppliedDeletes()
 
 
 class OptimizingType(enum.IntEnum):
@@ -47,22 +58,81 @@ def _duration(ms: int) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """Files of one partition optimized together: data files rewritten (their deletes applied) into new
+    files, data files whose deletes become a position-delete file of their own, and every delete file
+    that applies to any of them."""
+
+    partition: PartitionKey
+    rewrite: tuple[DataFile, ...]
+    rewrite_pos: tuple[DataFile, ...]
+    deletes: tuple[DeleteFile, ...]
+
+    @property
+    def data_bytes(self) -> int:
+        """What bin-packing weighs a group by (Amoro: the data files' sizes)."""
+        return sum(f.size for f in self.rewrite) + sum(f.size for f in self.rewrite_pos)
+
+    @property
+    def cost(self) -> int:
+        """Bytes read and written, as Amoro estimates them: rewritten data twice, a tenth of the segments
+        whose deletes are rewritten (only their keys and positions are read), every delete file once, and
+        the cost of opening each file."""
+        files = len(self.rewrite) + len(self.rewrite_pos) + len(self.deletes)
+        return (
+            2 * sum(f.size for f in self.rewrite)
+            + sum(f.size for f in self.rewrite_pos) // 10
+            + sum(d.size for d in self.deletes)
+            + files * OPEN_FILE_COST
+        )
+
+
+def _pack(items: list[DataFile], capacity: int) -> list[list[DataFile]]:
+    """First-fit bins of at most `capacity` bytes (a file bigger than that gets a bin of its own), largest
+    files first. Amoro packs with Iceberg's BinPacking.ListPacker in map order; largest-first is one such
+    order, and the one that fills bins best."""
+    bins: list[list[DataFile]] = []
+    used: list[int] = []
+    for item in sorted(items, key=lambda f: (-f.size, f.path)):
+        for i, weight in enumerate(used):
+            if weight + item.size <= capacity:
+                bins[i].append(item)
+                used[i] += item.size
+                break
+        else:
+            bins.append([item])
+            used.append(item.size)
+    return bins
+
+
 @dataclass
 class PartitionEvaluation:
     partition: PartitionKey
     type: OptimizingType | None = None
     reasons: list[str] = field(default_factory=list)
+    full_interval_reached: bool = False
     fragment_files: int = 0
     fragment_bytes: int = 0
+    # undersized segments that only bin-packing can decide for
     undersized_files: int = 0
     undersized_bytes: int = 0
-    segment_files: int = 0
-    segment_bytes: int = 0
-    # segments whose position-deleted rows exceed the duplicate ratio (rewritten by major)
+    # segments (undersized or not) rewritten by the rules: over the delete ratio, or by a full optimizing
     rewrite_segment_files: int = 0
     rewrite_segment_bytes: int = 0
-    # segments with more than one position-delete file (their deletes are combined by minor)
+    # segments whose deletes are rewritten into position deletes
+    rewrite_pos_files: int = 0
+    rewrite_pos_bytes: int = 0
+    # ... of which because they have more than one position-delete file
     combine_position_segments: int = 0
+    # target-size segments left alone
+    segment_files: int = 0
+    segment_bytes: int = 0
+    # the delete files of the data files the plan takes, each counted once
     position_delete_files: int = 0
     position_delete_records: int = 0
     position_delete_bytes: int = 0
@@ -70,27 +140,62 @@ class PartitionEvaluation:
     equality_delete_records: int = 0
     equality_delete_bytes: int = 0
     records: int = 0
+    # the file groups a plan would optimize (empty unless the partition is pending)
+    groups: list[FileGroup] = field(default_factory=list)
+    # the data files the plan takes by class, and the delete files that must stay (their data files are not taken)
+    rewrite: list[DataFile] = field(default_factory=list, repr=False)
+    undersized: list[DataFile] = field(default_factory=list, repr=False)
+    rewrite_pos: list[DataFile] = field(default_factory=list, repr=False)
+    reserved: set[str] = field(default_factory=set, repr=False)
+    files: PartitionFiles | None = field(default=None, repr=False)
+    _smallest: list[int] = field(default_factory=lambda: [2**62, 2**62], repr=False)
+    _counted: set[str] = field(default_factory=set, repr=False)
 
     @property
     def data_files(self) -> int:
-        return self.fragment_files + self.undersized_files + self.segment_files
-
-    @property
-    def cost(self) -> int:
-        """Estimated bytes read and written by optimizing this partition (what tasks are binned by)."""
-        rewritten = self.fragment_bytes + self.undersized_bytes + self.rewrite_segment_bytes
-        deletes = self.position_delete_bytes + self.equality_delete_bytes
-        files = (
+        return (
             self.fragment_files
             + self.undersized_files
             + self.rewrite_segment_files
+            + self.rewrite_pos_files
+            + self.segment_files
+        )
+
+    @property
+    def any_delete(self) -> bool:
+        return bool(self.position_delete_files or self.equality_delete_files)
+
+    @property
+    def cost(self) -> int:
+        """Amoro's estimate of the bytes read and written by optimizing this partition (CommonPartitionEvaluator)."""
+        cost = (
+            2 * (self.fragment_bytes + self.rewrite_segment_bytes + self.undersized_bytes)
+            + self.rewrite_pos_bytes // 10
+            + self.position_delete_bytes
+            + self.equality_delete_bytes
+        )
+        files = (
+            self.fragment_files
+            + self.rewrite_segment_files
+            + self.undersized_files
+            + self.rewrite_pos_files
             + self.position_delete_files
             + self.equality_delete_files
         )
-        if self.type is OptimizingType.FULL:
-            rewritten = self.fragment_bytes + self.undersized_bytes + self.segment_bytes
-            files += self.segment_files - self.rewrite_segment_files
-        return 2 * rewritten + deletes + files * OPEN_FILE_COST
+        return cost + files * OPEN_FILE_COST
+
+    def count_delete(self, delete: DeleteFile) -> None:
+        if delete.path in self._counted:
+            return
+        self._counted.add(delete.path)
+        if delete.equality:
+            self.equality_delete_files += 1
+            self.equality_delete_records += delete.records
+            self.equality_delete_bytes += delete.size
+        else:
+            self.position_delete_files += 1
+            self.position_delete_records += delete.records
+            self.position_delete_bytes += delete.size
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -104,9 +209,11 @@ class PartitionEvaluation:
             "undersized_files": self.undersized_files,
             "segment_files": self.segment_files,
             "rewrite_segment_files": self.rewrite_segment_files,
+            "rewrite_pos_files": self.rewrite_pos_files,
             "position_delete_files": self.position_delete_files,
             "equality_delete_files": self.equality_delete_files,
             "records": self.records,
+            "file_groups": len(self.groups),
             "cost_bytes": self.cost,
         }
 
@@ -120,75 +227,158 @@ class OptimizingClock:
     last_full_ms: int = 0
 
 
+class _Rules:
+    """Amoro's per-file rules for one partition under one configuration and clock."""
+
+    def __init__(self, config: OptimizingConfig, clock: OptimizingClock) -> None:
+        self.config = config
+        self.fragment_max = config.fragment_threshold
+        self.undersized_max = config.undersized_threshold
+        self.full = config.full_trigger_interval_ms >= 0 and (
+            clock.now_ms - clock.last_full_ms > config.full_trigger_interval_ms
+        )
+
+    def fragment(self, data: DataFile) -> bool:
+        return data.size <= self.fragment_max
+
+    def undersized(self, data: DataFile) -> bool:
+        return self.fragment_max < data.size <= self.undersized_max
+
+    def should_rewrite(self, data: DataFile, applied: AppliedDeletes) -> bool:
+        if self.full:
+            # a full optimizing rewrites every file, or every file that is small or has deletes
+            return self.config.full_rewrite_all_files or applied.any or data.size <= self.undersized_max
+        if self.fragment(data):
+            return True
+        # only position deletes count: equality deletes say little about one segment's deleted rows, and
+        # minor optimizing turns them into position deletes anyway
+        return applied.position_records > data.records * self.config.major_duplicate_ratio
+
+    @staticmethod
+    def should_rewrite_pos(applied: AppliedDeletes) -> bool:
+        return (
+            applied.position_files > 1
+            or applied.equality_files > 0
+            or (applied.position_files == 1 and not applied.own_position_file)
+        )
+
+
 def evaluate_partition(files: PartitionFiles, config: OptimizingConfig, clock: OptimizingClock) -> PartitionEvaluation:
-    result = PartitionEvaluation(files.partition)
-    fragment_max = config.fragment_threshold
-    undersized_max = config.undersized_threshold
-    smallest = [config.target_size + 1, config.target_size + 1]
+    rules = _Rules(config, clock)
+    r = PartitionEvaluation(files.partition, full_interval_reached=rules.full, files=files)
     over_ratio: list[str] = []
     for data in files.data:
-        applied = files.deletes_of.get(data.path, _NO_DELETES)
-        result.records += data.records
-        if data.size <= fragment_max:
-            result.fragment_files += 1
-            result.fragment_bytes += data.size
+        deletes = files.deletes_for(data) if files.delete_files else []
+        applied = AppliedDeletes.of(data, deletes)
+        r.records += data.records
+        taken = True
+        if rules.fragment(data):
+            r.fragment_files += 1
+            r.fragment_bytes += data.size
+            r.rewrite.append(data)
+        elif rules.should_rewrite(data, applied):
+            r.rewrite_segment_files += 1
+            r.rewrite_segment_bytes += data.size
+            r.rewrite.append(data)
+            if not rules.full and len(over_ratio) < 3:
+                over_ratio.append(f"{_name(data.path)} ({applied.position_records / max(data.records, 1):.0%})")
+        elif rules.undersized(data):
+            r.undersized_files += 1
+            r.undersized_bytes += data.size
+            r.undersized.append(data)
+            if data.size < r._smallest[0]:
+                r._smallest = [data.size, r._smallest[0]]
+            elif data.size < r._smallest[1]:
+                r._smallest[1] = data.size
+        elif rules.should_rewrite_pos(applied):
+            r.rewrite_pos_files += 1
+            r.rewrite_pos_bytes += data.size
+            r.combine_position_segments += applied.position_files > 1
+            r.rewrite_pos.append(data)
+        else:
+            taken = False
+            r.segment_files += 1
+            r.segment_bytes += data.size
+        for delete in deletes:
+            if taken:
+                r.count_delete(delete)
+            else:
+                r.reserved.add(delete.path)
+    _decide(r, config, clock, rules, over_ratio)
+    if r.type is not None:
+        r.groups = _split(r, config, files, rules)
+        if not r.groups:
+            r.reasons.append(
+                "but no file group would change anything (a lone file with no deletes is not rewritten), "
+                "so nothing is planned"
+            )
+            r.type = None
+    return r
+
+
+def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFiles, rules: _Rules) -> list[FileGroup]:
+    """Amoro's BinPackingTaskSplitter: undersized segments are packed first, and those that find company are
+    rewritten; a lone one has its deletes rewritten, if it needs that, or is left alone. Then the files to
+    rewrite and those whose deletes are rewritten are packed together. Bins hold max(target-size,
+    max-task-size-bytes); a group of one data file with no deletes changes nothing and is dropped."""
+    capacity = max(config.target_size, config.max_task_size)
+    deletes_of: Callable[[DataFile], list[DeleteFile]] = files.deletes_for if files.delete_files else (lambda _data: [])
+    groups: list[FileGroup] = []
+    rewrite_pos = list(r.rewrite_pos)
+    for packed in _pack(r.undersized, capacity):
+        if len(packed) > 1:
+            groups.append(_group(r.partition, packed, [], deletes_of))
             continue
-        if data.records and applied.position_records > data.records * config.major_duplicate_ratio:
-            result.rewrite_segment_files += 1
-            result.rewrite_segment_bytes += data.size
-            if len(over_ratio) < 3:
-                ratio = applied.position_records / data.records
-                over_ratio.append(f"{data.path.rsplit('/', 1)[-1]} ({ratio:.0%})")
-        elif applied.position_files > 1:
-            result.combine_position_segments += 1
-        if data.size <= undersized_max:
-            result.undersized_files += 1
-            result.undersized_bytes += data.size
-            if data.size < smallest[0]:
-                smallest = [data.size, smallest[0]]
-            elif data.size < smallest[1]:
-                smallest[1] = data.size
+        (lone,) = packed
+        lone_deletes = deletes_of(lone)
+        if rules.should_rewrite_pos(AppliedDeletes.of(lone, lone_deletes)):
+            rewrite_pos.append(lone)
         else:
-            result.segment_files += 1
-            result.segment_bytes += data.size
-    for delete in files.delete_files:
-        if delete.equality:
-            result.equality_delete_files += 1
-            result.equality_delete_records += delete.records
-            result.equality_delete_bytes += delete.size
-        else:
-            result.position_delete_files += 1
-            result.position_delete_records += delete.records
-            result.position_delete_bytes += delete.size
-    _decide(result, config, clock, smallest, over_ratio)
-    return result
+            r.reserved.update(d.path for d in lone_deletes)
+    pos_paths = {f.path for f in rewrite_pos}
+    for packed in _pack([*r.rewrite, *rewrite_pos], capacity):
+        rewrite = [f for f in packed if f.path not in pos_paths]
+        groups.append(_group(r.partition, rewrite, [f for f in packed if f.path in pos_paths], deletes_of))
+    return [g for g in groups if len(g.rewrite) + len(g.rewrite_pos) > 1 or g.rewrite_pos or g.deletes]
+
+
+def _group(
+    partition: PartitionKey,
+    rewrite: Iterable[DataFile],
+    rewrite_pos: Iterable[DataFile],
+    deletes_of: Callable[[DataFile], list[DeleteFile]],
+) -> FileGroup:
+    rewrite = sorted(rewrite, key=lambda f: f.path)
+    rewrite_pos = sorted(rewrite_pos, key=lambda f: f.path)
+    deletes = {d.path: d for f in [*rewrite, *rewrite_pos] for d in deletes_of(f)}
+    return FileGroup(partition, tuple(rewrite), tuple(rewrite_pos), tuple(deletes[p] for p in sorted(deletes)))
 
 
 def _decide(
-    r: PartitionEvaluation, config: OptimizingConfig, clock: OptimizingClock, smallest: list[int], over_ratio: list[str]
+    r: PartitionEvaluation, config: OptimizingConfig, clock: OptimizingClock, rules: _Rules, over_ratio: list[str]
 ) -> None:
-    # full: on its interval, when there is anything to rewrite
-    if config.full_trigger_interval_ms >= 0:
-        since_full = clock.now_ms - clock.last_full_ms
-        if since_full > config.full_trigger_interval_ms:
-            deletes = r.position_delete_files + r.equality_delete_files
-            work = []
-            if deletes:
-                work.append(f"{deletes} delete file(s)")
-            if r.fragment_files >= 2:
-                work.append(f"{r.fragment_files} fragments")
-            if r.undersized_files >= 2:
-                work.append(f"{r.undersized_files} undersized segments")
-            if r.rewrite_segment_files:
-                work.append(f"{r.rewrite_segment_files} segment(s) over the delete ratio")
-            if work:
-                r.type = OptimizingType.FULL
-                r.reasons.append(
-                    f"full.trigger.interval ({_duration(config.full_trigger_interval_ms)}) has passed since the "
-                    f"last full optimizing; to rewrite: {', '.join(work)}"
-                )
-                return
-            r.reasons.append("full.trigger.interval has passed, but nothing needs rewriting")
+    if rules.full:
+        work = []
+        deletes = r.position_delete_files + r.equality_delete_files
+        if deletes:
+            work.append(f"{deletes} delete file(s)")
+        if r.fragment_files >= 2:
+            work.append(f"{r.fragment_files} fragments")
+        if r.rewrite_segment_files:
+            what = "files" if config.full_rewrite_all_files else "small segments or segments with deletes"
+            work.append(f"{r.rewrite_segment_files} {what}")
+        if r.rewrite_pos_files:
+            work.append(f"{r.rewrite_pos_files} segment(s) whose deletes to rewrite")
+        every = _duration(config.full_trigger_interval_ms)
+        if work:
+            r.type = OptimizingType.FULL
+            r.reasons.append(
+                f"full.trigger.interval ({every}) has passed since the last full optimizing; "
+                f"to rewrite: {', '.join(work)}"
+            )
+        else:
+            r.reasons.append(f"full.trigger.interval ({every}) has passed, but nothing needs rewriting")
+        return
 
     # major: segments with too many deleted rows, or undersized segments that add up to a target
     if r.rewrite_segment_files:
@@ -197,6 +387,7 @@ def _decide(
             f"{r.rewrite_segment_files} segment(s) have more than {config.major_duplicate_ratio:.0%} of their rows "
             f"position-deleted (major.trigger.duplicate-ratio): {', '.join(over_ratio)}"
         )
+    smallest = r._smallest
     if r.undersized_bytes >= config.target_size and smallest[0] + smallest[1] <= config.target_size:
         r.type = OptimizingType.MAJOR
         r.reasons.append(
@@ -245,6 +436,8 @@ class TableEvaluation:
     type: OptimizingType | None
     partitions: list[PartitionEvaluation]
     reasons: list[str]
+    # the table's self-optimizing.filter left some partitions out (their files were not read)
+    filtered: bool = False
 
     @property
     def pending(self) -> list[PartitionEvaluation]:
@@ -259,6 +452,7 @@ class TableEvaluation:
             "pending_partitions": len(pending),
             "partitions": len(self.partitions),
             "cost_bytes": sum(p.cost for p in pending),
+            "file_groups": sum(len(p.groups) for p in pending),
             # totals over every partition: how healthy the table's layout is
             "data_files": sum(p.data_files for p in self.partitions),
             # small files that have company to be merged with (a partition's lone small file is fine)
@@ -267,7 +461,7 @@ class TableEvaluation:
                 for p in self.partitions
                 if p.fragment_files + p.undersized_files >= 2
             ),
-            "delete_files": sum(p.position_delete_files + p.equality_delete_files for p in self.partitions),
+            "delete_files": len({d.path for p in self.partitions if p.files for d in p.files.delete_files}),
         }
 
 
@@ -282,11 +476,11 @@ def evaluate_table(
     pending = [p for p in evaluated if p.type is not None]
     if not pending:
         idle = "no partition needs optimizing" if evaluated else "the table has no data files"
-        return TableEvaluation(snapshot_id, None, evaluated, [idle])
+        return TableEvaluation(snapshot_id, None, evaluated, [idle], filtered=bool(config.filter))
     heaviest = max(p.type for p in pending if p.type is not None)
     counts = {t: sum(1 for p in pending if p.type is t) for t in OptimizingType}
     parts = ", ".join(f"{n} {t.label}" for t, n in sorted(counts.items(), reverse=True) if n)
     reasons = [f"{len(pending)} of {len(evaluated)} partition(s) need optimizing ({parts})"]
     if config.filter:
         reasons.append(f"only files that may match self-optimizing.filter ({config.filter}) are considered")
-    return TableEvaluation(snapshot_id, heaviest, evaluated, reasons)
+    return TableEvaluation(snapshot_id, heaviest, evaluated, reasons, filtered=bool(config.filter))

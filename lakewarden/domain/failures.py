@@ -81,11 +81,19 @@ _CONFLICT = re.compile(
 CONFLICTS = frozenset({"org.apache.iceberg.exceptions.CommitFailedException"})
 
 
+# an optimizing task names its files as planned on one snapshot: when the table changed so that they cannot
+# be committed (a writer deleted rows of a file being rewritten), running the same task again fails the same
+# way. The process ends, and the table is evaluated and planned again on its new snapshot
+STALE_PLAN = frozenset({"python:StalePlan", "python:PlanMismatch"})
+
+
 def classify(chain: Sequence[tuple[str, str]]) -> FailureKind:
-    """What kind of failure this cause chain is. A conflict anywhere in the chain makes it a conflict; else
-    an I/O failure anywhere makes it transient; else a known deterministic refusal anywhere makes it final;
-    a failure of a kind not known here is transient (the cautious choice: retries are bounded)."""
+    """What kind of failure this cause chain is. A stale plan is final; a conflict anywhere in the chain makes it
+    a conflict; else an I/O failure anywhere makes it transient; else a known deterministic refusal anywhere
+    makes it final; a failure of a kind not known here is transient (the cautious choice: retries are bounded)."""
     names = [name for name, _ in chain]
+    if any(name in STALE_PLAN for name in names):
+        return FailureKind.FINAL
     for name, message in chain:
         if name in CONFLICTS or (
             name == "org.apache.iceberg.exceptions.ValidationException" and _CONFLICT.search(message or "")

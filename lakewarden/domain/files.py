@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,75 +50,97 @@ class AppliedDeletes:
     position_files: int = 0
     position_records: int = 0
     equality_files: int = 0
+    # its only position-delete file names this data file alone: it is as combined as it gets (Amoro's
+    # "optimizing pos-delete file" of a segment)
+    own_position_file: bool = False
+
+    @classmethod
+    def of(cls, data: DataFile, deletes: Iterable[DeleteFile]) -> AppliedDeletes:
+        position_files = position_records = equality_files = 0
+        targeted = 0
+        for d in deletes:
+            if d.equality:
+                equality_files += 1
+            else:
+                position_files += 1
+                position_records += d.records
+                targeted += d.referenced_data_file == data.path
+        return cls(position_files, position_records, equality_files, position_files == 1 and targeted == 1)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.position_files or self.equality_files)
+
+
+class _DeleteIndex:
+    """The delete files of one partition arranged for "which apply to this data file", by Iceberg's rules:
+    a position delete applies to data files with a data sequence number <= its own (only to the file it
+    names, when it names one); an equality delete to those with a smaller one."""
+
+    def __init__(self, deletes: Iterable[DeleteFile]) -> None:
+        equality: list[DeleteFile] = []
+        broad: list[DeleteFile] = []
+        self.targeted: dict[str, list[DeleteFile]] = defaultdict(list)
+        for d in deletes:
+            if d.equality:
+                equality.append(d)
+            elif d.referenced_data_file is not None:
+                self.targeted[d.referenced_data_file].append(d)
+            else:
+                broad.append(d)
+        self.equality = sorted(equality, key=lambda d: d.sequence)
+        self.equality_sequences = [d.sequence for d in self.equality]
+        self.broad = sorted(broad, key=lambda d: d.sequence)
+        self.broad_sequences = [d.sequence for d in self.broad]
+
+    def deletes_for(self, data: DataFile) -> list[DeleteFile]:
+        found = self.equality[bisect_right(self.equality_sequences, data.sequence) :]
+        found += self.broad[bisect_left(self.broad_sequences, data.sequence) :]
+        found += [d for d in self.targeted.get(data.path, ()) if d.sequence >= data.sequence]
+        return found
 
 
 @dataclass
 class PartitionFiles:
-    """The data files of one partition, the delete files in it, and which deletes apply to which data file."""
+    """The data files of one partition and the delete files that may apply to them (its own, and the
+    equality deletes of an unpartitioned spec, which apply to every partition)."""
 
     partition: PartitionKey
     data: list[DataFile] = field(default_factory=list)
     delete_files: list[DeleteFile] = field(default_factory=list)
-    deletes_of: dict[str, AppliedDeletes] = field(default_factory=dict)  # data file path -> applied deletes
+    _index: _DeleteIndex | None = field(default=None, repr=False, compare=False)
+
+    def deletes_for(self, data: DataFile) -> list[DeleteFile]:
+        """The delete files that apply to one of this partition's data files."""
+        if self._index is None:
+            self._index = _DeleteIndex(self.delete_files)
+        return self._index.deletes_for(data)
+
+    def applied(self, data: DataFile) -> AppliedDeletes:
+        return AppliedDeletes.of(data, self.deletes_for(data))
 
 
-class _SequenceIndex:
-    """Delete files sorted by sequence number, with suffix sums: "all deletes at or after sequence s" in O(log n)."""
-
-    def __init__(self, deletes: list[DeleteFile]) -> None:
-        deletes = sorted(deletes, key=lambda d: d.sequence)
-        self.sequences = [d.sequence for d in deletes]
-        self.suffix_records = [0] * (len(deletes) + 1)
-        for i in range(len(deletes) - 1, -1, -1):
-            self.suffix_records[i] = self.suffix_records[i + 1] + deletes[i].records
-
-    def at_or_after(self, sequence: int) -> tuple[int, int]:
-        i = bisect_left(self.sequences, sequence)
-        return len(self.sequences) - i, self.suffix_records[i]
+def is_global(delete: DeleteFile) -> bool:
+    """An equality delete of an unpartitioned spec applies to data files of every partition and spec."""
+    return delete.equality and not delete.partition.path and not delete.partition.values
 
 
 def group_by_partition(data_files: Iterable[DataFile], delete_files: Iterable[DeleteFile]) -> list[PartitionFiles]:
-    """Attach delete files to data files with Iceberg's sequence-number rules.
-
-    A position delete applies to data files of its partition with a data sequence number <= its own
-    (only to the referenced file when it names one); an equality delete to those with a smaller one.
-    Delete files whose partition has no live data file are dangling and attach to nothing.
-    """
+    """The data files by partition, each partition with the delete files that may apply to its files.
+    Delete files whose partition has no live data file (and that are not global) are dangling and
+    attach to nothing."""
     partitions: dict[PartitionKey, PartitionFiles] = {}
     for data in data_files:
         part = partitions.get(data.partition)
         if part is None:
             part = partitions[data.partition] = PartitionFiles(data.partition)
         part.data.append(data)
-
-    by_partition: dict[PartitionKey, list[DeleteFile]] = defaultdict(list)
+    global_deletes: list[DeleteFile] = []
     for delete in delete_files:
-        by_partition[delete.partition].append(delete)
-
-    for key, deletes in by_partition.items():
-        part = partitions.get(key)
-        if part is None:
-            continue
-        part.delete_files = deletes
-        targeted: dict[str, list[DeleteFile]] = defaultdict(list)
-        broad_position: list[DeleteFile] = []
-        equality: list[DeleteFile] = []
-        for delete in deletes:
-            if delete.equality:
-                equality.append(delete)
-            elif delete.referenced_data_file is not None:
-                targeted[delete.referenced_data_file].append(delete)
-            else:
-                broad_position.append(delete)
-        position_index = _SequenceIndex(broad_position)
-        equality_index = _SequenceIndex(equality)
-        for data in part.data:
-            pos_files, pos_records = position_index.at_or_after(data.sequence)
-            for d in targeted.get(data.path, ()):
-                if d.sequence >= data.sequence:
-                    pos_files += 1
-                    pos_records += d.records
-            eq_files, _ = equality_index.at_or_after(data.sequence + 1)
-            if pos_files or eq_files:
-                part.deletes_of[data.path] = AppliedDeletes(pos_files, pos_records, eq_files)
+        if is_global(delete):
+            global_deletes.append(delete)
+        elif (part := partitions.get(delete.partition)) is not None:
+            part.delete_files.append(delete)
+    for part in partitions.values():
+        part.delete_files.extend(global_deletes)
     return sorted(partitions.values(), key=lambda p: (p.partition.spec_id, p.partition.path))

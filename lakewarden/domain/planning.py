@@ -1,122 +1,152 @@
-"""The planner: turns a table's pending partitions into tasks, bins of partitions up to the task size.
+"""The planner: turns a table's pending partitions into tasks that name every file they touch.
 
-Each task carries the options of Iceberg's `rewrite_data_files` (bin-pack) that select exactly the
-file classes its type rewrites, so the optimizer runs Iceberg's own machinery, scoped and tuned:
-
-  minor  the fragments (size <= fragment threshold), at least two to a group
-  major  also undersized segments, and segments whose deleted rows pass the duplicate ratio
-  full   every file (self-optimizing.full.rewrite-all-files), or every file that is small or has deletes
+The evaluator has cut each pending partition into file groups (Amoro's bin-packing splitter). The planner
+bins the groups of one type into tasks of at most max-task-size-bytes, so a large partition is spread over
+tasks and optimizer threads while small partitions share one, and decides which delete files each task's
+commit removes. A delete file is removed only when every live data file it applies to is rewritten, or has
+its deletes rewritten, by this plan; when those data files are spread over several tasks, it is removed by
+a last task once all of them have committed. Any other delete file is only read.
 """
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.domain.evaluator import OptimizingType, PartitionEvaluation, TableEvaluation
+from lakewarden.domain.evaluator import FileGroup, OptimizingType, TableEvaluation
+from lakewarden.domain.files import is_global
 from lakewarden.domain.optimizing_config import OptimizingConfig
 
-NEVER = str(2**62)  # a file-size bound no file reaches
-MAX_INT = str(2**31 - 1)
+# Iceberg's SizeBasedFileRewritePlanner defaults: output files may grow to 1.8 x target (the writer rolls at
+# halfway between), and a remainder below 0.75 x target is spread over the other files
+MIN_FILE_SIZE_RATIO = 0.75
+MAX_FILE_SIZE_RATIO = 1.80
+SPLIT_OVERHEAD = 5 * 1024
 
 
-def _input_bytes(p: PartitionEvaluation, kind: OptimizingType, config: OptimizingConfig) -> int:
-    deletes = p.position_delete_bytes + p.equality_delete_bytes
-    if kind is OptimizingType.MINOR:
-        return p.fragment_bytes + deletes
-    if kind is OptimizingType.MAJOR or not config.full_rewrite_all_files:
-        return p.fragment_bytes + p.undersized_bytes + p.rewrite_segment_bytes + deletes
-    return p.fragment_bytes + p.undersized_bytes + p.segment_bytes + deletes
+@dataclass(frozen=True)
+class OutputSizing:
+    """How Iceberg's bin-pack runner sizes the rewrite of one group: each read split becomes one file."""
+
+    split_size: int
+    max_file_size: int
+    expected_files: int
 
 
-def rewrite_options(kind: OptimizingType, config: OptimizingConfig) -> dict[str, str]:
-    """Options of Iceberg's RewriteDataFiles that make its bin-pack rewrite exactly what `kind` plans."""
-    options = {
-        "target-file-size-bytes": str(config.target_size),
-        "max-file-size-bytes": NEVER,
-        "min-input-files": "2",
-        "remove-dangling-deletes": "true",
-        "partial-progress.enabled": "false",
-    }
-    if kind is OptimizingType.MINOR:
-        options.update(
-            {
-                "min-file-size-bytes": str(config.fragment_threshold + 1),
-                "delete-file-threshold": MAX_INT,
-                "delete-ratio-threshold": "1.0",
-            }
-        )
-    elif kind is OptimizingType.MAJOR or not config.full_rewrite_all_files:
-        options.update(
-            {
-                "min-file-size-bytes": str(config.undersized_threshold + 1),
-                # Iceberg rewrites at >= the ratio; the evaluator plans at > it: the next float up
-                "delete-ratio-threshold": repr(max(config.major_duplicate_ratio, 1e-9)),
-                "delete-file-threshold": "1" if kind is OptimizingType.FULL else MAX_INT,
-            }
-        )
-        if kind is OptimizingType.FULL:
-            options["min-input-files"] = "1"
+def output_sizing(input_bytes: int, target: int) -> OutputSizing:
+    """Iceberg's SizeBasedFileRewritePlanner (expectedOutputFiles, inputSplitSize, writeMaxFileSize)."""
+    min_size = int(target * MIN_FILE_SIZE_RATIO)
+    write_max = int(target + (target * MAX_FILE_SIZE_RATIO - target) * 0.5)
+    if input_bytes < target:
+        expected = 1
     else:
-        options["rewrite-all"] = "true"
-    return options
+        with_remainder = math.ceil(input_bytes / target)
+        without_remainder = input_bytes // target
+        if input_bytes % target > min_size:
+            expected = with_remainder
+        elif input_bytes / without_remainder < min(1.1 * target, write_max):
+            expected = without_remainder
+        else:
+            expected = with_remainder
+    estimated = input_bytes // expected + SPLIT_OVERHEAD
+    split = target if estimated < target else min(estimated, write_max)
+    return OutputSizing(split, write_max, expected)
 
 
 @dataclass(frozen=True)
 class TaskPlan:
     type: OptimizingType
-    partitions: list[dict[str, Any]]  # {"spec_id", "path", "values"} of each partition
-    input_bytes: int
-    cost_bytes: int
-    options: dict[str, str]
-    # rewrite the position-delete files too (Iceberg's rewrite_position_delete_files): combines them and
-    # drops the deletes of data files the rewrite replaced
-    rewrite_position_deletes: bool
+    groups: list[FileGroup]
+    # delete files this task's commit removes (every data file they apply to is in this task)
+    remove_deletes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
+    @property
+    def partitions(self) -> list[dict[str, Any]]:
+        """The partitions the task touches: {"spec_id", "path", "values"} of each."""
+        seen = {g.partition: None for g in self.groups}
+        return [{"spec_id": p.spec_id, "path": p.path, "values": list(p.values)} for p in seen]
 
-def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig) -> list[TaskPlan]:
-    """Bins of the pending partitions, one type per task, first-fit by decreasing size up to max-task-size-bytes.
+    @property
+    def input_bytes(self) -> int:
+        return sum(g.data_bytes for g in self.groups)
 
-    A partition bigger than a task on its own gets a task of its own (Iceberg splits it into file groups).
-    """
+    @property
+    def cost_bytes(self) -> int:
+        return sum(g.cost for g in self.groups)
+
+
+@dataclass(frozen=True)
+class OptimizingPlan:
+    tasks: list[TaskPlan]
+    # delete files whose data files are spread over several tasks: removed once all of them committed
+    shared_deletes: list[str] = field(default_factory=list)
+
+    @property
+    def partitions(self) -> list[dict[str, Any]]:
+        return list({str(p): p for t in self.tasks for p in t.partitions}.values())
+
+
+def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig) -> OptimizingPlan:
+    """Bins of the pending partitions' file groups, one type per task, first-fit by decreasing size up to
+    max-task-size-bytes (a group bigger than that on its own gets a task of its own)."""
     tasks: list[TaskPlan] = []
     for kind in sorted({p.type for p in verdict.pending if p.type is not None}, reverse=True):
-        members = sorted(
-            (p for p in verdict.pending if p.type is kind),
-            key=lambda p: (-_input_bytes(p, kind, config), str(p.partition)),
-        )
-        bins: list[list[PartitionEvaluation]] = []
-        sizes: list[int] = []
-        for p in members:
-            size = _input_bytes(p, kind, config)
-            for i, used in enumerate(sizes):
-                if used + size <= config.max_task_size:
-                    bins[i].append(p)
-                    sizes[i] += size
+        groups = [g for p in verdict.pending if p.type is kind for g in p.groups]
+        groups.sort(key=lambda g: (-g.data_bytes, str(g.partition), g.rewrite[:1], g.rewrite_pos[:1]))
+        bins: list[list[FileGroup]] = []
+        used: list[int] = []
+        for group in groups:
+            for i, size in enumerate(used):
+                if size + group.data_bytes <= config.max_task_size:
+                    bins[i].append(group)
+                    used[i] += group.data_bytes
                     break
             else:
-                bins.append([p])
-                sizes.append(size)
-        options = rewrite_options(kind, config)
-        for members_of_bin, size in zip(bins, sizes, strict=True):
-            members_of_bin.sort(key=lambda p: str(p.partition))
-            tasks.append(
-                TaskPlan(
-                    type=kind,
-                    partitions=[
-                        {"spec_id": p.partition.spec_id, "path": p.partition.path, "values": list(p.partition.values)}
-                        for p in members_of_bin
-                    ],
-                    input_bytes=size,
-                    cost_bytes=sum(p.cost for p in members_of_bin),
-                    options=dict(options),
-                    # also where data files with position deletes are rewritten: Iceberg keeps the rewritten
-                    # files' sequence number, so their deletes only go when the delete files are rewritten
-                    rewrite_position_deletes=any(
-                        p.combine_position_segments or p.position_delete_files for p in members_of_bin
-                    ),
-                    reasons=[f"{p.partition}: {'; '.join(p.reasons)}" for p in members_of_bin],
-                )
-            )
-    return tasks
+                bins.append([group])
+                used.append(group.data_bytes)
+        reasons = {p.partition: f"{p.partition}: {'; '.join(p.reasons)}" for p in verdict.pending}
+        for members in bins:
+            members.sort(key=lambda g: str(g.partition))
+            tasks.append(TaskPlan(kind, members, reasons=list({reasons[g.partition]: None for g in members})))
+    return _assign_deletes(verdict, tasks)
+
+
+def _assign_deletes(verdict: TableEvaluation, tasks: list[TaskPlan]) -> OptimizingPlan:
+    """Which task removes which delete file: a delete file applying to any data file the plan does not take
+    is reserved; one whose data files are all in one task is removed by it; the others are shared."""
+    task_of: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        for group in task.groups:
+            for f in (*group.rewrite, *group.rewrite_pos):
+                task_of[f.path] = i
+    owners: dict[str, set[int]] = defaultdict(set)
+    reserved: set[str] = set()
+    for partition in verdict.partitions:
+        files = partition.files
+        if files is None or not files.delete_files:
+            continue
+        if verdict.filtered:  # files outside self-optimizing.filter were not read: a global delete may apply there
+            reserved.update(d.path for d in files.delete_files if is_global(d))
+        for data in files.data:
+            owner = task_of.get(data.path)
+            for delete in files.deletes_for(data):
+                if owner is None:
+                    reserved.add(delete.path)
+                else:
+                    owners[delete.path].add(owner)
+    removed: dict[int, list[str]] = defaultdict(list)
+    shared: list[str] = []
+    for path in sorted(owners):
+        if path in reserved:
+            continue
+        if len(owners[path]) == 1:
+            removed[next(iter(owners[path]))].append(path)
+        else:
+            shared.append(path)
+    planned = [
+        TaskPlan(t.type, t.groups, remove_deletes=removed.get(i, []), reasons=t.reasons) for i, t in enumerate(tasks)
+    ]
+    return OptimizingPlan(planned, shared)

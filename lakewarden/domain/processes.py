@@ -34,6 +34,8 @@ class TaskSpec:
     input: TaskInput
     partitions: list[Any] = field(default_factory=list)
     cost_bytes: int = 0
+    # a task is handed out only when every task of a lower stage of its process has succeeded
+    stage: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,16 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NothingToDo
-from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
+from lakewarden.domain.evaluator import FileGroup, OptimizingClock, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.domain.planning import TaskPlan, plan_tasks
+from lakewarden.domain.planning import output_sizing, plan_tasks
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.expressions import partition_filter_json
-from lakewarden.metadata.files import ManifestCache, snapshot_files
-from lakewarden.protocol import OptimizingInput, PartitionRef
+from lakewarden.metadata.files import ManifestCache, SnapshotFiles, snapshot_files
+from lakewarden.protocol import FileGroupInput, OptimizingInput, PartitionRef
 from lakewarden.services.processes import ProcessFactory
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
@@ -42,26 +42,15 @@ class SelfOptimizingFactory(ProcessFactory):
         self.cache = cache  # shared with the evaluator: manifests are parsed once
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
-        """Plan on the table's current snapshot: the pending partitions binned into tasks."""
+        """Plan on the table's current snapshot: the pending partitions' file groups binned into tasks."""
         config = OptimizingConfig.of(rec.runtime.config)
-        files = snapshot_files(table, self.cache, config.filter)
         clock = OptimizingClock(
             now_ms=int(time.time() * 1000),
             last_minor_ms=_ms(rec.runtime.last_minor_optimizing_at or rec.identifier.created_at),
             last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
         )
-        verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
-        plans = plan_tasks(verdict, config)
-        if not plans or verdict.type is None:
-            raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
-        tasks = [
-            TaskSpec(
-                plan.type.label, task_input(name, table, files.snapshot_id, plan), plan.partitions, plan.cost_bytes
-            )
-            for plan in plans
-        ]
-        return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
+        return plan_process(name, table, snapshot_files(table, self.cache, config.filter), config, clock)
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
@@ -100,17 +89,67 @@ class SelfOptimizingFactory(ProcessFactory):
         return done
 
 
-def task_input(name: str, table: Any, snapshot_id: int | None, plan: TaskPlan) -> OptimizingInput:
-    """What an optimizer needs to run one planned task (stored with the task, sent on poll)."""
-    return OptimizingInput(
-        table=name,
-        snapshot_id=snapshot_id,
-        type=plan.type.label,
-        partitions=[PartitionRef(**p) for p in plan.partitions],
-        filter=partition_filter_json(table, plan.partitions),
-        options=plan.options,
-        rewrite_position_deletes=plan.rewrite_position_deletes,
-        reasons=plan.reasons,
+def plan_process(
+    name: str, table: Any, files: SnapshotFiles, config: OptimizingConfig, clock: OptimizingClock
+) -> ProcessPlan:
+    """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
+    of: one task per bin of file groups, and a last task removing the delete files tasks shared.
+    Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
+    verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
+    plan = plan_tasks(verdict, config)
+    if not plan.tasks or verdict.type is None:
+        raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
+    tasks = [
+        TaskSpec(
+            task.type.label,
+            OptimizingInput(
+                table=name,
+                snapshot_id=files.snapshot_id,
+                type=task.type.label,
+                partitions=[PartitionRef(**p) for p in task.partitions],
+                filter=partition_filter_json(table, task.partitions),
+                groups=[group_input(g, config.target_size) for g in task.groups],
+                remove_deletes=task.remove_deletes,
+                reasons=task.reasons,
+            ),
+            task.partitions,
+            task.cost_bytes,
+        )
+        for task in plan.tasks
+    ]
+    if plan.shared_deletes:  # once every task committed, the delete files they shared go
+        kind = verdict.type.label
+        tasks.append(
+            TaskSpec(
+                kind,
+                OptimizingInput(
+                    table=name,
+                    snapshot_id=files.snapshot_id,
+                    type=kind,
+                    partitions=[PartitionRef(**p) for p in plan.partitions],
+                    filter=partition_filter_json(table, plan.partitions),
+                    remove_deletes=plan.shared_deletes,
+                    reasons=[f"remove {len(plan.shared_deletes)} delete file(s) shared by the tasks before"],
+                ),
+                plan.partitions,
+                0,
+                stage=1,
+            )
+        )
+    return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
+
+
+def group_input(group: FileGroup, target_size: int) -> FileGroupInput:
+    """One file group as an optimizer runs it: its files by path, and how Iceberg sizes its output."""
+    sizing = output_sizing(sum(f.size for f in group.rewrite), target_size)
+    p = group.partition
+    return FileGroupInput(
+        partition=PartitionRef(spec_id=p.spec_id, path=p.path, values=list(p.values)),
+        rewrite=[f.path for f in group.rewrite],
+        rewrite_pos=[f.path for f in group.rewrite_pos],
+        deletes=[d.path for d in group.deletes],
+        split_size=sizing.split_size,
+        max_file_size=sizing.max_file_size,
     )
 
 

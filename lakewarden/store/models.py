@@ -138,6 +138,8 @@ class TaskRow(Base):
     # a retried task is not handed out before this (back-off)
     retry_after: Mapped[datetime | None]
     cost_bytes: Mapped[int] = mapped_column(BigInteger)
+    # handed out only once every task of a lower stage of the process has succeeded
+    stage: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     scheduled_at: Mapped[datetime | None]
     acked_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from lakewarden.domain.errors import NotFound
 from lakewarden.domain.processes import ProcessPlan
@@ -136,6 +136,7 @@ def create_process(session: Session, rec: TableRecord, group: str, action: str, 
                 partitions=list(task.partitions),
                 input=task.input.model_dump(mode="json"),
                 cost_bytes=task.cost_bytes,
+                stage=task.stage,
             )
         )
     session.flush()
@@ -154,13 +155,25 @@ def tasks_of(session: Session, process_id: int) -> list[TaskRow]:
 
 
 def first_planned_task(session: Session, process_id: int) -> TaskRow | None:
-    """The first PLANNED task of the process that is not waiting out a retry back-off."""
+    """The first PLANNED task of the process that is not waiting out a retry back-off, nor for a task of an
+    earlier stage to succeed."""
+    earlier = aliased(TaskRow)
+    waiting = (
+        select(earlier.task_id)
+        .where(
+            earlier.process_id == TaskRow.process_id,
+            earlier.stage < TaskRow.stage,
+            earlier.status != TaskStatus.SUCCESS.value,
+        )
+        .exists()
+    )
     return session.scalars(
         select(TaskRow)
         .where(
             TaskRow.process_id == process_id,
             TaskRow.status == TaskStatus.PLANNED.value,
             or_(TaskRow.retry_after.is_(None), TaskRow.retry_after <= utcnow()),
+            ~waiting,
         )
         .order_by(TaskRow.task_id)
         .limit(1)

@@ -1,0 +1,352 @@
+"""Self-optimizing on an optimizer: rewrite exactly the files a task names, with Iceberg's own machinery.
+
+For each file group of the task:
+- the data files to rewrite are found in the planned snapshot as Iceberg scan tasks (which carry the
+  delete files that apply to them), staged with Iceberg's ScanTaskSetManager and read and written by
+  Spark the way Iceberg's bin-pack rewrite runner does it; FileRewriteCoordinator hands back the files
+  written, uncommitted;
+- for the data files whose deletes are rewritten, Spark reads which of their rows the deletes remove
+  (Iceberg's `_deleted` metadata column) and each such file gets one position-delete file of its own,
+  naming it alone (Amoro turns equality deletes into position deletes this way).
+Then one commit: Iceberg's RewriteFiles replaces the rewritten data files and the delete files the task
+removes, validated against everything committed since the planned snapshot, the new data files keeping
+that snapshot's sequence number (so deletes committed meanwhile still apply to them). Files written by a
+task that cannot commit are deleted again.
+
+The optimizer trusts no plan blindly: a planned file missing from the planned snapshot, or a delete file
+Iceberg applies that the plan did not name, fails the task (the plan and Iceberg disagree).
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.protocol import MAX_LISTED, FileGroupInput, OptimizingInput, OptimizingResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# the fields of Iceberg's position-delete files (MetadataColumns.DELETE_FILE_PATH / DELETE_FILE_POS)
+FILE_PATH_ID = 2147483546
+POS_ID = 2147483545
+
+
+class StalePlan(RuntimeError):
+    """The table changed under the plan so that its files cannot be committed: the table is planned again."""
+
+
+class PlanMismatch(RuntimeError):
+    """The plan names files the planned snapshot does not have as planned."""
+
+
+def run_optimizing(
+    spark: SparkSession, table: Any, work: OptimizingInput, properties: dict[str, str]
+) -> OptimizingResult:
+    jvm: Any = spark._jvm
+    properties = {
+        **properties,
+        "lakewarden.optimizing-type": work.type,
+        "lakewarden.planned-snapshot-id": str(work.snapshot_id),
+    }
+    snapshot = table.snapshot(work.snapshot_id) if work.snapshot_id is not None else None
+    if snapshot is None:
+        raise StalePlan(f"the planned snapshot {work.snapshot_id} is no longer in the table")
+    tasks = _scan_tasks(jvm, table, work)
+    removed = _live_delete_files(jvm, table, snapshot, set(work.remove_deletes))
+    # a v3 table's position deletes are deletion vectors, which lakewarden does not write: its segments whose
+    # deletes need rewriting are rewritten whole instead
+    v3 = int(table.operations().current().formatVersion()) >= 3
+    written_data: list[Any] = []
+    written_deletes: list[Any] = []
+    rewritten: list[Any] = []
+    pos_rewritten = 0
+    try:
+        for group in work.groups:
+            rewrite = group.rewrite + (group.rewrite_pos if v3 else [])
+            if rewrite:
+                group_tasks = [tasks[p] for p in rewrite]
+                written_data += _rewrite(spark, table, group_tasks, group)
+                rewritten += [t.file() for t in group_tasks]
+            if group.rewrite_pos and not v3:
+                written_deletes += _rewrite_positions(spark, table, [tasks[p] for p in group.rewrite_pos])
+                pos_rewritten += len(group.rewrite_pos)
+        committed = _commit(
+            jvm, table, snapshot, rewritten, written_data, list(removed.values()), written_deletes, properties
+        )
+    except BaseException as exc:
+        if not _commit_state_unknown(exc):
+            for f in (*written_data, *written_deletes):
+                table.io().deleteFile(f.location())
+        raise
+    return OptimizingResult(
+        files_in=len(rewritten),
+        bytes_in=sum(int(f.fileSizeInBytes()) for f in rewritten),
+        files_out=len(written_data),
+        bytes_out=sum(int(f.fileSizeInBytes()) for f in written_data),
+        rewrite_pos_files=pos_rewritten,
+        delete_files_removed=len(removed),
+        delete_bytes_removed=sum(int(f.fileSizeInBytes()) for f in removed.values()),
+        delete_files_added=len(written_deletes),
+        delete_bytes_added=sum(int(f.fileSizeInBytes()) for f in written_deletes),
+        snapshot_id=committed,
+        rewritten_files=_paths(rewritten),
+        added_files=_paths(written_data),
+        removed_delete_files=sorted(removed)[:MAX_LISTED],
+        added_delete_files=_paths(written_deletes),
+    )
+
+
+def _paths(files: Iterable[Any]) -> list[str]:
+    return sorted(str(f.location()) for f in files)[:MAX_LISTED]
+
+
+def _scan_tasks(jvm: Any, table: Any, work: OptimizingInput) -> dict[str, Any]:
+    """The planned data files as Iceberg scan tasks of the planned snapshot, checked against the plan."""
+    planned: dict[str, FileGroupInput] = {p: g for g in work.groups for p in (*g.rewrite, *g.rewrite_pos)}
+    if not planned:
+        return {}
+    expression = jvm.org.apache.iceberg.expressions.ExpressionParser.fromJson(work.filter)
+    scan = table.newScan().useSnapshot(work.snapshot_id).filter(expression).ignoreResiduals()
+    found: dict[str, Any] = {}
+    files = scan.planFiles()
+    try:
+        iterator = files.iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            path = str(task.file().location())
+            if path in planned:
+                found[path] = task
+    finally:
+        files.close()
+    missing = sorted(set(planned) - set(found))
+    if missing:
+        raise PlanMismatch(f"{len(missing)} planned data file(s) are not in snapshot {work.snapshot_id}: {missing[:3]}")
+    for path, task in found.items():
+        applied = {str(d.location()) for d in task.deletes()}
+        unplanned = applied - set(planned[path].deletes)
+        if unplanned:
+            raise PlanMismatch(
+                f"Iceberg applies delete files to {path} that the plan did not name: {sorted(unplanned)[:3]}"
+            )
+    return found
+
+
+def _live_delete_files(jvm: Any, table: Any, snapshot: Any, paths: set[str]) -> dict[str, Any]:
+    """The delete files of the planned snapshot named by `paths`, read from its delete manifests."""
+    if not paths:
+        return {}
+    found: dict[str, Any] = {}
+    manifests = snapshot.deleteManifests(table.io())
+    for i in range(manifests.size()):
+        reader = jvm.org.apache.iceberg.ManifestFiles.readDeleteManifest(manifests.get(i), table.io(), table.specs())
+        try:
+            iterator = reader.iterator()
+            while iterator.hasNext():
+                delete = iterator.next()
+                path = str(delete.location())
+                if path in paths:
+                    found[path] = delete.copy()
+        finally:
+            reader.close()
+    missing = sorted(paths - set(found))
+    if missing:
+        raise PlanMismatch(
+            f"{len(missing)} delete file(s) to remove are not live in the planned snapshot: {missing[:3]}"
+        )
+    return found
+
+
+def _static(jvm: Any, gateway: Any, class_name: str, method: str) -> Any:
+    """A static no-argument method's result, called through reflection (py4j mistakes SparkTableCache.get()
+    for its instance overload get(String))."""
+    klass = jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
+    return klass.getMethod(method, gateway.new_array(jvm.java.lang.Class, 0)).invoke(
+        None, gateway.new_array(jvm.java.lang.Object, 0)
+    )
+
+
+class _Staged:
+    """Scan tasks staged for Spark under a fresh id, as Iceberg's rewrite runners stage a file group."""
+
+    def __init__(self, spark: SparkSession, table: Any, tasks: list[Any]) -> None:
+        self.spark = spark
+        self.table = table
+        jvm: Any = spark._jvm
+        self.id = str(uuid.uuid4())
+        self.cache = _static(jvm, spark.sparkContext._gateway, "org.apache.iceberg.spark.SparkTableCache", "get")
+        self.tasks = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        staged = jvm.java.util.ArrayList()
+        for task in tasks:
+            staged.add(task)
+        self.cache.add(self.id, table)
+        self.tasks.stageTasks(table, self.id, staged)
+
+    def close(self) -> None:
+        self.cache.remove(self.id)
+        self.tasks.removeTasks(self.table, self.id)
+        self.coordinator.clearRewrite(self.table, self.id)
+
+
+def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
+    """Iceberg's bin-pack rewrite runner (SparkBinPackFileRewriteRunner) on exactly these files: read in
+    splits of the planned size, each split written as one file, returned uncommitted."""
+    staged = _Staged(spark, table, tasks)
+    try:
+        frame = (
+            spark.read.format("iceberg")
+            .option("scan-task-set-id", staged.id)
+            .option("split-size", str(group.split_size))
+            .option("file-open-cost", "0")
+            .load(staged.id)
+        )
+        output_spec = int(table.spec().specId())
+        # files of an older partition spec are written in the current one, which needs a shuffle
+        same_spec = int(tasks[0].spec().specId()) == output_spec
+        (
+            frame.write.format("iceberg")
+            .option("rewritten-file-scan-task-set-id", staged.id)
+            .option("target-file-size-bytes", str(group.max_file_size))
+            .option("distribution-mode", "none" if same_spec else "range")
+            .option("output-spec-id", str(output_spec))
+            .mode("append")
+            .save(staged.id)
+        )
+        written = staged.coordinator.fetchNewFiles(table, staged.id)
+        return list(written)
+    finally:
+        staged.close()
+
+
+def _rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:
+    """A position-delete file of its own for each data file, holding every row its deletes remove."""
+    from pyspark.sql import functions as F
+
+    staged = _Staged(spark, table, tasks)
+    try:
+        frame = spark.read.format("iceberg").option("scan-task-set-id", staged.id).load(staged.id)
+        deleted = (
+            frame.select("_file", "_pos", "_deleted")
+            .where("_deleted")
+            .groupBy("_file")
+            .agg(F.sort_array(F.collect_list("_pos")).alias("positions"))
+            .collect()
+        )
+    finally:
+        staged.close()
+    by_path = {str(t.file().location()): t for t in tasks}
+    return [_write_position_deletes(spark, table, by_path[row["_file"]], row["positions"]) for row in deleted]
+
+
+def _write_position_deletes(spark: SparkSession, table: Any, task: Any, positions: list[int]) -> Any:
+    """One Parquet position-delete file naming one data file, written through the table's FileIO and
+    described (metrics included) by Iceberg itself."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jvm: Any = spark._jvm
+    data = task.file()
+    path = str(data.location())
+    schema = pa.schema(
+        [
+            pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID)}),
+            pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID)}),
+        ]
+    )
+    rows = pa.table({"file_path": [path] * len(positions), "pos": positions}, schema=schema)
+    buffer = io.BytesIO()
+    pq.write_table(rows, buffer, compression="zstd")
+    content = buffer.getvalue()
+    spec = task.spec()
+    name = f"lakewarden-pos-{uuid.uuid4().hex}.parquet"
+    location = table.locationProvider().newDataLocation(spec, data.partition(), name)
+    stream = table.io().newOutputFile(location).create()
+    try:
+        stream.write(bytearray(content))
+    finally:
+        stream.close()
+    metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+        table.io().newInputFile(location), jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(table)
+    )
+    return (
+        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
+        .ofPositionDeletes()
+        .withPath(location)
+        .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
+        .withFileSizeInBytes(len(content))
+        .withRecordCount(len(positions))
+        .withPartition(data.partition())
+        .withMetrics(metrics)
+        .withReferencedDataFile(path)
+        .build()
+    )
+
+
+def _commit(
+    jvm: Any,
+    table: Any,
+    snapshot: Any,
+    rewritten: list[Any],
+    written: list[Any],
+    removed: list[Any],
+    added_deletes: list[Any],
+    properties: dict[str, str],
+) -> int | None:
+    """One snapshot (Amoro's UnKeyedTableCommit): the rewritten data files and the removed delete files
+    replaced by the new files, validated from the planned snapshot. Iceberg's RewriteFiles cannot add
+    delete files without removing one, so then the new position deletes go in a RowDelta of the same
+    transaction, which checks that the data files they name still exist."""
+    if not (rewritten or removed or added_deletes):
+        return None
+    planned = int(snapshot.snapshotId())
+    transaction = table.newTransaction()
+    if rewritten or removed:
+        rewrite = transaction.newRewrite().validateFromSnapshot(planned).dataSequenceNumber(snapshot.sequenceNumber())
+        for f in rewritten:
+            rewrite = rewrite.deleteFile(f)
+        for f in written:
+            rewrite = rewrite.addFile(f)
+        for f in removed:
+            rewrite = rewrite.deleteFile(f)
+        if removed:
+            for f in added_deletes:
+                rewrite = rewrite.addFile(f)
+        for key, value in properties.items():
+            rewrite = rewrite.set(key, value)
+        _checked(rewrite.commit)
+    if added_deletes and not removed:
+        delta = transaction.newRowDelta().validateFromSnapshot(planned)
+        referenced = jvm.java.util.ArrayList()
+        for f in added_deletes:
+            delta = delta.addDeletes(f)
+            referenced.add(f.referencedDataFile())
+        delta = delta.validateDataFilesExist(referenced)
+        for key, value in properties.items():
+            delta = delta.set(key, value)
+        _checked(delta.commit)
+    _checked(transaction.commitTransaction)
+    current = table.currentSnapshot()
+    return None if current is None else int(current.snapshotId())
+
+
+def _checked(commit: Any) -> None:
+    """Run a commit; a validation failure means the table changed under the plan (a writer deleted rows of
+    a file being rewritten, a delete file to remove is gone): retrying the same files cannot pass."""
+    try:
+        commit()
+    except Exception as exc:
+        from lakewarden.optimizer.failures import cause_chain
+
+        for name, message in cause_chain(exc):
+            if name == "org.apache.iceberg.exceptions.ValidationException":
+                raise StalePlan(f"the table changed since the planned snapshot: {message}") from exc
+        raise
+
+
+def _commit_state_unknown(exc: BaseException) -> bool:
+    from lakewarden.optimizer.failures import cause_chain
+
+    return any(name.endswith("CommitStateUnknownException") for name, _ in cause_chain(exc))

@@ -1,0 +1,155 @@
+"""Self-optimizing rewrites exactly what it planned, on real tables: planned in process, run by the optimizer's
+executor on the test session's Spark, checked against the snapshots Iceberg committed.
+
+Sizes: rows of ~61 bytes; with target-size 32 KiB a file of 10 rows is a fragment (<= 4 KiB), one of 150
+rows an undersized segment (<= 24 KiB), one of 700 rows a segment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.errors import NothingToDo
+from lakewarden.domain.evaluator import OptimizingClock
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.processes import ProcessPlan
+from lakewarden.metadata.catalogs import open_catalog
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.optimizer.executor import execute_task
+from lakewarden.protocol import OptimizingResult
+from lakewarden.services.self_optimizing import plan_process
+from tests.cdc import equality_delete, upsert
+from tests.helpers import assignment, checksum, spark_sql_catalog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+FRAGMENT, UNDERSIZED, SEGMENT = 10, 150, 700
+SIZES = {
+    "self-optimizing.target-size": "32768",
+    "self-optimizing.minor.trigger.file-count": "3",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "format-version": "2",
+}
+
+
+@pytest.fixture(scope="module")
+def catalog(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogSpec]:
+    yield spark_sql_catalog(spark, tmp_path_factory.mktemp("exact"), "exact")
+
+
+def create(spark: SparkSession, name: str, partitioned: bool = True, **props: str) -> str:
+    table = f"exact.db.{name}"
+    properties = ", ".join(f"'{k}'='{v}'" for k, v in {**SIZES, **props}.items())
+    layout = "PARTITIONED BY (cat)" if partitioned else ""
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg {layout} TBLPROPERTIES ({properties})")
+    return table
+
+
+def write(spark: SparkSession, table: str, rows: int, cat: str = "a", start: int = 0) -> str:
+    """One data file of `rows` rows in partition `cat` (ids from `start`); returns its path."""
+    before = files(spark, table)[0]
+    spark.sql(
+        f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, '{cat}', concat(uuid(), uuid(), uuid()) "
+        f"FROM range({start}, {start + rows})"
+    )
+    (added,) = files(spark, table)[0] - before
+    return added
+
+
+def files(spark: SparkSession, table: str) -> tuple[set[str], set[str], set[str]]:
+    """Live data files, position-delete files and equality-delete files."""
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = spark.sql(f"SELECT content, file_path FROM {table}.files").collect()
+    return tuple({r[1] for r in rows if r[0] == c} for c in (0, 1, 2))  # type: ignore[return-value]
+
+
+def plan(catalog: CatalogSpec, table: str, full: bool = False) -> ProcessPlan:
+    loaded = open_catalog(catalog).load_table(("db", table.rsplit(".", 1)[1]))
+    config = OptimizingConfig.of(loaded.properties)
+    now = int(time.time() * 1000)
+    clock = OptimizingClock(now, last_minor_ms=now, last_full_ms=0 if full else now)
+    return plan_process("db." + table.rsplit(".", 1)[1], loaded, snapshot_files(loaded, ManifestCache()), config, clock)
+
+
+def run(spark: SparkSession, catalog: CatalogSpec, planned: ProcessPlan) -> list[OptimizingResult]:
+    """Run the process's tasks stage by stage, as the dispatcher hands them out."""
+    results = []
+    for task in sorted(planned.tasks, key=lambda t: t.stage):
+        result = execute_task(spark, assignment(catalog, task.input.model_dump(mode="json")), "test")
+        assert isinstance(result, OptimizingResult)
+        results.append(result)
+    return results
+
+
+def planned_files(planned: ProcessPlan) -> tuple[set[str], set[str], set[str]]:
+    """What the plan rewrites, whose deletes it rewrites, and which delete files it removes."""
+    groups = [g for t in planned.tasks for g in t.input.groups]  # type: ignore[union-attr]
+    removed = {p for t in planned.tasks for p in t.input.remove_deletes}  # type: ignore[union-attr]
+    return {p for g in groups for p in g.rewrite}, {p for g in groups for p in g.rewrite_pos}, removed
+
+
+def test_fragments_and_undersized_pairs_are_rewritten_and_a_lone_undersized_file_is_not(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    table = create(spark, "layout")
+    fragments_a = {write(spark, table, FRAGMENT, "a", i * 100) for i in range(3)}
+    pair_a = {write(spark, table, UNDERSIZED, "a", 1000 + i * 1000) for i in range(2)}
+    segment_a = write(spark, table, SEGMENT, "a", 5000)
+    fragments_b = {write(spark, table, FRAGMENT, "b", 10_000 + i * 100) for i in range(3)}
+    lone_b = write(spark, table, UNDERSIZED, "b", 11_000)
+    before = checksum(spark, table)
+
+    planned = plan(catalog, table)
+    rewrite, rewrite_pos, removed = planned_files(planned)
+    assert rewrite == fragments_a | pair_a | fragments_b
+    assert rewrite_pos == set() and removed == set()
+    results = run(spark, catalog, planned)
+
+    data, _, _ = files(spark, table)
+    assert segment_a in data and lone_b in data  # left alone
+    assert not data & rewrite
+    assert {p for r in results for p in r.rewritten_files} == rewrite
+    assert sum(r.files_in for r in results) == 8
+    assert sum(r.bytes_out for r in results) > 0
+    assert len(data) == 2 + sum(r.files_out for r in results)
+    assert checksum(spark, table) == before
+
+
+def test_an_upsert_stream_ends_with_no_equality_delete_file(spark: SparkSession, catalog: CatalogSpec) -> None:
+    """Equality deletes on fragments are applied by rewriting them; on segments they become position deletes
+    of the segment's own; the equality-delete files are removed in the same commit."""
+    table = create(spark, "cdc")
+    segments = {write(spark, table, SEGMENT, cat, start) for cat, start in (("a", 0), ("b", 10_000))}
+    expected = {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, cat, v FROM {table}").collect()}
+    for round_ in range(3):  # each round updates rows of both segments and of the earlier rounds' rows
+        rows = [(i, "a" if i < 10_000 else "b", f"round{round_}-{i}") for i in (*range(round_, 40, 7), *range(10_000 + round_, 10_040, 5))]
+        upsert(spark, table, rows, "id, cat, v", "id", lambda row: f"cat={row[1]}")
+        expected.update({r[0]: (r[1], r[2]) for r in rows})
+    data, positions, equalities = files(spark, table)
+    assert len(equalities) == 6 and segments <= data
+    assert {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, cat, v FROM {table}").collect()} == expected
+
+    planned = plan(catalog, table)
+    rewrite, rewrite_pos, removed = planned_files(planned)
+    assert rewrite == data - segments  # the upserted rows' fragments
+    assert rewrite_pos == segments
+    assert removed == equalities
+    results = run(spark, catalog, planned)
+
+    data_after, positions_after, equalities_after = files(spark, table)
+    assert equalities_after == set()
+    assert segments <= data_after  # the segments stay; their deleted rows are now position deletes
+    assert len(positions_after) == 2 and sum(r.delete_files_added for r in results) == 2
+    assert sum(r.rewrite_pos_files for r in results) == 2
+    assert {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, cat, v FROM {table}").collect()} == expected
+    with pytest.raises(NothingToDo):  # nothing left to do
+        plan(catalog, table)
