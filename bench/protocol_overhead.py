@@ -47,7 +47,7 @@ def main() -> None:
             for i in range(args.tasks):
                 partition = PartitionRef(spec_id=0, path=f"p={i}", values=[i])
                 work = OptimizingInput(
-                    table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"', options={}
+                    table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"'
                 )
                 tasks.append(TaskSpec("minor", work, [partition.model_dump()], 1))
             store.create_process(session, rec, "default", "optimizing", ProcessPlan("minor", 1, tasks))

@@ -35,7 +35,8 @@ def equality_delete(spark: SparkSession, name: str, keys: dict[str, list[Any]], 
     table = java_table(spark, name)
     schema = table.schema()
     fields = []
-    ids = spark.sparkContext._gateway.new_array(jvm.int, len(keys))
+    gateway: Any = spark.sparkContext._gateway
+    ids = gateway.new_array(jvm.int, len(keys))
     for i, column in enumerate(keys):
         field = schema.findField(column)
         ids[i] = field.fieldId()
@@ -60,7 +61,9 @@ def equality_delete(spark: SparkSession, name: str, keys: dict[str, list[Any]], 
     return str(path)
 
 
-def upsert(spark: SparkSession, name: str, rows: list[tuple[Any, ...]], columns: str, key: str, partition_of: Any) -> None:
+def upsert(
+    spark: SparkSession, name: str, rows: list[tuple[Any, ...]], columns: str, key: str, partition_of: Any
+) -> None:
     """Upsert `rows` (tuples in `columns` order) by `key` as a Flink upsert sink does: an equality delete of
     the keys per partition (`partition_of(row)` gives its path), then an append of the new versions."""
     names = [c.strip() for c in columns.split(",")]

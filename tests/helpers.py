@@ -88,9 +88,7 @@ def table_status(api: httpx.Client, table: str, status: str) -> dict[str, Any]:
 def minor_task(path: str = "", values: list[Any] | None = None, cost_bytes: int = 1) -> TaskSpec:
     """A planned minor-optimizing task of db.t on one partition, for tests that drive the protocol by hand."""
     partition = PartitionRef(spec_id=0, path=path, values=values or [])
-    work = OptimizingInput(
-        table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"'
-    )
+    work = OptimizingInput(table="db.t", snapshot_id=1, type="minor", partitions=[partition], filter='"true"')
     return TaskSpec("minor", work, [partition.model_dump()], cost_bytes)
 
 

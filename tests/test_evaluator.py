@@ -115,8 +115,11 @@ def test_full_on_its_interval_beats_major_and_minor() -> None:
     # not yet due: the same files are major (delete ratio), which beats minor
     r = one(files, [pos("d1", 500, 2, "s1")], cfg=cfg, clock=OptimizingClock(NOW, last_full_ms=NOW - HOUR))
     assert r.type is OptimizingType.MAJOR
-    # due, but nothing to rewrite
+    # due, but a lone file with no deletes has no company to be rewritten with (Amoro drops such a task)
     r = one([data("s1", 200)], cfg=cfg, clock=OptimizingClock(NOW, last_full_ms=0))
+    assert r.type is None and r.groups == []
+    assert "no file group would change anything" in r.reasons[-1]
+    r = one([data("s1", 200)], cfg=config(**{"full.trigger.interval": "1", "full.rewrite-all-files": "false"}))
     assert r.type is None
     assert "nothing needs rewriting" in r.reasons[0]
 
@@ -126,13 +129,14 @@ def test_sequence_numbers_decide_which_deletes_apply() -> None:
     # a partition-scoped position delete at seq 3 applies to `old` only; an equality delete at seq 5
     # does not apply to data written at seq 5
     (part,) = group_by_partition(files, [pos("p", 50, 3), eq("e", 1, 5)])
-    assert part.deletes_of["/t/data/old.parquet"].position_records == 50
-    assert part.deletes_of["/t/data/old.parquet"].equality_files == 1
-    assert "/t/data/new.parquet" not in part.deletes_of
-    # a file-scoped delete applies to its file only
+    old, new = files
+    assert part.applied(old).position_records == 50
+    assert part.applied(old).equality_files == 1
+    assert not part.applied(new).any
+    # a file-scoped delete applies to its file only, and is that file's own
     (part,) = group_by_partition(files, [pos("p", 50, 6, "new")])
-    assert part.deletes_of["/t/data/new.parquet"].position_records == 50
-    assert "/t/data/old.parquet" not in part.deletes_of
+    assert part.applied(new).position_records == 50 and part.applied(new).own_position_file
+    assert not part.applied(old).any
 
 
 def test_deletes_without_data_are_dangling() -> None:
@@ -177,3 +181,88 @@ def test_bad_table_properties_name_the_property(key: str, value: str) -> None:
     with pytest.raises(InvalidField) as info:
         OptimizingConfig.of({f"self-optimizing.{key}": value})
     assert info.value.field == f"self-optimizing.{key}"
+
+
+# ---- what a plan takes, file by file (Amoro's CommonPartitionEvaluator / BinPackingTaskSplitter)
+
+
+def names(files: tuple[DataFile, ...] | list[DataFile]) -> list[str]:
+    return sorted(f.path.rsplit("/", 1)[1].removesuffix(".parquet") for f in files)
+
+
+def groups(r: PartitionEvaluation) -> list[tuple[list[str], list[str], list[str]]]:
+    return sorted(
+        (names(g.rewrite), names(g.rewrite_pos), sorted(d.path.rsplit("/", 1)[1] for d in g.deletes)) for g in r.groups
+    )
+
+
+def test_a_lone_undersized_segment_is_left_alone_and_undersized_pairs_are_rewritten_under_minor() -> None:
+    frags = [data(f"f{i}", 1) for i in range(12)]
+    lone = one([*frags, data("u1", 50), data("s1", 200)])
+    assert lone.type is OptimizingType.MINOR
+    assert groups(lone) == [(names(frags), [], [])]
+    paired = one([*frags, data("u1", 50), data("u2", 40), data("s1", 200)])
+    assert groups(paired) == sorted([(names(frags), [], []), (["u1", "u2"], [], [])])
+
+
+def test_an_undersized_segment_over_the_delete_ratio_is_rewritten_not_packed() -> None:
+    r = one([data("u1", 50, records=100), data("s1", 200)], [pos("d", 20, 2, "u1")])
+    assert (r.rewrite_segment_files, r.undersized_files) == (1, 0)
+    assert r.type is OptimizingType.MAJOR
+    assert groups(r) == [(["u1"], [], ["d-deletes.parquet"])]
+
+
+def test_a_lone_undersized_segment_with_equality_deletes_gets_its_deletes_rewritten() -> None:
+    frags = [data(f"f{i}", 1, seq=1) for i in range(12)]
+    r = one([*frags, data("u1", 50, seq=1)], [eq("e", 5, seq=2)])
+    assert groups(r) == [(names(frags), ["u1"], ["e-eq.parquet"])]
+
+
+def test_equality_deletes_on_segments_become_position_deletes() -> None:
+    """A segment with equality deletes has them rewritten; the delete file counts as a small file."""
+    files = [data("s1", 200, seq=1), data("s2", 300, seq=1), data("s3", 200, seq=3)]
+    r = one(files, [eq("e1", 5, seq=2), eq("e2", 5, seq=2)], cfg=config(**{"minor.trigger.file-count": "2"}))
+    assert r.type is OptimizingType.MINOR and r.rewrite_pos_files == 2 and r.segment_files == 1
+    # each segment is bigger than a group can hold (max(target-size, max-task-size-bytes)): a group each
+    assert groups(r) == [([], [s], ["e1-eq.parquet", "e2-eq.parquet"]) for s in ("s1", "s2")]
+
+
+def test_a_shared_position_delete_file_counts_for_each_segment() -> None:
+    """A partition-scoped position-delete file (Iceberg before 1.8, or write.delete.granularity=partition)
+    applies to every older data file of its partition: its rows count toward each one's ratio, and a segment
+    whose only position-delete file is shared is not as combined as it gets."""
+    files = [data("s1", 200, records=1000, seq=1), data("s2", 200, records=1000, seq=1)]
+    r = one(files, [pos("shared", 150, 2)])
+    assert r.rewrite_segment_files == 2 and r.type is OptimizingType.MAJOR
+    assert groups(r) == [([s], [], ["shared-deletes.parquet"]) for s in ("s1", "s2")]
+    few = one(files, [pos("shared", 50, 2)], cfg=config(**{"minor.trigger.interval": "0"}))
+    assert few.rewrite_pos_files == 2 and few.type is None  # taken when planned, but no trigger of its own
+
+
+def test_full_without_rewrite_all_files_rewrites_small_files_and_files_with_deletes() -> None:
+    cfg = config(**{"full.trigger.interval": "1", "full.rewrite-all-files": "false"})
+    files = [data("f1", 1), data("u1", 50), data("s1", 200, seq=1), data("s2", 200, seq=1)]
+    r = one(files, [pos("d", 1, 2, "s2")], cfg=cfg)
+    assert r.type is OptimizingType.FULL
+    assert groups(r) == [(["f1", "u1"], [], []), (["s2"], [], ["d-deletes.parquet"])]
+    # with rewrite-all, s1 is taken too, but alone in its group with no deletes it would change nothing
+    every = one(files, [pos("d", 1, 2, "s2")], cfg=config(**{"full.trigger.interval": "1"}))
+    assert groups(every) == [(["f1", "u1"], [], []), (["s2"], [], ["d-deletes.parquet"])]
+    assert every.rewrite_segment_files == 3
+
+
+def test_a_large_partition_is_cut_into_groups_of_the_task_size() -> None:
+    frags = [data(f"f{i:02}", 10) for i in range(30)]  # 300 MiB of fragments, groups of at most 128 MiB
+    r = one(frags, cfg=config(**{"fragment-ratio": "4"}))
+    assert [len(g.rewrite) for g in r.groups] == [12, 12, 6]
+    assert all(g.data_bytes <= 128 * MB for g in r.groups)
+
+
+def test_equality_deletes_of_an_unpartitioned_spec_apply_to_every_partition() -> None:
+    unpartitioned = PartitionKey(1, "", ())
+    parts = group_by_partition(
+        [data("a1", 200, seq=1), data("b1", 200, seq=3, part=Q)], [eq("g", 1, 2, part=unpartitioned)]
+    )
+    assert [[d.path for d in p.delete_files] for p in parts] == [["/t/data/g-eq.parquet"]] * 2
+    a, b = parts
+    assert a.applied(a.data[0]).equality_files == 1 and not b.applied(b.data[0]).any

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -50,7 +49,9 @@ def create(spark: SparkSession, name: str, partitioned: bool = True, **props: st
     table = f"exact.db.{name}"
     properties = ", ".join(f"'{k}'='{v}'" for k, v in {**SIZES, **props}.items())
     layout = "PARTITIONED BY (cat)" if partitioned else ""
-    spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg {layout} TBLPROPERTIES ({properties})")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg {layout} TBLPROPERTIES ({properties})"
+    )
     return table
 
 
@@ -131,10 +132,13 @@ def test_an_upsert_stream_ends_with_no_equality_delete_file(spark: SparkSession,
     segments = {write(spark, table, SEGMENT, cat, start) for cat, start in (("a", 0), ("b", 10_000))}
     expected = {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, cat, v FROM {table}").collect()}
     for round_ in range(3):  # each round updates rows of both segments and of the earlier rounds' rows
-        rows = [(i, "a" if i < 10_000 else "b", f"round{round_}-{i}") for i in (*range(round_, 40, 7), *range(10_000 + round_, 10_040, 5))]
+        rows = [
+            (i, "a" if i < 10_000 else "b", f"round{round_}-{i}")
+            for i in (*range(round_, 40, 7), *range(10_000 + round_, 10_040, 5))
+        ]
         upsert(spark, table, rows, "id, cat, v", "id", lambda row: f"cat={row[1]}")
         expected.update({r[0]: (r[1], r[2]) for r in rows})
-    data, positions, equalities = files(spark, table)
+    data, _, equalities = files(spark, table)
     assert len(equalities) == 6 and segments <= data
     assert {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, cat, v FROM {table}").collect()} == expected
 
@@ -153,3 +157,44 @@ def test_an_upsert_stream_ends_with_no_equality_delete_file(spark: SparkSession,
     assert {r[0]: (r[1], r[2]) for r in spark.sql(f"SELECT id, cat, v FROM {table}").collect()} == expected
     with pytest.raises(NothingToDo):  # nothing left to do
         plan(catalog, table)
+
+
+def test_a_partition_split_over_tasks_removes_the_deletes_they_share_last(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """max-task-size-bytes cuts one partition's fragments into several tasks; the equality-delete file that
+    applies to all of them is read by each and removed by a last task, after they all committed."""
+    table = create(spark, "split", **{"self-optimizing.max-task-size-bytes": "6000"})
+    fragments = {write(spark, table, FRAGMENT, "a", i * 100) for i in range(20)}  # two groups of <= 32 KiB
+    (eq_file,) = [equality_delete(spark, table, {"id": [1, 101, 201, 301]}, "cat=a")]
+    before = checksum(spark, table)
+
+    planned = plan(catalog, table)
+    rewrite, _, removed = planned_files(planned)
+    stages = [t.stage for t in planned.tasks]
+    assert stages == [0, 0, 1]
+    assert rewrite == fragments and removed == {eq_file}
+    last = planned.tasks[-1].input
+    assert last.groups == [] and last.remove_deletes == [eq_file]  # type: ignore[union-attr]
+    results = run(spark, catalog, planned)
+
+    data, positions, equalities = files(spark, table)
+    assert equalities == set() and positions == set()
+    assert not data & fragments
+    assert [r.delete_files_removed for r in results][-1] == 1
+    assert checksum(spark, table) == before
+
+
+def test_full_rewrite_all_files_rewrites_every_file_with_company(spark: SparkSession, catalog: CatalogSpec) -> None:
+    table = create(spark, "full", **{"self-optimizing.full.trigger.interval": "1"})
+    a = {write(spark, table, SEGMENT, "a", 0), write(spark, table, FRAGMENT, "a", 1000)}
+    lone_b = write(spark, table, SEGMENT, "b", 2000)
+    before = checksum(spark, table)
+    planned = plan(catalog, table, full=True)
+    assert {t.type for t in planned.tasks} == {"full"}
+    rewrite, _, _ = planned_files(planned)
+    assert rewrite == a  # b's segment has no company: rewriting it alone would change nothing
+    run(spark, catalog, planned)
+    data, _, _ = files(spark, table)
+    assert lone_b in data and not data & a
+    assert checksum(spark, table) == before

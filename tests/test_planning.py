@@ -1,11 +1,11 @@
-"""The planner with plain values."""
+"""The planner with plain values: tasks of file groups, bounded by the task size, and who removes which delete file."""
 
 from __future__ import annotations
 
 from lakewarden.domain.evaluator import OptimizingClock, OptimizingType, evaluate_table
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey, group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.domain.planning import NEVER, TaskPlan, plan_tasks, rewrite_options
+from lakewarden.domain.planning import OptimizingPlan, output_sizing, plan_tasks
 
 MB = 1024 * 1024
 NOW = 10**12
@@ -15,12 +15,15 @@ def cfg(**props: str) -> OptimizingConfig:
     return OptimizingConfig.of({f"self-optimizing.{k}": v for k, v in props.items()})
 
 
-def fragments(part: str, n: int, size_mb: float = 1) -> list[DataFile]:
-    key = PartitionKey(0, f"p={part}", (part,))
-    return [DataFile(f"/d/{part}-{i}", key, int(size_mb * MB), 10, 1) for i in range(n)]
+def key(part: str) -> PartitionKey:
+    return PartitionKey(0, f"p={part}", (part,))
 
 
-def plan(files: list[DataFile], config: OptimizingConfig, deletes: list[DeleteFile] | None = None) -> list[TaskPlan]:
+def fragments(part: str, n: int, size_mb: float = 1, seq: int = 1) -> list[DataFile]:
+    return [DataFile(f"/d/{part}-{i}", key(part), int(size_mb * MB), 10, seq) for i in range(n)]
+
+
+def plan(files: list[DataFile], config: OptimizingConfig, deletes: list[DeleteFile] | None = None) -> OptimizingPlan:
     verdict = evaluate_table(1, group_by_partition(files, deletes or []), config, OptimizingClock(NOW, NOW, NOW))
     return plan_tasks(verdict, config)
 
@@ -28,7 +31,7 @@ def plan(files: list[DataFile], config: OptimizingConfig, deletes: list[DeleteFi
 def test_partitions_are_binned_up_to_the_task_size() -> None:
     # five partitions of 12 x 4 MiB fragments (48 MiB each); tasks of at most 100 MiB hold two each
     files = [f for part in "abcde" for f in fragments(part, 12, 4)]
-    tasks = plan(files, cfg(**{"max-task-size-bytes": str(100 * MB)}))
+    tasks = plan(files, cfg(**{"max-task-size-bytes": str(100 * MB)})).tasks
     assert [len(t.partitions) for t in tasks] == [2, 2, 1]
     assert all(t.input_bytes <= 100 * MB for t in tasks)
     assert sorted(p["path"] for t in tasks for p in t.partitions) == [f"p={x}" for x in "abcde"]
@@ -37,42 +40,64 @@ def test_partitions_are_binned_up_to_the_task_size() -> None:
     assert "12 fragment(s)" in tasks[0].reasons[0]
 
 
-def test_a_partition_bigger_than_a_task_gets_its_own() -> None:
-    tasks = plan(fragments("a", 40, 4) + fragments("b", 12, 1), cfg(**{"max-task-size-bytes": str(64 * MB)}))
-    assert sorted(t.input_bytes for t in tasks) == [12 * MB, 160 * MB]
+def test_a_partition_bigger_than_a_task_is_spread_over_tasks() -> None:
+    # 40 fragments of 10 MiB (fragment-ratio 4: <= 32 MiB): 400 MiB in tasks of at most 128 MiB
+    config = cfg(**{"fragment-ratio": "4"})
+    tasks = plan(fragments("a", 40, 10), config).tasks
+    assert [len(t.groups[0].rewrite) for t in tasks] == [12, 12, 12, 4]
+    assert all(t.input_bytes <= config.max_task_size for t in tasks)
+    assert sorted(f.path for t in tasks for g in t.groups for f in g.rewrite) == sorted(f"/d/a-{i}" for i in range(40))
 
 
 def test_one_type_per_task() -> None:
-    minor = fragments("a", 12)
-    major = [DataFile(f"/d/u{i}", PartitionKey(0, "p=b", ("b",)), 50 * MB, 10, 1) for i in range(3)]
-    tasks = plan(minor + major, cfg())
-    assert [t.type for t in tasks] == [OptimizingType.MAJOR, OptimizingType.MINOR]  # heaviest first
-    assert tasks[0].partitions[0]["path"] == "p=b"
+    files = fragments("a", 12) + [DataFile(f"/d/u{i}", key("b"), 50 * MB, 10, 1) for i in range(3)]
+    tasks = plan(files, cfg()).tasks
+    assert [t.type for t in tasks] == [OptimizingType.MAJOR, OptimizingType.MINOR]
 
 
-def test_options_select_the_planned_file_classes() -> None:
-    config = cfg()  # target 128 MiB: fragments <= 16 MiB, undersized <= 96 MiB
-    minor = rewrite_options(OptimizingType.MINOR, config)
-    assert minor["min-file-size-bytes"] == str(16 * MB + 1)
-    assert minor["max-file-size-bytes"] == NEVER
-    assert minor["min-input-files"] == "2"
-    assert minor["delete-ratio-threshold"] == "1.0"
-    major = rewrite_options(OptimizingType.MAJOR, config)
-    assert major["min-file-size-bytes"] == str(96 * MB + 1)
-    assert major["delete-ratio-threshold"] == "0.1"
-    full = rewrite_options(OptimizingType.FULL, config)
-    assert full["rewrite-all"] == "true"
-    partial = rewrite_options(OptimizingType.FULL, cfg(**{"full.rewrite-all-files": "false"}))
-    assert "rewrite-all" not in partial and partial["delete-file-threshold"] == "1"
-    for options in (minor, major, full):
-        assert options["target-file-size-bytes"] == str(128 * MB)
-        assert options["remove-dangling-deletes"] == "true"
+def test_a_delete_file_is_removed_by_the_task_that_holds_all_its_data_files() -> None:
+    files = fragments("a", 12, seq=1) + fragments("b", 12, seq=1)
+    deletes = [DeleteFile("/d/eq-a", key("a"), True, 1000, 5, 2), DeleteFile("/d/eq-b", key("b"), True, 1000, 5, 2)]
+    planned = plan(files, cfg(**{"max-task-size-bytes": str(12 * MB)}), deletes)
+    assert [t.remove_deletes for t in planned.tasks] == [["/d/eq-a"], ["/d/eq-b"]]
+    assert planned.shared_deletes == []
 
 
-def test_position_delete_compaction_is_planned_where_segments_need_it() -> None:
-    key = PartitionKey(0, "p=a", ("a",))
-    segment = DataFile("/d/s", key, 200 * MB, 1000, 1)
-    deletes = [DeleteFile(f"/d/del{i}", key, False, 1000, 1, 2 + i, "/d/s") for i in range(2)]
-    (task,) = plan([segment], cfg(), deletes)
-    assert task.type is OptimizingType.MINOR
-    assert task.rewrite_position_deletes
+def test_a_delete_file_shared_by_several_tasks_is_removed_last() -> None:
+    files = fragments("a", 30, 10, seq=1)  # three groups of the one partition, three tasks
+    shared = DeleteFile("/d/eq", key("a"), True, 1000, 5, 2)
+    planned = plan(files, cfg(**{"fragment-ratio": "4"}), [shared])
+    assert len(planned.tasks) == 3
+    assert all(t.remove_deletes == [] for t in planned.tasks)
+    assert all(g.deletes == (shared,) for t in planned.tasks for g in t.groups)
+    assert planned.shared_deletes == ["/d/eq"]
+
+
+def test_a_delete_file_that_applies_to_a_file_not_planned_is_only_read() -> None:
+    # an equality delete of an unpartitioned spec applies to both partitions; only `a` is pending
+    unpartitioned = PartitionKey(1, "", ())
+    segment = DataFile("/d/segment", key("b"), 200 * MB, 100_000, 1)
+    deletes = [
+        DeleteFile("/d/global", unpartitioned, True, 1000, 5, 2),
+        DeleteFile("/d/eq-a", key("a"), True, 10, 1, 2),
+    ]
+    planned = plan([*fragments("a", 12), segment], cfg(), deletes)
+    assert [p["path"] for t in planned.tasks for p in t.partitions] == ["p=a"]
+    assert [d.path for d in planned.tasks[0].groups[0].deletes] == ["/d/eq-a", "/d/global"]
+    assert planned.tasks[0].remove_deletes == ["/d/eq-a"] and planned.shared_deletes == []
+    # a segment whose only position-delete file is its own is left alone, and that file stays
+    own = DeleteFile("/d/own", key("a"), False, 10, 1, 2, "/d/segment-a")
+    kept = plan([*fragments("a", 12), DataFile("/d/segment-a", key("a"), 200 * MB, 100_000, 1)], cfg(), [own])
+    assert [len(g.rewrite_pos) for t in kept.tasks for g in t.groups] == [0]
+    assert kept.tasks[0].remove_deletes == [] and kept.shared_deletes == []
+
+
+def test_output_sizing_follows_iceberg() -> None:
+    target = 128 * MB
+    assert output_sizing(10 * MB, target).expected_files == 1
+    # 10.1 targets: the remainder is spread, 10 files; 10.8 targets: the remainder is a file of its own
+    assert output_sizing(int(10.1 * target), target).expected_files == 10
+    assert output_sizing(int(10.8 * target), target).expected_files == 11
+    sizing = output_sizing(int(10.1 * target), target)
+    assert sizing.max_file_size == int(1.4 * target)
+    assert target < sizing.split_size <= sizing.max_file_size

@@ -95,7 +95,7 @@ def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig) -> Optimizing
     tasks: list[TaskPlan] = []
     for kind in sorted({p.type for p in verdict.pending if p.type is not None}, reverse=True):
         groups = [g for p in verdict.pending if p.type is kind for g in p.groups]
-        groups.sort(key=lambda g: (-g.data_bytes, str(g.partition), g.rewrite[:1], g.rewrite_pos[:1]))
+        groups.sort(key=lambda g: (-g.data_bytes, str(g.partition), [f.path for f in (*g.rewrite, *g.rewrite_pos)][:1]))
         bins: list[list[FileGroup]] = []
         used: list[int] = []
         for group in groups:
