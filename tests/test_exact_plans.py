@@ -45,10 +45,10 @@ def catalog(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> It
     yield spark_sql_catalog(spark, tmp_path_factory.mktemp("exact"), "exact")
 
 
-def create(spark: SparkSession, name: str, partitioned: bool = True, **props: str) -> str:
+def create(spark: SparkSession, name: str, props: dict[str, str] | None = None) -> str:
     table = f"exact.db.{name}"
-    properties = ", ".join(f"'{k}'='{v}'" for k, v in {**SIZES, **props}.items())
-    layout = "PARTITIONED BY (cat)" if partitioned else ""
+    properties = ", ".join(f"'{k}'='{v}'" for k, v in {**SIZES, **(props or {})}.items())
+    layout = "PARTITIONED BY (cat)"
     spark.sql(
         f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg {layout} TBLPROPERTIES ({properties})"
     )
@@ -164,7 +164,7 @@ def test_a_partition_split_over_tasks_removes_the_deletes_they_share_last(
 ) -> None:
     """max-task-size-bytes cuts one partition's fragments into several tasks; the equality-delete file that
     applies to all of them is read by each and removed by a last task, after they all committed."""
-    table = create(spark, "split", **{"self-optimizing.max-task-size-bytes": "6000"})
+    table = create(spark, "split", {"self-optimizing.max-task-size-bytes": "6000"})
     fragments = {write(spark, table, FRAGMENT, "a", i * 100) for i in range(20)}  # two groups of <= 32 KiB
     (eq_file,) = [equality_delete(spark, table, {"id": [1, 101, 201, 301]}, "cat=a")]
     before = checksum(spark, table)
@@ -186,7 +186,7 @@ def test_a_partition_split_over_tasks_removes_the_deletes_they_share_last(
 
 
 def test_full_rewrite_all_files_rewrites_every_file_with_company(spark: SparkSession, catalog: CatalogSpec) -> None:
-    table = create(spark, "full", **{"self-optimizing.full.trigger.interval": "1"})
+    table = create(spark, "full", {"self-optimizing.full.trigger.interval": "1"})
     a = {write(spark, table, SEGMENT, "a", 0), write(spark, table, FRAGMENT, "a", 1000)}
     lone_b = write(spark, table, SEGMENT, "b", 2000)
     before = checksum(spark, table)

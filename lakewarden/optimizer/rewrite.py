@@ -51,6 +51,7 @@ def run_optimizing(
         "lakewarden.optimizing-type": work.type,
         "lakewarden.planned-snapshot-id": str(work.snapshot_id),
     }
+    table.refresh()  # Spark's catalog may hand out a cached table older than the plan
     snapshot = table.snapshot(work.snapshot_id) if work.snapshot_id is not None else None
     if snapshot is None:
         raise StalePlan(f"the planned snapshot {work.snapshot_id} is no longer in the table")
