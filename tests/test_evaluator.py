@@ -266,3 +266,45 @@ def test_equality_deletes_of_an_unpartitioned_spec_apply_to_every_partition() ->
     assert [[d.path for d in p.delete_files] for p in parts] == [["/t/data/g-eq.parquet"]] * 2
     a, b = parts
     assert a.applied(a.data[0]).equality_files == 1 and not b.applied(b.data[0]).any
+
+
+def test_the_pending_check_agrees_with_cutting_the_groups() -> None:
+    """The evaluator decides whether a partition's plan changes anything without cutting its groups; on
+    many random layouts that answer is the planner's: a pending partition has groups, and a partition
+    turned down for having none has none."""
+    import random
+
+    from lakewarden.domain.evaluator import _split
+
+    rng = random.Random(13)
+    seen = {"pending": 0, "turned down": 0}
+    for case in range(1500):
+        n = rng.randrange(1, 14)
+        files = [
+            data(f"d{i}", rng.choice([0.5, 1, 10, 20, 40, 60, 90, 120, 200]), seq=rng.randrange(1, 4)) for i in range(n)
+        ]
+        deletes: list[DeleteFile] = []
+        for j in range(rng.randrange(0, 3)):
+            if rng.random() < 0.5:
+                target = rng.choice([None, f"d{rng.randrange(n)}"])
+                deletes.append(pos(f"p{j}", rng.randrange(1, 300), rng.randrange(1, 5), target))
+            else:
+                deletes.append(eq(f"e{j}", 3, rng.randrange(1, 5)))
+        cfg = config(
+            **{
+                "minor.trigger.file-count": str(rng.randrange(1, 4)),
+                "full.trigger.interval": rng.choice(["-1", "1"]),
+                "full.rewrite-all-files": rng.choice(["true", "false"]),
+                "max-task-size-bytes": str(rng.choice([1, 64, 128, 512]) * MB),
+            }
+        )
+        r = one(files, deletes, cfg=cfg)
+        (part,) = group_by_partition(files, deletes)
+        if r.type is not None:
+            assert r.groups, case
+            seen["pending"] += 1
+        elif r.reasons and "no file group would change anything" in r.reasons[-1]:
+            assert r._rules is not None
+            assert _split(r, cfg, part, r._rules) == [], case
+            seen["turned down"] += 1
+    assert min(seen.values()) >= 30, seen

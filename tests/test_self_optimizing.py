@@ -61,6 +61,13 @@ def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: Spa
     # history in the CLI; a finished process cannot be canceled
     listed = cli(server, "process", "list", "--table", "local.db.t").stdout
     assert "local.db.t" in listed and "minor" in listed and "success" in listed
-    assert "cat=a, cat=b" in cli(server, "process", "show", str(process["process_id"])).stdout
+    shown = cli(server, "process", "show", str(process["process_id"])).stdout
+    assert "cat=a, cat=b" in shown
+    # the exact files: every file the process replaced and wrote, in the process and in `table show`
+    assert len(process["summary"]["rewritten_files"]) == 8 and len(process["summary"]["added_files"]) == 2
+    assert "data file rewritten" in shown and "data file written" in shown
+    assert shown.count("delete file removed") == process["summary"]["delete_files_removed"] > 0
+    table_shown = cli(server, "table", "show", "local.db.t").stdout
+    assert "recent optimizing" in table_shown and "8 -> 2 files" in table_shown
     refused = cli(server, "process", "cancel", str(process["process_id"]), ok=False)
     assert refused.returncode == 1 and "is success, not running" in refused.stderr

@@ -21,7 +21,7 @@ from lakewarden.cli._common import (
     table_path,
 )
 from lakewarden.cli.client import local_token
-from lakewarden.cli.processes import process_app
+from lakewarden.cli.processes import process_app, result_text
 from lakewarden.cli.security import grant_app, principal_app, token_app
 from lakewarden.domain.errors import LakewardenError
 
@@ -319,6 +319,15 @@ def table_show(
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))
+    recent = call(server, lambda c: c.get("/processes", table=item["identifier"], action="optimizing", limit=5))
+    render.table(
+        "recent optimizing",
+        ["process", "type", "status", "started", "result"],
+        [
+            [p["process_id"], p["type"], p["status"], p["start_time"], result_text(p) or p["fail_reason"] or ""]
+            for p in recent
+        ],
+    )
     rows = [[m["action"], "on" if m["enabled"] else "off", m["blocked_by"] or ""] for m in item["maintenance"]]
     render.table("maintenance", ["action", "enabled", "blocked by"], rows)
     render.key_values("effective config", sorted(item["config"].items()))

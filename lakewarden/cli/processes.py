@@ -12,6 +12,15 @@ from lakewarden.cli._common import DEFAULT_SERVER, JsonOpt, ServerOpt, call, sho
 process_app = typer.Typer(help="Processes (optimizing and maintenance): history, tasks, cancel.", no_args_is_help=True)
 
 
+# the file lists of an optimizing process's summary, as `process show` labels them
+FILE_CHANGES = (
+    ("rewritten_files", "data file rewritten"),
+    ("added_files", "data file written"),
+    ("removed_delete_files", "delete file removed"),
+    ("added_delete_files", "position-delete file written"),
+)
+
+
 def result_text(process: dict[str, Any]) -> str:
     """What a process did, in a few words: files and bytes for optimizing, the counts for maintenance."""
     summary = process.get("summary") or {}
@@ -19,7 +28,11 @@ def result_text(process: dict[str, Any]) -> str:
         if "files_in" not in summary:
             return ""
         sizes = f"{render.human_bytes(summary.get('bytes_in', 0))} -> {render.human_bytes(summary.get('bytes_out', 0))}"
-        return f"{summary['files_in']} -> {summary['files_out']} files, {sizes}"
+        text = f"{summary['files_in']} -> {summary['files_out']} files, {sizes}"
+        removed, added = summary.get("delete_files_removed", 0), summary.get("delete_files_added", 0)
+        if removed or added:
+            text += f"; delete files -{removed} +{added}"
+        return text
     parts = []
     for key, value in summary.items():
         if isinstance(value, bool) or not isinstance(value, int) or not value or key.endswith(("_ms", "_id")):
@@ -81,7 +94,12 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
         "duration_ms",
         "fail_reason",
     )
-    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + list(item["summary"].items()))
+    summary = item["summary"]
+    scalars = [(k, v) for k, v in summary.items() if not isinstance(v, list)]
+    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + scalars)
+    changes = [[label, path] for key, label in FILE_CHANGES for path in summary.get(key, [])]
+    if changes:
+        render.table("files", ["change", "file"], changes)
     rows = [
         [
             t["task_id"],

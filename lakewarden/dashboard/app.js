@@ -79,10 +79,20 @@ function tablePath(identifier) {
   return `${encodeURIComponent(catalog)}/${encodeURIComponent(rest.join("."))}/${encodeURIComponent(table)}`;
 }
 
+// the exact files an optimizing process changed (at most 100 of each kind)
+const FILE_CHANGES = [["rewritten_files", "data file rewritten"], ["added_files", "data file written"],
+  ["removed_delete_files", "delete file removed"], ["added_delete_files", "position-delete file written"]];
+function fileChanges(p) {
+  const rows = FILE_CHANGES.flatMap(([key, label]) => ((p.summary || {})[key] || []).map((f) => [label, `<span class="mono">${esc(f)}</span>`]));
+  return rows.length ? grid(["change", "file"], rows) : "";
+}
+
 function resultText(p) {
   const s = p.summary || {};
   if (p.action === "optimizing") {
-    return "files_in" in s ? `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}` : "";
+    if (!("files_in" in s)) return "";
+    const deletes = s.delete_files_removed || s.delete_files_added ? `; delete files −${fmt.num(s.delete_files_removed || 0)} +${fmt.num(s.delete_files_added || 0)}` : "";
+    return `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}${deletes}`;
   }
   const parts = Object.entries(s)
     .filter(([k, v]) => typeof v === "number" && v && !k.endsWith("_ms") && !k.endsWith("_id"))
@@ -292,7 +302,7 @@ function tablePage(catalog, database, table, tab = "overview") {
           processes.filter((p) => p.tasks.length).slice(0, 10).map((p) => `<h2>Process ${p.process_id}: tasks</h2>` +
             grid(["task", "status", "partitions", "attempt#", "optimizer", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),
               esc(k.partitions.join(", ")), k.attempt, `<span class="mono">${esc(k.optimizer || "")}</span>`,
-              `<span class="error">${esc(k.error || "")}</span>`]))).join("");
+              `<span class="error">${esc(k.error || "")}</span>`])) + fileChanges(p)).join("");
       } else if (tab === "config") {
         target.innerHTML = `<p class="muted">Effective configuration: built-in defaults &lt; the catalog's table.* &lt; table properties</p>` +
           kv(Object.entries(t.config).map(([k, v]) => [k, `<span class="mono">${esc(v)}</span>`]));

@@ -140,8 +140,6 @@ class PartitionEvaluation:
     equality_delete_records: int = 0
     equality_delete_bytes: int = 0
     records: int = 0
-    # the file groups a plan would optimize (empty unless the partition is pending)
-    groups: list[FileGroup] = field(default_factory=list)
     # the data files the plan takes by class, and the delete files that must stay (their data files are not taken)
     rewrite: list[DataFile] = field(default_factory=list, repr=False)
     undersized: list[DataFile] = field(default_factory=list, repr=False)
@@ -150,6 +148,20 @@ class PartitionEvaluation:
     files: PartitionFiles | None = field(default=None, repr=False)
     _smallest: list[int] = field(default_factory=lambda: [2**62, 2**62], repr=False)
     _counted: set[str] = field(default_factory=set, repr=False)
+    # what the emptiness of a plan depends on, gathered while classifying (see _changes_something)
+    _rewrite_with_deletes: bool = field(default=False, repr=False)
+    _lone_undersized_pos: bool = field(default=False, repr=False)
+    _rules: _Rules | None = field(default=None, repr=False)
+    _groups: list[FileGroup] | None = field(default=None, repr=False)
+
+    @property
+    def groups(self) -> list[FileGroup]:
+        """The file groups a plan of this partition optimizes (none unless it is pending); cut when first asked."""
+        if self.type is None or self.files is None or self._rules is None:
+            return []
+        if self._groups is None:
+            self._groups = _split(self, self._rules.config, self.files, self._rules)
+        return self._groups
 
     @property
     def data_files(self) -> int:
@@ -213,7 +225,6 @@ class PartitionEvaluation:
             "position_delete_files": self.position_delete_files,
             "equality_delete_files": self.equality_delete_files,
             "records": self.records,
-            "file_groups": len(self.groups),
             "cost_bytes": self.cost,
         }
 
@@ -263,57 +274,89 @@ class _Rules:
         )
 
 
+_NO_DELETES = AppliedDeletes()
+
+
 def evaluate_partition(files: PartitionFiles, config: OptimizingConfig, clock: OptimizingClock) -> PartitionEvaluation:
     rules = _Rules(config, clock)
-    r = PartitionEvaluation(files.partition, full_interval_reached=rules.full, files=files)
+    r = PartitionEvaluation(files.partition, full_interval_reached=rules.full, files=files, _rules=rules)
     over_ratio: list[str] = []
+    fragment_max, undersized_max = rules.fragment_max, rules.undersized_max
+    has_deletes = bool(files.delete_files)
     for data in files.data:
-        deletes = files.deletes_for(data) if files.delete_files else []
-        applied = AppliedDeletes.of(data, deletes)
+        deletes = files.deletes_for(data) if has_deletes else []
+        applied = AppliedDeletes.of(data, deletes) if deletes else _NO_DELETES
         r.records += data.records
+        size = data.size
         taken = True
-        if rules.fragment(data):
+        if size <= fragment_max:
             r.fragment_files += 1
-            r.fragment_bytes += data.size
+            r.fragment_bytes += size
             r.rewrite.append(data)
+            r._rewrite_with_deletes |= applied.any
         elif rules.should_rewrite(data, applied):
             r.rewrite_segment_files += 1
-            r.rewrite_segment_bytes += data.size
+            r.rewrite_segment_bytes += size
             r.rewrite.append(data)
+            r._rewrite_with_deletes |= applied.any
             if not rules.full and len(over_ratio) < 3:
                 over_ratio.append(f"{_name(data.path)} ({applied.position_records / max(data.records, 1):.0%})")
-        elif rules.undersized(data):
+        elif size <= undersized_max:
             r.undersized_files += 1
-            r.undersized_bytes += data.size
+            r.undersized_bytes += size
             r.undersized.append(data)
-            if data.size < r._smallest[0]:
-                r._smallest = [data.size, r._smallest[0]]
-            elif data.size < r._smallest[1]:
-                r._smallest[1] = data.size
+            r._lone_undersized_pos |= rules.should_rewrite_pos(applied)
+            if size < r._smallest[0]:
+                r._smallest = [size, r._smallest[0]]
+            elif size < r._smallest[1]:
+                r._smallest[1] = size
         elif rules.should_rewrite_pos(applied):
             r.rewrite_pos_files += 1
-            r.rewrite_pos_bytes += data.size
+            r.rewrite_pos_bytes += size
             r.combine_position_segments += applied.position_files > 1
             r.rewrite_pos.append(data)
         else:
             taken = False
             r.segment_files += 1
-            r.segment_bytes += data.size
+            r.segment_bytes += size
         for delete in deletes:
             if taken:
                 r.count_delete(delete)
             else:
                 r.reserved.add(delete.path)
     _decide(r, config, clock, rules, over_ratio)
-    if r.type is not None:
-        r.groups = _split(r, config, files, rules)
-        if not r.groups:
-            r.reasons.append(
-                "but no file group would change anything (a lone file with no deletes is not rewritten), "
-                "so nothing is planned"
-            )
-            r.type = None
+    if r.type is not None and not _changes_something(r, config):
+        r.reasons.append(
+            "but no file group would change anything (a lone file with no deletes is not rewritten), "
+            "so nothing is planned"
+        )
+        r.type = None
     return r
+
+
+def _changes_something(r: PartitionEvaluation, config: OptimizingConfig) -> bool:
+    """Whether _split would keep any group, without cutting them: a file whose deletes are rewritten, a file
+    rewritten with its deletes, or two files to rewrite that share a bin. Largest-first first-fit puts two
+    files in one bin exactly when the two smallest fit in one (else every file is alone in its bin)."""
+    capacity = max(config.target_size, config.max_task_size)
+    if r.rewrite_pos or r._rewrite_with_deletes:
+        return True
+    if r.undersized_files >= 2 and r._smallest[0] + r._smallest[1] <= capacity:
+        return True
+    if r._lone_undersized_pos:  # undersized files alone in their bins, one of them with deletes to rewrite
+        return True
+    smallest, second = _two_smallest(r.rewrite)
+    return smallest + second <= capacity
+
+
+def _two_smallest(files: list[DataFile]) -> list[int]:
+    a = b = 2**62
+    for f in files:
+        if f.size < a:
+            a, b = f.size, a
+        elif f.size < b:
+            b = f.size
+    return [a, b]
 
 
 def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFiles, rules: _Rules) -> list[FileGroup]:
@@ -452,7 +495,6 @@ class TableEvaluation:
             "pending_partitions": len(pending),
             "partitions": len(self.partitions),
             "cost_bytes": sum(p.cost for p in pending),
-            "file_groups": sum(len(p.groups) for p in pending),
             # totals over every partition: how healthy the table's layout is
             "data_files": sum(p.data_files for p in self.partitions),
             # small files that have company to be merged with (a partition's lone small file is fine)
