@@ -335,6 +335,25 @@ class TaskRef(TokenRef):
     attempt: int
 
 
+class TaskKey(_Model):
+    process_id: int
+    task_id: int
+    attempt: int
+
+
+class Touch(TokenRef):
+    """A heartbeat, with the tasks the optimizer is running."""
+
+    running: list[TaskKey] = Field(default_factory=list)
+
+
+class Touched(_Model):
+    """Of the tasks a heartbeat named, those that are no longer the optimizer's to run (their process was
+    canceled, or they were taken back): the optimizer cancels their Spark jobs and commits nothing of them."""
+
+    revoked: list[TaskKey] = Field(default_factory=list)
+
+
 class FailureKind(StrEnum):
     """What a task's failure says about running it again (the rules: domain/failures.py)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -198,3 +199,56 @@ def test_full_rewrite_all_files_rewrites_every_file_with_company(spark: SparkSes
     data, _, _ = files(spark, table)
     assert lone_b in data and not data & a
     assert checksum(spark, table) == before
+
+
+def test_a_task_revoked_before_its_commit_commits_nothing_and_leaves_no_file(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    from lakewarden.optimizer.rewrite import TaskRevoked
+
+    table = create(spark, "revoked")
+    for i in range(3):
+        write(spark, table, FRAGMENT, "a", i * 100)
+    location = Path(str(spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]))  # type: ignore[index]
+    on_disk = set((location / "data").rglob("*.parquet"))
+    snapshots = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]  # type: ignore[index]
+    planned = plan(catalog, table)
+
+    def revoked() -> None:
+        raise TaskRevoked("the process was canceled")
+
+    with pytest.raises(TaskRevoked):
+        execute_task(spark, assignment(catalog, planned.tasks[0].input.model_dump(mode="json")), "test", gate=revoked)
+    spark.sql(f"REFRESH TABLE {table}")
+    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # type: ignore[index]
+    assert set((location / "data").rglob("*.parquet")) == on_disk  # the files it wrote are gone again
+
+
+def test_revoking_a_task_cancels_its_spark_jobs(spark: SparkSession) -> None:
+    import threading
+
+    from lakewarden.optimizer.app import Optimizer
+    from lakewarden.protocol import TaskKey
+
+    optimizer = Optimizer("http://127.0.0.1:9", "default", parallelism=1, spark=spark)
+    key = TaskKey(process_id=7, task_id=1, attempt=1)
+    optimizer._running[key] = "lakewarden-7-1"
+    failed: list[BaseException] = []
+
+    def long_job() -> None:
+        spark.sparkContext.setJobGroup("lakewarden-7-1", "a long rewrite", interruptOnCancel=True)
+        try:
+            spark.range(0, 10**13, numPartitions=2).selectExpr("sum(id * id)").collect()
+        except BaseException as exc:
+            failed.append(exc)
+
+    job = threading.Thread(target=long_job)
+    started = time.monotonic()
+    job.start()
+    time.sleep(3)
+    optimizer._revoke(spark, key)
+    job.join(60)
+    assert not job.is_alive() and failed, "the job was not canceled"
+    assert "cancel" in str(failed[0]).lower()
+    assert time.monotonic() - started < 30
+    assert key in optimizer._revoked

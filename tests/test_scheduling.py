@@ -157,6 +157,29 @@ def test_cancel_a_running_process(client: TestClient) -> None:
     again = client.post(f"/api/v1/processes/{pid}/cancel")
     assert again.status_code == 409 and "not running" in again.json()["error"]["message"]
     assert poll(client, token) is None
+    # the optimizer hears it on its next heartbeat (and cancels the task's Spark jobs) and may not commit
+    running = [{k: ref[k] for k in ("process_id", "task_id", "attempt")}]
+    touched = client.post("/api/v1/optimizer/touch", json={"token": token, "running": running})
+    assert touched.status_code == 200 and touched.json()["revoked"] == running
+    refused = client.post("/api/v1/optimizer/commit", json=ref)
+    assert refused.status_code == 409 and "canceled" in refused.json()["error"]["message"]
+
+
+def test_a_commit_is_granted_once_and_a_cancel_after_it_does_not_revoke_the_grant(client: TestClient) -> None:
+    _, pid, token = one_task_optimizing(client)
+    task = poll(client, token)
+    ref = {"token": token, "process_id": pid, "task_id": 1, "attempt": task["attempt"]}
+    key = {k: ref[k] for k in ("process_id", "task_id", "attempt")}
+    assert client.post("/api/v1/optimizer/commit", json=ref).status_code == 409  # not acked yet
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+    assert client.post("/api/v1/optimizer/touch", json={"token": token, "running": [key]}).json()["revoked"] == []
+    assert client.post("/api/v1/optimizer/commit", json=ref).status_code == 204
+    assert client.post("/api/v1/optimizer/commit", json=ref).status_code == 204  # asked again: the same answer
+    shown = client.get(f"/api/v1/processes/{pid}").json()
+    assert [t["status"] for t in shown["tasks"]] == ["committing"]
+    done = client.post("/api/v1/optimizer/complete", json={**ref, "output": {"action": "optimizing", "files_in": 2}})
+    assert done.status_code == 204, done.text
+    assert client.get(f"/api/v1/processes/{pid}").json()["status"] == "success"
 
 
 def end_backoff(ctx: ServerContext, pid: int) -> None:

@@ -22,6 +22,8 @@ class TaskStatus(enum.StrEnum):
     PLANNED = "planned"
     SCHEDULED = "scheduled"
     ACKED = "acked"
+    # the optimizer was granted its commit: a cancel from now on no longer stops it
+    COMMITTING = "committing"
     SUCCESS = "success"
     FAILED = "failed"
     CANCELED = "canceled"
@@ -38,13 +40,18 @@ TASK_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.PLANNED: frozenset({TaskStatus.SCHEDULED, TaskStatus.CANCELED}),
     # back to PLANNED when the optimizer is lost or a timeout passes
     TaskStatus.SCHEDULED: frozenset({TaskStatus.ACKED, TaskStatus.PLANNED, TaskStatus.CANCELED}),
-    TaskStatus.ACKED: frozenset({TaskStatus.SUCCESS, TaskStatus.FAILED, TaskStatus.PLANNED, TaskStatus.CANCELED}),
+    TaskStatus.ACKED: frozenset(
+        {TaskStatus.COMMITTING, TaskStatus.SUCCESS, TaskStatus.FAILED, TaskStatus.PLANNED, TaskStatus.CANCELED}
+    ),
+    TaskStatus.COMMITTING: frozenset({TaskStatus.SUCCESS, TaskStatus.FAILED, TaskStatus.PLANNED, TaskStatus.CANCELED}),
     # a failed task is retried (PLANNED) until execute.num-retries, then its process fails
     TaskStatus.FAILED: frozenset({TaskStatus.PLANNED, TaskStatus.CANCELED}),
     TaskStatus.SUCCESS: frozenset(),
     TaskStatus.CANCELED: frozenset(),
 }
-TASK_ACTIVE = frozenset({TaskStatus.SCHEDULED, TaskStatus.ACKED})
+TASK_ACTIVE = frozenset({TaskStatus.SCHEDULED, TaskStatus.ACKED, TaskStatus.COMMITTING})
+# held by an optimizer that has acked them: what it reports done, or what is taken back when it is lost
+TASK_RUNNING = frozenset({TaskStatus.ACKED, TaskStatus.COMMITTING})
 
 PROCESS_TRANSITIONS: dict[ProcessStatus, frozenset[ProcessStatus]] = {
     ProcessStatus.RUNNING: frozenset({ProcessStatus.SUCCESS, ProcessStatus.FAILED, ProcessStatus.CANCELED}),

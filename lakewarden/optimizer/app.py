@@ -13,12 +13,14 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from lakewarden.optimizer.client import OptimizerClient, ProtocolError
 from lakewarden.optimizer.failures import describe_failure
-from lakewarden.protocol import FailureKind, TaskResult
+from lakewarden.optimizer.rewrite import TaskRevoked
+from lakewarden.protocol import Assignment, FailureKind, TaskKey, TaskResult
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -47,17 +49,27 @@ class Optimizer:
         self._token_lock = threading.Lock()
         self.completed = 0
         self.spark = spark  # an existing SparkSession to use (and leave running); None builds one
+        self.heartbeat_seconds = HEARTBEAT_SECONDS  # what the server asks for when we register
+        # the tasks the threads run, and those the server revoked (their process was canceled)
+        self._running: dict[TaskKey, str] = {}
+        self._revoked: set[TaskKey] = set()
+        self._tasks_lock = threading.Lock()
 
     def _register(self) -> str:
         with self._token_lock:
-            self.token = self.client.register(self.group, self.parallelism, self.resource_id, socket.gethostname())
+            registered = self.client.register(self.group, self.parallelism, self.resource_id, socket.gethostname())
+            self.token = registered.token
+            self.heartbeat_seconds = registered.heartbeat_seconds
             log.info("registered with group %s", self.group)
             return self.token
 
-    def _heartbeat(self) -> None:
-        while not self.stop.wait(HEARTBEAT_SECONDS):
+    def _heartbeat(self, spark: Any) -> None:
+        while not self.stop.wait(self.heartbeat_seconds):
             try:
-                self.client.touch(self.token)
+                with self._tasks_lock:
+                    running = list(self._running)
+                for key in self.client.touch(self.token, running):
+                    self._revoke(spark, key)
             except ProtocolError as exc:
                 if exc.status in (401, 404):  # the server declared us lost: start over with a new token
                     self._register()
@@ -66,8 +78,34 @@ class Optimizer:
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
 
+    def _revoke(self, spark: Any, key: TaskKey) -> None:
+        """The server took the task back (its process was canceled): stop its Spark jobs; it commits nothing."""
+        with self._tasks_lock:
+            group = self._running.get(key)
+            if group is None:
+                return
+            self._revoked.add(key)
+        log.info("task %s.%s was revoked: canceling its Spark jobs", key.process_id, key.task_id)
+        spark.sparkContext.cancelJobGroup(group)
+
+    def _gate(self, token: str, task: Assignment, key: TaskKey) -> Callable[[], None]:
+        """Asked right before the task commits: the server grants the commit unless the task was revoked."""
+
+        def gate() -> None:
+            with self._tasks_lock:
+                if key in self._revoked:
+                    raise TaskRevoked(f"task {key.process_id}.{key.task_id} was revoked before it committed")
+            try:
+                self.client.commit(token, task)
+            except ProtocolError as exc:
+                if exc.status == 409:
+                    raise TaskRevoked(str(exc)) from exc
+                raise
+
+        return gate
+
     def _work(self, spark: Any, thread_id: int) -> None:
-        from lakewarden.optimizer.executor import execute_task
+        from lakewarden.optimizer.executor import execute_task, job_group
 
         while not self.stop.is_set():
             token = self.token
@@ -95,8 +133,11 @@ class Optimizer:
             output: TaskResult | None = None
             error: str | None = None
             failure = FailureKind.TRANSIENT
+            key = TaskKey(process_id=task.process_id, task_id=task.task_id, attempt=task.attempt)
+            with self._tasks_lock:
+                self._running[key] = job_group(task)
             try:
-                output = execute_task(spark, task, token)
+                output = execute_task(spark, task, token, gate=self._gate(token, task, key))
             except Exception as exc:
                 error, failure = describe_failure(exc)
                 log.warning(
@@ -106,6 +147,14 @@ class Optimizer:
                     error,
                     traceback.format_exc(limit=3),
                 )
+            finally:
+                with self._tasks_lock:
+                    self._running.pop(key, None)
+                    revoked = key in self._revoked
+                    self._revoked.discard(key)
+            if revoked:  # the server no longer expects a report of it
+                log.info("thread %d: task %s.%s stopped: it was revoked", thread_id, task.process_id, task.task_id)
+                continue
             try:
                 self.client.complete(token, task, output, error, failure)
                 self.completed += 1
@@ -131,7 +180,7 @@ class Optimizer:
             driver_memory=self.driver_memory,
             extra_conf={"spark.scheduler.mode": "FAIR"},
         )
-        threads = [threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)]
+        threads = [threading.Thread(target=self._heartbeat, args=(spark,), name="heartbeat", daemon=True)]
         threads += [
             threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)
         ]

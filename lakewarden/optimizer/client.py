@@ -7,7 +7,17 @@ from typing import Any
 
 import httpx
 
-from lakewarden.protocol import Assignment, Completion, FailureKind, Registration, TaskResult
+from lakewarden.protocol import (
+    Assignment,
+    Completion,
+    FailureKind,
+    Registered,
+    Registration,
+    TaskKey,
+    TaskResult,
+    Touch,
+    Touched,
+)
 
 
 class ProtocolError(Exception):
@@ -35,12 +45,18 @@ class OptimizerClient:
             raise ProtocolError(response.status_code, message)
         return None if response.status_code == 204 else response.json()
 
-    def register(self, group: str, parallelism: int, resource_id: str | None, host: str) -> str:
+    def register(self, group: str, parallelism: int, resource_id: str | None, host: str) -> Registered:
         body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host)
-        return str(self._post("/register", body.model_dump(mode="json"), bearer=self.credential)["token"])
+        return Registered.model_validate(self._post("/register", body.model_dump(mode="json"), bearer=self.credential))
 
-    def touch(self, token: str) -> None:
-        self._post("/touch", {"token": token})
+    def touch(self, token: str, running: list[TaskKey] | None = None) -> list[TaskKey]:
+        """Heartbeat; returns the running tasks the server says to stop."""
+        body = Touch(token=token, running=running or [])
+        return Touched.model_validate(self._post("/touch", body.model_dump(mode="json"))).revoked
+
+    def commit(self, token: str, task: Assignment) -> None:
+        """May this task commit now? Raises ProtocolError (409) when its process was canceled."""
+        self._post("/commit", {"token": token, **_ref(task)})
 
     def unregister(self, token: str) -> None:
         self._post("/unregister", {"token": token})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.catalogs import CatalogSpec
@@ -15,8 +16,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def execute_task(spark: SparkSession, task: Assignment, optimizer: str) -> TaskResult:
-    """Run one task of any action; returns its result (what the process records)."""
+def job_group(task: Assignment) -> str:
+    """The Spark job group a task's jobs run in (what canceling the task cancels)."""
+    return f"lakewarden-{task.process_id}-{task.task_id}"
+
+
+def execute_task(
+    spark: SparkSession, task: Assignment, optimizer: str, gate: Callable[[], None] | None = None
+) -> TaskResult:
+    """Run one task of any action; returns its result (what the process records). `gate` is asked right
+    before an optimizing task commits and raises if it may not (its process was canceled)."""
     started = time.monotonic()
     work = task.input
     spec = CatalogSpec(task.catalog.name, task.catalog.type, task.catalog.properties)
@@ -32,14 +41,15 @@ def execute_task(spark: SparkSession, task: Assignment, optimizer: str) -> TaskR
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(jss)
     name = f"{spark_name}.{work.table}"
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
-    spark.sparkContext.setJobGroup(f"lakewarden-{task.process_id}-{task.task_id}", f"{work.action} {name}")
+    # interrupt running Spark tasks when the group is canceled: a canceled process stops at once
+    spark.sparkContext.setJobGroup(job_group(task), f"{work.action} {name}", interruptOnCancel=True)
     properties = {
         "lakewarden.optimizer": optimizer,
         "lakewarden.process-id": str(task.process_id),
         "lakewarden.task-id": str(task.task_id),
     }
     if isinstance(work, OptimizingInput):
-        result: TaskResult = run_optimizing(spark, table, work, properties)
+        result: TaskResult = run_optimizing(spark, table, work, properties, gate)
     else:
         result = run_maintenance(spark, table, name, work, properties)
     return result.model_copy(update={"duration_ms": int((time.monotonic() - started) * 1000)})

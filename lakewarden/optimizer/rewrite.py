@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.protocol import MAX_LISTED, FileGroupInput, OptimizingInput, OptimizingResult
@@ -38,13 +38,23 @@ class StalePlan(RuntimeError):
     """The table changed under the plan so that its files cannot be committed: the table is planned again."""
 
 
+class TaskRevoked(RuntimeError):
+    """The server took the task back before it committed (its process was canceled): it commits nothing."""
+
+
 class PlanMismatch(RuntimeError):
     """The plan names files the planned snapshot does not have as planned."""
 
 
 def run_optimizing(
-    spark: SparkSession, table: Any, work: OptimizingInput, properties: dict[str, str]
+    spark: SparkSession,
+    table: Any,
+    work: OptimizingInput,
+    properties: dict[str, str],
+    gate: Callable[[], None] | None = None,
 ) -> OptimizingResult:
+    """Rewrite the task's file groups and commit them; `gate` is asked right before the commit (it raises
+    when the task may no longer commit), and files written by a task that does not commit are deleted."""
     jvm: Any = spark._jvm
     properties = {
         **properties,
@@ -74,6 +84,8 @@ def run_optimizing(
             if group.rewrite_pos and not v3:
                 written_deletes += _rewrite_positions(spark, table, [tasks[p] for p in group.rewrite_pos])
                 pos_rewritten += len(group.rewrite_pos)
+        if gate is not None:
+            gate()
         committed = _commit(
             jvm, table, snapshot, rewritten, written_data, list(removed.values()), written_deletes, properties
         )

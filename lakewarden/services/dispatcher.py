@@ -206,24 +206,58 @@ class TaskDispatcher:
                 if not again:
                     raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
 
+    def grant_commit(self, token: str, process_id: int, task_id: int, attempt: int) -> None:
+        """Let a task commit: ACKED -> COMMITTING, unless its process was canceled or the task taken back
+        meanwhile. A cancel after the grant does not stop the commit; one before it does."""
+        with self.db.write() as session:
+            store.touch_optimizer(session, token)
+            granted = store.transition_task(
+                session,
+                process_id,
+                task_id,
+                TaskStatus.ACKED,
+                TaskStatus.COMMITTING,
+                expected_attempt=attempt,
+                expected_token=token,
+            )
+            if not granted:
+                task = store.find_task(session, process_id, task_id)
+                again = task is not None and (task.status, task.attempt, task.optimizer_token) == (
+                    TaskStatus.COMMITTING.value,
+                    attempt,
+                    token,
+                )
+                if not again:
+                    status = "gone" if task is None else task.status
+                    raise Conflict(f"task {process_id}.{task_id} attempt {attempt} may not commit: it is {status}")
+
+    def revoked(self, token: str, running: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """A heartbeat: of the tasks the optimizer runs, those it must stop."""
+        with self.db.write() as session:
+            store.touch_optimizer(session, token)
+            return store.revoked_tasks(session, token, running)
+
     def complete(self, done: Completion) -> None:
         """A task's result, or its error and whether a retry may pass; the engine settles its process."""
         new = TaskStatus.FAILED if done.error else TaskStatus.SUCCESS
         output = None if done.output is None else done.output.model_dump(mode="json")
         with self.db.write() as session:
             store.touch_optimizer(session, done.token)
-            if not store.transition_task(
-                session,
-                done.process_id,
-                done.task_id,
-                TaskStatus.ACKED,
-                new,
-                expected_attempt=done.attempt,
-                expected_token=done.token,
-                output=output,
-                error=done.error,
-                failure=done.failure.value if done.error else None,
-                ended_at=utcnow(),
+            if not any(
+                store.transition_task(
+                    session,
+                    done.process_id,
+                    done.task_id,
+                    running,
+                    new,
+                    expected_attempt=done.attempt,
+                    expected_token=done.token,
+                    output=output,
+                    error=done.error,
+                    failure=done.failure.value if done.error else None,
+                    ended_at=utcnow(),
+                )
+                for running in (TaskStatus.ACKED, TaskStatus.COMMITTING)
             ):
                 raise Conflict(
                     f"task {done.process_id}.{done.task_id} attempt {done.attempt} is not running on this optimizer"

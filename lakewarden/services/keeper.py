@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from lakewarden.domain.states import TaskStatus
+from lakewarden.domain.states import TASK_RUNNING, TaskStatus
 from lakewarden.services.loop import LoopService
 from lakewarden.store import processes as store
 from lakewarden.store.database import Database, as_utc, utcnow
@@ -64,9 +64,7 @@ class OptimizerKeeper(LoopService):
                     and now - as_utc(task.scheduled_at) > self.ack_timeout
                 ):
                     why = "it was not acked in time"
-                elif (
-                    status is TaskStatus.ACKED and task.acked_at and now - as_utc(task.acked_at) > self.execute_timeout
-                ):
+                elif status in TASK_RUNNING and task.acked_at and now - as_utc(task.acked_at) > self.execute_timeout:
                     why = "it ran past the execute timeout"
                 else:
                     continue

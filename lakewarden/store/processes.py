@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, aliased
 
 from lakewarden.domain.errors import NotFound
 from lakewarden.domain.processes import ProcessPlan
-from lakewarden.domain.states import ProcessStatus, TaskStatus, check_process, check_task
+from lakewarden.domain.states import TASK_ACTIVE, TASK_RUNNING, ProcessStatus, TaskStatus, check_process, check_task
 from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import OptimizerRow, ProcessRow, ResourceGroupRow, TaskRow
 from lakewarden.store.tables import TableRecord
@@ -55,7 +55,7 @@ def active_task_holders(session: Session, catalog: str, database: str, table: st
             ProcessRow.catalog_name == catalog,
             ProcessRow.db_name == database,
             ProcessRow.table_name == table,
-            TaskRow.status.in_([TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]),
+            TaskRow.status.in_([s.value for s in TASK_ACTIVE]),
             TaskRow.optimizer_token.is_not(None),
         )
     )
@@ -85,9 +85,24 @@ def list_optimizers(session: Session, group: str | None = None) -> list[Optimize
 
 
 def active_tasks(session: Session) -> list[TaskRow]:
-    """Tasks held by an optimizer: SCHEDULED or ACKED."""
-    active = [TaskStatus.SCHEDULED.value, TaskStatus.ACKED.value]
+    """Tasks held by an optimizer: SCHEDULED, ACKED or COMMITTING."""
+    active = [s.value for s in TASK_ACTIVE]
     return list(session.scalars(select(TaskRow).where(TaskRow.status.in_(active))))
+
+
+def revoked_tasks(session: Session, token: str, running: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Of the (process, task, attempt) an optimizer says it runs, those that are no longer its to run."""
+    revoked = []
+    for process_id, task_id, attempt in running:
+        task = session.get(TaskRow, (process_id, task_id))
+        if (
+            task is None
+            or task.attempt != attempt
+            or task.optimizer_token != token
+            or TaskStatus(task.status) not in TASK_RUNNING
+        ):
+            revoked.append((process_id, task_id, attempt))
+    return revoked
 
 
 def forget_optimizers(session: Session, tokens: list[str]) -> None:

@@ -1,7 +1,8 @@
 """`/api/v1/optimizer`: the protocol optimizers speak — register, touch, poll, ack, complete.
 
-An optimizer registers and gets a token; it touches (heartbeats) every 10 s; each of its threads
-long-polls for a task (up to 3 s), acks it, runs it and completes it with a result or an error.
+An optimizer registers and gets a token; it touches (heartbeats) every 10 s, naming the tasks it runs
+and hearing which of them to stop; each of its threads long-polls for a task (up to 3 s), acks it, runs
+it, asks to commit, and completes it with a result or an error.
 An ack or completion that names a superseded attempt is refused with 409. The messages are the
 typed models of lakewarden/protocol.py, which the optimizer imports too.
 """
@@ -16,7 +17,18 @@ from lakewarden.api.auth import OPTIMIZER, Caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.domain.errors import Forbidden, InvalidField
 from lakewarden.domain.security import Principal, Role
-from lakewarden.protocol import Assignment, Completion, PollRequest, Registered, Registration, TaskRef, TokenRef
+from lakewarden.protocol import (
+    Assignment,
+    Completion,
+    PollRequest,
+    Registered,
+    Registration,
+    TaskKey,
+    TaskRef,
+    TokenRef,
+    Touch,
+    Touched,
+)
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store
 
@@ -52,12 +64,13 @@ def register(body: Registration, ctx: Ctx, principal: Caller) -> Registered:
     return Registered(token=row.token, heartbeat_seconds=HEARTBEAT_SECONDS)
 
 
-@router.post("/touch", status_code=204, **OPTIMIZER)
-def touch(body: TokenRef, ctx: Ctx, principal: Caller) -> Response:
+@router.post("/touch", response_model=Touched, **OPTIMIZER)
+def touch(body: Touch, ctx: Ctx, principal: Caller) -> Touched:
+    """A heartbeat; answers which of the tasks the optimizer runs it must stop (canceled, taken back)."""
     _own(principal, body.token)
-    with ctx.db.write() as session:
-        store.touch_optimizer(session, body.token)
-    return Response(status_code=204)
+    running = [(t.process_id, t.task_id, t.attempt) for t in body.running]
+    revoked = ctx.dispatcher.revoked(body.token, running)
+    return Touched(revoked=[TaskKey(process_id=p, task_id=t, attempt=a) for p, t, a in revoked])
 
 
 @router.post("/unregister", status_code=204, **OPTIMIZER)
@@ -83,6 +96,15 @@ def poll(body: PollRequest, ctx: Ctx, principal: Caller) -> Any:
 def ack(body: TaskRef, ctx: Ctx, principal: Caller) -> Response:
     _own(principal, body.token)
     ctx.dispatcher.ack(body.token, body.process_id, body.task_id, body.attempt)
+    return Response(status_code=204)
+
+
+@router.post("/commit", status_code=204, **OPTIMIZER)
+def commit(body: TaskRef, ctx: Ctx, principal: Caller) -> Response:
+    """Asked by a task right before it commits: 204 lets it, 409 says its process was canceled or the task
+    taken back, and it commits nothing."""
+    _own(principal, body.token)
+    ctx.dispatcher.grant_commit(body.token, body.process_id, body.task_id, body.attempt)
     return Response(status_code=204)
 
 
