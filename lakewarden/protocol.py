@@ -173,6 +173,11 @@ class OptimizingResult(_Result):
     added_files: list[str] = Field(default_factory=list, description=f"Data files written (<= {MAX_LISTED})")
     removed_delete_files: list[str] = Field(default_factory=list, description="Delete files removed")
     added_delete_files: list[str] = Field(default_factory=list, description="Position-delete files written")
+    unreduced: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per partition ('<spec id>:<path>'), the files written by a rewrite that could not reduce "
+        "its files: the partition is not planned again until its files change",
+    )
     TOTALS: ClassVar[tuple[str, ...]] = (
         "files_in",
         "bytes_in",

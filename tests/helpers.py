@@ -103,9 +103,16 @@ def spark_sql_catalog(spark: SparkSession, tmp_path: Path, name: str) -> Catalog
     return spec
 
 
-def assignment(spec: CatalogSpec, work: dict[str, Any]) -> Assignment:
+def assignment(spec: CatalogSpec, work: dict[str, Any], process_id: int = 1, task_id: int = 1) -> Assignment:
     """A task as poll hands it out, on a table of `spec`'s catalog."""
     catalog = {"name": spec.name, "type": spec.type, "properties": spec.properties}
     return Assignment.model_validate(
-        {"process_id": 1, "task_id": 1, "attempt": 1, "type": "manual", "input": work, "catalog": catalog}
+        {
+            "process_id": process_id,
+            "task_id": task_id,
+            "attempt": 1,
+            "type": "manual",
+            "input": work,
+            "catalog": catalog,
+        }
     )

@@ -308,3 +308,17 @@ def test_the_pending_check_agrees_with_cutting_the_groups() -> None:
             assert _split(r, cfg, part, r._rules) == [], case
             seen["turned down"] += 1
     assert min(seen.values()) >= 30, seen
+
+
+def test_a_partition_whose_rewrite_could_not_reduce_its_files_waits_for_them_to_change() -> None:
+    cfg = config(**{"full.trigger.interval": "1", "max-task-size-bytes": str(512 * MB)})
+    files = [data("s1", 200), data("s2", 200)]
+    assert one(files, cfg=cfg).type is OptimizingType.FULL
+    marks = {"0:cat=a": ["/t/data/s1.parquet", "/t/data/s2.parquet"]}
+    (part,) = group_by_partition(files, [])
+    waiting = evaluate_table(1, [part], cfg, OptimizingClock(NOW), marks)
+    assert waiting.type is None
+    assert "without reducing their number" in waiting.partitions[0].reasons[-1]
+    # a new file in the partition: planned again
+    (changed,) = group_by_partition([*files, data("f1", 1)], [])
+    assert evaluate_table(1, [changed], cfg, OptimizingClock(NOW), marks).type is OptimizingType.FULL

@@ -23,7 +23,7 @@ only when its plan has a file group that changes something; every verdict carrie
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from lakewarden.domain.files import AppliedDeletes, DataFile, DeleteFile, PartitionFiles, PartitionKey
@@ -277,7 +277,19 @@ class _Rules:
 _NO_DELETES = AppliedDeletes()
 
 
-def evaluate_partition(files: PartitionFiles, config: OptimizingConfig, clock: OptimizingClock) -> PartitionEvaluation:
+def unreduced_key(partition: PartitionKey) -> str:
+    """How the files a rewrite could not reduce are remembered per partition."""
+    return f"{partition.spec_id}:{partition.path}"
+
+
+def evaluate_partition(
+    files: PartitionFiles,
+    config: OptimizingConfig,
+    clock: OptimizingClock,
+    unreduced: Collection[str] = (),
+) -> PartitionEvaluation:
+    """`unreduced`: the files the partition's last rewrite wrote without reducing their number; a plan that
+    would take only those is not made (it would do the same again)."""
     rules = _Rules(config, clock)
     r = PartitionEvaluation(files.partition, full_interval_reached=rules.full, files=files, _rules=rules)
     over_ratio: list[str] = []
@@ -331,6 +343,14 @@ def evaluate_partition(files: PartitionFiles, config: OptimizingConfig, clock: O
             "so nothing is planned"
         )
         r.type = None
+    if r.type is not None and unreduced:
+        planned = {f.path for f in (*r.rewrite, *r.undersized, *r.rewrite_pos)}
+        if planned <= set(unreduced):
+            r.reasons.append(
+                f"but its last optimizing rewrote these {len(planned)} file(s) without reducing their number: "
+                "it is planned again when its files change"
+            )
+            r.type = None
     return r
 
 
@@ -508,13 +528,20 @@ class TableEvaluation:
 
 
 def evaluate_table(
-    snapshot_id: int | None, partitions: list[PartitionFiles], config: OptimizingConfig, clock: OptimizingClock
+    snapshot_id: int | None,
+    partitions: list[PartitionFiles],
+    config: OptimizingConfig,
+    clock: OptimizingClock,
+    unreduced: Mapping[str, Collection[str]] | None = None,
 ) -> TableEvaluation:
     if not config.enabled:
         return TableEvaluation(snapshot_id, None, [], ["self-optimizing.enabled is false"])
     if snapshot_id is None:
         return TableEvaluation(snapshot_id, None, [], ["the table has no snapshot yet"])
-    evaluated = [evaluate_partition(files, config, clock) for files in partitions]
+    marks = unreduced or {}
+    evaluated = [
+        evaluate_partition(files, config, clock, marks.get(unreduced_key(files.partition), ())) for files in partitions
+    ]
     pending = [p for p in evaluated if p.type is not None]
     if not pending:
         idle = "no partition needs optimizing" if evaluated else "the table has no data files"

@@ -65,6 +65,9 @@ def run_optimizing(
     snapshot = table.snapshot(work.snapshot_id) if work.snapshot_id is not None else None
     if snapshot is None:
         raise StalePlan(f"the planned snapshot {work.snapshot_id} is no longer in the table")
+    done = _committed_before(table, int(snapshot.snapshotId()), properties)
+    if done is not None:  # an earlier attempt committed and its report was lost (a server restart): not twice
+        return done
     tasks = _scan_tasks(jvm, table, work)
     removed = _live_delete_files(jvm, table, snapshot, set(work.remove_deletes))
     # a v3 table's position deletes are deletion vectors, which lakewarden does not write: its segments whose
@@ -74,13 +77,18 @@ def run_optimizing(
     written_deletes: list[Any] = []
     rewritten: list[Any] = []
     pos_rewritten = 0
+    unreduced: dict[str, list[str]] = {}
     try:
         for group in work.groups:
             rewrite = group.rewrite + (group.rewrite_pos if v3 else [])
             if rewrite:
                 group_tasks = [tasks[p] for p in rewrite]
-                written_data += _rewrite(spark, table, group_tasks, group)
+                written = _rewrite(spark, table, group_tasks, group)
+                written_data += written
                 rewritten += [t.file() for t in group_tasks]
+                if len(written) >= len(rewrite) and not group.rewrite_pos and not group.deletes:
+                    key = f"{group.partition.spec_id}:{group.partition.path}"
+                    unreduced.setdefault(key, []).extend(str(f.location()) for f in written)
             if group.rewrite_pos and not v3:
                 written_deletes += _rewrite_positions(spark, table, [tasks[p] for p in group.rewrite_pos])
                 pos_rewritten += len(group.rewrite_pos)
@@ -109,7 +117,41 @@ def run_optimizing(
         added_files=_paths(written_data),
         removed_delete_files=sorted(removed)[:MAX_LISTED],
         added_delete_files=_paths(written_deletes),
+        unreduced=unreduced if committed is not None else {},
     )
+
+
+_SUMMARY_COUNTS = (
+    "deleted-data-files",
+    "added-data-files",
+    "added-files-size",
+    "removed-delete-files",
+    "added-delete-files",
+)
+
+
+def _committed_before(table: Any, planned: int, properties: dict[str, str]) -> OptimizingResult | None:
+    """The result of an earlier attempt of this task that committed: a snapshot after the planned one whose
+    summary names this process and task."""
+    wanted = {k: properties[k] for k in ("lakewarden.process-id", "lakewarden.task-id")}
+    snapshot = table.currentSnapshot()
+    for _ in range(10_000):
+        if snapshot is None or int(snapshot.snapshotId()) == planned:
+            return None
+        summary = snapshot.summary()
+        if all(summary.get(k) == v for k, v in wanted.items()):
+            count = {k: int(summary.getOrDefault(k, "0")) for k in _SUMMARY_COUNTS}
+            return OptimizingResult(
+                files_in=count["deleted-data-files"],
+                files_out=count["added-data-files"],
+                bytes_out=count["added-files-size"],
+                delete_files_removed=count["removed-delete-files"],
+                delete_files_added=count["added-delete-files"],
+                snapshot_id=int(snapshot.snapshotId()),
+            )
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else table.snapshot(parent)
+    return None
 
 
 def _paths(files: Iterable[Any]) -> list[str]:

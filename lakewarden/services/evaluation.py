@@ -137,7 +137,9 @@ class TableEvaluator(LoopService):
                 last_minor_ms=_ms(runtime.last_minor_optimizing_at or managed_since),
                 last_full_ms=_ms(runtime.last_full_optimizing_at or managed_since),
             )
-            verdict = evaluate_table(snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
+            verdict = evaluate_table(
+                snapshot_id, group_by_partition(files.data, files.deletes), config, clock, runtime.unreduced
+            )
             document = evaluation_document(verdict)
             document["manifests_read"] = files.manifests_read
         except InvalidField as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -15,12 +16,13 @@ from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.planning import output_sizing, plan_tasks
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
-from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
+from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import ManifestCache, SnapshotFiles, snapshot_files
 from lakewarden.protocol import FileGroupInput, OptimizingInput, PartitionRef
 from lakewarden.services.processes import ProcessFactory
+from lakewarden.store import processes as process_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc, utcnow
@@ -50,14 +52,15 @@ class SelfOptimizingFactory(ProcessFactory):
             last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
         )
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
-        return plan_process(name, table, snapshot_files(table, self.cache, config.filter), config, clock)
+        files = snapshot_files(table, self.cache, config.filter)
+        return plan_process(name, table, files, config, clock, rec.runtime.unreduced)
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
         runtime = table_store.runtime_of(session, process.table_id)
         if runtime is None:
             return
-        fields: dict[str, Any] = {"optimizing_process_id": None}
+        fields: dict[str, Any] = {"optimizing_process_id": None, "unreduced": _unreduced(session, process, runtime)}
         if status is ProcessStatus.SUCCESS:
             fields[LAST_OPTIMIZED[process.type]] = utcnow()
             if process.type == "full":  # a full optimizing also did everything a minor would
@@ -90,12 +93,17 @@ class SelfOptimizingFactory(ProcessFactory):
 
 
 def plan_process(
-    name: str, table: Any, files: SnapshotFiles, config: OptimizingConfig, clock: OptimizingClock
+    name: str,
+    table: Any,
+    files: SnapshotFiles,
+    config: OptimizingConfig,
+    clock: OptimizingClock,
+    unreduced: Mapping[str, Collection[str]] | None = None,
 ) -> ProcessPlan:
     """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
     of: one task per bin of file groups, and a last task removing the delete files tasks shared.
     Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
-    verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock)
+    verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock, unreduced)
     plan = plan_tasks(verdict, config)
     if not plan.tasks or verdict.type is None:
         raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
@@ -137,6 +145,22 @@ def plan_process(
             )
         )
     return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
+
+
+def _unreduced(session: Session, process: ProcessRow, runtime: Any) -> dict[str, Any] | None:
+    """The table's record of files rewritten without being reduced, after this process: the partitions it
+    optimized forget theirs, and those where a task could not reduce its files remember what it wrote."""
+    marks = dict(runtime.unreduced or {})
+    tasks = process_store.tasks_of(session, process.process_id)
+    for task in tasks:
+        for partition in task.partitions:
+            if isinstance(partition, dict):
+                marks.pop(f"{partition.get('spec_id')}:{partition.get('path')}", None)
+    for task in tasks:
+        if task.status == TaskStatus.SUCCESS and task.output:
+            for key, paths in (task.output.get("unreduced") or {}).items():
+                marks.setdefault(key, []).extend(paths)
+    return marks or None
 
 
 def group_input(group: FileGroup, target_size: int) -> FileGroupInput:

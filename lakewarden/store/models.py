@@ -78,6 +78,8 @@ class TableRuntimeRow(Base):
     last_full_optimizing_at: Mapped[datetime | None]
     last_planned_at: Mapped[datetime | None]
     optimizing_process_id: Mapped[int | None] = mapped_column(BigInteger)
+    # per partition ('<spec id>:<path>'), the files a rewrite wrote without reducing their number
+    unreduced: Mapped[dict[str, Any] | None]
 
 
 class OptimizerRow(Base):

@@ -5,7 +5,9 @@ Iceberg chose the files again; now the planner names every file a task rewrites 
 its commit removes. A delete file shared by several tasks is removed by a last task that may only run
 once the others succeeded: `stage` orders a process's tasks. Optimizing processes still running were
 planned the old way, which optimizers no longer run: they are canceled, and their tables go back to
-idle to be evaluated and planned again.
+idle to be evaluated and planned again. `table_runtime.unreduced` remembers, per partition, the files a
+rewrite wrote without reducing their number, so that the partition is not planned again until its files
+change.
 
 Revision ID: 0007
 Revises: 0006
@@ -25,6 +27,8 @@ REASON = "planned by an older lakewarden whose task inputs optimizers no longer 
 def upgrade() -> None:
     with op.batch_alter_table("optimizing_task") as batch:
         batch.add_column(sa.Column("stage", sa.Integer(), nullable=False, server_default="0"))
+    with op.batch_alter_table("table_runtime") as batch:
+        batch.add_column(sa.Column("unreduced", sa.JSON(), nullable=True))
     running = "SELECT process_id FROM optimizing_process WHERE action = 'optimizing' AND status = 'running'"
     op.execute(
         "UPDATE optimizing_task SET status = 'canceled', ended_at = CURRENT_TIMESTAMP "
@@ -43,5 +47,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("table_runtime") as batch:
+        batch.drop_column("unreduced")
     with op.batch_alter_table("optimizing_task") as batch:
         batch.drop_column("stage")
