@@ -98,7 +98,9 @@ class Optimizer:
             try:
                 self.client.commit(token, task)
             except ProtocolError as exc:
-                if exc.status == 409:
+                # 409: canceled or taken back; 401/404: the server declared this optimizer lost, and its tasks
+                # went to others
+                if exc.status in (401, 404, 409):
                     raise TaskRevoked(str(exc)) from exc
                 raise
 

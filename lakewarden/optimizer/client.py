@@ -54,9 +54,18 @@ class OptimizerClient:
         body = Touch(token=token, running=running or [])
         return Touched.model_validate(self._post("/touch", body.model_dump(mode="json"))).revoked
 
-    def commit(self, token: str, task: Assignment) -> None:
-        """May this task commit now? Raises ProtocolError (409) when its process was canceled."""
-        self._post("/commit", {"token": token, **_ref(task)})
+    def commit(self, token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
+        """May this task commit now? Raises ProtocolError (409) when its process was canceled. While the
+        server is unreachable (restarting), keep asking: a grant whose answer was lost is granted again."""
+        deadline = time.monotonic() + retry_seconds
+        while True:
+            try:
+                self._post("/commit", {"token": token, **_ref(task)})
+                return
+            except httpx.TransportError:
+                if time.monotonic() + 1.0 > deadline:
+                    raise
+                time.sleep(1.0)
 
     def unregister(self, token: str) -> None:
         self._post("/unregister", {"token": token})
