@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from lakewarden.domain.files import AppliedDeletes, DataFile, DeleteFile, PartitionFiles, PartitionKey
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -92,22 +93,31 @@ class FileGroup:
         )
 
 
-def _pack(items: list[DataFile], capacity: int) -> list[list[DataFile]]:
-    """First-fit bins of at most `capacity` bytes (a file bigger than that gets a bin of its own), largest
-    files first. Amoro packs with Iceberg's BinPacking.ListPacker in map order; largest-first is one such
-    order, and the one that fills bins best."""
-    bins: list[list[DataFile]] = []
+T = TypeVar("T")
+
+
+def first_fit(items: Iterable[T], weight: Callable[[T], int], capacity: int) -> list[list[T]]:
+    """First-fit bins of at most `capacity`, in the order given (an item heavier than that gets a bin of its
+    own): Iceberg's BinPacking.ListPacker with unlimited lookback, which Amoro packs with."""
+    bins: list[list[T]] = []
     used: list[int] = []
-    for item in sorted(items, key=lambda f: (-f.size, f.path)):
-        for i, weight in enumerate(used):
-            if weight + item.size <= capacity:
+    for item in items:
+        w = weight(item)
+        for i, filled in enumerate(used):
+            if filled + w <= capacity:
                 bins[i].append(item)
-                used[i] += item.size
+                used[i] += w
                 break
         else:
             bins.append([item])
-            used.append(item.size)
+            used.append(w)
     return bins
+
+
+def _pack(items: list[DataFile], capacity: int) -> list[list[DataFile]]:
+    """Files in bins of at most `capacity` bytes, largest first. Amoro packs in its hash map's order;
+    largest-first is one such order, and the one that fills bins best."""
+    return first_fit(sorted(items, key=lambda f: (-f.size, f.path)), lambda f: f.size, capacity)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.domain.evaluator import FileGroup, OptimizingType, TableEvaluation
+from lakewarden.domain.evaluator import FileGroup, OptimizingType, TableEvaluation, first_fit
 from lakewarden.domain.files import is_global
 from lakewarden.domain.optimizing_config import OptimizingConfig
 
@@ -96,17 +96,7 @@ def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig) -> Optimizing
     for kind in sorted({p.type for p in verdict.pending if p.type is not None}, reverse=True):
         groups = [g for p in verdict.pending if p.type is kind for g in p.groups]
         groups.sort(key=lambda g: (-g.data_bytes, str(g.partition), [f.path for f in (*g.rewrite, *g.rewrite_pos)][:1]))
-        bins: list[list[FileGroup]] = []
-        used: list[int] = []
-        for group in groups:
-            for i, size in enumerate(used):
-                if size + group.data_bytes <= config.max_task_size:
-                    bins[i].append(group)
-                    used[i] += group.data_bytes
-                    break
-            else:
-                bins.append([group])
-                used.append(group.data_bytes)
+        bins = first_fit(groups, lambda g: g.data_bytes, config.max_task_size)
         reasons = {p.partition: f"{p.partition}: {'; '.join(p.reasons)}" for p in verdict.pending}
         for members in bins:
             members.sort(key=lambda g: str(g.partition))

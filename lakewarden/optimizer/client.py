@@ -57,15 +57,7 @@ class OptimizerClient:
     def commit(self, token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
         """May this task commit now? Raises ProtocolError (409) when its process was canceled. While the
         server is unreachable (restarting), keep asking: a grant whose answer was lost is granted again."""
-        deadline = time.monotonic() + retry_seconds
-        while True:
-            try:
-                self._post("/commit", {"token": token, **_ref(task)})
-                return
-            except httpx.TransportError:
-                if time.monotonic() + 1.0 > deadline:
-                    raise
-                time.sleep(1.0)
+        self._post_until("/commit", {"token": token, **_ref(task)}, retry_seconds)
 
     def unregister(self, token: str) -> None:
         self._post("/unregister", {"token": token})
@@ -77,10 +69,14 @@ class OptimizerClient:
     def ack(self, token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
         """Ack; while the server is unreachable (restarting), keep trying: an ack whose answer was lost may
         have been recorded, and the server answers a repeated one the same. A refusal is raised at once."""
+        self._post_until("/ack", {"token": token, **_ref(task)}, retry_seconds)
+
+    def _post_until(self, path: str, body: dict[str, Any], retry_seconds: float) -> None:
+        """POST, asking again each second while the server is unreachable, for up to `retry_seconds`."""
         deadline = time.monotonic() + retry_seconds
         while True:
             try:
-                self._post("/ack", {"token": token, **_ref(task)})
+                self._post(path, body)
                 return
             except httpx.TransportError:
                 if time.monotonic() + 1.0 > deadline:

@@ -186,7 +186,7 @@ class TaskDispatcher:
     def ack(self, token: str, process_id: int, task_id: int, attempt: int) -> None:
         with self.db.write() as session:
             store.touch_optimizer(session, token)
-            if not store.transition_task(
+            acked = store.transition_task(
                 session,
                 process_id,
                 task_id,
@@ -195,16 +195,10 @@ class TaskDispatcher:
                 expected_attempt=attempt,
                 expected_token=token,
                 acked_at=utcnow(),
-            ):
-                # an ack sent again after its answer was lost (the server restarting) is answered the same
-                task = store.find_task(session, process_id, task_id)
-                again = task is not None and (task.status, task.attempt, task.optimizer_token) == (
-                    TaskStatus.ACKED.value,
-                    attempt,
-                    token,
-                )
-                if not again:
-                    raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
+            )
+            # an ack sent again after its answer was lost (the server restarting) is answered the same
+            if not acked and not store.task_is(session, process_id, task_id, TaskStatus.ACKED, attempt, token):
+                raise Conflict(f"task {process_id}.{task_id} attempt {attempt} is not scheduled to this optimizer")
 
     def grant_commit(self, token: str, process_id: int, task_id: int, attempt: int) -> None:
         """Let a task commit: ACKED -> COMMITTING, unless its process was canceled or the task taken back
@@ -220,16 +214,10 @@ class TaskDispatcher:
                 expected_attempt=attempt,
                 expected_token=token,
             )
-            if not granted:
+            if not granted and not store.task_is(session, process_id, task_id, TaskStatus.COMMITTING, attempt, token):
                 task = store.find_task(session, process_id, task_id)
-                again = task is not None and (task.status, task.attempt, task.optimizer_token) == (
-                    TaskStatus.COMMITTING.value,
-                    attempt,
-                    token,
-                )
-                if not again:
-                    status = "gone" if task is None else task.status
-                    raise Conflict(f"task {process_id}.{task_id} attempt {attempt} may not commit: it is {status}")
+                status = "gone" if task is None else task.status
+                raise Conflict(f"task {process_id}.{task_id} attempt {attempt} may not commit: it is {status}")
 
     def revoked(self, token: str, running: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         """A heartbeat: of the tasks the optimizer runs, those it must stop."""

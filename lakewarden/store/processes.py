@@ -66,6 +66,12 @@ def find_task(session: Session, process_id: int, task_id: int) -> TaskRow | None
     return session.get(TaskRow, (process_id, task_id))
 
 
+def task_is(session: Session, process_id: int, task_id: int, status: TaskStatus, attempt: int, token: str) -> bool:
+    """Whether the task is in `status` for this attempt and optimizer (a request sent again is answered the same)."""
+    task = find_task(session, process_id, task_id)
+    return task is not None and (task.status, task.attempt, task.optimizer_token) == (status.value, attempt, token)
+
+
 def find_optimizer(session: Session, token: str) -> OptimizerRow | None:
     return session.get(OptimizerRow, token)
 
