@@ -1,0 +1,266 @@
+"""An upsert stream with equality and position deletes, into three copies of one table, side by side:
+
+  lakewarden   evaluated after every batch, and optimized (in process, by the optimizer's own executor) when
+               the evaluator says so
+  scheduled    Iceberg's rewrite_data_files procedure on the whole table every --every batches, with its
+               default options, as teams run it from a scheduler
+  never        never compacted
+
+Each batch upserts rows by key as a Flink upsert sink does (an equality-delete file per partition, then the
+new versions appended; tests/cdc.py), and every third batch also deletes rows with Spark's merge-on-read
+DELETE (position deletes). One batch stands for a minute of streaming: the scheduled job runs every few
+minutes, and lakewarden's time triggers see the same clock.
+
+Reported, as ratios: query latency of each copy against an ideally compacted copy (the final rows written
+once), Spark CPU-seconds spent compacting (the JVM's own CPU time during compaction), and write
+amplification (bytes compaction wrote / bytes the stream wrote).
+Goal: lakewarden <= 1.1x ideal latency, <= half the scheduled job's compaction CPU, write amplification <= 2.5.
+
+    .venv/bin/python bench/cdc_compaction.py [--rows 200000] [--batches 30] [--upserts 2000] [--every 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import bar_chart, write
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.errors import NothingToDo
+from lakewarden.domain.evaluator import OptimizingClock
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.metadata.catalogs import initialize_catalog, open_catalog
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.optimizer.executor import execute_task
+from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
+from lakewarden.services.self_optimizing import plan_process
+from lakewarden.spark.session import build_spark_session
+from tests.cdc import upsert
+
+MB = 1024 * 1024
+COPIES = ("lakewarden", "scheduled", "never")
+MINUTE_MS = 60_000
+PROPS = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.target-file-size-bytes": str(4 * MB),
+    "self-optimizing.target-size": str(4 * MB),
+}
+QUERIES = {
+    "full scan": "SELECT count(*), sum(xxhash64(id, cat, v)) FROM {t}",
+    "per category": "SELECT cat, count(*), max(v) FROM {t} GROUP BY cat",
+    "point lookups": "SELECT id, v FROM {t} WHERE id IN ({keys})",
+}
+
+
+class JvmCpu:
+    """CPU-seconds the Spark JVM (driver and local executors) has used so far, from /proc."""
+
+    def __init__(self, spark: Any) -> None:
+        self.pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--upserts", type=int, default=2_000)
+    parser.add_argument("--every", type=int, default=5, help="the scheduled job runs every this many batches")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="lakewarden-bench-"))
+    try:
+        run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    spec = CatalogSpec("bench", "sql", {"uri": f"sqlite:///{tmp}/catalog.db", "warehouse": str(tmp / "warehouse")})
+    initialize_catalog(spec)
+    spark = build_spark_session([spec], master="local[2]", driver_memory="4g", app_name="lakewarden-bench-cdc")
+    cpu = JvmCpu(spark)
+    spark.sql("CREATE NAMESPACE bench.db")
+    props = ", ".join(f"'{k}'='{v}'" for k, v in PROPS.items())
+    for copy in COPIES:
+        spark.sql(
+            f"CREATE TABLE bench.db.{copy} (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+            f"TBLPROPERTIES ({props})"
+        )
+        spark.sql(
+            f"INSERT INTO bench.db.{copy} SELECT id, concat('c', CAST(id % 4 AS STRING)), "
+            f"sha2(CAST(id AS STRING), 256) FROM range(0, {args.rows})"
+        )
+    rng = random.Random(11)
+    compaction = dict.fromkeys(COPIES, 0.0)
+    results: list[OptimizingResult] = []
+    cache = ManifestCache()
+    last_minor = 0
+    next_id = args.rows
+    started = time.perf_counter()
+    for batch in range(1, args.batches + 1):
+        keys = rng.sample(range(next_id), args.upserts * 3 // 4) + list(range(next_id, next_id + args.upserts // 4))
+        next_id += args.upserts // 4
+        rows = [(k, f"c{k % 4}", f"b{batch}-{k}") for k in keys]
+        for copy in COPIES:
+            upsert(spark, f"bench.db.{copy}", rows, "id, cat, v", "id", lambda row: f"cat={row[1]}")
+            if batch % 3 == 0:
+                spark.sql(f"DELETE FROM bench.db.{copy} WHERE id % 211 = {batch}")
+        now = batch * MINUTE_MS
+
+        before = cpu.seconds()
+        done, kind = optimize(spark, spec, cache, now, last_minor)
+        compaction["lakewarden"] += cpu.seconds() - before
+        results += done
+        if done and kind in ("minor", "full"):
+            last_minor = now
+
+        if batch % args.every == 0:
+            before = cpu.seconds()
+            spark.sql("CALL bench.system.rewrite_data_files(table => 'db.scheduled')")
+            compaction["scheduled"] += cpu.seconds() - before
+        print(
+            f"\rbatch {batch}/{args.batches}: lakewarden ran {len(done)} task(s), "
+            f"{time.perf_counter() - started:.0f} s",
+            end="",
+            flush=True,
+        )
+    print()
+
+    final = {r[0] for r in spark.sql("SELECT id FROM bench.db.never").collect()}
+    lookups = ", ".join(str(k) for k in rng.sample(sorted(final), 50))
+    spark.sql(
+        f"CREATE TABLE bench.db.ideal USING iceberg PARTITIONED BY (cat) TBLPROPERTIES ({props}) "
+        "AS SELECT * FROM bench.db.never"
+    )
+    checks = {c: spark.sql(QUERIES["full scan"].format(t=f"bench.db.{c}")).first() for c in (*COPIES, "ideal")}
+    assert len({tuple(v) for v in checks.values() if v is not None}) == 1, f"the copies differ: {checks}"
+
+    latency = {c: query_seconds(spark, f"bench.db.{c}", lookups) for c in (*COPIES, "ideal")}
+    layout = {c: files_of(spark, f"bench.db.{c}") for c in (*COPIES, "ideal")}
+    ingested = written_by(spark, "bench.db.never", lambda s: True)
+    amplification = {
+        "lakewarden": written_by(spark, "bench.db.lakewarden", lambda s: "lakewarden.process-id" in s) / ingested,
+        "scheduled": written_by(spark, "bench.db.scheduled", lambda s: s.get("_operation") == "replace") / ingested,
+    }
+    ratio = {c: latency[c] / latency["ideal"] for c in COPIES}
+    cpu_ratio = compaction["lakewarden"] / compaction["scheduled"] if compaction["scheduled"] else float("inf")
+    spark.stop()
+
+    print(
+        f"stream: {args.batches} batches of {args.upserts} upserts into {args.rows:,} rows; "
+        f"{ingested / MB:.1f} MB written"
+    )
+    for c in (*COPIES, "ideal"):
+        shown = f"{latency[c] * 1000:.0f} ms"
+        data, pos, eq = layout[c]
+        extra = f" = {ratio[c]:.2f}x ideal" if c in ratio else ""
+        print(f"  {c:<11} queries {shown}{extra}; files: {data} data, {pos} position-delete, {eq} equality-delete")
+    print(
+        f"compaction CPU: lakewarden {compaction['lakewarden']:.1f} s, scheduled {compaction['scheduled']:.1f} s "
+        f"= {cpu_ratio:.2f}x (goal <= 0.5x)"
+    )
+    print(
+        f"write amplification: lakewarden {amplification['lakewarden']:.2f} (goal <= 2.5), "
+        f"scheduled {amplification['scheduled']:.2f}"
+    )
+    print(f"latency: lakewarden {ratio['lakewarden']:.2f}x ideal (goal <= 1.1x)")
+    write(
+        "cdc_compaction",
+        {
+            "rows": args.rows,
+            "batches": args.batches,
+            "upserts": args.upserts,
+            "scheduled_every": args.every,
+            "query_seconds": {c: round(v, 4) for c, v in latency.items()},
+            "latency_vs_ideal": {c: round(v, 3) for c, v in ratio.items()},
+            "files": {
+                c: dict(zip(("data", "position_deletes", "equality_deletes"), v, strict=True))
+                for c, v in layout.items()
+            },
+            "compaction_cpu_seconds": {c: round(v, 2) for c, v in compaction.items()},
+            "cpu_lakewarden_vs_scheduled": round(cpu_ratio, 3),
+            "ingested_mb": round(ingested / MB, 2),
+            "write_amplification": {c: round(v, 3) for c, v in amplification.items()},
+            "lakewarden_tasks": len(results),
+            "goals": {"latency_vs_ideal": 1.1, "cpu_vs_scheduled": 0.5, "write_amplification": 2.5},
+        },
+    )
+    bar_chart(
+        "cdc_compaction",
+        "Query latency vs an ideally compacted copy (upsert stream)",
+        {c: ratio[c] for c in COPIES},
+        "x ideal",
+        goal=1.1,
+    )
+
+
+def optimize(
+    spark: Any, spec: CatalogSpec, cache: ManifestCache, now: int, last_minor: int
+) -> tuple[list[OptimizingResult], str | None]:
+    """What lakewarden does for the table after a batch: evaluate, and when something is pending, plan a
+    process and run its tasks stage by stage."""
+    table = open_catalog(spec).load_table(("db", "lakewarden"))
+    config = OptimizingConfig.of(table.properties)
+    clock = OptimizingClock(now, last_minor_ms=last_minor, last_full_ms=now)
+    try:
+        planned = plan_process("db.lakewarden", table, snapshot_files(table, cache), config, clock)
+    except NothingToDo:
+        return [], None
+    connection = CatalogConnection(name=spec.name, type=spec.type, properties=dict(spec.properties))
+    done = []
+    process_id = now // MINUTE_MS
+    for task_id, task in sorted(enumerate(planned.tasks, start=1), key=lambda t: t[1].stage):
+        work = Assignment(
+            process_id=process_id, task_id=task_id, attempt=1, type=task.type, catalog=connection, input=task.input
+        )
+        result = execute_task(spark, work, "bench")
+        assert isinstance(result, OptimizingResult)
+        done.append(result)
+    return done, planned.type
+
+
+def query_seconds(spark: Any, table: str, keys: str) -> float:
+    """The median over 5 runs (after one to warm up) of running every query once."""
+    spark.sql(f"REFRESH TABLE {table}")
+    runs = []
+    for attempt in range(6):
+        started = time.perf_counter()
+        for sql in QUERIES.values():
+            spark.sql(sql.format(t=table, keys=keys)).collect()
+        if attempt:
+            runs.append(time.perf_counter() - started)
+    return statistics.median(runs)
+
+
+def files_of(spark: Any, table: str) -> tuple[int, int, int]:
+    rows = {r[0]: r[1] for r in spark.sql(f"SELECT content, count(*) FROM {table}.files GROUP BY content").collect()}
+    return rows.get(0, 0), rows.get(1, 0), rows.get(2, 0)
+
+
+def written_by(spark: Any, table: str, which: Any) -> int:
+    """Bytes of data and delete files added by the snapshots `which(summary)` selects."""
+    total = 0
+    for operation, summary in spark.sql(f"SELECT operation, summary FROM {table}.snapshots").collect():
+        summary = {**summary, "_operation": operation}
+        if which(summary):
+            total += int(summary.get("added-files-size", 0))  # data and delete files
+    return total
+
+
+if __name__ == "__main__":
+    main()
