@@ -278,22 +278,18 @@ def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
 
 def _rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:
     """A position-delete file of its own for each data file, holding every row its deletes remove."""
-    from pyspark.sql import functions as F
-
     staged = _Staged(spark, table, tasks)
     try:
         frame = spark.read.format("iceberg").option("scan-task-set-id", staged.id).load(staged.id)
-        deleted = (
-            frame.select("_file", "_pos", "_deleted")
-            .where("_deleted")
-            .groupBy("_file")
-            .agg(F.sort_array(F.collect_list("_pos")).alias("positions"))
-            .collect()
-        )
+        # the deleted rows are few (what deletes remove from segments): collected as they are, no shuffle
+        deleted = frame.select("_file", "_pos", "_deleted").where("_deleted").select("_file", "_pos").collect()
     finally:
         staged.close()
+    positions: dict[str, list[int]] = {}
+    for path, pos in deleted:
+        positions.setdefault(path, []).append(pos)
     by_path = {str(t.file().location()): t for t in tasks}
-    return [_write_position_deletes(spark, table, by_path[row["_file"]], row["positions"]) for row in deleted]
+    return [_write_position_deletes(spark, table, by_path[p], sorted(positions[p])) for p in sorted(positions)]
 
 
 def _write_position_deletes(spark: SparkSession, table: Any, task: Any, positions: list[int]) -> Any:
