@@ -15,7 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.domain.evaluator import FileGroup, OptimizingType, TableEvaluation, first_fit
+from lakewarden.domain.evaluator import OptimizingType, TableEvaluation
+from lakewarden.domain.file_groups import FileGroup, first_fit
 from lakewarden.domain.files import is_global
 from lakewarden.domain.optimizing_config import OptimizingConfig
 

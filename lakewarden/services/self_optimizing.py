@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NothingToDo
-from lakewarden.domain.evaluator import FileGroup, OptimizingClock, evaluate_table
+from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
+from lakewarden.domain.file_groups import FileGroup
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.planning import output_sizing, plan_tasks
