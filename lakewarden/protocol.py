@@ -41,8 +41,21 @@ class PartitionRef(_Model):
     path: str
     values: list[Any]
 
+    @property
+    def key(self) -> str:
+        return f"{self.spec_id}:{self.path}"
+
 
 # ---- task inputs
+
+
+class ClusteringInput(_Model):
+    """How a clustering rewrite orders a group's rows (domain/clustering.py)."""
+
+    kind: Literal["sort", "z-order"]
+    label: str = Field(description="The clustering as the table's record of clustered partitions names it")
+    sort_order_id: int | None = Field(None, description="sort: the table's sort order the rows are sorted by")
+    columns: list[str] = Field(default_factory=list, description="z-order: the columns interleaved")
 
 
 class FileGroupInput(_Model):
@@ -54,6 +67,10 @@ class FileGroupInput(_Model):
     deletes: list[str] = Field(description="Every delete file that applies to those data files")
     split_size: int = Field(description="Bytes read per Spark split; each split becomes one file")
     max_file_size: int = Field(description="Where the writer rolls over to a new file")
+    expected_files: int = Field(1, description="How many files a clustering rewrite writes (its sort's partitions)")
+    clustering: ClusteringInput | None = Field(
+        None, description="Rows sorted or z-ordered across the group's output files (a full optimizing's clustering)"
+    )
 
 
 class OptimizingInput(_Model):
@@ -177,6 +194,11 @@ class OptimizingResult(_Result):
         default_factory=dict,
         description="Per partition ('<spec id>:<path>'), the files written by a rewrite that could not reduce "
         "its files: the partition is not planned again until its files change",
+    )
+    clustered: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per partition ('<spec id>:<path>'), the files a clustering rewrite wrote: the partition is "
+        "clustered while they are its files",
     )
     TOTALS: ClassVar[tuple[str, ...]] = (
         "files_in",

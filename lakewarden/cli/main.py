@@ -342,6 +342,8 @@ def render_evaluation(evaluation: dict[str, Any] | None) -> None:
     render.console.print(f"[bold]evaluation[/bold] of snapshot {evaluation.get('snapshot_id')}: {verdict}")
     for reason in evaluation.get("reasons", []):
         render.console.print(f"  - {reason}")
+    if evaluation.get("clustering"):
+        render.console.print(f"  full optimizing clusters by {evaluation['clustering']}")
     rows = [
         [
             p["partition"],

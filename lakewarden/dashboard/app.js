@@ -267,6 +267,7 @@ function tablePage(catalog, database, table, tab = "overview") {
           ["metadata", `<span class="mono">${esc(t.metadata_location || "")}</span>`],
           ["last refreshed", fmt.time(t.last_refreshed_at)], ["refresh error", `<span class="error">${esc(t.refresh_error || "")}</span>`],
           ["last minor / major / full", [t.last_minor_optimizing_at, t.last_major_optimizing_at, t.last_full_optimizing_at].map(fmt.time).join(" · ")],
+          ["full optimizing clusters by", esc(e.clustering || "— (bin-pack)")],
         ])}</div><div><h2 style="margin-top:0">Why ${esc(t.status)}</h2>
           <p>verdict: <b>${esc(e.type || "nothing to optimize")}</b> · evaluated ${fmt.ago(t.evaluated_at)}</p>
           <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul>

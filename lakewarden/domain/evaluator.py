@@ -26,7 +26,8 @@ import enum
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from lakewarden.domain.file_groups import OPEN_FILE_COST, FileGroup, split_files, two_smallest
+from lakewarden.domain.clustering import Clustering
+from lakewarden.domain.file_groups import OPEN_FILE_COST, FileGroup, make_group, split_files, two_smallest
 from lakewarden.domain.files import AppliedDeletes, DataFile, DeleteFile, PartitionFiles, PartitionKey
 from lakewarden.domain.optimizing_config import OptimizingConfig
 
@@ -191,13 +192,15 @@ class OptimizingClock:
 class _Rules:
     """Amoro's per-file rules for one partition under one configuration and clock."""
 
-    def __init__(self, config: OptimizingConfig, clock: OptimizingClock) -> None:
+    def __init__(self, config: OptimizingConfig, clock: OptimizingClock, clustering: Clustering | None) -> None:
         self.config = config
         self.fragment_max = config.fragment_threshold
         self.undersized_max = config.undersized_threshold
         self.full = config.full_trigger_interval_ms >= 0 and (
             clock.now_ms - clock.last_full_ms > config.full_trigger_interval_ms
         )
+        # a full optimizing of a clustered table rewrites unclustered partitions whole (domain/clustering.py)
+        self.clustering = clustering if self.full else None
 
     def fragment(self, data: DataFile) -> bool:
         return data.size <= self.fragment_max
@@ -206,6 +209,8 @@ class _Rules:
         return self.fragment_max < data.size <= self.undersized_max
 
     def should_rewrite(self, data: DataFile, applied: AppliedDeletes) -> bool:
+        if self.clustering is not None:
+            return True
         if self.full:
             # a full optimizing rewrites every file, or every file that is small or has deletes
             return self.config.full_rewrite_all_files or applied.any or data.size <= self.undersized_max
@@ -227,20 +232,17 @@ class _Rules:
 _NO_DELETES = AppliedDeletes()
 
 
-def unreduced_key(partition: PartitionKey) -> str:
-    """How the files a rewrite could not reduce are remembered per partition."""
-    return f"{partition.spec_id}:{partition.path}"
-
-
 def evaluate_partition(
     files: PartitionFiles,
     config: OptimizingConfig,
     clock: OptimizingClock,
     unreduced: Collection[str] = (),
+    clustering: Clustering | None = None,
 ) -> PartitionEvaluation:
     """`unreduced`: the files the partition's last rewrite wrote without reducing their number; a plan that
-    would take only those is not made (it would do the same again)."""
-    rules = _Rules(config, clock)
+    would take only those is not made (it would do the same again). `clustering`: how the table's full
+    optimizing orders rows (which takes a partition whole, or leaves it alone when it is clustered)."""
+    rules = _Rules(config, clock, clustering)
     r = PartitionEvaluation(files.partition, full_interval_reached=rules.full, files=files, _rules=rules)
     over_ratio: list[str] = []
     fragment_max, undersized_max = rules.fragment_max, rules.undersized_max
@@ -286,6 +288,9 @@ def evaluate_partition(
                 r.count_delete(delete)
             else:
                 r.reserved.add(delete.path)
+    if rules.clustering is not None:
+        _decide_clustering(r, config, rules.clustering)
+        return r
     _decide(r, config, clock, rules, over_ratio)
     if r.type is not None and not _changes_something(r, config):
         r.reasons.append(
@@ -321,8 +326,10 @@ def _changes_something(r: PartitionEvaluation, config: OptimizingConfig) -> bool
 
 def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFiles, rules: _Rules) -> list[FileGroup]:
     """The partition's file groups (domain/file_groups.py); delete files of lone undersized segments left
-    alone join the reserved ones."""
+    alone join the reserved ones. A clustering takes the partition as one group."""
     deletes_of: Callable[[DataFile], list[DeleteFile]] = files.deletes_for if files.delete_files else (lambda _data: [])
+    if rules.clustering is not None:
+        return [make_group(r.partition, r.rewrite, [], deletes_of, rules.clustering)] if r.rewrite else []
     groups, reserved = split_files(
         r.partition,
         r.rewrite,
@@ -334,6 +341,24 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
     )
     r.reserved.update(reserved)
     return groups
+
+
+def _decide_clustering(r: PartitionEvaluation, config: OptimizingConfig, clustering: Clustering) -> None:
+    every = _duration(config.full_trigger_interval_ms)
+    if not r.rewrite:
+        return
+    why = clustering.unclustered(r.files) if r.files is not None else []
+    if why:
+        r.type = OptimizingType.FULL
+        r.reasons.append(
+            f"full.trigger.interval ({every}) has passed since the last full optimizing; the partition is "
+            f"rewritten whole, clustered by {clustering.label}: {'; '.join(why)}"
+        )
+    else:
+        r.reasons.append(
+            f"full.trigger.interval ({every}) has passed, but the partition is clustered by {clustering.label} "
+            "since its last full optimizing and nothing changed it"
+        )
 
 
 def _decide(
@@ -420,6 +445,8 @@ class TableEvaluation:
     reasons: list[str]
     # the table's self-optimizing.filter left some partitions out (their files were not read)
     filtered: bool = False
+    # how full optimizing orders its rows (domain/clustering.py), if it does
+    clustering: str | None = None
 
     @property
     def pending(self) -> list[PartitionEvaluation]:
@@ -443,6 +470,7 @@ class TableEvaluation:
                 if p.fragment_files + p.undersized_files >= 2
             ),
             "delete_files": len({d.path for p in self.partitions if p.files for d in p.files.delete_files}),
+            "clustering": self.clustering,
         }
 
 
@@ -452,6 +480,7 @@ def evaluate_table(
     config: OptimizingConfig,
     clock: OptimizingClock,
     unreduced: Mapping[str, Collection[str]] | None = None,
+    clustering: Clustering | None = None,
 ) -> TableEvaluation:
     if not config.enabled:
         return TableEvaluation(snapshot_id, None, [], ["self-optimizing.enabled is false"])
@@ -459,16 +488,19 @@ def evaluate_table(
         return TableEvaluation(snapshot_id, None, [], ["the table has no snapshot yet"])
     marks = unreduced or {}
     evaluated = [
-        evaluate_partition(files, config, clock, marks.get(unreduced_key(files.partition), ())) for files in partitions
+        evaluate_partition(files, config, clock, marks.get(files.partition.key, ()), clustering) for files in partitions
     ]
     pending = [p for p in evaluated if p.type is not None]
+    label = clustering.label if clustering is not None else None
     if not pending:
         idle = "no partition needs optimizing" if evaluated else "the table has no data files"
-        return TableEvaluation(snapshot_id, None, evaluated, [idle], filtered=bool(config.filter))
+        if evaluated and clustering is not None and evaluated[0].full_interval_reached:
+            idle += f": full.trigger.interval has passed, and every partition is clustered by {clustering.label}"
+        return TableEvaluation(snapshot_id, None, evaluated, [idle], bool(config.filter), label)
     heaviest = max(p.type for p in pending if p.type is not None)
     counts = {t: sum(1 for p in pending if p.type is t) for t in OptimizingType}
     parts = ", ".join(f"{n} {t.label}" for t, n in sorted(counts.items(), reverse=True) if n)
     reasons = [f"{len(pending)} of {len(evaluated)} partition(s) need optimizing ({parts})"]
     if config.filter:
         reasons.append(f"only files that may match self-optimizing.filter ({config.filter}) are considered")
-    return TableEvaluation(snapshot_id, heaviest, evaluated, reasons, filtered=bool(config.filter))
+    return TableEvaluation(snapshot_id, heaviest, evaluated, reasons, bool(config.filter), label)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from lakewarden.domain.clustering import Clustering
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 
 # Iceberg's read.split.open-file-cost: opening a file costs about as much as reading this many bytes.
@@ -23,6 +24,8 @@ class FileGroup:
     rewrite: tuple[DataFile, ...]
     rewrite_pos: tuple[DataFile, ...]
     deletes: tuple[DeleteFile, ...]
+    # rows sorted or z-ordered across the output files (a clustered table's full optimizing)
+    clustering: Clustering | None = None
 
     @property
     def data_bytes(self) -> int:
@@ -120,8 +123,11 @@ def make_group(
     rewrite: Iterable[DataFile],
     rewrite_pos: Iterable[DataFile],
     deletes_of: Callable[[DataFile], list[DeleteFile]],
+    clustering: Clustering | None = None,
 ) -> FileGroup:
     rewrite = sorted(rewrite, key=lambda f: f.path)
     rewrite_pos = sorted(rewrite_pos, key=lambda f: f.path)
     deletes = {d.path: d for f in [*rewrite, *rewrite_pos] for d in deletes_of(f)}
-    return FileGroup(partition, tuple(rewrite), tuple(rewrite_pos), tuple(deletes[p] for p in sorted(deletes)))
+    return FileGroup(
+        partition, tuple(rewrite), tuple(rewrite_pos), tuple(deletes[p] for p in sorted(deletes)), clustering
+    )

@@ -21,6 +21,11 @@ class PartitionKey:
     def __str__(self) -> str:
         return self.path or "(unpartitioned)"
 
+    @property
+    def key(self) -> str:
+        """How lakewarden remembers things per partition (files a rewrite could not reduce, files it clustered)."""
+        return f"{self.spec_id}:{self.path}"
+
 
 @dataclass(frozen=True, slots=True)
 class DataFile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lakewarden.domain.clustering import parse_columns
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.tables import TABLE_DEFAULTS
 
@@ -58,6 +59,7 @@ class OptimizingConfig:
     major_duplicate_ratio: float
     full_trigger_interval_ms: int
     full_rewrite_all_files: bool
+    z_order_columns: tuple[str, ...]
     min_plan_interval_ms: int
     execute_num_retries: int
     filter: str | None
@@ -88,6 +90,7 @@ class OptimizingConfig:
             major_duplicate_ratio=_float(props, "major.trigger.duplicate-ratio", 0.0, 1.0),
             full_trigger_interval_ms=_int(props, "full.trigger.interval"),
             full_rewrite_all_files=_bool(props, "full.rewrite-all-files"),
+            z_order_columns=parse_columns(_get(props, "z-order.columns")),
             min_plan_interval_ms=_int(props, "min-plan-interval", 0),
             execute_num_retries=_int(props, "execute.num-retries", 0),
             filter=_get(props, "filter") or None,

@@ -79,6 +79,7 @@ TABLE_DEFAULTS: dict[str, str] = {
     "self-optimizing.major.trigger.duplicate-ratio": "0.1",
     "self-optimizing.full.trigger.interval": "-1",
     "self-optimizing.full.rewrite-all-files": "true",
+    "self-optimizing.z-order.columns": "",
     "self-optimizing.min-plan-interval": "60000",
     "self-optimizing.execute.num-retries": "5",
     "self-optimizing.filter": "",

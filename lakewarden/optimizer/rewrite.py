@@ -78,17 +78,23 @@ def run_optimizing(
     rewritten: list[Any] = []
     pos_rewritten = 0
     unreduced: dict[str, list[str]] = {}
+    clustered: dict[str, list[str]] = {}
     try:
         for group in work.groups:
             rewrite = group.rewrite + (group.rewrite_pos if v3 else [])
             if rewrite:
                 group_tasks = [tasks[p] for p in rewrite]
-                written = _rewrite(spark, table, group_tasks, group)
+                if group.clustering is not None:
+                    written = _cluster(spark, table, group_tasks, group)
+                    # files of an older spec land in other partitions: clustered again at the next full optimizing
+                    if int(group_tasks[0].spec().specId()) == int(table.spec().specId()):
+                        clustered[group.partition.key] = [str(f.location()) for f in written]
+                else:
+                    written = _rewrite(spark, table, group_tasks, group)
+                    if len(written) >= len(rewrite) and not group.rewrite_pos and not group.deletes:
+                        unreduced.setdefault(group.partition.key, []).extend(str(f.location()) for f in written)
                 written_data += written
                 rewritten += [t.file() for t in group_tasks]
-                if len(written) >= len(rewrite) and not group.rewrite_pos and not group.deletes:
-                    key = f"{group.partition.spec_id}:{group.partition.path}"
-                    unreduced.setdefault(key, []).extend(str(f.location()) for f in written)
             if group.rewrite_pos and not v3:
                 written_deletes += _rewrite_positions(spark, table, [tasks[p] for p in group.rewrite_pos])
                 pos_rewritten += len(group.rewrite_pos)
@@ -118,6 +124,7 @@ def run_optimizing(
         removed_delete_files=sorted(removed)[:MAX_LISTED],
         added_delete_files=_paths(written_deletes),
         unreduced=unreduced if committed is not None else {},
+        clustered=clustered if committed is not None else {},
     )
 
 
@@ -274,6 +281,89 @@ def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
         return list(written)
     finally:
         staged.close()
+
+
+def _cluster(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
+    """Iceberg's own sort or z-order rewrite runner (SparkSortFileRewriteRunner, SparkZOrderFileRewriteRunner)
+    on exactly these files: the rows shuffled into `expected_files` ranges of the clustering key, each sorted
+    and written as one file, returned uncommitted. The runners are package-private in Iceberg's Spark module:
+    constructed through reflection and driven through their public interface, FileRewriteRunner."""
+    clustering = group.clustering
+    assert clustering is not None
+    jvm: Any = spark._jvm
+    gateway: Any = spark.sparkContext._gateway
+    session, iceberg_table = spark._jsparkSession, table
+    if clustering.kind == "sort":
+        order = table.sortOrders().get(clustering.sort_order_id)
+        if order is None:
+            raise StalePlan(f"the table has no sort order {clustering.sort_order_id} any more")
+        runner = _construct(
+            jvm,
+            gateway,
+            "org.apache.iceberg.spark.actions.SparkSortFileRewriteRunner",
+            ["org.apache.spark.sql.SparkSession", "org.apache.iceberg.Table", "org.apache.iceberg.SortOrder"],
+            [session, iceberg_table, order],
+        )
+    else:
+        columns = jvm.java.util.ArrayList()
+        for name in clustering.columns:
+            columns.add(name)
+        runner = _construct(
+            jvm,
+            gateway,
+            "org.apache.iceberg.spark.actions.SparkZOrderFileRewriteRunner",
+            ["org.apache.spark.sql.SparkSession", "org.apache.iceberg.Table", "java.util.List"],
+            [session, iceberg_table, columns],
+        )
+    interface = "org.apache.iceberg.actions.FileRewriteRunner"
+    _invoke(jvm, gateway, interface, "init", ["java.util.Map"], runner, [jvm.java.util.HashMap()])
+    scan_tasks = jvm.java.util.ArrayList()
+    for task in tasks:
+        scan_tasks.add(task)
+    info = (
+        jvm.org.apache.iceberg.actions.ImmutableRewriteDataFiles.FileGroupInfo.builder()
+        .globalIndex(0)
+        .partitionIndex(0)
+        .partition(tasks[0].file().partition())
+        .build()
+    )
+    file_group = jvm.org.apache.iceberg.actions.RewriteFileGroup(
+        info, scan_tasks, int(table.spec().specId()), group.max_file_size, group.split_size, group.expected_files
+    )
+    written = _invoke(
+        jvm, gateway, interface, "rewrite", ["org.apache.iceberg.actions.RewriteGroupBase"], runner, [file_group]
+    )
+    return list(written)
+
+
+def _classes(jvm: Any, gateway: Any, names: list[str]) -> Any:
+    classes = gateway.new_array(jvm.java.lang.Class, len(names))
+    for i, name in enumerate(names):
+        classes[i] = jvm.org.apache.spark.util.Utils.classForName(name, True, False)
+    return classes
+
+
+def _objects(jvm: Any, gateway: Any, values: list[Any]) -> Any:
+    objects = gateway.new_array(jvm.java.lang.Object, len(values))
+    for i, value in enumerate(values):
+        objects[i] = value
+    return objects
+
+
+def _construct(jvm: Any, gateway: Any, class_name: str, parameters: list[str], arguments: list[Any]) -> Any:
+    """A new instance of a class whose constructor is not public."""
+    klass = jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
+    constructor = klass.getDeclaredConstructor(_classes(jvm, gateway, parameters))
+    constructor.setAccessible(True)
+    return constructor.newInstance(_objects(jvm, gateway, arguments))
+
+
+def _invoke(
+    jvm: Any, gateway: Any, interface: str, method: str, parameters: list[str], target: Any, arguments: list[Any]
+) -> Any:
+    """A public interface's method called on an object whose own class is not public."""
+    klass = jvm.org.apache.spark.util.Utils.classForName(interface, True, False)
+    return klass.getMethod(method, _classes(jvm, gateway, parameters)).invoke(target, _objects(jvm, gateway, arguments))
 
 
 def _rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:

@@ -22,6 +22,7 @@ from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evalua
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
+from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.services.catalog_access import catalog_for
 from lakewarden.services.loop import LoopService
@@ -138,7 +139,12 @@ class TableEvaluator(LoopService):
                 last_full_ms=_ms(runtime.last_full_optimizing_at or managed_since),
             )
             verdict = evaluate_table(
-                snapshot_id, group_by_partition(files.data, files.deletes), config, clock, runtime.unreduced
+                snapshot_id,
+                group_by_partition(files.data, files.deletes),
+                config,
+                clock,
+                runtime.unreduced,
+                table_clustering(table, config, runtime.clustered),
             )
             document = evaluation_document(verdict)
             document["manifests_read"] = files.manifests_read

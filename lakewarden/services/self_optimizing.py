@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.clustering import merged_marks
 from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
 from lakewarden.domain.file_groups import FileGroup
@@ -19,9 +20,10 @@ from lakewarden.domain.planning import output_sizing, plan_tasks
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
+from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import ManifestCache, SnapshotFiles, snapshot_files
-from lakewarden.protocol import FileGroupInput, OptimizingInput, PartitionRef
+from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef
 from lakewarden.services.processes import ProcessFactory
 from lakewarden.store import processes as process_store
 from lakewarden.store import runtime as runtime_store
@@ -54,14 +56,19 @@ class SelfOptimizingFactory(ProcessFactory):
         )
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
         files = snapshot_files(table, self.cache, config.filter)
-        return plan_process(name, table, files, config, clock, rec.runtime.unreduced)
+        return plan_process(name, table, files, config, clock, rec.runtime.unreduced, rec.runtime.clustered)
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
         runtime = table_store.runtime_of(session, process.table_id)
         if runtime is None:
             return
-        fields: dict[str, Any] = {"optimizing_process_id": None, "unreduced": _unreduced(session, process, runtime)}
+        tasks = process_store.tasks_of(session, process.process_id)
+        fields: dict[str, Any] = {
+            "optimizing_process_id": None,
+            "unreduced": _unreduced(tasks, runtime),
+            "clustered": _clustered(tasks, runtime),
+        }
         if status is ProcessStatus.SUCCESS:
             fields[LAST_OPTIMIZED[process.type]] = utcnow()
             if process.type == "full":  # a full optimizing also did everything a minor would
@@ -100,11 +107,15 @@ def plan_process(
     config: OptimizingConfig,
     clock: OptimizingClock,
     unreduced: Mapping[str, Collection[str]] | None = None,
+    clustered: Mapping[str, Any] | None = None,
 ) -> ProcessPlan:
     """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
     of: one task per bin of file groups, and a last task removing the delete files tasks shared.
+    `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote.
     Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
-    verdict = evaluate_table(files.snapshot_id, group_by_partition(files.data, files.deletes), config, clock, unreduced)
+    clustering = table_clustering(table, config, clustered)
+    partitions = group_by_partition(files.data, files.deletes)
+    verdict = evaluate_table(files.snapshot_id, partitions, config, clock, unreduced, clustering)
     plan = plan_tasks(verdict, config)
     if not plan.tasks or verdict.type is None:
         raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
@@ -148,11 +159,10 @@ def plan_process(
     return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
 
 
-def _unreduced(session: Session, process: ProcessRow, runtime: Any) -> dict[str, Any] | None:
+def _unreduced(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
     """The table's record of files rewritten without being reduced, after this process: the partitions it
     optimized forget theirs, and those where a task could not reduce its files remember what it wrote."""
     marks = dict(runtime.unreduced or {})
-    tasks = process_store.tasks_of(session, process.process_id)
     for task in tasks:
         for partition in task.partitions:
             if isinstance(partition, dict):
@@ -164,10 +174,29 @@ def _unreduced(session: Session, process: ProcessRow, runtime: Any) -> dict[str,
     return marks or None
 
 
+def _clustered(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
+    """The table's record of clustered partitions, after this process: each partition a task clustered
+    remembers the files it wrote, under the clustering the task was given."""
+    done: dict[str, tuple[str, list[str]]] = {}
+    for task in tasks:
+        if task.status != TaskStatus.SUCCESS or not task.output or not task.output.get("clustered"):
+            continue
+        labels = {
+            PartitionRef(**g["partition"]).key: g["clustering"]["label"]
+            for g in (task.input or {}).get("groups", [])
+            if g.get("clustering")
+        }
+        for key, paths in task.output["clustered"].items():
+            if key in labels:
+                done[key] = (labels[key], paths)
+    return merged_marks(runtime.clustered, done) if done else runtime.clustered
+
+
 def group_input(group: FileGroup, target_size: int) -> FileGroupInput:
     """One file group as an optimizer runs it: its files by path, and how Iceberg sizes its output."""
     sizing = output_sizing(sum(f.size for f in group.rewrite), target_size)
     p = group.partition
+    c = group.clustering
     return FileGroupInput(
         partition=PartitionRef(spec_id=p.spec_id, path=p.path, values=list(p.values)),
         rewrite=[f.path for f in group.rewrite],
@@ -175,6 +204,10 @@ def group_input(group: FileGroup, target_size: int) -> FileGroupInput:
         deletes=[d.path for d in group.deletes],
         split_size=sizing.split_size,
         max_file_size=sizing.max_file_size,
+        expected_files=sizing.expected_files,
+        clustering=None
+        if c is None
+        else ClusteringInput(kind=c.kind, label=c.label, sort_order_id=c.sort_order_id, columns=list(c.columns)),
     )
 
 

@@ -80,6 +80,8 @@ class TableRuntimeRow(Base):
     optimizing_process_id: Mapped[int | None] = mapped_column(BigInteger)
     # per partition ('<spec id>:<path>'), the files a rewrite wrote without reducing their number
     unreduced: Mapped[dict[str, Any] | None]
+    # per partition, the files its last clustering rewrite wrote, and by which clustering (domain/clustering.py)
+    clustered: Mapped[dict[str, Any] | None]
 
 
 class OptimizerRow(Base):
