@@ -107,7 +107,13 @@ def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], s
         f"TBLPROPERTIES ({PROPS}, 'self-optimizing.full.trigger.interval'='1')"
     )
     write(spark, "local.db.full", rounds=2)
-    expected = {t: checksum_with_ts(spark, f"local.db.{t}") for t in ("major", "full")}
+    spark.sql(
+        f"CREATE TABLE local.db.clustered (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+        f"PARTITIONED BY (cat) TBLPROPERTIES ({PROPS}, 'self-optimizing.full.trigger.interval'='1', "
+        "'self-optimizing.z-order.columns'='cat, id, ts')"
+    )
+    write(spark, "local.db.clustered", rounds=2)
+    expected = {t: checksum_with_ts(spark, f"local.db.{t}") for t in ("major", "full", "clustered")}
     major_files = counts(spark, "local.db.major")
     api.post("/catalogs/local/refresh")
     major = table_status(api, "major", "pending")
@@ -118,7 +124,7 @@ def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], s
 
     def both() -> dict[str, Any] | None:
         ended = {p["table"]: p for p in api.get("/processes").json() if p["status"] != "running"}
-        return ended if {"local.db.major", "local.db.full"} <= set(ended) else None
+        return ended if {"local.db.major", "local.db.full", "local.db.clustered"} <= set(ended) else None
 
     ended = run_optimizer_until(api, server, spark, both)
     assert ended["local.db.major"]["status"] == "success" and ended["local.db.major"]["type"] == "major"
@@ -130,6 +136,19 @@ def test_major_and_full_are_executed(lake: tuple[ServerProcess, httpx.Client], s
     assert data <= major_files[0]
     assert counts(spark, "local.db.full") == (1, 0)  # everything rewritten into one file
     assert api.get("/tables/local/db/full").json()["last_full_optimizing_at"] is not None
+    # the clustered table: each partition z-ordered whole (cat, an identity partition column, is dropped), and
+    # remembered as clustered, so the next full optimizing (its interval passes at once) has nothing to do
+    assert ended["local.db.clustered"]["status"] == "success" and ended["local.db.clustered"]["type"] == "full"
+    assert counts(spark, "local.db.clustered") == (2, 0)
+
+    def clustered_and_idle() -> dict[str, Any] | None:
+        shown = api.get("/tables/local/db/clustered").json()
+        reasons = " ".join((shown.get("evaluation") or {}).get("reasons", []))
+        return shown if shown["status"] == "idle" and "every partition is clustered" in reasons else None
+
+    shown = wait_for("the clustered table to be idle", clustered_and_idle, timeout=60)
+    assert shown["evaluation"]["clustering"] == "z-order(id, ts)"
+    assert len(api.get("/processes", params={"table": "local.db.clustered"}).json()) == 1
 
 
 @pytest.mark.parametrize(
