@@ -8,8 +8,9 @@ For each file group of the task:
 - for the data files whose deletes are rewritten, Spark reads which of their rows the deletes remove
   (Iceberg's `_deleted` metadata column) and each such file gets one position-delete file of its own,
   naming it alone (Amoro turns equality deletes into position deletes this way).
-Then one commit: Iceberg's RewriteFiles replaces the rewritten data files and the delete files the task
-removes, validated against everything committed since the planned snapshot, the new data files keeping
+Groups are rewritten concurrently (up to MAX_CONCURRENT_GROUPS Spark jobs, as Iceberg's action runs its
+groups), and the position deletes of all groups are found in one Spark job. Then one commit: Iceberg's
+RewriteFiles replaces the rewritten data files and the delete files the task removes, validated against everything committed since the planned snapshot, the new data files keeping
 that snapshot's sequence number (so deletes committed meanwhile still apply to them). Files written by a
 task that cannot commit are deleted again.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.protocol import MAX_LISTED, FileGroupInput, OptimizingInput, OptimizingResult
@@ -29,6 +31,8 @@ from lakewarden.protocol import MAX_LISTED, FileGroupInput, OptimizingInput, Opt
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# file groups of one task rewritten at once (Iceberg's max-concurrent-file-group-rewrites defaults to 5)
+MAX_CONCURRENT_GROUPS = 4
 # the fields of Iceberg's position-delete files (MetadataColumns.DELETE_FILE_PATH / DELETE_FILE_POS)
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -80,24 +84,21 @@ def run_optimizing(
     unreduced: dict[str, list[str]] = {}
     clustered: dict[str, list[str]] = {}
     try:
-        for group in work.groups:
-            rewrite = group.rewrite + (group.rewrite_pos if v3 else [])
-            if rewrite:
-                group_tasks = [tasks[p] for p in rewrite]
-                if group.clustering is not None:
-                    written = _cluster(spark, table, group_tasks, group)
-                    # files of an older spec land in other partitions: clustered again at the next full optimizing
-                    if int(group_tasks[0].spec().specId()) == int(table.spec().specId()):
-                        clustered[group.partition.key] = [str(f.location()) for f in written]
-                else:
-                    written = _rewrite(spark, table, group_tasks, group)
-                    if len(written) >= len(rewrite) and not group.rewrite_pos and not group.deletes:
-                        unreduced.setdefault(group.partition.key, []).extend(str(f.location()) for f in written)
-                written_data += written
-                rewritten += [t.file() for t in group_tasks]
-            if group.rewrite_pos and not v3:
-                written_deletes += _rewrite_positions(spark, table, [tasks[p] for p in group.rewrite_pos])
-                pos_rewritten += len(group.rewrite_pos)
+        jobs = [(g, [tasks[p] for p in g.rewrite + (g.rewrite_pos if v3 else [])]) for g in work.groups]
+        for group, group_tasks, written in _rewrite_groups(spark, table, [(g, t) for g, t in jobs if t]):
+            if group.clustering is not None:
+                # files of an older spec land in other partitions: clustered again at the next full optimizing
+                if int(group_tasks[0].spec().specId()) == int(table.spec().specId()):
+                    clustered[group.partition.key] = [str(f.location()) for f in written]
+            elif len(written) >= len(group_tasks) and not group.rewrite_pos and not group.deletes:
+                unreduced.setdefault(group.partition.key, []).extend(str(f.location()) for f in written)
+            written_data += written
+            rewritten += [t.file() for t in group_tasks]
+        # every group's segments whose deletes are rewritten: read in one Spark job
+        positions = [] if v3 else [tasks[p] for g in work.groups for p in g.rewrite_pos]
+        if positions:
+            written_deletes += _rewrite_positions(spark, table, positions)
+            pos_rewritten += len(positions)
         if gate is not None:
             gate()
         committed = _commit(
@@ -281,6 +282,51 @@ def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
         return list(written)
     finally:
         staged.close()
+
+
+def _rewrite_groups(
+    spark: SparkSession, table: Any, jobs: list[tuple[FileGroupInput, list[Any]]]
+) -> list[tuple[FileGroupInput, list[Any], list[Any]]]:
+    """Each group rewritten (bin-packed, or clustered) by a Spark job of its own, up to MAX_CONCURRENT_GROUPS
+    at once as Iceberg's action runs its groups (max-concurrent-file-group-rewrites): a group read as one
+    split keeps one core busy, so one group at a time would leave the others idle. The jobs run in the
+    task's Spark job group (canceling the task cancels them all). When a group fails, the files the others
+    wrote are deleted before the error is raised."""
+    if len(jobs) <= 1:
+        return [(g, t, _rewrite_one(spark, table, t, g)) for g, t in jobs]
+    sc = spark.sparkContext
+    jvm: Any = spark._jvm
+    inherited = {
+        k: sc.getLocalProperty(k) for k in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    }
+
+    def in_task_job_group(group: FileGroupInput, group_tasks: list[Any]) -> list[Any]:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        for key, value in inherited.items():
+            sc.setLocalProperty(key, value)  # type: ignore[arg-type]
+        return _rewrite_one(spark, table, group_tasks, group)
+
+    done: list[tuple[FileGroupInput, list[Any], list[Any]]] = []
+    failure: BaseException | None = None
+    with ThreadPoolExecutor(min(len(jobs), MAX_CONCURRENT_GROUPS), thread_name_prefix="group") as pool:
+        futures = [pool.submit(in_task_job_group, g, t) for g, t in jobs]
+        for (group, group_tasks), future in zip(jobs, futures, strict=True):
+            try:
+                done.append((group, group_tasks, future.result()))
+            except BaseException as exc:
+                failure = failure or exc
+    if failure is not None:
+        for _, _, written in done:
+            for f in written:
+                table.io().deleteFile(f.location())
+        raise failure
+    return done
+
+
+def _rewrite_one(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
+    return (
+        _cluster(spark, table, tasks, group) if group.clustering is not None else _rewrite(spark, table, tasks, group)
+    )
 
 
 def _cluster(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
