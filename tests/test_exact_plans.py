@@ -257,6 +257,39 @@ def test_a_task_revoked_before_its_commit_commits_nothing_and_leaves_no_file(
     assert set((location / "data").rglob("*.parquet")) == on_disk  # the files it wrote are gone again
 
 
+def test_the_groups_of_a_task_run_at_once_in_its_job_group_and_a_failure_leaves_no_file(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    from lakewarden.optimizer.executor import job_group
+    from lakewarden.optimizer.rewrite import TaskRevoked
+
+    table = create(spark, "groups")
+    for cat in ("a", "b", "c"):
+        for i in range(3):
+            write(spark, table, FRAGMENT, cat, i * 100)
+    before = checksum(spark, table)
+    location = Path(str(spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]))  # type: ignore[index]
+    on_disk = set((location / "data").rglob("*.parquet"))
+    planned = plan(catalog, table)
+    (task,) = planned.tasks
+    assert len(task.input.groups) == 3  # type: ignore[union-attr]
+
+    def revoked() -> None:
+        raise TaskRevoked("the process was canceled")
+
+    work = assignment(catalog, task.input.model_dump(mode="json"), 4321, 1)
+    with pytest.raises(TaskRevoked):
+        execute_task(spark, work, "test", gate=revoked)
+    assert set((location / "data").rglob("*.parquet")) == on_disk  # every group's files are gone again
+    # the group rewrites ran on threads of their own, in the task's job group (what canceling it cancels)
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(job_group(work))
+    assert len(jobs) >= 3
+
+    (result,) = run(spark, catalog, planned)
+    assert result.files_in == 9 and result.files_out == 3
+    assert checksum(spark, table) == before
+
+
 def test_revoking_a_task_cancels_its_spark_jobs(spark: SparkSession) -> None:
     import threading
 
