@@ -98,15 +98,14 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     for copy in COPIES[1:]:
         begun = time.perf_counter()
         results = optimize(spark, spec, copy)
-        seconds = time.perf_counter() - begun
+        took = time.perf_counter() - begun
         optimizing[copy] = {
-            "seconds": round(seconds, 1),
+            "seconds": round(took, 1),
             "files_in": sum(r.files_in for r in results),
             "files_out": sum(r.files_out for r in results),
         }
-        print(
-            f"{copy}: full optimizing {seconds:.1f} s, {optimizing[copy]['files_in']} -> {optimizing[copy]['files_out']} files"
-        )
+        counts = f"{optimizing[copy]['files_in']} -> {optimizing[copy]['files_out']} files"
+        print(f"{copy}: full optimizing {took:.1f} s, {counts}")
 
     checks = {
         c: spark.sql(f"SELECT count(*), sum(xxhash64(id, x, y, payload)) FROM {table_name(c)}").first() for c in COPIES

@@ -10,9 +10,10 @@ For each file group of the task:
   naming it alone (Amoro turns equality deletes into position deletes this way).
 Groups are rewritten concurrently (up to MAX_CONCURRENT_GROUPS Spark jobs, as Iceberg's action runs its
 groups), and the position deletes of all groups are found in one Spark job. Then one commit: Iceberg's
-RewriteFiles replaces the rewritten data files and the delete files the task removes, validated against everything committed since the planned snapshot, the new data files keeping
-that snapshot's sequence number (so deletes committed meanwhile still apply to them). Files written by a
-task that cannot commit are deleted again.
+RewriteFiles replaces the rewritten data files and the delete files the task removes, validated against
+everything committed since the planned snapshot, the new data files keeping that snapshot's sequence number
+(so deletes committed meanwhile still apply to them). Files written by a task that cannot commit are
+deleted again.
 
 The optimizer trusts no plan blindly: a planned file missing from the planned snapshot, or a delete file
 Iceberg applies that the plan did not name, fails the task (the plan and Iceberg disagree).
