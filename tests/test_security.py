@@ -304,6 +304,10 @@ def test_bodies_are_bounded_and_changes_are_audited(client: TestClient) -> None:
 
     streamed = client.post("/api/v1/resource-groups", content=chunks(), headers={"content-type": "application/json"})
     assert streamed.status_code == 413
+    # a grant on a catalog that does not exist is refused, naming the field
+    nowhere = client.post("/api/v1/principals/admin/grants", json={"target": "nope.db", "privilege": "read"})
+    assert nowhere.status_code == 400, nowhere.text
+    assert "target" in nowhere.text and "no catalog named 'nope'" in nowhere.text
     small = client.post("/api/v1/resource-groups", json={"name": "etl", "container": "local"})
     assert small.status_code == 201
 

@@ -74,7 +74,7 @@ def run_optimizing(
     if done is not None:  # an earlier attempt committed and its report was lost (a server restart): not twice
         return done
     tasks = _scan_tasks(jvm, table, work)
-    removed = _live_delete_files(jvm, table, snapshot, set(work.remove_deletes))
+    removed = _delete_files_to_remove(jvm, table, snapshot, set(work.remove_deletes), tasks)
     # a v3 table's position deletes are deletion vectors, which lakewarden does not write: its segments whose
     # deletes need rewriting are rewritten whole instead
     v3 = int(table.operations().current().formatVersion()) >= 3
@@ -195,6 +195,22 @@ def _scan_tasks(jvm: Any, table: Any, work: OptimizingInput) -> dict[str, Any]:
             raise PlanMismatch(
                 f"Iceberg applies delete files to {path} that the plan did not name: {sorted(unplanned)[:3]}"
             )
+    return found
+
+
+def _delete_files_to_remove(
+    jvm: Any, table: Any, snapshot: Any, paths: set[str], tasks: dict[str, Any]
+) -> dict[str, Any]:
+    """The delete files a task removes: those that apply to its data files come with their scan tasks; only
+    the others (a last stage's shared ones) are looked up in the snapshot's delete manifests."""
+    found: dict[str, Any] = {}
+    for task in tasks.values():
+        for delete in task.deletes():
+            path = str(delete.location())
+            if path in paths:
+                found[path] = delete
+    if len(found) < len(paths):
+        found.update(_live_delete_files(jvm, table, snapshot, paths - set(found)))
     return found
 
 

@@ -23,6 +23,7 @@ from lakewarden.config import Duration
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.security import Grant, PrincipalKind, Role
 from lakewarden.services.auth import SESSION, AuthService
+from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import security as store
 
 router = APIRouter(tags=["security"])
@@ -205,6 +206,8 @@ def delete_principal(name: str, ctx: Ctx, auth: Auth, me: Caller, request: Reque
 def add_grant(name: str, body: GrantBody, ctx: Ctx, auth: Auth, me: Caller, request: Request) -> PrincipalRead:
     grant = Grant.parse(body.target, body.privilege)
     with ctx.db.write() as session:
+        if not catalog_store.catalog_exists(session, grant.catalog):
+            raise InvalidField("target", f"there is no catalog named {grant.catalog!r}")
         store.put_grant(session, name, grant)
         store.audit(session, me.name, "grant", name, {"grant": grant.describe()}, client_address(request))
         read = _principal_read(session, name)
