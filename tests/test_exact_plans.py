@@ -234,6 +234,79 @@ def test_full_rewrite_all_files_rewrites_every_file_with_company(spark: SparkSes
         plan(catalog, table, full=True, unreduced=result.unreduced)
 
 
+def test_a_position_delete_file_shared_by_segments_becomes_one_of_their_own_each(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """Spark's partition-granularity deletes write one position-delete file naming several data files: each
+    segment it names gets a position-delete file of its own, and the shared file is removed. (As in Amoro,
+    such a file does not make a minor optimizing by itself: the fragments here do.)"""
+    table = create(spark, "shared", {"write.delete.granularity": "partition"})
+    segments = {write(spark, table, SEGMENT, "a", start) for start in (0, 1000, 2000)}
+    fragments = {write(spark, table, FRAGMENT, "a", 5001 + i * 100) for i in range(3)}  # no id % 50 == 0
+    spark.sql(f"DELETE FROM {table} WHERE id % 50 = 0")  # a few rows of every segment: under the ratio
+    data, (shared,), _ = files(spark, table)
+    assert data == segments | fragments
+    before = checksum(spark, table)
+
+    planned = plan(catalog, table)
+    assert {t.type for t in planned.tasks} == {"minor"}
+    rewrite, rewrite_pos, removed = planned_files(planned)
+    assert rewrite == fragments and rewrite_pos == segments and removed == {shared}
+    (result,) = run(spark, catalog, planned)
+
+    data_after, positions, _ = files(spark, table)
+    assert segments <= data_after and not data_after & fragments and shared not in positions
+    assert len(positions) == 3 and result.rewrite_pos_files == 3 and result.delete_files_added == 3
+    assert checksum(spark, table) == before
+    with pytest.raises(NothingToDo):  # each segment now has one position-delete file of its own
+        plan(catalog, table)
+
+
+def test_full_without_rewrite_all_files_takes_small_files_and_files_with_deletes(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    table = create(
+        spark,
+        "full_some",
+        {"self-optimizing.full.trigger.interval": "1", "self-optimizing.full.rewrite-all-files": "false"},
+    )
+    clean = {write(spark, table, SEGMENT, "a", 0), write(spark, table, SEGMENT, "a", 1000)}
+    with_deletes = write(spark, table, SEGMENT, "a", 2000)
+    small = {write(spark, table, UNDERSIZED, "a", 3000), write(spark, table, FRAGMENT, "a", 4000)}
+    spark.sql(f"DELETE FROM {table} WHERE id BETWEEN 2000 AND 2003")  # one delete file, on one segment
+    before = checksum(spark, table)
+
+    planned = plan(catalog, table, full=True)
+    assert {t.type for t in planned.tasks} == {"full"}
+    rewrite, rewrite_pos, removed = planned_files(planned)
+    assert rewrite == small | {with_deletes} and rewrite_pos == set() and len(removed) == 1
+    run(spark, catalog, planned)
+    data, positions, _ = files(spark, table)
+    assert clean <= data and not data & (small | {with_deletes}) and positions == set()
+    assert checksum(spark, table) == before
+
+
+def test_on_format_version_3_segments_whose_deletes_need_rewriting_are_rewritten_whole(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """v3 position deletes are deletion vectors, which lakewarden does not write: a segment with an equality
+    delete is rewritten with its deletes applied instead."""
+    table = create(spark, "v3", {"format-version": "3"})
+    segment = write(spark, table, SEGMENT, "a", 0)
+    # three equality-delete files reach minor.trigger.file-count (3 here)
+    eq_files = {equality_delete(spark, table, {"id": [k]}, "cat=a") for k in (3, 5, 8)}
+    before = checksum(spark, table)
+    planned = plan(catalog, table)
+    rewrite, rewrite_pos, removed = planned_files(planned)
+    assert rewrite == set() and rewrite_pos == {segment} and removed == eq_files
+    (result,) = run(spark, catalog, planned)
+    data, positions, equalities = files(spark, table)
+    assert segment not in data and len(data) == 1 and positions == set() and equalities == set()
+    assert result.files_in == 1 and result.delete_files_added == 0
+    assert checksum(spark, table) == before
+    assert spark.sql(f"SELECT count(*) FROM {table} WHERE id IN (3, 5, 8)").first()[0] == 0  # type: ignore[index]
+
+
 def test_a_task_revoked_before_its_commit_commits_nothing_and_leaves_no_file(
     spark: SparkSession, catalog: CatalogSpec
 ) -> None:
