@@ -29,7 +29,7 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -157,8 +157,12 @@ class AmsConfig(_Model):
 
 
 class ContainerConfig(_Model):
+    """`local`: optimizers as child processes of the server; `external`: optimizers started outside lakewarden
+    (by people, a Kubernetes Deployment, a YARN job) register into its groups, and the server never starts or
+    stops them."""
+
     name: str
-    container_impl: str = Field("local", alias="container-impl")
+    container_impl: Literal["local", "external"] = Field("local", alias="container-impl")
     properties: dict[str, str] = Field(default_factory=dict)
 
 
@@ -194,6 +198,9 @@ class Config(_Model):
     @property
     def container_names(self) -> list[str]:
         return [c.name for c in self.containers]
+
+    def container(self, name: str) -> ContainerConfig | None:
+        return next((c for c in self.containers if c.name == name), None)
 
     def catalog_seeds(self) -> list[CatalogSeed]:
         """The catalogs ensured at start. By default: `lake`, lakewarden's own REST catalog (type

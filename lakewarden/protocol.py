@@ -335,11 +335,20 @@ class Assignment(_Model):
     catalog: CatalogConnection
 
 
+class SparkApplication(_Model):
+    """The Spark application an optimizer is: where its tasks' jobs run."""
+
+    application_id: str = Field(max_length=256)
+    master: str = Field(max_length=1024)
+    ui_url: str | None = Field(None, max_length=1024)
+
+
 class Registration(_Model):
     group: str
     parallelism: int = Field(ge=1, le=1024)
     resource_id: str | None = Field(None, description="Set by a container that started this optimizer")
     host: str | None = None
+    spark: SparkApplication | None = None
 
 
 class Registered(_Model):

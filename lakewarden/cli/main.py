@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -103,16 +104,42 @@ def demo(
 
 
 @app.command("setup-spark")
-def setup_spark() -> None:
+def setup_spark(
+    submit_args: Annotated[
+        bool,
+        typer.Option(
+            "--submit-args",
+            help="Print the spark-submit arguments of an optimizer instead: the jars, and the program to run "
+            "(follow them with `lakewarden optimizer`'s options)",
+        ),
+    ] = False,
+) -> None:
     """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
+    import lakewarden.optimizer.__main__ as entry
     from lakewarden.spark.jars import JarSetupError, ensure_spark_jars
 
     try:
-        jars = ensure_spark_jars()
+        jars = ensure_spark_jars(quiet=submit_args)
     except JarSetupError as exc:
         fail(str(exc))
-    for jar in jars.jars:
-        typer.echo(jar)
+    if not submit_args:
+        for jar in jars.jars:
+            typer.echo(jar)
+        return
+    # the JDBC drivers go on the driver's own class path (see SparkJars); the rest to driver and executors
+    library = jars.native_library_dir
+    arguments = [
+        "--jars",
+        jars.spark_jars,
+        "--driver-class-path",
+        jars.driver_classpath,
+        "--driver-library-path",
+        library,
+        "--conf",
+        f"spark.driver.extraJavaOptions=-Djava.library.path={library}",
+        str(Path(entry.__file__).resolve()),
+    ]
+    typer.echo(" ".join(shlex.quote(a) for a in arguments))
 
 
 # ---- catalogs
@@ -236,10 +263,17 @@ def group_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = F
     pairs = [(k, group[k]) for k in ("name", "container", "table_count")]
     render.key_values(f"resource group {name}", pairs + sorted(group["properties"].items()))
     rows = [
-        [o["optimizer_id"], o["resource_id"] or "(external)", o["threads"], o["host"], o["last_heartbeat_at"]]
+        [
+            o["optimizer_id"],
+            o["resource_id"] or "(external)",
+            o["threads"],
+            o["host"],
+            " ".join(x for x in (o.get("spark_application_id"), o.get("spark_master"), o.get("spark_ui_url")) if x),
+            o["last_heartbeat_at"],
+        ]
         for o in optimizers
     ]
-    render.table("optimizers", ["id", "resource", "threads", "host", "last heartbeat"], rows)
+    render.table("optimizers", ["id", "resource", "threads", "host", "spark application", "last heartbeat"], rows)
 
 
 @group_app.command("scale")

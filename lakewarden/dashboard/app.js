@@ -379,9 +379,10 @@ function groupsPage() {
         const threads = optimizers[i].reduce((n, o) => n + o.threads, 0);
         element.querySelector('[data-field="summary"]').textContent =
           `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}`;
-        element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "registered", "last heartbeat"],
-          optimizers[i].map((o) => [`<span class="mono">${esc(o.optimizer_id)}</span>`, o.threads, esc(o.host || ""), fmt.time(o.registered_at),
-            fmt.ago(o.last_heartbeat_at)]), (k) => `data-optimizer="${esc(optimizers[i][k].optimizer_id)}"`);
+        element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "spark application", "registered", "last heartbeat"],
+          optimizers[i].map((o) => [`<span class="mono">${esc(o.optimizer_id)}</span>`, o.threads, esc(o.host || ""),
+            o.spark_ui_url ? `<a href="${esc(o.spark_ui_url)}">${esc(o.spark_application_id)}</a> ${esc(o.spark_master)}` : esc([o.spark_application_id, o.spark_master].filter(Boolean).join(" ")),
+            fmt.time(o.registered_at), fmt.ago(o.last_heartbeat_at)]), (k) => `data-optimizer="${esc(optimizers[i][k].optimizer_id)}"`);
       });
     },
   };

@@ -20,7 +20,8 @@ from typing import Any
 from lakewarden.optimizer.client import OptimizerClient, ProtocolError
 from lakewarden.optimizer.failures import describe_failure
 from lakewarden.optimizer.rewrite import TaskRevoked
-from lakewarden.protocol import Assignment, FailureKind, TaskKey, TaskResult
+from lakewarden.protocol import Assignment, FailureKind, SparkApplication, TaskKey, TaskResult
+from lakewarden.spark.session import submitted
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -41,7 +42,8 @@ class Optimizer:
         self.client = OptimizerClient(server, credential)
         self.group = group
         self.parallelism = parallelism
-        self.spark_master = spark_master or f"local[{parallelism}]"
+        # under spark-submit the master is the one submitted to; otherwise local[parallelism] unless given
+        self.spark_master = spark_master or (None if submitted() else f"local[{parallelism}]")
         self.resource_id = resource_id
         self.driver_memory = driver_memory
         self.stop = threading.Event()
@@ -50,6 +52,7 @@ class Optimizer:
         self.completed = 0
         self.spark = spark  # an existing SparkSession to use (and leave running); None builds one
         self.heartbeat_seconds = HEARTBEAT_SECONDS  # what the server asks for when we register
+        self.application: SparkApplication | None = None
         # the tasks the threads run, and those the server revoked (their process was canceled)
         self._running: dict[TaskKey, str] = {}
         self._revoked: set[TaskKey] = set()
@@ -57,7 +60,9 @@ class Optimizer:
 
     def _register(self) -> str:
         with self._token_lock:
-            registered = self.client.register(self.group, self.parallelism, self.resource_id, socket.gethostname())
+            registered = self.client.register(
+                self.group, self.parallelism, self.resource_id, socket.gethostname(), self.application
+            )
             self.token = registered.token
             self.heartbeat_seconds = registered.heartbeat_seconds
             log.info("registered with group %s", self.group)
@@ -175,13 +180,15 @@ class Optimizer:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        self._register()
         spark = self.spark or build_spark_session(
             master=self.spark_master,
             app_name=f"lakewarden-optimizer-{self.group}",
             driver_memory=self.driver_memory,
             extra_conf={"spark.scheduler.mode": "FAIR"},
         )
+        sc = spark.sparkContext
+        self.application = SparkApplication(application_id=sc.applicationId, master=sc.master, ui_url=sc.uiWebUrl)
+        self._register()  # once Spark is up: the server records which application this optimizer is
         threads = [threading.Thread(target=self._heartbeat, args=(spark,), name="heartbeat", daemon=True)]
         threads += [
             threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)

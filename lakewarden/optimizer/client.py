@@ -13,6 +13,7 @@ from lakewarden.protocol import (
     FailureKind,
     Registered,
     Registration,
+    SparkApplication,
     TaskKey,
     TaskResult,
     Touch,
@@ -45,8 +46,10 @@ class OptimizerClient:
             raise ProtocolError(response.status_code, message)
         return None if response.status_code == 204 else response.json()
 
-    def register(self, group: str, parallelism: int, resource_id: str | None, host: str) -> Registered:
-        body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host)
+    def register(
+        self, group: str, parallelism: int, resource_id: str | None, host: str, spark: SparkApplication | None = None
+    ) -> Registered:
+        body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host, spark=spark)
         return Registered.model_validate(self._post("/register", body.model_dump(mode="json"), bearer=self.credential))
 
     def touch(self, token: str, running: list[TaskKey] | None = None) -> list[TaskKey]:

@@ -4,7 +4,9 @@ A resource group whose container is `local` and whose property `instances` is N 
 processes kept alive on this machine by the server, as Amoro's ResourceMaintainer does: a process
 that exits is started again, extra ones are released (SIGTERM: they finish their running tasks).
 Each optimizer is told its resource id, and the server stopping (or dying) stops them too.
-Containers are a registry of implementations by name, so others (spark-submit, kubernetes) fit in.
+Containers are a registry of implementations by name, so others (spark-submit, kubernetes) fit in. An
+`external` container starts nothing: optimizers started outside lakewarden register into its groups, and the
+keeper times them out like any other.
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ class ResourceMaintainer(LoopService):
         self.db = db
         self.containers: dict[str, LocalContainer] = {}
         for container in config.containers:
+            if container.container_impl == "external":  # its optimizers come and go by themselves
+                continue
             factory = CONTAINERS.get(container.container_impl)
             if factory is None:
                 log.warning("container %s: unknown container-impl %r", container.name, container.container_impl)

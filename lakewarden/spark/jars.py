@@ -117,9 +117,9 @@ def _iceberg_jars() -> list[Path]:
 
 
 def _pyspark_jackson_jars() -> list[Path]:
-    import pyspark
+    from pyspark.find_spark_home import _find_spark_home
 
-    base = Path(pyspark.__file__).parent / "jars"
+    base = Path(_find_spark_home()) / "jars"  # type: ignore[no-untyped-call]  # also under spark-submit (a zip)
     found = []
     for artifact in JACKSON_ARTIFACTS:
         matches = sorted(base.glob(f"{artifact}-2.*.jar"))

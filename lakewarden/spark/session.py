@@ -90,7 +90,9 @@ def build_spark_session(
         # crash reports go to the temp dir, not into whatever directory Spark was started from
         "spark.driver.extraJavaOptions": f"-XX:ErrorFile={tempfile.gettempdir()}/lakewarden-hs_err_pid%p.log",
     }
-    if maven_packages:
+    if submitted():
+        pass  # spark-submit put the jars on its command line (`lakewarden setup-spark --submit-args`)
+    elif maven_packages:
         conf["spark.jars.packages"] = os.environ.get("LAKEWARDEN_SPARK_PACKAGES") or MAVEN_RUNTIME
     else:
         jars = ensure_spark_jars(quiet=True)
@@ -107,10 +109,14 @@ def build_spark_session(
         conf.update(catalog_conf(spec))
     conf.update(extra_conf or {})
 
-    master = master or os.environ.get("LAKEWARDEN_SPARK_MASTER", "local[2]")
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback; no hostname lookups
-    builder = SparkSession.builder.appName(app_name).master(master)
+    builder = SparkSession.builder.appName(app_name)
+    if master is None and submitted():
+        pass  # spark-submit chose the master
+    else:
+        master = master or os.environ.get("LAKEWARDEN_SPARK_MASTER", "local[2]")
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback; no hostname lookups
+        builder = builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -118,6 +124,11 @@ def build_spark_session(
     configure_catalogs(spark, catalogs)
     spark.sparkContext.setLogLevel(os.environ.get("LAKEWARDEN_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def submitted() -> bool:
+    """Whether this Python process was started by spark-submit (its JVM is already up, with a master)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def configure_catalogs(

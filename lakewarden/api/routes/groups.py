@@ -11,6 +11,7 @@ from pydantic import Field
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate, _Read, _Request
+from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.domain.security import optimizer_id
 from lakewarden.store import groups as store
@@ -78,6 +79,9 @@ class OptimizerRead(_Read):
     host: str | None
     registered_at: datetime
     last_heartbeat_at: datetime
+    spark_application_id: str | None = Field(None, description="The optimizer's Spark application")
+    spark_master: str | None = None
+    spark_ui_url: str | None = Field(None, description="Its Spark UI, when the UI is enabled")
 
 
 @router.post("/{name}/scale", response_model=GroupRead, **OPERATOR)
@@ -85,6 +89,13 @@ def scale_group(name: str, body: Scale, ctx: Ctx) -> GroupRead:
     """Scale out or release: set how many optimizers the group's container keeps alive."""
     with ctx.db.write() as session:
         current = store.get_group(session, name)
+        container = ctx.config.container(current.container)
+        if container is not None and container.container_impl == "external":
+            raise InvalidField(
+                "instances",
+                f"group {name}'s container {container.name!r} is external: its optimizers are started outside "
+                "lakewarden (`lakewarden optimizer --group ...`, or spark-submit), not scaled by the server",
+            )
         properties = {**current.properties, "instances": str(body.instances)}
         row = store.update_group(session, name, None, properties)
         read = _read(row, store.table_counts(session).get(name, 0))
@@ -108,6 +119,9 @@ def group_optimizers(name: str, ctx: Ctx) -> list[OptimizerRead]:
                 host=o.host,
                 registered_at=o.registered_at,
                 last_heartbeat_at=o.last_heartbeat_at,
+                spark_application_id=(o.properties or {}).get("spark_application_id"),
+                spark_master=(o.properties or {}).get("spark_master"),
+                spark_ui_url=(o.properties or {}).get("spark_ui_url"),
             )
             for o in optimizer_store.list_optimizers(session, name)
         ]

@@ -61,6 +61,12 @@ def register(body: Registration, ctx: Ctx, principal: Caller) -> Registered:
         row = store.register_optimizer(
             session, body.group, body.parallelism, body.resource_id, body.host, group.container
         )
+        if body.spark is not None:
+            row.properties = {
+                "spark_application_id": body.spark.application_id,
+                "spark_master": body.spark.master,
+                "spark_ui_url": body.spark.ui_url,
+            }
     return Registered(token=row.token, heartbeat_seconds=HEARTBEAT_SECONDS)
 
 
