@@ -78,3 +78,14 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
     broken.write_text("ams: [unclosed")
     with pytest.raises(InvalidField, match="not valid YAML"):
         load_config(broken, environ={})
+
+
+def test_an_unknown_container_impl_is_refused_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("containers:\n  - {name: big, container-impl: yarn}\n")
+    with pytest.raises(InvalidField) as info:
+        load_config(config, environ={})
+    assert info.value.field == "containers.0.container-impl" and "external" in str(info.value)
+    config.write_text("containers:\n  - {name: local}\n  - {name: ext, container-impl: external}\n")
+    loaded = load_config(config, environ={})
+    assert [c.container_impl for c in loaded.containers] == ["local", "external"]
