@@ -8,13 +8,16 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
 from tests.helpers import PROPS, checksum, open_lake, wait_for
-from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, started_server
+from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, ServerProcess, free_port, started_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,97 +26,182 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 EXTERNAL = MAINTENANCE_OFF + "containers:\n  - {name: local}\n  - {name: ext, container-impl: external}\n"
 
 
-def spark_submit() -> str:
+def spark_bin(name: str) -> str:
     import pyspark
 
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    return str(Path(pyspark.__file__).parent / "bin" / name)
 
 
-def test_an_optimizer_submitted_with_spark_submit_into_an_external_group(tmp_path: Path, spark: SparkSession) -> None:
-    with started_server(tmp_path, maintenance=EXTERNAL) as server:
-        api = open_lake(server, spark)
-        assert api.post("/resource-groups", json={"name": "etl", "container": "ext"}).status_code == 201
-        refused = api.post("/resource-groups/etl/scale", json={"instances": 1})
-        assert refused.status_code == 400 and "external" in refused.json()["error"]["message"]
-        assert "instances" in refused.text
-
-        spark.sql(
-            f"CREATE TABLE local.db.ext (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+@contextmanager
+def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[tuple[str, str]]:
+    """A Spark standalone master and `workers` workers of one core each, from pyspark's own jars, on loopback;
+    yields the master URL and its web UI's URL."""
+    port, ui = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+    log = (tmp_path / "cluster.log").open("wb")
+    master = f"spark://127.0.0.1:{port}"
+    processes = [
+        subprocess.Popen(
+            [
+                *(spark_bin("spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"),
+                *("--port", str(port), "--webui-port", str(ui)),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
-        for i in range(4):
-            spark.sql(
-                f"INSERT INTO local.db.ext SELECT id, 'a', current_timestamp(), 'v' FROM range({i * 10}, {i * 10 + 10})"
+    ]
+    for i in range(workers):
+        work = tmp_path / f"worker-{i}"
+        work.mkdir()
+        processes.append(
+            subprocess.Popen(
+                [
+                    *(spark_bin("spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"),
+                    *("--cores", "1", "--memory", "1g", "--webui-port", str(free_port())),
+                    *("--work-dir", str(work), master),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
-        before = checksum(spark, "local.db.ext")
-        api.post("/catalogs/local/refresh")
+        )
+    ui_url = f"http://127.0.0.1:{ui}"
+    try:
 
-        # `spark-submit --master ... $(lakewarden setup-spark --submit-args) --server ... --group ...`
-        submit_args = subprocess.run(
-            [*LAKEWARDEN, "setup-spark", "--submit-args"], capture_output=True, text=True, check=True
-        ).stdout.split("\n")[-2]
-        command = [
-            spark_submit(),
-            "--master",
-            "local[1]",
-            "--driver-memory",
-            "1g",
-            "--conf",
-            "spark.driver.host=127.0.0.1",
-            "--conf",
-            "spark.driver.bindAddress=127.0.0.1",
-            *shlex.split(submit_args),
-            "--server",
-            server.url,
-            "--group",
-            "etl",
-            "--parallelism",
-            "1",
-        ]
-        env = {
-            **os.environ,
-            "LAKEWARDEN_TOKEN": server.token,
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-        }
-        log = (tmp_path / "submitted.log").open("wb")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-
-            def registered() -> list[dict[str, Any]] | None:
-                found = api.get("/resource-groups/etl/optimizers").json()
-                return found or None
-
-            (optimizer,) = wait_for("the submitted optimizer to register", registered, timeout=180)
-            assert optimizer["container"] == "ext" and optimizer["resource_id"] is None
-            assert optimizer["spark_master"] == "local[1]"  # the master it was submitted to, not one of its own
-            assert optimizer["spark_application_id"].startswith("local-")
-
-            def compacted() -> dict[str, Any] | None:
-                done = [p for p in api.get("/processes", params={"table": "local.db.ext"}).json()]
-                return done[0] if done and done[0]["status"] != "running" else None
-
-            process_row = wait_for("the table to be compacted", compacted, timeout=240)
-            assert process_row["status"] == "success", process_row
-            assert checksum(spark, "local.db.ext") == before
-            spark.sql("REFRESH TABLE local.db.ext")
-            assert spark.sql("SELECT count(*) FROM local.db.ext.files").first()[0] == 1  # type: ignore[index]
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)  # the optimizer finishes, unregisters, and its JVM stops
+        def alive() -> bool:
             try:
-                process.wait(60)
+                state = httpx.get(f"{ui_url}/json/", timeout=5).json()
+            except (httpx.HTTPError, ValueError):
+                return False
+            return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") == workers
+
+        wait_for("the standalone cluster", alive, timeout=120)
+        yield master, ui_url
+    finally:
+        for process in processes:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-            log.close()
-        # it left cleanly: unregistered, and the server (which never started it) starts nothing in its place
-        wait_for("the optimizer to unregister", lambda: api.get("/resource-groups/etl/optimizers").json() == [])
-        shown = subprocess.run(
-            [*LAKEWARDEN, "group", "show", "etl", "--server", server.url],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "LAKEWARDEN_TOKEN": server.token},
-            check=True,
+        log.close()
+
+
+@pytest.mark.parametrize("where", ["local", "standalone"])
+def test_an_optimizer_submitted_with_spark_submit_into_an_external_group(
+    tmp_path: Path, spark: SparkSession, where: str
+) -> None:
+    with ExitStack() as stack:
+        server = stack.enter_context(started_server(tmp_path, maintenance=EXTERNAL))
+        if where == "standalone":
+            master, ui = stack.enter_context(standalone_cluster(tmp_path))
+            resources = ["--executor-memory", "512m", "--total-executor-cores", "2"]
+        else:
+            master, ui, resources = "local[1]", "", []
+        run_submitted(tmp_path, spark, server, master, ui, resources)
+
+
+def run_submitted(
+    tmp_path: Path, spark: SparkSession, server: ServerProcess, master: str, ui: str, resources: list[str]
+) -> None:
+    """Submit an optimizer into group etl of an external container; it compacts a table; SIGTERM ends it."""
+    api = open_lake(server, spark)
+    assert api.post("/resource-groups", json={"name": "etl", "container": "ext"}).status_code == 201
+    refused = api.post("/resource-groups/etl/scale", json={"instances": 1})
+    assert refused.status_code == 400 and "external" in refused.json()["error"]["message"]
+    assert "instances" in refused.text
+
+    spark.sql(
+        f"CREATE TABLE local.db.ext (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+        f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+    )
+    for i in range(4):
+        spark.sql(
+            f"INSERT INTO local.db.ext SELECT id, 'a', current_timestamp(), 'v' FROM range({i * 10}, {i * 10 + 10})"
         )
-        assert "etl" in shown.stdout
+    before = checksum(spark, "local.db.ext")
+    api.post("/catalogs/local/refresh")
+
+    # `spark-submit --master ... $(lakewarden setup-spark --submit-args) --server ... --group ...`
+    submit_args = subprocess.run(
+        [*LAKEWARDEN, "setup-spark", "--submit-args"], capture_output=True, text=True, check=True
+    ).stdout.split("\n")[-2]
+    command = [
+        spark_bin("spark-submit"),
+        "--master",
+        master,
+        *resources,
+        "--driver-memory",
+        "1g",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        *shlex.split(submit_args),
+        "--server",
+        server.url,
+        "--group",
+        "etl",
+        "--parallelism",
+        "1",
+    ]
+    env = {
+        **os.environ,
+        "LAKEWARDEN_TOKEN": server.token,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    log = (tmp_path / "submitted.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+
+        def registered() -> list[dict[str, Any]] | None:
+            found = api.get("/resource-groups/etl/optimizers").json()
+            return found or None
+
+        (optimizer,) = wait_for("the submitted optimizer to register", registered, timeout=180)
+        assert optimizer["container"] == "ext" and optimizer["resource_id"] is None
+        assert optimizer["spark_master"] == master  # the master it was submitted to, not one of its own
+        app_id = optimizer["spark_application_id"]
+        if ui:  # on the cluster: the master runs the application, with executors on both workers
+            state = httpx.get(f"{ui}/json/", timeout=5).json()
+            (app,) = [a for a in state["activeapps"] if a["id"] == app_id]
+            assert app["cores"] == 2
+            assert sum(w["coresused"] for w in state["workers"]) == 2
+        else:
+            assert app_id.startswith("local-")
+
+        def compacted() -> dict[str, Any] | None:
+            done = [p for p in api.get("/processes", params={"table": "local.db.ext"}).json()]
+            return done[0] if done and done[0]["status"] != "running" else None
+
+        process_row = wait_for("the table to be compacted", compacted, timeout=240)
+        assert process_row["status"] == "success", process_row
+        assert checksum(spark, "local.db.ext") == before
+        spark.sql("REFRESH TABLE local.db.ext")
+        assert spark.sql("SELECT count(*) FROM local.db.ext.files").first()[0] == 1  # type: ignore[index]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # the optimizer finishes, unregisters, and its JVM stops
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+    # it left cleanly: unregistered, and the server (which never started it) starts nothing in its place
+    wait_for("the optimizer to unregister", lambda: api.get("/resource-groups/etl/optimizers").json() == [])
+    shown = subprocess.run(
+        [*LAKEWARDEN, "group", "show", "etl", "--server", server.url],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LAKEWARDEN_TOKEN": server.token},
+        check=True,
+    )
+    assert "etl" in shown.stdout
