@@ -24,26 +24,23 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bar_chart, write
+from bench.common import bar_chart, bench_catalog, in_temporary_dir, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.evaluator import OptimizingClock
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.metadata.catalogs import initialize_catalog, open_catalog
+from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.metadata.files import ManifestCache, snapshot_files
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
 from lakewarden.services.self_optimizing import plan_process
-from lakewarden.spark.session import build_spark_session
 from tests.cdc import upsert
 
 MB = 1024 * 1024
@@ -84,19 +81,12 @@ def main() -> None:
     parser.add_argument("--upserts", type=int, default=2_000)
     parser.add_argument("--every", type=int, default=5, help="the scheduled job runs every this many batches")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="lakewarden-bench-"))
-    try:
-        run(args, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    in_temporary_dir(lambda tmp: run(args, tmp))
 
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
-    spec = CatalogSpec("bench", "sql", {"uri": f"sqlite:///{tmp}/catalog.db", "warehouse": str(tmp / "warehouse")})
-    initialize_catalog(spec)
-    spark = build_spark_session([spec], master="local[2]", driver_memory="4g", app_name="lakewarden-bench-cdc")
+    spec, spark = bench_catalog(tmp, "lakewarden-bench-cdc")
     cpu = JvmCpu(spark)
-    spark.sql("CREATE NAMESPACE bench.db")
     props = ", ".join(f"'{k}'='{v}'" for k, v in PROPS.items())
     for copy in COPIES:
         spark.sql(

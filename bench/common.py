@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +47,28 @@ def summary(values: list[float]) -> dict[str, float]:
         "p99": percentile(values, 99),
         "max": max(values),
     }
+
+
+def in_temporary_dir(run: Any) -> None:
+    """Run `run(tmp)` in a fresh temporary directory, removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix="lakewarden-bench-"))
+    try:
+        run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_catalog(tmp: Path, app_name: str) -> tuple[Any, Any]:
+    """An Iceberg SQL catalog `bench` (namespace `db`) in `tmp`, and a local[2] SparkSession on it."""
+    from lakewarden.domain.catalogs import CatalogSpec
+    from lakewarden.metadata.catalogs import initialize_catalog
+    from lakewarden.spark.session import build_spark_session
+
+    spec = CatalogSpec("bench", "sql", {"uri": f"sqlite:///{tmp}/catalog.db", "warehouse": str(tmp / "warehouse")})
+    initialize_catalog(spec)
+    spark = build_spark_session([spec], master="local[2]", driver_memory="4g", app_name=app_name)
+    spark.sql("CREATE NAMESPACE bench.db")
+    return spec, spark
 
 
 def free_port() -> int:

@@ -355,29 +355,23 @@ def _cluster(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
     assert clustering is not None
     jvm: Any = spark._jvm
     gateway: Any = spark.sparkContext._gateway
-    session, iceberg_table = spark._jsparkSession, table
     if clustering.kind == "sort":
-        order = table.sortOrders().get(clustering.sort_order_id)
-        if order is None:
+        how = table.sortOrders().get(clustering.sort_order_id)
+        if how is None:
             raise StalePlan(f"the table has no sort order {clustering.sort_order_id} any more")
-        runner = _construct(
-            jvm,
-            gateway,
-            "org.apache.iceberg.spark.actions.SparkSortFileRewriteRunner",
-            ["org.apache.spark.sql.SparkSession", "org.apache.iceberg.Table", "org.apache.iceberg.SortOrder"],
-            [session, iceberg_table, order],
-        )
+        runner_class, how_class = "SparkSortFileRewriteRunner", "org.apache.iceberg.SortOrder"
     else:
-        columns = jvm.java.util.ArrayList()
+        how = jvm.java.util.ArrayList()
         for name in clustering.columns:
-            columns.add(name)
-        runner = _construct(
-            jvm,
-            gateway,
-            "org.apache.iceberg.spark.actions.SparkZOrderFileRewriteRunner",
-            ["org.apache.spark.sql.SparkSession", "org.apache.iceberg.Table", "java.util.List"],
-            [session, iceberg_table, columns],
-        )
+            how.add(name)
+        runner_class, how_class = "SparkZOrderFileRewriteRunner", "java.util.List"
+    runner = _construct(
+        jvm,
+        gateway,
+        f"org.apache.iceberg.spark.actions.{runner_class}",
+        ["org.apache.spark.sql.SparkSession", "org.apache.iceberg.Table", how_class],
+        [spark._jsparkSession, table, how],
+    )
     interface = "org.apache.iceberg.actions.FileRewriteRunner"
     _invoke(jvm, gateway, interface, "init", ["java.util.Map"], runner, [jvm.java.util.HashMap()])
     scan_tasks = jvm.java.util.ArrayList()
