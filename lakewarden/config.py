@@ -157,12 +157,12 @@ class AmsConfig(_Model):
 
 
 class ContainerConfig(_Model):
-    """`local`: optimizers as child processes of the server; `external`: optimizers started outside lakewarden
-    (by people, a Kubernetes Deployment, a YARN job) register into its groups, and the server never starts or
-    stops them."""
+    """`local`: optimizers as child processes of the server; `spark`: optimizers submitted with spark-submit
+    to a Spark master (services/containers.py); `external`: optimizers started outside lakewarden (by people,
+    a Kubernetes Deployment, a YARN job) register into its groups, and the server never starts or stops them."""
 
     name: str
-    container_impl: Literal["local", "external"] = Field("local", alias="container-impl")
+    container_impl: Literal["local", "external", "spark"] = Field("local", alias="container-impl")
     properties: dict[str, str] = Field(default_factory=dict)
 
 

@@ -205,3 +205,70 @@ def run_submitted(
         check=True,
     )
     assert "etl" in shown.stdout
+
+
+def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_path: Path, spark: SparkSession) -> None:
+    with ExitStack() as stack:
+        master, ui = stack.enter_context(standalone_cluster(tmp_path))
+        properties = (
+            f"spark-master: '{master}', driver-memory: 1g, executor-memory: 512m, total-executor-cores: '2', "
+            "spark-conf.spark.driver.host: 127.0.0.1, spark-conf.spark.driver.bindAddress: 127.0.0.1"
+        )
+        cluster = f"{{name: cluster, container-impl: spark, properties: {{{properties}}}}}"
+        containers = f"containers:\n  - {{name: local}}\n  - {cluster}\n"
+        server = stack.enter_context(started_server(tmp_path, maintenance=MAINTENANCE_OFF + containers))
+        api = open_lake(server, spark)
+
+        # bad input: a group whose master is no Spark master shows why on the group, and nothing runs
+        bad = {"name": "bad", "container": "cluster", "properties": {"spark-master": "nowhere:7077"}}
+        assert api.post("/resource-groups", json=bad).status_code == 201
+        assert api.post("/resource-groups/bad/scale", json={"instances": 1}).status_code == 200
+
+        def bad_error() -> str | None:
+            error: str | None = api.get("/resource-groups/bad").json().get("container_error")
+            return error
+
+        assert "is not a Spark master URL" in wait_for("the bad group's error", bad_error, timeout=60)
+        assert api.post("/resource-groups/bad/scale", json={"instances": 0}).status_code == 200
+
+        assert api.post("/resource-groups", json={"name": "etl", "container": "cluster"}).status_code == 201
+        spark.sql(
+            f"CREATE TABLE local.db.onspark (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+        )
+        for i in range(4):
+            rows = f"range({i * 10}, {i * 10 + 10})"
+            spark.sql(f"INSERT INTO local.db.onspark SELECT id, 'a', current_timestamp(), 'v' FROM {rows}")
+        before = checksum(spark, "local.db.onspark")
+        api.post("/catalogs/local/refresh")
+        assert api.post("/resource-groups/etl/scale", json={"instances": 1}).status_code == 200
+
+        def registered() -> list[dict[str, Any]] | None:
+            return api.get("/resource-groups/etl/optimizers").json() or None
+
+        (optimizer,) = wait_for("the submitted optimizer", registered, timeout=180)
+        assert optimizer["resource_id"].startswith("cluster-etl-") and optimizer["spark_master"] == master
+        app_id = optimizer["spark_application_id"]
+        state = httpx.get(f"{ui}/json/", timeout=5).json()
+        (app,) = [a for a in state["activeapps"] if a["id"] == app_id]
+        assert app["name"] == f"lakewarden-optimizer-{optimizer['resource_id']}" and app["cores"] == 2
+
+        def compacted() -> dict[str, Any] | None:
+            done = api.get("/processes", params={"table": "local.db.onspark"}).json()
+            return done[0] if done and done[0]["status"] != "running" else None
+
+        assert wait_for("the table to be compacted", compacted, timeout=240)["status"] == "success"
+        assert checksum(spark, "local.db.onspark") == before
+
+        # releasing stops the application: its optimizer unregisters, the master lists the application as done
+        assert api.post("/resource-groups/etl/scale", json={"instances": 0}).status_code == 200
+        wait_for("the optimizer to leave", lambda: api.get("/resource-groups/etl/optimizers").json() == [], timeout=120)
+
+        def finished() -> bool:
+            state = httpx.get(f"{ui}/json/", timeout=5).json()
+            return app_id not in {a["id"] for a in state["activeapps"]} and app_id in {
+                a["id"] for a in state["completedapps"]
+            }
+
+        wait_for("the application to finish", finished, timeout=60)
+        assert api.get("/resource-groups/etl").json()["container_error"] is None

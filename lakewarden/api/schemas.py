@@ -77,6 +77,9 @@ class GroupRead(_Read):
     table_count: int
     created_at: datetime
     updated_at: datetime
+    container_error: str | None = Field(
+        None, description="Why the group's container cannot keep its optimizers running (it retries with back-off)"
+    )
 
 
 class TableBrief(_Read):

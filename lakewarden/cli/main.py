@@ -115,31 +115,18 @@ def setup_spark(
     ] = False,
 ) -> None:
     """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
-    import lakewarden.optimizer.__main__ as entry
     from lakewarden.spark.jars import JarSetupError, ensure_spark_jars
+    from lakewarden.spark.submit import optimizer_submit_arguments
 
     try:
-        jars = ensure_spark_jars(quiet=submit_args)
+        if submit_args:
+            typer.echo(" ".join(shlex.quote(a) for a in optimizer_submit_arguments()))
+            return
+        jars = ensure_spark_jars()
     except JarSetupError as exc:
         fail(str(exc))
-    if not submit_args:
-        for jar in jars.jars:
-            typer.echo(jar)
-        return
-    # the JDBC drivers go on the driver's own class path (see SparkJars); the rest to driver and executors
-    library = jars.native_library_dir
-    arguments = [
-        "--jars",
-        jars.spark_jars,
-        "--driver-class-path",
-        jars.driver_classpath,
-        "--driver-library-path",
-        library,
-        "--conf",
-        f"spark.driver.extraJavaOptions=-Djava.library.path={library}",
-        str(Path(entry.__file__).resolve()),
-    ]
-    typer.echo(" ".join(shlex.quote(a) for a in arguments))
+    for jar in jars.jars:
+        typer.echo(jar)
 
 
 # ---- catalogs
@@ -261,6 +248,8 @@ def group_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = F
         render.emit_json({**group, "optimizers": optimizers})
         return
     pairs = [(k, group[k]) for k in ("name", "container", "table_count")]
+    if group.get("container_error"):
+        pairs.append(("container error", group["container_error"]))
     render.key_values(f"resource group {name}", pairs + sorted(group["properties"].items()))
     rows = [
         [

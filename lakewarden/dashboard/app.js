@@ -378,7 +378,8 @@ function groupsPage() {
         const element = panels.get(group.name);
         const threads = optimizers[i].reduce((n, o) => n + o.threads, 0);
         element.querySelector('[data-field="summary"]').textContent =
-          `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}`;
+          `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}` +
+          (group.container_error ? ` · container error: ${group.container_error}` : "");
         element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "spark application", "registered", "last heartbeat"],
           optimizers[i].map((o) => [`<span class="mono">${esc(o.optimizer_id)}</span>`, o.threads, esc(o.host || ""),
             o.spark_ui_url ? `<a href="${esc(o.spark_ui_url)}">${esc(o.spark_application_id)}</a> ${esc(o.spark_master)}` : esc([o.spark_application_id, o.spark_master].filter(Boolean).join(" ")),

@@ -182,7 +182,7 @@ class Optimizer:
             signal.signal(signal.SIGINT, on_signal)
         spark = self.spark or build_spark_session(
             master=self.spark_master,
-            app_name=f"lakewarden-optimizer-{self.group}",
+            app_name=f"lakewarden-optimizer-{self.resource_id or self.group}",
             driver_memory=self.driver_memory,
             extra_conf={"spark.scheduler.mode": "FAIR"},
         )

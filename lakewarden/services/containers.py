@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
+# an optimizer that ran this long started fine: its group's errors and back-off are cleared
+HEALTHY_SECONDS = 60.0
 
 
 def _die_with_parent() -> None:
@@ -38,12 +41,38 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """The processes below `pid` (pid, command name), read from /proc."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append((int(entry.name), name))
+    found: list[tuple[int, str]] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
 @dataclass
 class Instance:
     resource_id: str
     group: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    started_at: float = field(default_factory=time.monotonic)
+    # spark-submit runs the optimizer's Python as a child of its JVM: the signal goes to the Python driver,
+    # which finishes its tasks, unregisters and stops Spark (the JVM then exits with it)
+    driver_in_child: bool = False
 
     @property
     def alive(self) -> bool:
@@ -52,14 +81,24 @@ class Instance:
     def release(self, timeout: float = 60.0) -> None:
         """SIGTERM: the optimizer finishes its running tasks, unregisters and exits."""
         if self.alive:
-            self.process.send_signal(signal.SIGTERM)
+            target = self.process.pid
+            if self.driver_in_child:
+                drivers = [pid for pid, name in _descendants(self.process.pid) if name.startswith("python")]
+                target = drivers[0] if drivers else target
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 log.warning("optimizer %s did not stop in %.0fs: killing it", self.resource_id, timeout)
-                self.process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         log.info("released optimizer %s of group %s", self.resource_id, self.group)
+
+
+class ContainerError(RuntimeError):
+    """A container cannot start an optimizer as configured: shown on the group, retried with back-off."""
 
 
 @dataclass
@@ -74,16 +113,24 @@ class LocalContainer:
     registration_token: Callable[[str], str] | None = None
     trusted_certificate: Path | None = None  # the server's own certificate, when it serves TLS
 
-    def start(self, group: str, group_properties: dict[str, str]) -> Instance:
-        resource_id = f"{self.name}-{group}-{uuid.uuid4().hex[:8]}"
-        parallelism = group_properties.get("parallelism", self.properties.get("parallelism", "1"))
-        memory = group_properties.get("memory", self.properties.get("memory", "2g"))
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{resource_id}.log"
-        command = [
+    def setting(self, group_properties: dict[str, str], key: str, default: str | None = None) -> str | None:
+        """A group property, else the container's, else `default`."""
+        return group_properties.get(key, self.properties.get(key, default))
+
+    def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
+        memory = self.setting(group_properties, "memory", "2g") or "2g"
+        return [
             sys.executable,
             "-m",
             "lakewarden.cli.main",
+            *self.optimizer_options(group, group_properties, resource_id),
+            "--driver-memory",
+            memory,
+        ]
+
+    def optimizer_options(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
+        parallelism = self.setting(group_properties, "parallelism", "1") or "1"
+        return [
             "optimizer",
             "--server",
             self.server_url,
@@ -91,11 +138,15 @@ class LocalContainer:
             group,
             "--parallelism",
             parallelism,
-            "--driver-memory",
-            memory,
             "--resource-id",
             resource_id,
         ]
+
+    def start(self, group: str, group_properties: dict[str, str]) -> Instance:
+        resource_id = f"{self.name}-{group}-{uuid.uuid4().hex[:8]}"
+        command = self.command(group, group_properties, resource_id)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{resource_id}.log"
         env = {**os.environ, **{k[len("export.") :]: v for k, v in self.properties.items() if k.startswith("export.")}}
         env.pop("LAKEWARDEN_TOKEN", None)  # never the server's own environment's credential
         if self.trusted_certificate is not None:  # a server with TLS: its optimizers trust its certificate
@@ -103,6 +154,9 @@ class LocalContainer:
             env["LAKEWARDEN_TLS_CA"] = str(self.trusted_certificate)  # its Spark's JVM (spark/tls.py)
         if self.registration_token is not None:
             env["LAKEWARDEN_TOKEN"] = self.registration_token(group)
+        if self.driver_in_child:  # spark-submit starts the optimizer's Python: this one, with lakewarden in it
+            env.setdefault("PYSPARK_PYTHON", sys.executable)
+            env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         with log_path.open("ab") as out:
             process = subprocess.Popen(
                 command,
@@ -114,12 +168,87 @@ class LocalContainer:
                 start_new_session=True,
             )
         log.info("started optimizer %s for group %s (pid %d)", resource_id, group, process.pid)
-        return Instance(resource_id, group, process, log_path)
+        return Instance(resource_id, group, process, log_path, driver_in_child=self.driver_in_child)
+
+    driver_in_child = False
+
+
+# what the spark container passes to spark-submit, from group (or container) properties
+SPARK_SUBMIT_OPTIONS = {
+    "driver-memory": "--driver-memory",
+    "executor-memory": "--executor-memory",
+    "executor-cores": "--executor-cores",
+    "num-executors": "--num-executors",
+    "total-executor-cores": "--total-executor-cores",
+}
+MASTER_SCHEMES = ("spark://", "yarn", "k8s://", "local")
+
+
+@dataclass
+class SparkContainer(LocalContainer):
+    """Optimizers submitted as Spark applications with pyspark's spark-submit (Amoro's SparkOptimizerContainer):
+    `spark-master` (spark://, yarn, k8s://), client deploy mode (the optimizer's driver runs on the server's
+    machine; its rewrites run on the cluster's executors), `driver-memory`, `executor-memory`,
+    `executor-cores`, `num-executors` or `total-executor-cores`, any `spark-conf.<key>`, and the jars
+    lakewarden sets up. Released by SIGTERM to the optimizer's Python driver: it finishes its tasks,
+    unregisters and stops its application."""
+
+    driver_in_child = True
+
+    def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
+        from lakewarden.spark.jars import JarSetupError
+        from lakewarden.spark.submit import optimizer_submit_arguments
+
+        master = self.setting(group_properties, "spark-master")
+        if not master:
+            raise ContainerError(
+                "spark-master is not set (a group or container property: spark://host:7077, yarn, k8s://…)"
+            )
+        if not master.startswith(MASTER_SCHEMES):
+            raise ContainerError(f"spark-master {master!r} is not a Spark master URL (spark://, yarn, k8s://, local)")
+        mode = self.setting(group_properties, "deploy-mode", "client")
+        if mode != "client":
+            raise ContainerError(
+                f"deploy-mode {mode!r}: only client mode is supported (the optimizer's driver on this machine)"
+            )
+        submit = self.setting(group_properties, "spark-submit") or spark_submit_path()
+        if not Path(submit).is_file():
+            raise ContainerError(f"spark-submit not found at {submit}")
+        command = [
+            submit,
+            "--master",
+            master,
+            "--deploy-mode",
+            "client",
+            "--name",
+            f"lakewarden-optimizer-{resource_id}",
+        ]
+        for key, option in SPARK_SUBMIT_OPTIONS.items():
+            value = self.setting(group_properties, key)
+            if value:
+                command += [option, value]
+        passthrough = {**self.properties, **group_properties}
+        for key in sorted(passthrough):
+            if key.startswith("spark-conf."):
+                command += ["--conf", f"{key[len('spark-conf.') :]}={passthrough[key]}"]
+        try:
+            command += optimizer_submit_arguments()
+        except JarSetupError as exc:
+            raise ContainerError(f"the Spark jars cannot be set up: {exc}") from exc
+        return command + self.optimizer_options(group, group_properties, resource_id)[1:]
+
+
+def spark_submit_path() -> str:
+    """pyspark's own spark-submit."""
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
 
 
 ContainerFactory = Callable[[ContainerConfig, str, Path, Callable[[str], str] | None], LocalContainer]
 CONTAINERS: dict[str, ContainerFactory] = {
     "local": lambda cfg, url, logs, tokens: LocalContainer(cfg.name, url, logs, dict(cfg.properties), tokens),
+    "spark": lambda cfg, url, logs, tokens: SparkContainer(cfg.name, url, logs, dict(cfg.properties), tokens),
 }
 
 
@@ -150,6 +279,11 @@ class ResourceMaintainer(LoopService):
             built.trusted_certificate = None if ssl is None else ssl.certfile.expanduser().resolve()
             self.containers[container.name] = built
         self.instances: dict[str, list[Instance]] = {}
+        # per group: why its container could not keep its optimizers running (shown on the group), and when
+        # to try again (a failing submission backs off: 10 s doubled per failure, at most 5 min)
+        self.errors: dict[str, str] = {}
+        self._retry_at: dict[str, float] = {}
+        self._backoff: dict[str, float] = {}
 
     def run_once(self) -> None:
         with self.db.read() as session:
@@ -166,19 +300,37 @@ class ResourceMaintainer(LoopService):
 
     def _scale(self, group: str, container: LocalContainer | None, properties: dict[str, str], wanted: int) -> None:
         instances = self.instances.setdefault(group, [])
+        now = time.monotonic()
         for gone in [i for i in instances if not i.alive]:
-            log.warning(
-                "optimizer %s of group %s exited (code %s); see %s",
-                gone.resource_id,
-                group,
-                gone.process.returncode,
-                gone.log_path,
+            lived = now - gone.started_at
+            message = (
+                f"optimizer {gone.resource_id} exited with code {gone.process.returncode} after {lived:.0f}s; "
+                f"see {gone.log_path}"
             )
+            log.warning("group %s: %s", group, message)
             instances.remove(gone)
-        while container is not None and len(instances) < wanted:
-            instances.append(container.start(group, properties))
+            if lived < HEALTHY_SECONDS:  # died young: the submission or the application fails, back off
+                self._failed(group, message)
+        if any(now - i.started_at >= HEALTHY_SECONDS for i in instances):
+            self.errors.pop(group, None)
+            self._backoff.pop(group, None)
+        while container is not None and len(instances) < wanted and now >= self._retry_at.get(group, 0.0):
+            try:
+                instances.append(container.start(group, properties))
+            except (ContainerError, OSError) as exc:
+                log.warning("group %s: cannot start an optimizer: %s", group, exc)
+                self._failed(group, f"cannot start an optimizer: {exc}")
+                break
         while len(instances) > wanted:
             instances.pop().release()
+        if wanted == 0:
+            self.errors.pop(group, None)
+
+    def _failed(self, group: str, message: str) -> None:
+        backoff = min(max(2 * self._backoff.get(group, 5.0), 10.0), 300.0)
+        self._backoff[group] = backoff
+        self._retry_at[group] = time.monotonic() + backoff
+        self.errors[group] = f"{message} (next try in {backoff:.0f}s)"
 
     def stop(self, timeout: float = 10.0) -> None:
         super().stop(timeout)

@@ -22,7 +22,7 @@ router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 
-def _read(row: ResourceGroupRow, table_count: int) -> GroupRead:
+def _read(row: ResourceGroupRow, table_count: int, ctx: ServerContext) -> GroupRead:
     return GroupRead(
         name=row.name,
         container=row.container,
@@ -30,6 +30,7 @@ def _read(row: ResourceGroupRow, table_count: int) -> GroupRead:
         table_count=table_count,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        container_error=None if ctx.maintainer is None else ctx.maintainer.errors.get(row.name),
     )
 
 
@@ -37,20 +38,20 @@ def _read(row: ResourceGroupRow, table_count: int) -> GroupRead:
 def create_group(body: GroupCreate, ctx: Ctx) -> GroupRead:
     validate_group(body.name, body.container, body.properties, ctx.config.container_names)
     with ctx.db.write() as session:
-        return _read(store.create_group(session, body.name, body.container, body.properties), 0)
+        return _read(store.create_group(session, body.name, body.container, body.properties), 0, ctx)
 
 
 @router.get("", response_model=list[GroupRead])
 def list_groups(ctx: Ctx) -> list[GroupRead]:
     with ctx.db.read() as session:
         counts = store.table_counts(session)
-        return [_read(row, counts.get(row.name, 0)) for row in store.list_groups(session)]
+        return [_read(row, counts.get(row.name, 0), ctx) for row in store.list_groups(session)]
 
 
 @router.get("/{name}", response_model=GroupRead)
 def get_group(name: str, ctx: Ctx) -> GroupRead:
     with ctx.db.read() as session:
-        return _read(store.get_group(session, name), store.table_counts(session).get(name, 0))
+        return _read(store.get_group(session, name), store.table_counts(session).get(name, 0), ctx)
 
 
 @router.put("/{name}", response_model=GroupRead)
@@ -63,7 +64,7 @@ def update_group(name: str, body: GroupUpdate, ctx: Ctx) -> GroupRead:
             ctx.config.container_names,
         )
         row = store.update_group(session, name, body.container, body.properties)
-        return _read(row, store.table_counts(session).get(name, 0))
+        return _read(row, store.table_counts(session).get(name, 0), ctx)
 
 
 class Scale(_Request):
@@ -98,7 +99,7 @@ def scale_group(name: str, body: Scale, ctx: Ctx) -> GroupRead:
             )
         properties = {**current.properties, "instances": str(body.instances)}
         row = store.update_group(session, name, None, properties)
-        read = _read(row, store.table_counts(session).get(name, 0))
+        read = _read(row, store.table_counts(session).get(name, 0), ctx)
     if ctx.maintainer is not None:
         ctx.maintainer.wake()
     return read
