@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from lakewarden.services.containers import descendants
 from tests.helpers import PROPS, checksum, open_lake, wait_for
 from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, ServerProcess, free_port, started_server
 
@@ -187,16 +188,22 @@ def run_submitted(
         assert checksum(spark, "local.db.ext") == before
         spark.sql("REFRESH TABLE local.db.ext")
         assert spark.sql("SELECT count(*) FROM local.db.ext.files").first()[0] == 1  # type: ignore[index]
+        driver = [p for p, name in descendants(process.pid) if name.startswith("python")]
+        assert len(driver) == 1  # spark-submit's JVM runs the optimizer's Python as its child
     finally:
-        os.killpg(process.pid, signal.SIGTERM)  # the optimizer finishes, unregisters, and its JVM stops
+        if ui:
+            os.killpg(process.pid, signal.SIGTERM)  # the optimizer finishes, unregisters, and its JVM stops
+        else:
+            os.kill(process.pid, signal.SIGKILL)  # the JVM alone dies: its Python driver must not poll on forever
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
-    # it left cleanly: unregistered, and the server (which never started it) starts nothing in its place
+    # it left: unregistered, and the server (which never started it) starts nothing in its place
     wait_for("the optimizer to unregister", lambda: api.get("/resource-groups/etl/optimizers").json() == [])
+    wait_for("its Python driver to exit", lambda: not Path(f"/proc/{driver[0]}").exists(), timeout=30)
     shown = subprocess.run(
         [*LAKEWARDEN, "group", "show", "etl", "--server", server.url],
         capture_output=True,

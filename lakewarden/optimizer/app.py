@@ -7,7 +7,9 @@ stops polling; tasks already running are finished and reported before the proces
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
@@ -82,6 +84,17 @@ class Optimizer:
                     log.warning("heartbeat failed: %s", exc)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
+
+    def _follow_parent(self, parent: int) -> None:
+        """Under spark-submit the driver JVM is the parent; if it is gone (killed, its server died), nothing
+        this process holds can run or commit: leave the server at once (it hands the tasks out again) and exit,
+        rather than poll forever without a JVM."""
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        log.warning("the Spark driver JVM (pid %d) is gone: exiting", parent)
+        with contextlib.suppress(Exception):
+            self.client.unregister(self.token)
+        os._exit(1)
 
     def _revoke(self, spark: Any, key: TaskKey) -> None:
         """The server took the task back (its process was canceled): stop its Spark jobs; it commits nothing."""
@@ -190,6 +203,8 @@ class Optimizer:
         self.application = SparkApplication(application_id=sc.applicationId, master=sc.master, ui_url=sc.uiWebUrl)
         self._register()  # once Spark is up: the server records which application this optimizer is
         threads = [threading.Thread(target=self._heartbeat, args=(spark,), name="heartbeat", daemon=True)]
+        if submitted():  # spark-submit's JVM is this process's parent: when it dies, so does the optimizer
+            threading.Thread(target=self._follow_parent, args=(os.getppid(),), name="parent", daemon=True).start()
         threads += [
             threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)
         ]

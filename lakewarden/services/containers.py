@@ -41,7 +41,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _descendants(pid: int) -> list[tuple[int, str]]:
+def descendants(pid: int) -> list[tuple[int, str]]:
     """The processes below `pid` (pid, command name), read from /proc."""
     children: dict[int, list[tuple[int, str]]] = {}
     for entry in Path("/proc").iterdir():
@@ -83,7 +83,7 @@ class Instance:
         if self.alive:
             target = self.process.pid
             if self.driver_in_child:
-                drivers = [pid for pid, name in _descendants(self.process.pid) if name.startswith("python")]
+                drivers = [pid for pid, name in descendants(self.process.pid) if name.startswith("python")]
                 target = drivers[0] if drivers else target
             with contextlib.suppress(ProcessLookupError):
                 os.kill(target, signal.SIGTERM)
