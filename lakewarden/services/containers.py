@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lakewarden.config import Config, ContainerConfig
 from lakewarden.services.loop import LoopService
@@ -105,6 +106,8 @@ class ContainerError(RuntimeError):
 class LocalContainer:
     """Optimizers as child processes of the server: `lakewarden optimizer` with local[parallelism] Spark."""
 
+    driver_in_child: ClassVar[bool] = False  # whether the optimizer's Python runs under a process of its own
+
     name: str
     server_url: str
     log_dir: Path
@@ -170,8 +173,6 @@ class LocalContainer:
         log.info("started optimizer %s for group %s (pid %d)", resource_id, group, process.pid)
         return Instance(resource_id, group, process, log_path, driver_in_child=self.driver_in_child)
 
-    driver_in_child = False
-
 
 # what the spark container passes to spark-submit, from group (or container) properties
 SPARK_SUBMIT_OPTIONS = {
@@ -193,7 +194,7 @@ class SparkContainer(LocalContainer):
     lakewarden sets up. Released by SIGTERM to the optimizer's Python driver: it finishes its tasks,
     unregisters and stops its application."""
 
-    driver_in_child = True
+    driver_in_child: ClassVar[bool] = True
 
     def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
         from lakewarden.spark.jars import JarSetupError
