@@ -113,14 +113,20 @@ def setup_spark(
             "(follow them with `lakewarden optimizer`'s options)",
         ),
     ] = False,
+    submit_command: Annotated[
+        bool, typer.Option("--submit-command", help="The same, after the path of pyspark's own spark-submit")
+    ] = False,
 ) -> None:
     """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
     from lakewarden.spark.jars import JarSetupError, ensure_spark_jars
-    from lakewarden.spark.submit import optimizer_submit_arguments
+    from lakewarden.spark.submit import optimizer_submit_arguments, spark_submit_path
 
     try:
-        if submit_args:
-            typer.echo(" ".join(shlex.quote(a) for a in optimizer_submit_arguments()))
+        if submit_args or submit_command:
+            arguments = optimizer_submit_arguments()
+            if submit_command:
+                arguments.insert(0, spark_submit_path())
+            typer.echo(" ".join(shlex.quote(a) for a in arguments))
             return
         jars = ensure_spark_jars()
     except JarSetupError as exc:

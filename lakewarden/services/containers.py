@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -195,11 +196,9 @@ class SparkContainer(LocalContainer):
     unregisters and stops its application."""
 
     driver_in_child: ClassVar[bool] = True
+    _submit: list[str] | None = field(default=None, repr=False)
 
     def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
-        from lakewarden.spark.jars import JarSetupError
-        from lakewarden.spark.submit import optimizer_submit_arguments
-
         master = self.setting(group_properties, "spark-master")
         if not master:
             raise ContainerError(
@@ -212,7 +211,8 @@ class SparkContainer(LocalContainer):
             raise ContainerError(
                 f"deploy-mode {mode!r}: only client mode is supported (the optimizer's driver on this machine)"
             )
-        submit = self.setting(group_properties, "spark-submit") or spark_submit_path()
+        submit_command = self.submit_command()
+        submit = self.setting(group_properties, "spark-submit") or submit_command[0]
         if not Path(submit).is_file():
             raise ContainerError(f"spark-submit not found at {submit}")
         command = [
@@ -232,18 +232,28 @@ class SparkContainer(LocalContainer):
         for key in sorted(passthrough):
             if key.startswith("spark-conf."):
                 command += ["--conf", f"{key[len('spark-conf.') :]}={passthrough[key]}"]
-        try:
-            command += optimizer_submit_arguments()
-        except JarSetupError as exc:
-            raise ContainerError(f"the Spark jars cannot be set up: {exc}") from exc
-        return command + self.optimizer_options(group, group_properties, resource_id)[1:]
+        return command + submit_command[1:] + self.optimizer_options(group, group_properties, resource_id)[1:]
 
-
-def spark_submit_path() -> str:
-    """pyspark's own spark-submit."""
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    def submit_command(self) -> list[str]:
+        """pyspark's spark-submit, the jars and the optimizer's program, as `lakewarden setup-spark
+        --submit-command` prints them (asked once: the jars do not change while the server runs)."""
+        if self._submit is None:
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "lakewarden.cli.main", "setup-spark", "--submit-command"],
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired as exc:
+                raise ContainerError("setting up the Spark jars took more than 15 minutes") from exc
+            lines = done.stdout.strip().splitlines()
+            if done.returncode != 0 or not lines:
+                reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise ContainerError(f"the Spark jars cannot be set up: {reason}")
+            self._submit = shlex.split(lines[-1])
+        return self._submit
 
 
 ContainerFactory = Callable[[ContainerConfig, str, Path, Callable[[str], str] | None], LocalContainer]
