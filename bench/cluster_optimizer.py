@@ -1,0 +1,223 @@
+"""An optimizer on a Spark standalone cluster against one in local[2], on the same two cores, side by side.
+
+1. Throughput: the same table of small files (zstd Parquet) is compacted by lakewarden's planner and the
+   optimizer's executor, once in a Spark application on a standalone cluster of two one-core workers (the
+   driver here, the rewrites on the executors) and once in local[2]. Each variant runs in a process of its
+   own (one SparkContext per JVM), on a fresh copy of the table, alternating, --rounds times; medians.
+   Goal: cluster >= 0.9x local (the cluster costs little).
+2. Reaction: a real server whose `spark` container submits optimizers to the cluster; from `group scale` to
+   the first task acked (spark-submit, the driver's start, registration, the first poll).
+
+    .venv/bin/python bench/cluster_optimizer.py [--files 120] [--rows-per-file 40000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import bar_chart, in_temporary_dir, write
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.evaluator import OptimizingClock
+from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.metadata.catalogs import initialize_catalog, open_catalog
+from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.optimizer.executor import execute_task
+from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
+from lakewarden.services.self_optimizing import plan_process
+from lakewarden.spark.session import build_spark_session
+from tests.clusters import standalone_cluster
+from tests.servers import MAINTENANCE_OFF, started_server
+
+MB = 1024 * 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=120)
+    parser.add_argument("--rows-per-file", type=int, default=40_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    # internal: one variant's compaction in a process of its own
+    parser.add_argument("--variant-master", help=argparse.SUPPRESS)
+    parser.add_argument("--variant-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant_master:
+        print(json.dumps(compact(Path(args.variant_dir), args.variant_master, args.files, args.rows_per_file)))
+        return
+    in_temporary_dir(lambda tmp: run(args, tmp))
+
+
+def catalog(directory: Path) -> CatalogSpec:
+    return CatalogSpec(
+        "bench", "sql", {"uri": f"sqlite:///{directory}/catalog.db", "warehouse": str(directory / "warehouse")}
+    )
+
+
+def write_table(spark: Any, files: int, rows_per_file: int) -> int:
+    """The table of small files (the same rows every time); returns its bytes."""
+    spark.sql("CREATE NAMESPACE bench.db")
+    spark.sql(
+        "CREATE TABLE bench.db.small (id BIGINT, name STRING, amount DOUBLE, note STRING) USING iceberg "
+        "TBLPROPERTIES ('write.parquet.compression-codec'='zstd')"
+    )
+    (
+        spark.range(files * rows_per_file)
+        .selectExpr(
+            "id",
+            "concat('name-', CAST(id % 100003 AS STRING)) AS name",
+            "rand(7) * 1000 AS amount",
+            "sha2(CAST(id AS STRING), 256) AS note",
+        )
+        .repartition(files)
+        .writeTo("bench.db.small")
+        .append()
+    )
+    size = sum(r[0] for r in spark.sql("SELECT file_size_in_bytes FROM bench.db.small.files").collect())
+    return int(size)
+
+
+def compact(directory: Path, master: str, files: int, rows_per_file: int) -> dict[str, Any]:
+    """One variant in a fresh directory: write the table, then plan it and run every task with the optimizer's
+    executor, as an optimizer would (only that is timed)."""
+    spec = catalog(directory)
+    initialize_catalog(spec)
+    extra = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    if master.startswith("spark://"):
+        extra.update({"spark.executor.memory": "1g", "spark.cores.max": "2", "spark.executor.cores": "1"})
+    started = time.perf_counter()
+    spark = build_spark_session(
+        [spec], master=master, driver_memory="2g", app_name="lakewarden-bench-variant", extra_conf=extra
+    )
+    up = time.perf_counter() - started
+    spark.range(4).count()  # executors registered
+    size = write_table(spark, files, rows_per_file)
+    table = open_catalog(spec).load_table(("db", "small"))
+    now = int(time.time() * 1000)
+    config = OptimizingConfig.of(table.properties)
+    clock = OptimizingClock(now, last_minor_ms=0, last_full_ms=now)
+    planned = plan_process("db.small", table, snapshot_files(table, ManifestCache()), config, clock)
+    connection = CatalogConnection(name=spec.name, type=spec.type, properties=dict(spec.properties))
+    begun = time.perf_counter()
+    results = []
+    for task_id, task in enumerate(planned.tasks, start=1):
+        work = Assignment(
+            process_id=1, task_id=task_id, attempt=1, type=task.type, catalog=connection, input=task.input
+        )
+        result = execute_task(spark, work, "bench")
+        assert isinstance(result, OptimizingResult)
+        results.append(result)
+    seconds = time.perf_counter() - begun
+    executors = int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1  # minus the driver
+    spark.stop()
+    return {
+        "seconds": seconds,
+        "startup_seconds": up,
+        "bytes_in": sum(r.bytes_in for r in results),
+        "files_in": sum(r.files_in for r in results),
+        "files_out": sum(r.files_out for r in results),
+        "executors": executors,
+        "table_bytes": size,
+    }
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    measured: dict[str, list[dict[str, Any]]] = {"cluster": [], "local[2]": []}
+    with standalone_cluster(tmp) as (master, _ui):
+        for round_ in range(args.rounds):
+            order = ["cluster", "local[2]"] if round_ % 2 == 0 else ["local[2]", "cluster"]
+            for variant in order:
+                copy = tmp / f"{variant}-{round_}"
+                copy.mkdir()
+                done = subprocess.run(
+                    [
+                        *(sys.executable, __file__, "--variant-master", master if variant == "cluster" else "local[2]"),
+                        *("--variant-dir", str(copy), "--files", str(args.files)),
+                        *("--rows-per-file", str(args.rows_per_file)),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+                measured[variant].append(result)
+                print(
+                    f"round {round_ + 1} {variant:>8}: {result['bytes_in'] / MB / result['seconds']:.1f} MB/s "
+                    f"({result['files_in']} -> {result['files_out']} files, {result['executors']} executor(s))",
+                    flush=True,
+                )
+                shutil.rmtree(copy, ignore_errors=True)
+        reaction = scale_to_first_ack(tmp, master)
+
+    rate = {v: statistics.median(r["bytes_in"] / MB / r["seconds"] for r in runs) for v, runs in measured.items()}
+    ratio = rate["cluster"] / rate["local[2]"]
+    size = measured["local[2]"][0]["table_bytes"]
+    print(f"{args.files} files, {size / MB:.0f} MB")
+    print(f"cluster (2 workers x 1 core): {rate['cluster']:.1f} MB/s; local[2]: {rate['local[2]']:.1f} MB/s")
+    print(f"ratio: {ratio:.2f}x (goal >= 0.9x)")
+    print(f"group scale -> first task acked: {reaction:.1f} s")
+    write(
+        "cluster_optimizer",
+        {
+            "files": args.files,
+            "input_mb": round(size / MB, 1),
+            "rounds": args.rounds,
+            "mb_per_second": {v: round(r, 2) for v, r in rate.items()},
+            "runs": measured,
+            "cluster_vs_local": round(ratio, 3),
+            "scale_to_first_ack_seconds": round(reaction, 2),
+            "goal": 0.9,
+        },
+    )
+    bar_chart("cluster_optimizer", "Compaction throughput: standalone cluster vs local[2]", rate, "MB/s")
+
+
+def scale_to_first_ack(tmp: Path, master: str) -> float:
+    """A server whose spark container submits to the cluster: seconds from `group scale` to a task acked."""
+    properties = (
+        f"spark-master: '{master}', driver-memory: 1g, executor-memory: 1g, total-executor-cores: '2', "
+        "spark-conf.spark.driver.host: 127.0.0.1, spark-conf.spark.driver.bindAddress: 127.0.0.1"
+    )
+    cluster = f"{{name: cluster, container-impl: spark, properties: {{{properties}}}}}"
+    containers = f"containers:\n  - {{name: local}}\n  - {cluster}\n"
+    (tmp / "server").mkdir()
+    with started_server(tmp / "server", maintenance=MAINTENANCE_OFF + containers) as server:
+        api = server.api()
+        api.post("/resource-groups", json={"name": "etl", "container": "cluster"}).raise_for_status()
+        make_pending_table(server)
+        started = time.perf_counter()
+        api.post("/resource-groups/etl/scale", json={"instances": 1}).raise_for_status()
+        while time.perf_counter() - started < 600:
+            if any(t["acked_at"] for p in api.get("/processes").json() for t in p["tasks"]):
+                return time.perf_counter() - started
+            time.sleep(0.2)
+        raise SystemExit("no task was acked within 10 minutes")
+
+
+def make_pending_table(server: Any) -> None:
+    """A table of the server's internal catalog in group etl, with enough small files to be pending."""
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+
+    catalog_ = load_catalog("lake", type="rest", uri=f"{server.url}/iceberg", token=server.token, warehouse="lake")
+    catalog_.create_namespace("db")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    table = catalog_.create_table(
+        "db.t",
+        schema=schema,
+        properties={"self-optimizing.group": "etl", "self-optimizing.minor.trigger.file-count": "3"},
+    )
+    for i in range(4):
+        table.append(pa.table({"id": list(range(i * 10, i * 10 + 10)), "v": ["x"] * 10}, schema=schema))
+
+
+if __name__ == "__main__":
+    main()
