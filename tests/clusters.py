@@ -74,9 +74,14 @@ def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[tuple[str, 
             with suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
         for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            wait_or_kill(process, 30)
         log.close()
+
+
+def wait_or_kill(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for a process started in a session of its own; SIGKILL its whole group if it takes too long."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

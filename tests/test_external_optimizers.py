@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from lakewarden.services.containers import descendants
-from tests.clusters import spark_bin, standalone_cluster
+from tests.clusters import spark_bin, standalone_cluster, wait_or_kill
 from tests.helpers import PROPS, checksum, open_lake, wait_for
 from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, ServerProcess, started_server
 
@@ -128,11 +128,7 @@ def run_submitted(
             os.killpg(process.pid, signal.SIGTERM)  # the optimizer finishes, unregisters, and its JVM stops
         else:
             os.kill(process.pid, signal.SIGKILL)  # the JVM alone dies: its Python driver must not poll on forever
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        wait_or_kill(process, 60)
         log.close()
     # it left: unregistered, and the server (which never started it) starts nothing in its place
     wait_for("the optimizer to unregister", lambda: api.get("/resource-groups/etl/optimizers").json() == [])

@@ -30,9 +30,7 @@ def _static(jvm: Any, gateway: Any, class_name: str, method: str) -> Any:
     """A static no-argument method's result, called through reflection (py4j mistakes SparkTableCache.get()
     for its instance overload get(String))."""
     klass = jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
-    return klass.getMethod(method, gateway.new_array(jvm.java.lang.Class, 0)).invoke(
-        None, gateway.new_array(jvm.java.lang.Object, 0)
-    )
+    return klass.getMethod(method, _classes(jvm, gateway, [])).invoke(None, _objects(jvm, gateway, []))
 
 
 class _Staged:
