@@ -131,7 +131,7 @@ def compact(directory: Path, master: str, files: int, rows_per_file: int) -> dic
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
     measured: dict[str, list[dict[str, Any]]] = {"cluster": [], "local[2]": []}
-    with standalone_cluster(tmp) as (master, _ui):
+    with standalone_cluster(tmp) as cluster:
         for round_ in range(args.rounds):
             order = ["cluster", "local[2]"] if round_ % 2 == 0 else ["local[2]", "cluster"]
             for variant in order:
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
                 copy.mkdir()
                 done = subprocess.run(
                     [
-                        *(sys.executable, __file__, "--variant-master", master if variant == "cluster" else "local[2]"),
+                        *(sys.executable, __file__, "--variant-master", cluster.master if variant == "cluster" else "local[2]"),
                         *("--variant-dir", str(copy), "--files", str(args.files)),
                         *("--rows-per-file", str(args.rows_per_file)),
                     ],
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
                     flush=True,
                 )
                 shutil.rmtree(copy, ignore_errors=True)
-        reaction = scale_to_first_ack(tmp, master)
+        reaction = scale_to_first_ack(tmp, cluster.master)
 
     rate = {v: statistics.median(r["bytes_in"] / MB / r["seconds"] for r in runs) for v, runs in measured.items()}
     ratio = rate["cluster"] / rate["local[2]"]

@@ -388,6 +388,9 @@ class Touched(_Model):
     canceled, or they were taken back): the optimizer cancels their Spark jobs and commits nothing of them."""
 
     revoked: list[TaskKey] = Field(default_factory=list)
+    # the server asks the optimizer to leave (its container releases it): it finishes its running tasks,
+    # unregisters and stops its Spark application; how optimizers whose driver runs on a cluster are released
+    leave: bool = False
 
 
 class FailureKind(StrEnum):

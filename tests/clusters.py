@@ -7,6 +7,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -21,10 +22,30 @@ def spark_bin(name: str) -> str:
     return str(Path(pyspark.__file__).parent / "bin" / name)
 
 
+@dataclass
+class Cluster:
+    master: str  # spark://127.0.0.1:port
+    ui: str  # the master's web UI
+    workers: list[subprocess.Popen[bytes]]  # each in a process group of its own, with its executors
+    worker_uis: list[str]
+
+    def worker_of(self, app_id: str, executor_id: str) -> int:
+        """The index of the worker that runs an application's executor (from the workers' own UIs)."""
+        for index, ui in enumerate(self.worker_uis):
+            state = httpx.get(f"{ui}/json/", timeout=5).json()
+            if any(e["appid"] == app_id and str(e["id"]) == executor_id for e in state.get("executors", [])):
+                return index
+        raise AssertionError(f"no worker runs executor {executor_id} of {app_id}")
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL a worker and the executors it launched (they share its process group)."""
+        os.killpg(self.workers[index].pid, signal.SIGKILL)
+        self.workers[index].wait()
+
+
 @contextmanager
-def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[tuple[str, str]]:
-    """A Spark standalone master and `workers` workers of one core each, from pyspark's own jars, on loopback;
-    yields the master URL and its web UI's URL."""
+def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[Cluster]:
+    """A Spark standalone master and `workers` workers of one core each, from pyspark's own jars, on loopback."""
     port, ui = free_port(), free_port()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
     log = (tmp_path / "cluster.log").open("wb")
@@ -41,14 +62,17 @@ def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[tuple[str, 
             start_new_session=True,
         )
     ]
+    worker_uis = []
     for i in range(workers):
         work = tmp_path / f"worker-{i}"
         work.mkdir()
+        worker_ui = free_port()
+        worker_uis.append(f"http://127.0.0.1:{worker_ui}")
         processes.append(
             subprocess.Popen(
                 [
                     *(spark_bin("spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"),
-                    *("--cores", "1", "--memory", "1g", "--webui-port", str(free_port())),
+                    *("--cores", "1", "--memory", "1g", "--webui-port", str(worker_ui)),
                     *("--work-dir", str(work), master),
                 ],
                 stdout=log,
@@ -68,7 +92,7 @@ def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[tuple[str, 
             return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") == workers
 
         wait_for("the standalone cluster", alive, timeout=120)
-        yield master, ui_url
+        yield Cluster(master, ui_url, processes[1:], worker_uis)
     finally:
         for process in processes:
             with suppress(ProcessLookupError):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,8 @@ def test_an_optimizer_submitted_with_spark_submit_into_an_external_group(
     with ExitStack() as stack:
         server = stack.enter_context(started_server(tmp_path, maintenance=EXTERNAL))
         if where == "standalone":
-            master, ui = stack.enter_context(standalone_cluster(tmp_path))
+            cluster = stack.enter_context(standalone_cluster(tmp_path))
+            master, ui = cluster.master, cluster.ui
             resources = ["--executor-memory", "512m", "--total-executor-cores", "2"]
         else:
             master, ui, resources = "local[1]", "", []
@@ -118,6 +120,8 @@ def run_submitted(
 
         process_row = wait_for("the table to be compacted", compacted, timeout=240)
         assert process_row["status"] == "success", process_row
+        if ui:
+            assert_tasks_ran_on_executors(optimizer)
         assert checksum(spark, "local.db.ext") == before
         spark.sql("REFRESH TABLE local.db.ext")
         assert spark.sql("SELECT count(*) FROM local.db.ext.files").first()[0] == 1  # type: ignore[index]
@@ -143,15 +147,31 @@ def run_submitted(
     assert "etl" in shown.stdout
 
 
+def executors(optimizer: dict[str, Any], everyone: bool = False) -> dict[str, dict[str, Any]]:
+    """The optimizer's executors (and its driver) by id, from its application's own status API."""
+    api = f"{optimizer['spark_ui_url']}/api/v1/applications/{optimizer['spark_application_id']}"
+    listed = httpx.get(f"{api}/{'allexecutors' if everyone else 'executors'}", timeout=5).json()
+    return {e["id"]: e for e in listed}
+
+
+def assert_tasks_ran_on_executors(optimizer: dict[str, Any]) -> None:
+    """The rewrites ran as Spark tasks on the cluster's executors (one on each worker), none in the driver."""
+    found = executors(optimizer)
+    assert found.pop("driver")["totalTasks"] == 0
+    assert len(found) == 2 and sum(e["totalTasks"] for e in found.values()) > 0, found
+
+
 def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_path: Path, spark: SparkSession) -> None:
     with ExitStack() as stack:
-        master, ui = stack.enter_context(standalone_cluster(tmp_path))
+        cluster = stack.enter_context(standalone_cluster(tmp_path))
+        master, ui = cluster.master, cluster.ui
         properties = (
             f"spark-master: '{master}', driver-memory: 1g, executor-memory: 512m, total-executor-cores: '2', "
-            "spark-conf.spark.driver.host: 127.0.0.1, spark-conf.spark.driver.bindAddress: 127.0.0.1"
+            "spark-conf.spark.driver.host: 127.0.0.1, spark-conf.spark.driver.bindAddress: 127.0.0.1, "
+            "export.SPARK_LOCAL_IP: 127.0.0.1"
         )
-        cluster = f"{{name: cluster, container-impl: spark, properties: {{{properties}}}}}"
-        containers = f"containers:\n  - {{name: local}}\n  - {cluster}\n"
+        on_spark = f"{{name: cluster, container-impl: spark, properties: {{{properties}}}}}"
+        containers = f"containers:\n  - {{name: local}}\n  - {on_spark}\n"
         server = stack.enter_context(started_server(tmp_path, maintenance=MAINTENANCE_OFF + containers))
         api = open_lake(server, spark)
 
@@ -168,14 +188,17 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
         assert api.post("/resource-groups/bad/scale", json={"instances": 0}).status_code == 200
 
         assert api.post("/resource-groups", json={"name": "etl", "container": "cluster"}).status_code == 201
-        spark.sql(
-            f"CREATE TABLE local.db.onspark (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
-        )
-        for i in range(4):
-            rows = f"range({i * 10}, {i * 10 + 10})"
-            spark.sql(f"INSERT INTO local.db.onspark SELECT id, 'a', current_timestamp(), 'v' FROM {rows}")
-        before = checksum(spark, "local.db.onspark")
+        tables = ["local.db.onspark", "lake.db.onspark"]  # a SQL catalog's table and one of lakewarden's own
+        before = {}
+        for table in tables:
+            spark.sql(
+                f"CREATE TABLE {table} (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+                f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+            )
+            for i in range(4):
+                rows = f"range({i * 10}, {i * 10 + 10})"
+                spark.sql(f"INSERT INTO {table} SELECT id, 'a', current_timestamp(), 'v' FROM {rows}")
+            before[table] = checksum(spark, table)
         api.post("/catalogs/local/refresh")
         assert api.post("/resource-groups/etl/scale", json={"instances": 1}).status_code == 200
 
@@ -189,16 +212,51 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
         (app,) = [a for a in state["activeapps"] if a["id"] == app_id]
         assert app["name"] == f"lakewarden-optimizer-{optimizer['resource_id']}" and app["cores"] == 2
 
-        def compacted() -> dict[str, Any] | None:
-            done = api.get("/processes", params={"table": "local.db.onspark"}).json()
+        def compacted(table: str) -> dict[str, Any] | None:
+            done = api.get("/processes", params={"table": table}).json()
             return done[0] if done and done[0]["status"] != "running" else None
 
-        assert wait_for("the table to be compacted", compacted, timeout=240)["status"] == "success"
-        assert checksum(spark, "local.db.onspark") == before
+        for table in tables:
+            assert wait_for(f"{table} to be compacted", partial(compacted, table), timeout=240)["status"] == "success"
+            assert checksum(spark, table) == before[table]
+        assert_tasks_ran_on_executors(optimizer)
 
-        # releasing stops the application: its optimizer unregisters, the master lists the application as done
+        # a worker dies while a rewrite runs on its executor: Spark runs the task again on the other one
+        spark.sql(
+            f"CREATE TABLE local.db.big (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+        )
+        for i in range(4):  # about 40 MB that does not compress: a rewrite of some seconds on one core
+            rows = f"range({i * 150_000}, {(i + 1) * 150_000})"
+            spark.sql(
+                f"INSERT INTO local.db.big SELECT id, 'b', current_timestamp(), "
+                f"concat(uuid(), uuid(), uuid(), uuid(), uuid()) FROM {rows}"
+            )
+        big = checksum(spark, "local.db.big")
+        api.post("/catalogs/local/refresh")
+
+        def busy_executor() -> str | None:
+            busy = [i for i, e in executors(optimizer).items() if i != "driver" and e["activeTasks"] > 0]
+            return busy[0] if busy else None
+
+        victim = wait_for("a rewrite task on an executor", busy_executor, timeout=240, interval=0.05)
+        cluster.kill_worker(cluster.worker_of(app_id, victim))
+        assert (
+            wait_for("local.db.big to be compacted", lambda: compacted("local.db.big"), timeout=300)["status"]
+            == "success"
+        )
+        assert checksum(spark, "local.db.big") == big
+        lost = executors(optimizer, everyone=True)[victim]
+        assert not lost["isActive"] and lost["activeTasks"] >= 1  # it died with the task on it
+        stages = httpx.get(f"{optimizer['spark_ui_url']}/api/v1/applications/{app_id}/stages", timeout=5).json()
+        assert sum(s["numFailedTasks"] for s in stages) >= 1  # and Spark ran that task again
+
+        # releasing stops the application: asked at its heartbeat, its optimizer finishes, unregisters and stops
+        # Spark; the master lists the application as done
         assert api.post("/resource-groups/etl/scale", json={"instances": 0}).status_code == 200
         wait_for("the optimizer to leave", lambda: api.get("/resource-groups/etl/optimizers").json() == [], timeout=120)
+        optimizer_log = (server.data_dir / "optimizers" / f"{optimizer['resource_id']}.log").read_text()
+        assert "the server asks this optimizer to leave" in optimizer_log
 
         def finished() -> bool:
             state = httpx.get(f"{ui}/json/", timeout=5).json()

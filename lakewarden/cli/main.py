@@ -116,14 +116,27 @@ def setup_spark(
     submit_command: Annotated[
         bool, typer.Option("--submit-command", help="The same, after the path of pyspark's own spark-submit")
     ] = False,
+    deploy_mode: Annotated[
+        str,
+        typer.Option(
+            "--deploy-mode",
+            help="For --submit-args/--submit-command: client (the driver here) or cluster (YARN, Kubernetes)",
+        ),
+    ] = "client",
+    maven: Annotated[
+        bool,
+        typer.Option("--maven", help="For --submit-args/--submit-command: --packages from Maven Central, no jars"),
+    ] = False,
 ) -> None:
     """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
     from lakewarden.spark.jars import JarSetupError, ensure_spark_jars
-    from lakewarden.spark.submit import optimizer_submit_arguments, spark_submit_path
+    from lakewarden.spark.submit import DEPLOY_MODES, optimizer_submit_arguments, spark_submit_path
 
+    if deploy_mode not in DEPLOY_MODES:
+        fail(f"--deploy-mode {deploy_mode!r}: use one of {', '.join(DEPLOY_MODES)}")
     try:
         if submit_args or submit_command:
-            arguments = optimizer_submit_arguments()
+            arguments = optimizer_submit_arguments(deploy_mode, maven)
             if submit_command:
                 arguments.insert(0, spark_submit_path())
             typer.echo(" ".join(shlex.quote(a) for a in arguments))

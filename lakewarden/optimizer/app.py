@@ -75,8 +75,12 @@ class Optimizer:
             try:
                 with self._tasks_lock:
                     running = list(self._running)
-                for key in self.client.touch(self.token, running):
+                touched = self.client.touch(self.token, running)
+                for key in touched.revoked:
                     self._revoke(spark, key)
+                if touched.leave:
+                    log.info("the server asks this optimizer to leave: finishing running tasks")
+                    self.stop.set()
             except ProtocolError as exc:
                 if exc.status in (401, 404):  # the server declared us lost: start over with a new token
                     self._register()

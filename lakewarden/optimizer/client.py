@@ -52,10 +52,10 @@ class OptimizerClient:
         body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host, spark=spark)
         return Registered.model_validate(self._post("/register", body.model_dump(mode="json"), bearer=self.credential))
 
-    def touch(self, token: str, running: list[TaskKey] | None = None) -> list[TaskKey]:
-        """Heartbeat; returns the running tasks the server says to stop."""
+    def touch(self, token: str, running: list[TaskKey] | None = None) -> Touched:
+        """Heartbeat; answers the running tasks the server says to stop, and whether to leave."""
         body = Touch(token=token, running=running or [])
-        return Touched.model_validate(self._post("/touch", body.model_dump(mode="json"))).revoked
+        return Touched.model_validate(self._post("/touch", body.model_dump(mode="json")))
 
     def commit(self, token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
         """May this task commit now? Raises ProtocolError (409) when its process was canceled. While the

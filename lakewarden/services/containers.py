@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from lakewarden.config import Config, ContainerConfig
 from lakewarden.services.loop import LoopService
 from lakewarden.store import groups as group_store
+from lakewarden.store import processes as process_store
 from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -75,27 +77,37 @@ class Instance:
     # spark-submit runs the optimizer's Python as a child of its JVM: the signal goes to the Python driver,
     # which finishes its tasks, unregisters and stops Spark (the JVM then exits with it)
     driver_in_child: bool = False
+    # the driver runs on the cluster (deploy mode cluster): no signal reaches it, only the server's request
+    driver_remote: bool = False
 
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def release(self, timeout: float = 60.0) -> None:
-        """SIGTERM: the optimizer finishes its running tasks, unregisters and exits."""
-        if self.alive:
+    def release(self, timeout: float = 60.0, ask: Callable[[], None] | None = None) -> None:
+        """The optimizer finishes its running tasks, unregisters and exits: asked at its heartbeat (`ask`
+        records the request, repeated while it runs), else by SIGTERM; SIGKILL after `timeout`."""
+        deadline = time.monotonic() + timeout
+        if ask is not None:  # a remote driver hears only this; a local one gets half the time before a signal
+            until = deadline if self.driver_remote else time.monotonic() + timeout / 2
+            while self.alive and time.monotonic() < until:
+                ask()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(min(5.0, max(until - time.monotonic(), 0.0)))
+        if self.alive and not self.driver_remote:
             target = self.process.pid
             if self.driver_in_child:
                 drivers = [pid for pid, name in descendants(self.process.pid) if name.startswith("python")]
                 target = drivers[0] if drivers else target
             with contextlib.suppress(ProcessLookupError):
                 os.kill(target, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("optimizer %s did not stop in %.0fs: killing it", self.resource_id, timeout)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        try:
+            self.process.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            log.warning("optimizer %s did not stop in %.0fs: killing it", self.resource_id, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
         log.info("released optimizer %s of group %s", self.resource_id, self.group)
 
 
@@ -122,6 +134,7 @@ class LocalContainer:
         return group_properties.get(key, self.properties.get(key, default))
 
     def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
+        """The optimizer's command line (a ContainerError when the group's settings cannot make one)."""
         memory = self.setting(group_properties, "memory", "2g") or "2g"
         return [
             sys.executable,
@@ -137,7 +150,7 @@ class LocalContainer:
         return [
             "optimizer",
             "--server",
-            self.server_url,
+            self.setting(group_properties, "server-url") or self.server_url,  # as optimizers reach this server
             "--group",
             group,
             "--parallelism",
@@ -158,7 +171,8 @@ class LocalContainer:
             env["LAKEWARDEN_TLS_CA"] = str(self.trusted_certificate)  # its Spark's JVM (spark/tls.py)
         if self.registration_token is not None:
             env["LAKEWARDEN_TOKEN"] = self.registration_token(group)
-        if self.driver_in_child:  # spark-submit starts the optimizer's Python: this one, with lakewarden in it
+        remote = self.driver_remote(group_properties)
+        if self.driver_in_child and not remote:  # spark-submit starts the optimizer's Python: this one
             env.setdefault("PYSPARK_PYTHON", sys.executable)
             env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         with log_path.open("ab") as out:
@@ -172,7 +186,13 @@ class LocalContainer:
                 start_new_session=True,
             )
         log.info("started optimizer %s for group %s (pid %d)", resource_id, group, process.pid)
-        return Instance(resource_id, group, process, log_path, driver_in_child=self.driver_in_child)
+        return Instance(
+            resource_id, group, process, log_path, driver_in_child=self.driver_in_child, driver_remote=remote
+        )
+
+    def driver_remote(self, group_properties: dict[str, str]) -> bool:
+        """Whether the optimizer's driver runs elsewhere than under the process this container starts."""
+        return False
 
 
 # what the spark container passes to spark-submit, from group (or container) properties
@@ -184,19 +204,32 @@ SPARK_SUBMIT_OPTIONS = {
     "total-executor-cores": "--total-executor-cores",
 }
 MASTER_SCHEMES = ("spark://", "yarn", "k8s://", "local")
+# masters whose clusters run Python drivers (cluster deploy mode), and what makes spark-submit wait for the
+# application to end there (so the container notices when it dies) and hands the driver an environment variable
+CLUSTER_MODE = {
+    "yarn": ("spark.yarn.submit.waitAppCompletion", "spark.yarn.appMasterEnv."),
+    "k8s://": ("spark.kubernetes.submission.waitAppCompletion", "spark.kubernetes.driverEnv."),
+}
 
 
 @dataclass
 class SparkContainer(LocalContainer):
-    """Optimizers submitted as Spark applications with pyspark's spark-submit (Amoro's SparkOptimizerContainer):
-    `spark-master` (spark://, yarn, k8s://), client deploy mode (the optimizer's driver runs on the server's
-    machine; its rewrites run on the cluster's executors), `driver-memory`, `executor-memory`,
-    `executor-cores`, `num-executors` or `total-executor-cores`, any `spark-conf.<key>`, and the jars
-    lakewarden sets up. Released by SIGTERM to the optimizer's Python driver: it finishes its tasks,
-    unregisters and stops its application."""
+    """Optimizers submitted as Spark applications with pyspark's spark-submit (Amoro's SparkOptimizerContainer).
+
+    Group (or container) properties: `spark-master` (spark://, yarn, k8s://); `deploy-mode` client (the
+    optimizer's driver runs on the server's machine, its rewrites on the cluster's executors) or cluster (YARN
+    and Kubernetes run the driver too; set `server-url` to an address of this server the cluster reaches);
+    `driver-memory`, `executor-memory`, `executor-cores`, `num-executors` or `total-executor-cores`; any
+    `spark-conf.<key>`; `spark-jars` local (the jars lakewarden builds, default) or maven (`--packages`);
+    `optimizer-program` (cluster mode: where the driver finds lakewarden's program, e.g. local:// in an image).
+    Released through its heartbeat (it finishes its tasks, unregisters and stops its application); in client
+    mode a SIGTERM to its Python driver follows if it does not."""
 
     driver_in_child: ClassVar[bool] = True
-    _submit: list[str] | None = field(default=None, repr=False)
+    _submit: dict[tuple[str, bool], list[str]] = field(default_factory=dict, repr=False)
+
+    def driver_remote(self, group_properties: dict[str, str]) -> bool:
+        return self.setting(group_properties, "deploy-mode", "client") == "cluster"
 
     def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
         master = self.setting(group_properties, "spark-master")
@@ -206,24 +239,22 @@ class SparkContainer(LocalContainer):
             )
         if not master.startswith(MASTER_SCHEMES):
             raise ContainerError(f"spark-master {master!r} is not a Spark master URL (spark://, yarn, k8s://, local)")
-        mode = self.setting(group_properties, "deploy-mode", "client")
-        if mode != "client":
+        mode = self.setting(group_properties, "deploy-mode", "client") or "client"
+        cluster = next((v for k, v in CLUSTER_MODE.items() if master.startswith(k)), None)
+        if mode not in ("client", "cluster"):
+            raise ContainerError(f"deploy-mode {mode!r} is neither client nor cluster")
+        if mode == "cluster" and cluster is None:
             raise ContainerError(
-                f"deploy-mode {mode!r}: only client mode is supported (the optimizer's driver on this machine)"
+                f"deploy-mode cluster: {master} cannot run a Python driver (only YARN and Kubernetes can); use client"
             )
-        submit_command = self.submit_command()
+        jars = self.setting(group_properties, "spark-jars", "local")
+        if jars not in ("local", "maven"):
+            raise ContainerError(f"spark-jars {jars!r} is neither local (the jars lakewarden builds) nor maven")
+        submit_command = self.submit_command(mode, jars == "maven")
         submit = self.setting(group_properties, "spark-submit") or submit_command[0]
         if not Path(submit).is_file():
             raise ContainerError(f"spark-submit not found at {submit}")
-        command = [
-            submit,
-            "--master",
-            master,
-            "--deploy-mode",
-            "client",
-            "--name",
-            f"lakewarden-optimizer-{resource_id}",
-        ]
+        command = [submit, "--master", master, "--deploy-mode", mode, "--name", f"lakewarden-optimizer-{resource_id}"]
         for key, option in SPARK_SUBMIT_OPTIONS.items():
             value = self.setting(group_properties, key)
             if value:
@@ -232,15 +263,31 @@ class SparkContainer(LocalContainer):
         for key in sorted(passthrough):
             if key.startswith("spark-conf."):
                 command += ["--conf", f"{key[len('spark-conf.') :]}={passthrough[key]}"]
-        return command + submit_command[1:] + self.optimizer_options(group, group_properties, resource_id)[1:]
+        options = self.optimizer_options(group, group_properties, resource_id)[1:]
+        program = submit_command[-1]
+        if cluster is not None and mode == "cluster":
+            server = options[options.index("--server") + 1]
+            if _loopback(server):
+                raise ContainerError(
+                    f"deploy-mode cluster: the driver runs on the cluster and cannot reach {server}; "
+                    "set server-url to an address of this server the cluster reaches"
+                )
+            wait, driver_env = cluster
+            command += ["--conf", f"{wait}=true"]  # spark-submit lives as long as the application
+            if self.registration_token is not None:  # the driver's environment is the cluster's, not this one's
+                command += ["--conf", f"{driver_env}LAKEWARDEN_TOKEN={self.registration_token(group)}"]
+            program = self.setting(group_properties, "optimizer-program") or program
+        return command + submit_command[1:-1] + [program, *options]
 
-    def submit_command(self) -> list[str]:
+    def submit_command(self, deploy_mode: str = "client", maven: bool = False) -> list[str]:
         """pyspark's spark-submit, the jars and the optimizer's program, as `lakewarden setup-spark
-        --submit-command` prints them (asked once: the jars do not change while the server runs)."""
-        if self._submit is None:
+        --submit-command` prints them (asked once per kind: the jars do not change while the server runs)."""
+        key = (deploy_mode, maven)
+        if key not in self._submit:
+            asked = ["setup-spark", "--submit-command", "--deploy-mode", deploy_mode, *(["--maven"] if maven else [])]
             try:
                 done = subprocess.run(
-                    [sys.executable, "-m", "lakewarden.cli.main", "setup-spark", "--submit-command"],
+                    [sys.executable, "-m", "lakewarden.cli.main", *asked],
                     capture_output=True,
                     text=True,
                     timeout=900,
@@ -252,8 +299,13 @@ class SparkContainer(LocalContainer):
             if done.returncode != 0 or not lines:
                 reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
                 raise ContainerError(f"the Spark jars cannot be set up: {reason}")
-            self._submit = shlex.split(lines[-1])
-        return self._submit
+            self._submit[key] = shlex.split(lines[-1])
+        return self._submit[key]
+
+
+def _loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 ContainerFactory = Callable[[ContainerConfig, str, Path, Callable[[str], str] | None], LocalContainer]
@@ -333,7 +385,7 @@ class ResourceMaintainer(LoopService):
                 self._failed(group, f"cannot start an optimizer: {exc}")
                 break
         while len(instances) > wanted:
-            instances.pop().release()
+            self._release(instances.pop())
         if wanted == 0:
             self.errors.pop(group, None)
 
@@ -347,5 +399,15 @@ class ResourceMaintainer(LoopService):
         super().stop(timeout)
         for instances in self.instances.values():
             for instance in instances:
-                instance.release()
+                self._release(instance)
         self.instances.clear()
+
+    def _release(self, instance: Instance) -> None:
+        """Its optimizer is asked to leave at its heartbeat (see Instance.release); for a spark container only,
+        whose driver may run where no signal reaches it."""
+
+        def ask() -> None:
+            with self.db.write() as session:
+                process_store.ask_to_leave(session, instance.resource_id)
+
+        instance.release(ask=ask if instance.driver_in_child else None)

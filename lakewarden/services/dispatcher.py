@@ -219,11 +219,11 @@ class TaskDispatcher:
                 status = "gone" if task is None else task.status
                 raise Conflict(f"task {process_id}.{task_id} attempt {attempt} may not commit: it is {status}")
 
-    def revoked(self, token: str, running: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """A heartbeat: of the tasks the optimizer runs, those it must stop."""
+    def heartbeat(self, token: str, running: list[tuple[int, int, int]]) -> tuple[list[tuple[int, int, int]], bool]:
+        """A heartbeat: of the tasks the optimizer runs, those it must stop; and whether it is asked to leave."""
         with self.db.write() as session:
-            store.touch_optimizer(session, token)
-            return store.revoked_tasks(session, token, running)
+            optimizer = store.touch_optimizer(session, token)
+            return store.revoked_tasks(session, token, running), store.asked_to_leave(optimizer)
 
     def complete(self, done: Completion) -> None:
         """A task's result, or its error and whether a retry may pass; the engine settles its process."""

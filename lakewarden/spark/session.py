@@ -84,12 +84,13 @@ def build_spark_session(
     conf: dict[str, str] = {
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.driver.memory": driver_memory,
-        "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
         # crash reports go to the temp dir, not into whatever directory Spark was started from
         "spark.driver.extraJavaOptions": f"-XX:ErrorFile={tempfile.gettempdir()}/lakewarden-hs_err_pid%p.log",
     }
+    if not submitted():  # an application of its own (spark-submit) keeps its web UI: operators follow it there
+        conf["spark.ui.enabled"] = "false"
     if submitted():
         pass  # spark-submit put the jars on its command line (`lakewarden setup-spark --submit-args`)
     elif maven_packages:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from lakewarden.spark.jars import ensure_spark_jars
+from lakewarden.spark.session import MAVEN_RUNTIME
+
+# for clusters that reach Maven Central: Iceberg's Spark runtime and the JDBC driver of PostgreSQL catalogs
+MAVEN_PACKAGES = (MAVEN_RUNTIME, "org.postgresql:postgresql:42.7.4")
+DEPLOY_MODES = ("client", "cluster")
 
 
 def spark_submit_path() -> str:
@@ -14,11 +19,25 @@ def spark_submit_path() -> str:
     return str(Path(_find_spark_home()) / "bin" / "spark-submit")  # type: ignore[no-untyped-call]
 
 
-def optimizer_submit_arguments() -> list[str]:
-    """The jars (Iceberg to driver and executors; the JDBC drivers on the driver's own class path, see
-    SparkJars) and the program, to be followed by `lakewarden optimizer`'s options."""
-    program = Path(__file__).resolve().parent.parent / "cli" / "submitted.py"  # a file: spark-submit runs it
+def optimizer_program() -> str:
+    """The Python file spark-submit runs (`lakewarden optimizer` under spark-submit)."""
+    return str(Path(__file__).resolve().parent.parent / "cli" / "submitted.py")
+
+
+def optimizer_submit_arguments(deploy_mode: str = "client", maven: bool = False) -> list[str]:
+    """The jars and the program, to be followed by `lakewarden optimizer`'s options.
+
+    Client mode (the driver on this machine): the jars lakewarden built go to the executors (`--jars`) and the
+    JDBC drivers onto the driver's own class path (see SparkJars). Cluster mode (the driver on the cluster,
+    YARN or Kubernetes): paths of this machine mean nothing there, so only `--jars` (spark-submit uploads
+    them). `maven`: `--packages` instead, for clusters that reach Maven Central."""
+    if deploy_mode not in DEPLOY_MODES:
+        raise ValueError(f"deploy mode {deploy_mode!r} is none of {', '.join(DEPLOY_MODES)}")
+    if maven:
+        return ["--packages", ",".join(MAVEN_PACKAGES), optimizer_program()]
     jars = ensure_spark_jars(quiet=True)
+    if deploy_mode == "cluster":
+        return ["--jars", jars.spark_jars, optimizer_program()]
     library = jars.native_library_dir
     return [
         "--jars",
@@ -29,5 +48,5 @@ def optimizer_submit_arguments() -> list[str]:
         library,
         "--conf",
         f"spark.driver.extraJavaOptions=-Djava.library.path={library}",
-        str(program),
+        optimizer_program(),
     ]

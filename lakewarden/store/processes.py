@@ -83,6 +83,22 @@ def touch_optimizer(session: Session, token: str) -> OptimizerRow:
     return row
 
 
+LEAVE = "asked_to_leave_at"  # in OptimizerRow.properties: when its container asked it to leave
+
+
+def ask_to_leave(session: Session, resource_id: str) -> int:
+    """Ask the optimizers of a container's resource to leave at their next heartbeat; how many there are."""
+    rows = list(session.scalars(select(OptimizerRow).where(OptimizerRow.resource_id == resource_id)))
+    for row in rows:
+        row.properties = {**(row.properties or {}), LEAVE: utcnow().isoformat()}
+    session.flush()
+    return len(rows)
+
+
+def asked_to_leave(row: OptimizerRow) -> bool:
+    return LEAVE in (row.properties or {})
+
+
 def list_optimizers(session: Session, group: str | None = None) -> list[OptimizerRow]:
     query = select(OptimizerRow).order_by(OptimizerRow.group_name, OptimizerRow.registered_at)
     if group is not None:

@@ -72,11 +72,12 @@ def register(body: Registration, ctx: Ctx, principal: Caller) -> Registered:
 
 @router.post("/touch", response_model=Touched, **OPTIMIZER)
 def touch(body: Touch, ctx: Ctx, principal: Caller) -> Touched:
-    """A heartbeat; answers which of the tasks the optimizer runs it must stop (canceled, taken back)."""
+    """A heartbeat; answers which of the tasks the optimizer runs it must stop (canceled, taken back), and
+    whether its container asks it to leave."""
     _own(principal, body.token)
     running = [(t.process_id, t.task_id, t.attempt) for t in body.running]
-    revoked = ctx.dispatcher.revoked(body.token, running)
-    return Touched(revoked=[TaskKey(process_id=p, task_id=t, attempt=a) for p, t, a in revoked])
+    revoked, leave = ctx.dispatcher.heartbeat(body.token, running)
+    return Touched(revoked=[TaskKey(process_id=p, task_id=t, attempt=a) for p, t, a in revoked], leave=leave)
 
 
 @router.post("/unregister", status_code=204, **OPTIMIZER)

@@ -1,0 +1,143 @@
+"""The spark container's spark-submit command lines for each master and deploy mode, and how optimizers are
+released: asked at their heartbeat (the only way to reach a driver that runs on a cluster), else signalled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lakewarden.services.containers import ContainerError, Instance, SparkContainer
+from lakewarden.spark.submit import MAVEN_PACKAGES
+from lakewarden.store import processes as store
+from tests.test_scheduling import ctx_of
+
+
+def container(tmp_path: Path, server: str = "http://127.0.0.1:1630") -> SparkContainer:
+    return SparkContainer("cluster", server, tmp_path, {"driver-memory": "1g"}, lambda group: f"reg-{group}")
+
+
+def option(command: list[str], name: str) -> list[str]:
+    """Every value given to an option (`--conf` appears many times)."""
+    return [command[i + 1] for i, arg in enumerate(command) if arg == name]
+
+
+@pytest.mark.spark  # asks `lakewarden setup-spark --submit-command` for the jars, as the server does
+@pytest.mark.parametrize(
+    ("master", "wait", "env"),
+    [
+        ("yarn", "spark.yarn.submit.waitAppCompletion", "spark.yarn.appMasterEnv.LAKEWARDEN_TOKEN"),
+        ("k8s://https://k8s.example:6443", "spark.kubernetes.submission.waitAppCompletion", None),
+    ],
+)
+def test_cluster_mode_runs_the_driver_on_yarn_and_kubernetes(
+    tmp_path: Path, master: str, wait: str, env: str | None
+) -> None:
+    env = env or "spark.kubernetes.driverEnv.LAKEWARDEN_TOKEN"
+    spark = container(tmp_path)
+    group = {"spark-master": master, "deploy-mode": "cluster", "server-url": "https://lw.example:1630"}
+    group["optimizer-program"] = "local:///opt/lakewarden/submitted.py"
+    command = spark.command("etl", group, "cluster-etl-1")
+    assert option(command, "--deploy-mode") == ["cluster"] and option(command, "--master") == [master]
+    confs = option(command, "--conf")
+    assert f"{wait}=true" in confs  # spark-submit lives as long as the application: its death is noticed
+    assert f"{env}=reg-etl" in confs  # the driver's environment is the cluster's: the credential goes along
+    assert option(command, "--driver-class-path") == []  # no paths of this machine for a driver elsewhere
+    (jars,) = option(command, "--jars")
+    assert all(Path(jar).is_file() for jar in jars.split(","))  # spark-submit uploads them
+    program = command.index("local:///opt/lakewarden/submitted.py")
+    assert command[program + 1 : program + 3] == ["--server", "https://lw.example:1630"]  # the program's options
+    assert option(command, "--resource-id") == ["cluster-etl-1"] and option(command, "--group") == ["etl"]
+
+    # client mode: the driver here, the JDBC drivers on its class path, lakewarden's own program
+    client = spark.command("etl", {"spark-master": master}, "cluster-etl-2")
+    assert option(client, "--deploy-mode") == ["client"] and option(client, "--driver-class-path")
+    assert Path(client[client.index("--server") - 1]).name == "submitted.py"
+    assert not any(c.startswith(("spark.yarn", "spark.kubernetes")) for c in option(client, "--conf"))
+
+    maven = spark.command("etl", {**group, "spark-jars": "maven"}, "cluster-etl-3")
+    assert option(maven, "--packages") == [",".join(MAVEN_PACKAGES)] and option(maven, "--jars") == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        ({"spark-master": "spark://127.0.0.1:7077", "deploy-mode": "cluster"}, "cannot run a Python driver"),
+        ({"spark-master": "local[2]", "deploy-mode": "cluster"}, "cannot run a Python driver"),
+        ({"spark-master": "yarn", "deploy-mode": "cluster"}, "set server-url"),  # the server on loopback
+        ({"spark-master": "yarn", "deploy-mode": "remote"}, "neither client nor cluster"),
+        ({"spark-master": "yarn", "spark-jars": "ivy"}, "spark-jars 'ivy'"),
+        ({"spark-master": "mesos://m:5050"}, "is not a Spark master URL"),
+        ({}, "spark-master is not set"),
+        ({"spark-master": "yarn", "spark-submit": "/nowhere/spark-submit"}, "spark-submit not found"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_with_the_reason(
+    tmp_path: Path, group: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ContainerError, match=message):
+        container(tmp_path).command("etl", group, "cluster-etl-1")
+
+
+def test_a_heartbeat_tells_the_optimizers_of_a_released_resource_to_leave(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    tokens = {}
+    for resource in ("r-1", "r-2"):
+        body = {"group": "default", "parallelism": 1, "resource_id": resource}
+        tokens[resource] = client.post("/api/v1/optimizer/register", json=body).json()["token"]
+    with ctx.db.write() as session:
+        assert store.ask_to_leave(session, "r-1") == 1
+        assert store.ask_to_leave(session, "r-unknown") == 0
+
+    def touch(resource: str) -> bool:
+        answer = client.post("/api/v1/optimizer/touch", json={"token": tokens[resource]})
+        assert answer.status_code == 200, answer.text
+        return bool(answer.json()["leave"])
+
+    assert touch("r-1") and not touch("r-2")
+    shown = client.get("/api/v1/resource-groups/default/optimizers").json()
+    assert {o["resource_id"] for o in shown} == {"r-1", "r-2"}  # asked, not removed: it leaves by itself
+
+
+def sleeper(tmp_path: Path, ignore_term: bool) -> Instance:
+    """A stand-in optimizer process: exits when its `leave` file appears; ignores SIGTERM if told to."""
+    script = (
+        "import os, signal, sys, time\n"
+        + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_term else "")
+        + f"while not os.path.exists({str(tmp_path / 'leave')!r}): time.sleep(0.05)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    return Instance("cluster-etl-1", "etl", process, tmp_path / "log")
+
+
+def test_release_asks_first_then_signals_a_local_driver(tmp_path: Path) -> None:
+    asked: list[float] = []
+
+    def ask() -> None:
+        asked.append(time.monotonic())
+        if len(asked) == 2:  # it hears the request at its second heartbeat
+            (tmp_path / "leave").touch()
+
+    instance = sleeper(tmp_path, ignore_term=True)
+    instance.release(timeout=60, ask=ask)
+    assert len(asked) == 2 and instance.process.returncode == 0  # it left by itself: no signal
+
+    # a local driver that does not hear the request is signalled after half the time
+    (tmp_path / "leave").unlink()
+    instance = sleeper(tmp_path, ignore_term=False)
+    begun = time.monotonic()
+    instance.release(timeout=4, ask=lambda: None)
+    assert instance.process.returncode == -15 and 1.5 < time.monotonic() - begun < 3.9
+
+
+def test_a_remote_driver_is_never_signalled_and_its_client_killed_at_the_deadline(tmp_path: Path) -> None:
+    instance = sleeper(tmp_path, ignore_term=False)
+    instance.driver_remote = True
+    begun = time.monotonic()
+    instance.release(timeout=3, ask=lambda: None)
+    assert instance.process.returncode == -9 and time.monotonic() - begun >= 3  # SIGKILL, no SIGTERM before
