@@ -125,6 +125,22 @@ def _schedule(alias: str) -> Any:
     return Field(default_factory=lambda: ActionSchedule(interval=ACTION_INTERVALS[alias]), alias=alias)
 
 
+class HaConfig(_Model):
+    """Several servers on one PostgreSQL system database (services/leadership.py): the holder of the lease
+    leads (runs the loops and the local containers); every node serves the REST catalog and the API's reads.
+    `node-url` is how the other nodes and the optimizers reach this one (default: its own bind address)."""
+
+    enabled: bool = False
+    lease: Duration = Field(timedelta(seconds=15))  # a leader that cannot renew within it is replaced
+    node_url: str | None = Field(None, alias="node-url")
+
+    @model_validator(mode="after")
+    def _lease_long_enough(self) -> HaConfig:
+        if self.lease < timedelta(seconds=3):
+            raise ValueError("lease must be at least 3s (it is renewed every third of it)")
+        return self
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -136,6 +152,7 @@ class AmsConfig(_Model):
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
+    ha: HaConfig = Field(default_factory=HaConfig)
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
     clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")
@@ -253,8 +270,11 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
         raw = loaded
     raw = _apply_env(raw, environ)
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
         raise InvalidField(where, first["msg"]) from exc
+    if config.ams.ha.enabled and not (config.ams.database.url or "").startswith("postgresql"):
+        raise InvalidField("ams.ha.enabled", "needs a PostgreSQL system database in ams.database.url")
+    return config

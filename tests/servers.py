@@ -44,10 +44,12 @@ MAINTENANCE_OFF = "".join(
 
 
 class ServerProcess:
-    def __init__(self, tmp_path: Path, extra: str = "", maintenance: str = MAINTENANCE_OFF) -> None:
+    def __init__(
+        self, tmp_path: Path, extra: str = "", maintenance: str = MAINTENANCE_OFF, data_dir: Path | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.data_dir = tmp_path / "data"
+        self.data_dir = data_dir or tmp_path / "data"  # servers of one HA installation may share one
         self.config = tmp_path / "lakewarden.yaml"
         self.config.write_text(
             f"ams:\n  data-dir: {self.data_dir}\n  http-server: {{bind-port: {self.port}}}\n"

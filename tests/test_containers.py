@@ -3,6 +3,7 @@ released: asked at their heartbeat (the only way to reach a driver that runs on 
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from lakewarden.services.containers import ContainerError, Instance, SparkContainer
 from lakewarden.spark.submit import MAVEN_PACKAGES
 from lakewarden.store import processes as store
+from tests.servers import LAKEWARDEN
 from tests.test_scheduling import ctx_of
 
 
@@ -141,3 +143,17 @@ def test_a_remote_driver_is_never_signalled_and_its_client_killed_at_the_deadlin
     begun = time.monotonic()
     instance.release(timeout=3, ask=lambda: None)
     assert instance.process.returncode == -9 and time.monotonic() - begun >= 3  # SIGKILL, no SIGTERM before
+
+
+def test_setup_spark_prints_the_arguments_for_each_deploy_mode_and_refuses_others() -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*LAKEWARDEN, "setup-spark", "--submit-args", *args], capture_output=True, text=True, check=False
+        )
+
+    refused = run("--deploy-mode", "remote")
+    assert refused.returncode == 1 and "--deploy-mode 'remote'" in refused.stderr and "Traceback" not in refused.stderr
+    maven = run("--maven", "--deploy-mode", "cluster")
+    assert maven.returncode == 0, maven.stderr
+    words = shlex.split(maven.stdout.strip().splitlines()[-1])
+    assert words[:2] == ["--packages", ",".join(MAVEN_PACKAGES)] and words[-1].endswith("cli/submitted.py")

@@ -17,6 +17,7 @@ from lakewarden import __version__
 from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
 from lakewarden.api.middleware import AuditLog, BodyLimit
 from lakewarden.api.routes import (
@@ -31,7 +32,7 @@ from lakewarden.api.routes import (
     security,
     tables,
 )
-from lakewarden.api.schemas import Health
+from lakewarden.api.schemas import Health, NodeRead
 from lakewarden.config import Config
 from lakewarden.domain.errors import Forbidden
 from lakewarden.services.composition import ServerRuntime
@@ -45,9 +46,23 @@ health_router = APIRouter(tags=["health"])
 @health_router.get("/health", response_model=Health, **OPEN)
 def health(ctx: Annotated[ServerContext, Depends(server_context)]) -> Health:
     database = ctx.db.ping()
+    leadership = ctx.leadership
     return Health(
-        status="ok" if database == "ok" else "degraded", version=__version__, database=database, time=utcnow()
+        status="ok" if database == "ok" else "degraded",
+        version=__version__,
+        database=database,
+        time=utcnow(),
+        role="leader" if leadership.is_leader else "follower",
+        node=leadership.url,
+        leader=leadership.leader_url() if database == "ok" else None,
+        epoch=leadership.epoch if leadership.enabled else None,
     )
+
+
+@health_router.get("/nodes", response_model=list[NodeRead])
+def nodes(ctx: Annotated[ServerContext, Depends(server_context)]) -> list[NodeRead]:
+    """The server processes (high availability: those seen within three leases), and which one leads."""
+    return [NodeRead.model_validate(n, from_attributes=True) for n in ctx.leadership.nodes()]
 
 
 def create_app(config: Config, start_services: bool = True) -> FastAPI:
@@ -101,6 +116,12 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
     app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
+    ssl = config.ams.http_server.ssl
+    app.add_middleware(
+        LeaderForwarding,
+        leadership_of=lambda: getattr(getattr(app.state, "context", None), "leadership", None),
+        verify=True if ssl is None else str(ssl.certfile.expanduser()),
+    )
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

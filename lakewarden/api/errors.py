@@ -27,6 +27,7 @@ from lakewarden.domain.errors import (
     NoSuchWarehouse,
     NotAuthorized,
     NotFound,
+    NotLeader,
     TooManyRequests,
 )
 
@@ -37,6 +38,7 @@ _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
     NotAuthorized: (401, "NotAuthorizedException"),
     Forbidden: (403, "ForbiddenException"),
     TooManyRequests: (429, "TooManyRequestsException"),
+    NotLeader: (503, "ServiceUnavailableException"),
     NoSuchNamespace: (404, "NoSuchNamespaceException"),
     NoSuchTable: (404, "NoSuchTableException"),
     NoSuchWarehouse: (404, "NoSuchWarehouseException"),
@@ -83,6 +85,8 @@ def install(app: FastAPI) -> None:
                     response.headers["WWW-Authenticate"] = 'Bearer realm="lakewarden"'
                 elif isinstance(exc, TooManyRequests):
                     response.headers["Retry-After"] = str(exc.retry_after_seconds)
+                elif isinstance(exc, NotLeader):
+                    response.headers["Retry-After"] = "1"
                 return response
         return error_response(400, str(exc), "BadRequestException")
 

@@ -110,7 +110,7 @@ class AuditLog:
         action = f"{scope['method']} {template}"
 
         def record() -> None:
-            with db.write() as session:
+            with db.write(any_node=True) as session:
                 store.audit(session, principal, action, target, {"status": status, **params}, address)
 
         await anyio.to_thread.run_sync(record)

@@ -132,3 +132,15 @@ class Health(_Read):
     version: str
     database: str
     time: datetime
+    role: str = Field(description="leader, or follower (high availability: another node leads)")
+    node: str = Field(description="This node's URL")
+    leader: str | None = Field(description="The leader's URL; null while an election is under way")
+    epoch: int | None = Field(description="The leader's fencing token, when this node leads")
+
+
+class NodeRead(_Read):
+    node_id: str
+    url: str
+    leader: bool
+    started_at: datetime
+    last_seen_at: datetime

@@ -36,6 +36,10 @@ class Forbidden(LakewardenError):
     """Known caller, but without the right to this (403); the message names the right missing."""
 
 
+class NotLeader(LakewardenError):
+    """High availability: this node does not lead (any more), and the work belongs to the leader (503)."""
+
+
 class TooManyRequests(LakewardenError):
     """Too many failed attempts from this client; try again later (429)."""
 

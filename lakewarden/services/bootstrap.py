@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def ensure_seeds(db: Database, config: Config, server_url: str) -> None:
-    with db.write() as session:
+    with db.write(any_node=True) as session:
         for group in config.resource_groups:
             if not group_store.group_exists(session, group.name):
                 validate_group(group.name, group.container, group.properties, config.container_names)
@@ -25,7 +25,7 @@ def ensure_seeds(db: Database, config: Config, server_url: str) -> None:
     for seed in config.catalog_seeds():
         default_warehouse = str(config.data_dir / "warehouse" / seed.name)
         spec = with_internal_defaults(CatalogSpec(seed.name, seed.type, seed.properties), server_url, default_warehouse)
-        with db.write() as session:
+        with db.write(any_node=True) as session:
             exists = catalog_store.catalog_exists(session, seed.name)
             if not exists:
                 validate_catalog(spec)

@@ -11,8 +11,10 @@ How a commit to lakewarden's REST catalog becomes a task on an optimizer:
       -> TaskDispatcher.complete        records the result; ProcessEngine.settle retries or ends the process
       -> TableEvaluator.wake            (on_process_end) looks at the table again
 
-An external catalog takes the same path from the explorer's periodic refresh (on_change wakes the
-evaluator). Maintenance processes come from the MaintenanceTrigger (or the API) through
+With high availability (services/leadership.py) the loops run on the leader only, and the events reach
+its EventDispatcher from the outbox (OutboxTail, woken by PostgreSQL NOTIFY) instead, so that commits made
+on any node count. An external catalog takes the same path from the explorer's periodic refresh (on_change
+wakes the evaluator). Maintenance processes come from the MaintenanceTrigger (or the API) through
 ProcessEngine.create_process; the OptimizerKeeper hands back tasks of lost or slow optimizers
 (on_released); the ResourceMaintainer keeps each group's local optimizers alive.
 """
@@ -30,9 +32,10 @@ from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
 from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.evaluation import TableEvaluator
-from lakewarden.services.events import EventDispatcher
+from lakewarden.services.events import EventDispatcher, OutboxTail
 from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.leadership import Leadership
 from lakewarden.services.loop import LoopService, WakeSignal
 from lakewarden.services.maintenance import MaintenanceTrigger, maintenance_factories
 from lakewarden.services.metadata_service import MetadataService
@@ -76,21 +79,25 @@ class ServerRuntime:
     trigger: MaintenanceTrigger
     maintainer: ResourceMaintainer
     events: EventDispatcher
+    leadership: Leadership
+    outbox: OutboxTail | None  # high availability: the events of every node, from the outbox
+    background: bool = True
 
     @classmethod
     def build(cls, config: Config, server_url: str) -> ServerRuntime:
         """The system database migrated and seeded, and every service wired; nothing started yet."""
         db = Database(config.database_url)
-        db.migrate()
         server_key = load_secret_key(config.ams.auth, config.data_dir)
         secrets.configure(server_key)  # catalog secrets are encrypted at rest with a key derived from it
-        with db.write() as session:
-            sealed = catalog_store.seal_secrets(session)
-        if sealed:
-            log.info("encrypted the secrets of %d catalog(s) stored before encryption at rest", sealed)
-        ensure_seeds(db, config, server_url)
         auth = AuthService(db, config.ams.auth, config.data_dir, server_key)
-        written = auth.bootstrap()
+        with db.startup_lock():  # nodes starting together: one migrates and seeds, the others find it done
+            db.migrate()
+            with db.write(any_node=True) as session:
+                sealed = catalog_store.seal_secrets(session)
+            if sealed:
+                log.info("encrypted the secrets of %d catalog(s) stored before encryption at rest", sealed)
+            ensure_seeds(db, config, server_url)
+            written = auth.bootstrap()
         if written is not None:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
@@ -120,8 +127,10 @@ class ServerRuntime:
             retry_backoff_max=timeouts.task_retry_backoff_max,
         )
         events = EventDispatcher(explorer, evaluator)
-        metadata.subscribe(events)
-        return cls(
+        ha = config.ams.ha
+        if not ha.enabled:
+            metadata.subscribe(events)
+        runtime = cls(
             config=config,
             db=db,
             auth=auth,
@@ -140,24 +149,46 @@ class ServerRuntime:
             trigger=MaintenanceTrigger(db, engine, maintenance_schedules(config)),
             maintainer=ResourceMaintainer(db, config, server_url, auth.registration_token),
             events=events,
+            leadership=Leadership(
+                db if ha.enabled else None, ha.node_url or server_url, ha.lease, lambda _: None, lambda: None
+            ),
+            outbox=OutboxTail(db, events) if ha.enabled else None,
         )
+        runtime.leadership.on_elected = runtime._lead
+        runtime.leadership.on_deposed = runtime._follow
+        return runtime
 
     @property
     def loops(self) -> list[LoopService]:
         return [self.explorer, self.evaluator, self.keeper, self.maintainer, self.trigger]
 
     def start(self, background: bool = True) -> None:
-        """Recover what a dead server left, then (unless tests drive the loops themselves) start them."""
+        """Join the election (one node: lead at once); tests that drive the loops themselves only recover."""
+        self.background = background
         if background:
-            self.events.start()
-        self.engine.recover()
-        if background:
-            for loop in self.loops:
-                loop.start()
+            self.leadership.start()
+        else:
+            self.engine.recover()
 
-    def stop(self) -> None:
+    def _lead(self, epoch: int) -> None:
+        """Elected: recover what the previous leader (or a dead server) left, then run the loops."""
+        self.engine.recover()
+        self.events.start()
+        if self.outbox is not None:
+            self.outbox.start()
+        for loop in self.loops:
+            loop.start()
+
+    def _follow(self) -> None:
+        """Deposed (or stopping): the loops stop at once; the local containers' optimizers are released."""
         for loop in self.loops:
             loop.stop()
+        if self.outbox is not None:
+            self.outbox.stop()
         self.events.stop()
+
+    def stop(self) -> None:
+        self.leadership.stop()
+        self._follow()
         self.metadata.close()
         self.db.dispose()

@@ -407,7 +407,7 @@ class ResourceMaintainer(LoopService):
         whose driver may run where no signal reaches it."""
 
         def ask() -> None:
-            with self.db.write() as session:
+            with self.db.write(any_node=True) as session:  # also as a deposed leader lets its optimizers go
                 process_store.ask_to_leave(session, instance.resource_id)
 
         instance.release(ask=ask if instance.driver_in_child else None)

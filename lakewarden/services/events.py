@@ -17,9 +17,14 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.loop import LoopService
+from lakewarden.store import metadata as metadata_store
+from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 OWN_COMMIT = "lakewarden.process-id"
@@ -39,13 +44,18 @@ class EventDispatcher:
             self._queue.put(event)
 
     def start(self) -> None:
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._run, name="lakewarden-events", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stops the worker (restartable: a node that leads again starts it again)."""
+        if self._thread is None:
+            return
         self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._thread.join(10)
+        self._thread = None
 
     def _run(self) -> None:
         while True:
@@ -85,3 +95,70 @@ def _tables_of(event: dict[str, Any]) -> set[TableIdentifier]:
     if moved:
         names.add(TableIdentifier(event["catalog"], ".".join(moved["namespace"]), moved["table"]))
     return names
+
+
+class OutboxTail(LoopService):
+    """High availability: the leader's EventDispatcher is fed from the outbox, so commits made on any node
+    reach its evaluator. A PostgreSQL LISTEN wakes it at each commit (store/metadata.add_event notifies);
+    it also looks every second. Event ids come from a sequence and may become visible out of order (a
+    transaction that took its id earlier commits later), so an id skipped over is looked for again until
+    GAP_SECONDS have passed (a rolled-back transaction leaves a gap for good)."""
+
+    name = "outbox-tail"
+    GAP_SECONDS = 30.0
+
+    def __init__(self, db: Database, dispatcher: EventDispatcher, interval_seconds: float = 1.0) -> None:
+        super().__init__(interval_seconds)
+        self.db = db
+        self.dispatcher = dispatcher
+        self.floor: int | None = None  # every event id up to it was handled or given up on
+        self._seen: set[int] = set()
+        self._gaps: dict[int, float] = {}  # id skipped over -> when it was first missed
+        self._listener: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self.db.read() as session:
+            self.floor = metadata_store.last_event_id(session)  # the new leader's loops start with full passes
+        self._seen.clear()
+        self._gaps.clear()
+        super().start()
+        if self.db.engine.dialect.name == "postgresql":
+            self._listener = threading.Thread(target=self._listen, name="lakewarden-outbox-listen", daemon=True)
+            self._listener.start()
+
+    def run_once(self) -> None:
+        assert self.floor is not None
+        with self.db.read() as session:
+            rows = metadata_store.events_after(session, self.floor, 1000)
+        now = time.monotonic()
+        for row in rows:
+            if row.event_id in self._seen:
+                continue
+            self._seen.add(row.event_id)
+            self._gaps.pop(row.event_id, None)
+            self.dispatcher(metadata_store.event_of(row))
+        top = max(self._seen, default=self.floor)
+        for missing in range(self.floor + 1, top):
+            if missing not in self._seen:
+                self._gaps.setdefault(missing, now)
+        for missing, since in list(self._gaps.items()):
+            if now - since > self.GAP_SECONDS:
+                del self._gaps[missing]
+                log.info("outbox: event id %d never appeared (a rolled-back transaction)", missing)
+        self.floor = min(self._gaps) - 1 if self._gaps else top
+        self._seen = {i for i in self._seen if i > self.floor}
+
+    def _listen(self) -> None:
+        import psycopg
+
+        conninfo = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self.stopping:
+            try:
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {metadata_store.EVENTS_CHANNEL}")
+                    while not self.stopping:
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self.wake()
+            except Exception as exc:  # the database restarts: listen again; the periodic look covers the gap
+                log.warning("outbox: listening failed: %s", exc)
+                self._stop.wait(1.0)

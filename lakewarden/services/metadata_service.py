@@ -122,15 +122,7 @@ class MetadataService:
     def _event(
         self, session: Any, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
     ) -> dict[str, Any]:
-        row = store.add_event(session, kind, catalog, namespace, table, payload)
-        return {
-            "event_id": row.event_id,
-            "type": kind,
-            "catalog": catalog,
-            "namespace": store.levels(namespace),
-            "table": table,
-            "payload": payload,
-        }
+        return store.event_of(store.add_event(session, kind, catalog, namespace, table, payload))
 
     # ---- catalogs
 
@@ -162,14 +154,14 @@ class MetadataService:
 
     def create_namespace(self, catalog: str, namespace: str, properties: dict[str, str]) -> None:
         self.catalog(catalog)
-        with self.db.write() as session:
+        with self.db.write(any_node=True) as session:
             store.create_namespace(session, catalog, namespace, properties)
             event = self._event(session, "namespace-created", catalog, namespace, None, {"properties": properties})
         self._publish([event])
 
     def drop_namespace(self, catalog: str, namespace: str) -> None:
         self.catalog(catalog)
-        with self.db.write() as session:
+        with self.db.write(any_node=True) as session:
             store.drop_namespace(session, catalog, namespace)
             event = self._event(session, "namespace-dropped", catalog, namespace, None, {})
         self._publish([event])
@@ -363,7 +355,7 @@ class MetadataService:
         and is deleted if the table cannot be added. A staged create that finds the name taken is a
         commit conflict (409), as the spec wants."""
         try:
-            with self.db.write() as session:
+            with self.db.write(any_node=True) as session:
                 if staged and store.pointer_exists(session, catalog, namespace, name):
                     raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
                 store.create_pointer(session, catalog, namespace, name, location)
@@ -387,7 +379,7 @@ class MetadataService:
     def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
         """Every staged pointer swapped, with its timeline entry and event, in one transaction."""
         events = []
-        with self.db.write() as session:
+        with self.db.write(any_node=True) as session:
             for entry in staged:
                 namespace, name = entry.change.namespace, entry.change.name
                 if not store.swap_pointer(
@@ -434,7 +426,7 @@ class MetadataService:
 
     def drop_table(self, catalog: str, namespace: str, name: str, purge: bool) -> None:
         spec = self.catalog(catalog)
-        with self.db.write() as session:
+        with self.db.write(any_node=True) as session:
             pointer = store.drop_pointer(session, catalog, namespace, name)
             location = pointer.metadata_location
             event = self._event(
@@ -466,7 +458,7 @@ class MetadataService:
 
     def rename_table(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
         self.catalog(catalog)
-        with self.db.write() as session:
+        with self.db.write(any_node=True) as session:
             store.rename_pointer(session, catalog, source, target)
             event = self._event(
                 session,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+STARTUP_LOCK = 0x1A4E3A7D  # PostgreSQL advisory lock key: one server at a time migrates and seeds
 
 
 def utcnow() -> datetime:
@@ -78,10 +79,17 @@ class Database:
             writer_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             self._write_lock = threading.Lock()
         self._writer = sessionmaker(writer_engine, expire_on_commit=False)
+        # high availability: checks a write against the leader's lease (raises NotLeader); None: one node
+        self.fence: Callable[[Session], None] | None = None
 
     @contextmanager
-    def write(self) -> Iterator[Session]:
+    def write(self, any_node: bool = False) -> Iterator[Session]:
+        """A write transaction. With high availability, a write is the leader's (its loops, the API's
+        changes) and fenced by its lease unless `any_node` (the REST catalog's compare-and-swap commits, the
+        audit log, start-up seeding), which any node may make."""
         with self._write_lock, self._writer() as session, session.begin():
+            if self.fence is not None and not any_node:
+                self.fence(session)
             yield session
 
     @contextmanager
@@ -89,6 +97,21 @@ class Database:
         # close() (not rollback()) ends the transaction without expiring what was loaded
         with self._reader() as session:
             yield session
+
+    @contextmanager
+    def startup_lock(self) -> Iterator[None]:
+        """Servers starting together on one PostgreSQL database migrate and seed it one at a time."""
+        if self.engine.dialect.name != "postgresql":
+            yield
+            return
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({STARTUP_LOCK})")
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({STARTUP_LOCK})")
+                conn.commit()
 
     def ping(self) -> str:
         """'ok', or what went wrong reaching the database."""

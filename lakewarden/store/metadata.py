@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
@@ -20,6 +20,9 @@ SEP = "\x1f"
 
 def key(levels: tuple[str, ...] | list[str]) -> str:
     return SEP.join(levels)
+
+
+EVENTS_CHANNEL = "lakewarden_events"  # PostgreSQL NOTIFY channel: an event was written (its id)
 
 
 def levels(namespace_key: str) -> list[str]:
@@ -212,7 +215,21 @@ def add_event(
     )
     session.add(row)
     session.flush()
+    if session.get_bind().dialect.name == "postgresql":  # other nodes' outbox tails wake at the commit
+        session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": EVENTS_CHANNEL, "id": str(row.event_id)})
     return row
+
+
+def event_of(row: EventRow) -> dict[str, Any]:
+    """An outbox row as the event its subscribers get."""
+    return {
+        "event_id": row.event_id,
+        "type": row.type,
+        "catalog": row.catalog_name,
+        "namespace": levels(row.namespace),
+        "table": row.table_name,
+        "payload": row.payload,
+    }
 
 
 def events_after(session: Session, after: int, limit: int, catalog: str | None = None) -> list[EventRow]:
@@ -220,3 +237,7 @@ def events_after(session: Session, after: int, limit: int, catalog: str | None =
     if catalog is not None:
         query = query.where(or_(EventRow.catalog_name == catalog))
     return list(session.scalars(query))
+
+
+def last_event_id(session: Session) -> int:
+    return int(session.scalar(select(func.max(EventRow.event_id))) or 0)

@@ -258,3 +258,27 @@ class AuditRow(Base):
     target: Mapped[str] = mapped_column(String(1024))
     detail: Mapped[dict[str, Any]]
     client: Mapped[str | None] = mapped_column(String(255))
+
+
+class LeaseRow(Base):
+    """High availability: who leads, until when (the database's clock), and the fencing token (`epoch`, one
+    more at every change of hands) that every leader's state change is checked against."""
+
+    __tablename__ = "ha_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime]
+    acquired_at: Mapped[datetime]
+
+
+class NodeRow(Base):
+    """A server process of a highly available installation, as it last announced itself."""
+
+    __tablename__ = "ha_node"
+
+    node_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(String(1024))
+    started_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]

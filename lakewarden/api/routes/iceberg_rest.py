@@ -210,7 +210,7 @@ def update_namespace_properties(
     overlap = set(body.removals) & set(body.updates)
     if overlap:
         raise InvalidField("removals", f"{sorted(overlap)} are also in updates")
-    with svc.db.write() as session:
+    with svc.db.write(any_node=True) as session:
         updated, removed, missing = store.update_namespace_properties(
             session, prefix, _ns(namespace), body.removals, body.updates
         )

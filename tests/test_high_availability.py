@@ -1,0 +1,250 @@
+"""High availability on PostgreSQL: the lease, fencing, and several real server processes on one database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from lakewarden.config import load_config
+from lakewarden.domain.errors import InvalidField, NotLeader
+from lakewarden.services.leadership import Leadership
+from lakewarden.store import groups as group_store
+from lakewarden.store.database import Database
+from tests.helpers import wait_for
+from tests.postgres import fresh_database
+from tests.servers import ServerProcess
+
+LEASE = timedelta(seconds=3)
+
+
+@pytest.fixture
+def pg(postgres: str | None) -> str:
+    if postgres is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is required in CI (.ci/run installs it)")
+        pytest.skip("no PostgreSQL server on this machine")
+    return fresh_database(postgres)
+
+
+class Node:
+    """One node's Leadership on its own Database (as a server process has), recording its transitions."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.db = Database(url)
+        self.events: list[str] = []
+        self.leadership = Leadership(self.db, f"http://{name}", LEASE, self._elected, self._deposed)
+        self.db.fence = self.leadership.fence
+
+    def _elected(self, epoch: int) -> None:
+        self.events.append(f"elected {epoch}")
+
+    def _deposed(self) -> None:
+        self.events.append("deposed")
+
+    def write_group(self, name: str) -> None:
+        with self.db.write() as session:
+            group_store.create_group(session, name, "local", {})
+
+
+@pytest.fixture
+def nodes(pg: str) -> Iterator[tuple[Node, Node]]:
+    Database(pg).migrate()
+    a, b = Node(pg, "a"), Node(pg, "b")
+    yield a, b
+    a.db.dispose()
+    b.db.dispose()
+
+
+def expire(db: Database) -> None:
+    """As if the holder had been paused past its lease."""
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE ha_lease SET expires_at = now() - interval '1 second'"))
+
+
+def test_one_node_leads_and_a_takeover_fences_the_old_leaders_writes(nodes: tuple[Node, Node]) -> None:
+    a, b = nodes
+    a.leadership.run_once()
+    b.leadership.run_once()
+    assert a.events == ["elected 1"] and b.events == [] and b.leadership.leader_url() == "http://a"
+    a.write_group("by-a")  # the leader's write carries epoch 1
+    with pytest.raises(NotLeader, match="the leader is http://a"):
+        b.write_group("by-b")  # a follower makes no leader's write
+    with b.db.write(any_node=True) as session:  # ...but any node may make an any-node write
+        group_store.create_group(session, "anywhere", "local", {})
+
+    b.leadership.run_once()  # the lease is live: b waits
+    assert b.events == []
+    expire(a.db)  # a is paused past its lease and does not know it
+    b.leadership.run_once()
+    assert b.events == ["elected 2"] and b.leadership.epoch == 2
+    with pytest.raises(NotLeader, match="no longer the leader"):
+        a.write_group("late")  # a's late write is refused...
+    wait_for("a to step down", lambda: a.events == ["elected 1", "deposed"], timeout=5)  # ...and a stops leading
+    assert not a.leadership.is_leader
+    b.write_group("by-b")
+    a.leadership.run_once()  # a's next pass does not take it back
+    assert a.events == ["elected 1", "deposed"] and b.leadership.leader_url() == "http://b"
+    with a.db.read() as session:
+        assert {g.name for g in group_store.list_groups(session)} >= {"by-a", "anywhere", "by-b"}
+        assert "late" not in {g.name for g in group_store.list_groups(session)}
+
+
+def test_a_takeover_waits_for_the_old_leaders_checked_write_to_commit(nodes: tuple[Node, Node]) -> None:
+    """The fence holds the lease row share-locked until the write commits: nothing the old leader checked
+    can land after the new leader's epoch began."""
+    a, b = nodes
+    a.leadership.run_once()
+    expire(a.db)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_write() -> None:
+        with a.db.write() as session:
+            group_store.create_group(session, "slow", "local", {})
+            inside.set()
+            release.wait(10)
+
+    writer = threading.Thread(target=slow_write)
+    writer.start()
+    assert inside.wait(10)
+    taking = threading.Thread(target=b.leadership.run_once)
+    taking.start()
+    taking.join(1.0)
+    assert taking.is_alive() and b.events == []  # the takeover waits on the lease row
+    release.set()
+    writer.join(10)
+    taking.join(10)
+    assert b.events == ["elected 2"]
+
+
+def test_a_leader_that_cannot_reach_the_database_steps_down_within_its_lease(nodes: tuple[Node, Node]) -> None:
+    a, _ = nodes
+    a.leadership.run_once()
+    unreachable = Database("postgresql+psycopg://lakewarden@127.0.0.1:1/nowhere")  # connections are refused
+    a.leadership.db = unreachable
+    a.leadership.run_once()  # within the lease: it still leads
+    assert a.leadership.is_leader
+    time.sleep(LEASE.total_seconds() * 0.8 + 0.1)
+    a.leadership.run_once()
+    assert a.events == ["elected 1", "deposed"] and not a.leadership.is_leader
+    unreachable.dispose()
+
+
+def test_ha_needs_postgresql_and_a_lease_of_some_seconds() -> None:
+    with pytest.raises(InvalidField, match=r"ams\.ha\.enabled: needs a PostgreSQL"):
+        load_config(environ={"LAKEWARDEN_AMS__HA__ENABLED": "true"})
+    with pytest.raises(InvalidField, match="lease must be at least 3s"):
+        load_config(environ={"LAKEWARDEN_AMS__HA__LEASE": "1s"})
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path, pg: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two real server processes on one PostgreSQL database and one data directory (the secret key, the admin
+    token); the explorer's interval is long, so what is seen within it came through the outbox."""
+    extra = (
+        f"  database: {{url: '{pg}'}}\n  ha: {{enabled: true, lease: {LEASE.seconds}s}}\n"
+        "  refresh-external-catalogs: {interval: 600s, thread-count: 2}\n"
+    )
+    shared = tmp_path / "data"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = ServerProcess(tmp_path / "a", extra=extra, data_dir=shared)
+    b = ServerProcess(tmp_path / "b", extra=extra, data_dir=shared)
+    for node in (a, b):
+        node.config.write_text(node_config(node, extra))
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        for node in (a, b):
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGCONT)
+                node.stop()
+
+
+def node_config(node: ServerProcess, extra: str) -> str:
+    """ServerProcess's config with the node's own URL."""
+    return (
+        f"ams:\n  data-dir: {node.data_dir}\n  http-server: {{bind-port: {node.port}}}\n"
+        + extra.replace("ha: {enabled: true,", f"ha: {{enabled: true, node-url: '{node.url}',")
+        + "resource-groups:\n  - {name: default, container: local}\n"
+    )
+
+
+def health(node: ServerProcess) -> dict[str, Any]:
+    return dict(httpx.get(f"{node.url}/api/v1/health", timeout=5).json())
+
+
+def leads(node: ServerProcess) -> bool:
+    try:
+        return bool(health(node)["role"] == "leader")
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.slow
+def test_two_servers_one_leader_forwarding_events_and_failover(two_nodes: tuple[ServerProcess, ServerProcess]) -> None:
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    a, b = two_nodes
+    wait_for("a to lead", lambda: leads(a), timeout=20)
+    assert health(b) | {"time": None} == health(b) | {
+        "role": "follower",
+        "node": b.url,
+        "leader": a.url,
+        "epoch": None,
+        "time": None,
+    }
+    listed = b.api().get("/nodes").json()
+    assert [(n["url"], n["leader"]) for n in listed] == [(a.url, True), (b.url, False)]
+
+    # the leader's requests sent to the follower are forwarded, answers and errors as the leader gives them
+    follower = b.api()
+    created = follower.post("/resource-groups", json={"name": "etl", "container": "local"})
+    assert created.status_code == 201, created.text
+    assert a.api().get("/resource-groups/etl").status_code == 200
+    refused = follower.post("/resource-groups", json={"name": "bad", "container": "nowhere"})
+    assert refused.status_code == 400 and "container" in refused.json()["error"]["message"]
+
+    # a commit to the REST catalog on the follower reaches the leader's evaluator through the outbox
+    catalog = RestCatalog("lake", uri=f"{b.url}/iceberg", warehouse="lake", token=b.token)
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), required=False)))
+    committed = time.monotonic()
+    wait_for("the leader to manage lake.db.t", lambda: a.api().get("/tables/lake/db/t").status_code == 200, 10, 0.1)
+    assert time.monotonic() - committed < 5  # not the explorer's 600 s interval
+    assert table.name() == ("db", "t")
+
+    # the leader dies: the follower takes over within a lease and a renewal
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    died = time.monotonic()
+    wait_for("b to lead", lambda: leads(b), timeout=15, interval=0.2)
+    assert time.monotonic() - died < LEASE.total_seconds() * 2 + 1
+    assert health(b)["epoch"] == 2
+    assert follower.post("/resource-groups", json={"name": "after", "container": "local"}).status_code == 201
+
+    # the old leader comes back as a follower; then the leader is paused past its lease: a takes over, and b,
+    # woken, finds itself deposed and stops leading (its late writes are refused by the fence)
+    a.start()
+    assert health(a)["role"] == "follower" and health(a)["leader"] == b.url
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGSTOP)
+    wait_for("a to lead again", lambda: leads(a), timeout=15, interval=0.2)
+    b.proc.send_signal(signal.SIGCONT)
+    wait_for("b to step down", lambda: not leads(b), timeout=10, interval=0.2)
+    assert health(a)["epoch"] == 3 and health(b)["leader"] == a.url
+    assert "steps down" in (b.log.read_text())
