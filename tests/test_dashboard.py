@@ -150,6 +150,8 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.wait_text("#card-tables .value", "1")
         page.wait_text("#card-pending .value", "1")
         page.wait_text("#card-threads", "OPTIMIZER THREADS")  # in capitals: the style sheet
+        page.wait_text(f'#nodes tr[data-node="{server.url}"]', "leader")  # one node: it leads
+        assert "(serving this page)" in page.text(f'#nodes tr[data-node="{server.url}"]')
         page.screenshot("overview")
 
         # catalogs: health and last refresh; refresh one now

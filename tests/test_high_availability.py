@@ -9,20 +9,27 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 from sqlalchemy import text
 
 from lakewarden.config import load_config
+from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import InvalidField, NotLeader
+from lakewarden.optimizer.app import Optimizer
+from lakewarden.protocol import Assignment
 from lakewarden.services.leadership import Leadership
+from lakewarden.spark.session import configure_catalogs
 from lakewarden.store import groups as group_store
 from lakewarden.store.database import Database
-from tests.helpers import wait_for
+from tests.helpers import PROPS, checksum, wait_for
 from tests.postgres import fresh_database
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, cli
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LEASE = timedelta(seconds=3)
 
@@ -217,6 +224,11 @@ def test_two_servers_one_leader_forwarding_events_and_failover(two_nodes: tuple[
     assert a.api().get("/resource-groups/etl").status_code == 200
     refused = follower.post("/resource-groups", json={"name": "bad", "container": "nowhere"})
     assert refused.status_code == 400 and "container" in refused.json()["error"]["message"]
+    cli(b, "group", "add", "by-cli")  # the CLI pointed at a follower
+    assert a.api().get("/resource-groups/by-cli").status_code == 200
+    for node, leading in ((a, 1.0), (b, 0.0)):  # each node's own metrics
+        scraped = httpx.get(f"{node.url}/metrics", headers=node.headers, timeout=10).text
+        assert f'lakewarden_node_leader{{node="{node.url}"}} {leading}' in scraped
 
     # a commit to the REST catalog on the follower reaches the leader's evaluator through the outbox
     catalog = RestCatalog("lake", uri=f"{b.url}/iceberg", warehouse="lake", token=b.token)
@@ -248,3 +260,64 @@ def test_two_servers_one_leader_forwarding_events_and_failover(two_nodes: tuple[
     wait_for("b to step down", lambda: not leads(b), timeout=10, interval=0.2)
     assert health(a)["epoch"] == 3 and health(b)["leader"] == a.url
     assert "steps down" in (b.log.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_an_optimizer_keeps_its_task_across_a_takeover(
+    two_nodes: tuple[ServerProcess, ServerProcess], spark: SparkSession
+) -> None:
+    """The leader dies while an optimizer (given both nodes' URLs) runs a task: the optimizer reaches the new
+    leader, which grants the commit and accepts the result of the same attempt; nothing is run twice."""
+    a, b = two_nodes
+    wait_for("a to lead", lambda: leads(a), timeout=20)
+    api = b.api()  # a follower's API: reads served there, changes forwarded to the leader
+    catalogs = {c["name"]: c for c in api.get("/catalogs").json()}
+    configure_catalogs(spark, [CatalogSpec("local", "sql", catalogs["local"]["properties"])])
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS local.db")
+    spark.sql(
+        "CREATE TABLE local.db.ha (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+        f"TBLPROPERTIES ({PROPS})"
+    )
+    for i in range(4):
+        spark.sql(
+            f"INSERT INTO local.db.ha SELECT id, 'a', current_timestamp(), 'v' FROM range({i * 10}, {i * 10 + 10})"
+        )
+    before = checksum(spark, "local.db.ha")
+    assert api.post("/catalogs/local/refresh").status_code == 200
+
+    optimizer = Optimizer(f"{a.url},{b.url}", "default", parallelism=1, spark=spark, credential=a.token)
+    at_commit, go = threading.Event(), threading.Event()
+    commit = optimizer.client.commit
+
+    def paused_commit(token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
+        at_commit.set()  # the rewrite is done; the leader dies before the commit is asked for
+        assert go.wait(60)
+        commit(token, task, retry_seconds)
+
+    optimizer.client.commit = paused_commit  # type: ignore[method-assign]
+    runner = threading.Thread(target=optimizer.run, daemon=True)
+    runner.start()
+    try:
+        assert at_commit.wait(120), "the optimizer never reached its commit"
+        assert a.proc is not None
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        wait_for("b to lead", lambda: leads(b), timeout=15, interval=0.2)
+        go.set()
+
+        def settled() -> dict[str, Any] | None:
+            done = api.get("/processes", params={"table": "local.db.ha"}).json()
+            return done[0] if done and done[0]["status"] != "running" else None
+
+        process = wait_for("the process to end", settled, timeout=120)
+        assert process["status"] == "success", process
+        shown = api.get(f"/processes/{process['process_id']}").json()
+        assert [t["attempt"] for t in shown["tasks"]] == [1]  # the same attempt, not run again
+    finally:
+        go.set()
+        optimizer.stop.set()
+        runner.join(60)
+    spark.sql("REFRESH TABLE local.db.ha")
+    assert checksum(spark, "local.db.ha") == before
+    assert spark.sql("SELECT count(*) FROM local.db.ha.files").first()[0] == 1  # type: ignore[index]

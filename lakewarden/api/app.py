@@ -18,7 +18,7 @@ from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
-from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
+from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, NodeCollector, api_latency
 from lakewarden.api.middleware import AuditLog, BodyLimit
 from lakewarden.api.routes import (
     catalogs,
@@ -76,8 +76,9 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = ServerRuntime.build(config, server_url)  # every service, wired (services/composition.py)
-        collector = DatabaseCollector(runtime.db)
-        metrics_registry.register(collector)
+        collectors = [DatabaseCollector(runtime.db), NodeCollector(runtime.leadership)]
+        for collector in collectors:
+            metrics_registry.register(collector)
         app.state.context = runtime
         runtime.start(background=start_services)
         log.info("lakewarden %s serving; system database %s", __version__, runtime.db.engine.url.render_as_string())
@@ -85,7 +86,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             yield
         finally:
             runtime.stop()
-            metrics_registry.unregister(collector)
+            for collector in collectors:
+                metrics_registry.unregister(collector)
             log.info("lakewarden stopped")
 
     app = FastAPI(

@@ -19,11 +19,27 @@ from prometheus_client.registry import Collector
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
+from lakewarden.services.leadership import Leadership
 from lakewarden.store import stats
 from lakewarden.store.database import Database
 
 TABLE = ["catalog", "database", "table"]
 OPTIMIZING_RESULTS = {"files_in": "files", "files_out": "files", "bytes_in": "bytes", "bytes_out": "bytes"}
+
+
+class NodeCollector(Collector):
+    """This node's part in high availability: every node exports its own (scrape each node)."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def collect(self) -> Iterator[Metric]:
+        leader = GaugeMetricFamily("lakewarden_node_leader", "1 while this node leads, else 0", labels=["node"])
+        leader.add_metric([self.leadership.url], 1.0 if self.leadership.is_leader else 0.0)
+        yield leader
+        epoch = self.leadership.epoch
+        if self.leadership.enabled and epoch is not None:
+            yield GaugeMetricFamily("lakewarden_leader_epoch", "The fencing token this node leads with", value=epoch)
 
 
 class DatabaseCollector(Collector):

@@ -64,7 +64,14 @@ def optimizer(
     spark_master: Annotated[str | None, typer.Option(help="Spark master; default local[parallelism]")] = None,
     driver_memory: Annotated[str, typer.Option(help="Spark driver memory")] = "2g",
     resource_id: Annotated[str | None, typer.Option(hidden=True)] = None,
-    server: ServerOpt = DEFAULT_SERVER,
+    server: Annotated[
+        str,
+        typer.Option(
+            "--server",
+            envvar="LAKEWARDEN_SERVER",
+            help="URL of the lakewarden server, or the URLs of its nodes, comma-separated (high availability)",
+        ),
+    ] = DEFAULT_SERVER,
 ) -> None:
     """Run an optimizer: a PySpark application that pulls self-optimizing tasks of one group from the server."""
     from lakewarden.optimizer.app import Optimizer
@@ -72,12 +79,14 @@ def optimizer(
     from lakewarden.server import configure_logging
 
     configure_logging()
+    if not any(url.strip() for url in server.split(",")):
+        fail("--server: give the server's URL (or its nodes' URLs, comma-separated)")
     try:
         Optimizer(server, group, parallelism, spark_master, resource_id, driver_memory, credential=local_token()).run()
     except ProtocolError as exc:
         fail(str(exc))
-    except httpx.ConnectError:
-        fail(f"cannot reach the lakewarden server at {server}")
+    except httpx.ConnectError as exc:
+        fail(f"cannot reach the lakewarden server at {server}: {exc}")
 
 
 @app.command()

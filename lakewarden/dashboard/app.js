@@ -126,10 +126,16 @@ function overviewPage() {
   return {
     mount(root) {
       root.innerHTML = `<h1>Overview</h1><div class="cards" id="cards"></div>
-        <h2>Running processes</h2><div id="running"></div>`;
+        <h2>Running processes</h2><div id="running"></div>
+        <h2>Server nodes</h2><div id="nodes"></div>`;
     },
     async update(root) {
-      const [o, running] = await Promise.all([api("/overview"), api("/processes?status=running&limit=50")]);
+      const [o, running, nodes, here] = await Promise.all([
+        api("/overview"), api("/processes?status=running&limit=50"), api("/nodes"), api("/health")]);
+      root.querySelector("#nodes").innerHTML = grid(["node", "role", "started", "last seen"], nodes.map((n) => [
+        `${esc(n.url)}${n.url === here.node ? ' <span class="muted">(serving this page)</span>' : ""}`,
+        badge(n.leader ? "leader" : "follower"), fmt.time(n.started_at), fmt.time(n.last_seen_at)]),
+        (i) => `data-node="${esc(nodes[i].url)}"`);
       const card = (id, label, value, sub = "") =>
         `<div class="card" id="card-${id}"><div class="label">${esc(label)}</div><div class="value">${value}</div><div class="sub">${sub}</div></div>`;
       const t = o.tables, op = o.optimizing, m = o.maintenance, w = o.optimizers;

@@ -27,23 +27,54 @@ class ProtocolError(Exception):
         self.status = status
 
 
+class Unavailable(ProtocolError):
+    """No server answered, or none had a leader (503 from each): worth asking again shortly."""
+
+
+RETRYABLE = (httpx.TransportError, Unavailable)
+
+
 class OptimizerClient:
+    """`server` is one URL, or several separated by commas (the nodes of a highly available installation):
+    a request goes to the node that answered last; one that cannot be reached, or answers 503 (no leader
+    right now), passes the request to the next. Any node serves: followers forward to the leader."""
+
     def __init__(self, server: str, credential: str | None = None) -> None:
+        self.servers = [s.strip().rstrip("/") for s in server.split(",") if s.strip()]
+        if not self.servers:
+            raise ValueError("no server URL given")
+        self._current = 0
         # a poll may wait up to 3 s on the server: leave room for it
-        self._http = httpx.Client(base_url=server.rstrip("/") + "/api/v1/optimizer", timeout=30.0)
+        self._http = httpx.Client(timeout=30.0)
         self.credential = credential  # what registers: a group's registration token or an operator's token
+
+    def _send(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        """POST to the current node; on no answer or a 503, to the next ones (each once)."""
+        failure: Exception | None = None
+        for step in range(len(self.servers)):
+            index = (self._current + step) % len(self.servers)
+            try:
+                response = self._http.post(
+                    f"{self.servers[index]}/api/v1/optimizer{path}", json=body, headers=headers
+                )
+            except httpx.TransportError as exc:
+                failure = exc
+                continue
+            if response.status_code == 503:
+                failure = Unavailable(503, _message(response))
+                continue
+            self._current = index
+            return response
+        assert failure is not None
+        raise failure
 
     def _post(self, path: str, body: dict[str, Any], bearer: str | None = None) -> Any:
         """POST as the optimizer (its own token, from the body) or, registering, with the credential."""
         bearer = bearer or body.get("token")
         headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-        response = self._http.post(path, json=body, headers=headers)
+        response = self._send(path, body, headers)
         if response.status_code >= 400:
-            try:
-                message = response.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = response.text
-            raise ProtocolError(response.status_code, message)
+            raise ProtocolError(response.status_code, _message(response))
         return None if response.status_code == 204 else response.json()
 
     def register(
@@ -81,7 +112,7 @@ class OptimizerClient:
             try:
                 self._post(path, body)
                 return
-            except httpx.TransportError:
+            except RETRYABLE:
                 if time.monotonic() + 1.0 > deadline:
                     raise
                 time.sleep(1.0)
@@ -109,7 +140,7 @@ class OptimizerClient:
             try:
                 self._post("/complete", payload)
                 return
-            except httpx.TransportError:
+            except RETRYABLE:
                 if time.monotonic() + pause > deadline:
                     raise
                 time.sleep(pause)
@@ -117,6 +148,13 @@ class OptimizerClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text
 
 
 def _ref(task: Assignment) -> dict[str, Any]:

@@ -138,7 +138,7 @@ class ServerRuntime:
             evaluator=evaluator,
             explorer=explorer,
             engine=engine,
-            dispatcher=TaskDispatcher(db, engine, work_ready, auth),
+            dispatcher=TaskDispatcher(db, engine, work_ready, auth, node_url=ha.node_url or server_url),
             keeper=OptimizerKeeper(
                 db,
                 timeouts.heart_beat_timeout,

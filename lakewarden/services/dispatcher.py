@@ -50,8 +50,12 @@ class TaskDispatcher:
         engine: ProcessEngine,
         work_ready: WakeSignal | None = None,
         auth: AuthService | None = None,
+        node_url: str | None = None,
     ) -> None:
         self.db = db
+        # lakewarden's own catalogs are reached at the node that hands the task out (with high availability
+        # the stored URI is the node that seeded the catalog, which may be gone)
+        self.node_url = node_url
         self.engine = engine
         self.work_ready = work_ready or WakeSignal()  # notified when tasks may be ready: long polls look again
         self.auth = auth
@@ -134,6 +138,8 @@ class TaskDispatcher:
         catalog (Spark keeps a catalog open with the credential it was opened with; the Iceberg client renews
         it by token exchange before it expires)."""
         properties = dict(spec.properties)
+        if spec.type == "internal" and self.node_url is not None:
+            properties["uri"] = f"{self.node_url.rstrip('/')}/iceberg"
         if spec.type != "internal" or self.auth is None or not self.auth.enabled:
             return properties
         key = (token, spec.name)
