@@ -137,9 +137,10 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
             for variant in order:
                 copy = tmp / f"{variant}-{round_}"
                 copy.mkdir()
+                master = cluster.master if variant == "cluster" else "local[2]"
                 done = subprocess.run(
                     [
-                        *(sys.executable, __file__, "--variant-master", cluster.master if variant == "cluster" else "local[2]"),
+                        *(sys.executable, __file__, "--variant-master", master),
                         *("--variant-dir", str(copy), "--files", str(args.files)),
                         *("--rows-per-file", str(args.rows_per_file)),
                     ],

@@ -131,7 +131,8 @@ class HaConfig(_Model):
     `node-url` is how the other nodes and the optimizers reach this one (default: its own bind address)."""
 
     enabled: bool = False
-    lease: Duration = Field(timedelta(seconds=15))  # a leader that cannot renew within it is replaced
+    # a leader that cannot renew within it is replaced: a dead leader's work resumes within the lease and a second
+    lease: Duration = Field(timedelta(seconds=10))
     node_url: str | None = Field(None, alias="node-url")
 
     @model_validator(mode="after")

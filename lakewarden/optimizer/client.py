@@ -54,9 +54,7 @@ class OptimizerClient:
         for step in range(len(self.servers)):
             index = (self._current + step) % len(self.servers)
             try:
-                response = self._http.post(
-                    f"{self.servers[index]}/api/v1/optimizer{path}", json=body, headers=headers
-                )
+                response = self._http.post(f"{self.servers[index]}/api/v1/optimizer{path}", json=body, headers=headers)
             except httpx.TransportError as exc:
                 failure = exc
                 continue

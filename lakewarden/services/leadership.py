@@ -4,11 +4,13 @@ Every node serves the REST catalog (its commits are compare-and-swap on the data
 API's reads, the dashboard and /metrics. The leader alone runs the loops (explorer, evaluator, keeper,
 maintenance trigger, containers), hands out tasks and makes the API's changes; the other nodes forward those
 to it (api/forwarding.py). Leadership is a lease row in the database (store/leadership.py), taken when it
-expired and renewed every third of its length; each change of hands increments its epoch, the fencing
-token. While this node leads, every write it makes that is not an `any_node` write is checked against the
+expired and renewed every third of its length (the followers look every second, so a dead leader is
+replaced within the lease and a second); each change of hands increments its epoch, the fencing token.
+While this node leads, every write it makes that is not an `any_node` write is checked against the
 epoch inside its own transaction (`Database.fence`): a leader that was deposed without noticing (paused,
-cut off from the database for longer than the lease) has its late writes refused, and stops its loops
-at once. A node that cannot renew within the lease (by its own clock, with a margin) steps down by itself.
+cut off from the database for longer than the lease) has its late writes refused, and stops its loops at
+once. A node that cannot renew within the lease (by its own clock, with a margin) steps down by itself: a
+watchdog thread sees to it even while the renewal hangs on a connection that no longer answers.
 
 With `ams.ha` off there is one node, always the leader, and no fencing.
 """
@@ -31,6 +33,8 @@ from lakewarden.store import leadership as store
 from lakewarden.store.database import Database, utcnow
 
 log = logging.getLogger(__name__)
+FOLLOWER_LOOK_SECONDS = 1.0  # how often a follower looks whether the lease expired
+VALID_SHARE = 0.8  # a leader counts on its lease for this share of it after a renewal began (clock drift)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Leadership(LoopService):
         on_elected: Callable[[int], None],
         on_deposed: Callable[[], None],
     ) -> None:
-        super().__init__(lease.total_seconds() / 3)
+        super().__init__(FOLLOWER_LOOK_SECONDS)
         self.db = db  # None: a single node, always the leader
         self.node_id = uuid.uuid4().hex[:16]
         self.url = url
@@ -93,7 +97,7 @@ class Leadership(LoopService):
                 self._step_down("another node holds the lease")
             return
         # renewed or taken: the lease holds for `lease` from when this pass began, less a margin for clock drift
-        self._valid_until = began + self.lease.total_seconds() * 0.8
+        self._valid_until = began + self.lease.total_seconds() * VALID_SHARE
         if self.epoch != epoch:
             with self._lock:
                 self.epoch = epoch
@@ -101,6 +105,22 @@ class Leadership(LoopService):
             self.on_elected(epoch)
         if time.monotonic() > self._valid_until:  # the pass itself took too long to count on it
             self._step_down("the lease renewal took longer than the lease")
+
+    def _loop(self) -> None:
+        """The election's loop: a leader renews every third of the lease, a follower looks every second."""
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("election pass failed; continuing")
+            self._wake.wait(self.lease.total_seconds() / 3 if self.epoch is not None else self.interval_seconds)
+            self._wake.clear()
+
+    def _watch(self) -> None:
+        """Steps down when the lease can no longer be counted on, even while a renewal hangs."""
+        while not self._stop.wait(0.2):
+            if self.epoch is not None and time.monotonic() > self._valid_until:
+                self._step_down("the lease was not renewed in time (the database does not answer)")
 
     def fence(self, session: Session) -> None:
         """Database.fence: this node's leader writes carry its epoch; anything else is refused."""
@@ -155,6 +175,7 @@ class Leadership(LoopService):
             return
         self.db.fence = self.fence  # type: ignore[union-attr]
         super().start()
+        threading.Thread(target=self._watch, name="lakewarden-lease-watchdog", daemon=True).start()
 
     def stop(self, timeout: float = 10.0) -> None:
         super().stop(timeout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 STARTUP_LOCK = 0x1A4E3A7D  # PostgreSQL advisory lock key: one server at a time migrates and seeds
+# health checks' pings run here, so that one hanging on a cut connection cannot hang the check
+_PINGS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="lakewarden-ping")
 
 
 def utcnow() -> datetime:
@@ -61,7 +64,9 @@ def _sqlite_engine(url: str) -> Engine:
 def make_engine(url: str) -> Engine:
     if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # a database that stops answering (a cut network) fails a connection within about 30 s instead of hanging it
+    connect_args = {"connect_timeout": 10, "keepalives_idle": 10, "keepalives_interval": 5, "tcp_user_timeout": 30000}
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
 
 
 class Database:
@@ -113,12 +118,19 @@ class Database:
                 conn.exec_driver_sql(f"SELECT pg_advisory_unlock({STARTUP_LOCK})")
                 conn.commit()
 
-    def ping(self) -> str:
-        """'ok', or what went wrong reaching the database."""
-        try:
+    def ping(self, timeout: float = 2.0) -> str:
+        """'ok', or what went wrong reaching the database; a database that does not answer within `timeout`
+        is an error too (a health check answers at once, even with the network to the database cut)."""
+
+        def select_one() -> None:
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")
+
+        try:
+            _PINGS.submit(select_one).result(timeout)
             return "ok"
+        except concurrent.futures.TimeoutError:
+            return f"error: no answer within {timeout:.0f}s"
         except Exception as exc:
             return f"error: {type(exc).__name__}"
 
