@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,14 @@ MAINTENANCE_OFF = "".join(
 
 class ServerProcess:
     def __init__(
-        self, tmp_path: Path, extra: str = "", maintenance: str = MAINTENANCE_OFF, data_dir: Path | None = None
+        self,
+        tmp_path: Path,
+        extra: str = "",
+        maintenance: str = MAINTENANCE_OFF,
+        data_dir: Path | None = None,
+        log_level: str = "info",
     ) -> None:
+        self.log_level = log_level
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir or tmp_path / "data"  # servers of one HA installation may share one
@@ -74,7 +81,11 @@ class ServerProcess:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([*LAKEWARDEN, "server", "--config", str(self.config)], stdout=out, stderr=out)
+            self.proc = subprocess.Popen(
+                [*LAKEWARDEN, "server", "--config", str(self.config), "--log-level", self.log_level],
+                stdout=out,
+                stderr=out,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
@@ -121,3 +132,46 @@ def started_server(tmp_path: Path, extra: str = "", maintenance: str | None = No
     finally:
         if process.proc is not None and process.proc.poll() is None:
             process.stop()
+
+
+@contextmanager
+def ha_nodes(
+    tmp_path: Path, database_urls: list[str], lease: timedelta | None = None, log_level: str = "info"
+) -> Iterator[list[ServerProcess]]:
+    """Real server processes (one per database URL: the same PostgreSQL database, maybe through a proxy) on one
+    data directory (the secret key, the admin token), started in order; the explorer's interval is long, so
+    what is seen within it came through the outbox. `lease`: the default unless given."""
+    shared = tmp_path / "data"
+    nodes = []
+    for i, url in enumerate(database_urls):
+        (tmp_path / f"node-{i}").mkdir()
+        lease_setting = "" if lease is None else f", lease: {lease.seconds}s"
+        extra = (
+            f"  database: {{url: '{url}'}}\n  ha: {{enabled: true{lease_setting}}}\n"
+            "  refresh-external-catalogs: {interval: 600s, thread-count: 2}\n"
+        )
+        node = ServerProcess(tmp_path / f"node-{i}", extra=extra, data_dir=shared, log_level=log_level)
+        node.config.write_text(node_config(node, extra))
+        nodes.append(node)
+    try:
+        for node in nodes:
+            node.start()
+        yield nodes
+    finally:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGCONT)
+                try:
+                    node.stop()
+                except subprocess.TimeoutExpired:  # its database link is cut: it cannot give its lease up
+                    node.proc.kill()
+                    node.proc.wait()
+
+
+def node_config(node: ServerProcess, extra: str) -> str:
+    """ServerProcess's config with the node's own URL."""
+    return (
+        f"ams:\n  data-dir: {node.data_dir}\n  http-server: {{bind-port: {node.port}}}\n"
+        + extra.replace("ha: {enabled: true", f"ha: {{enabled: true, node-url: '{node.url}'")
+        + "resource-groups:\n  - {name: default, container: local}\n"
+    )

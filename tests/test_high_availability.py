@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +30,7 @@ from lakewarden.store.database import Database
 from tests.helpers import PROPS, checksum, wait_for
 from tests.netproxy import TcpProxy
 from tests.postgres import fresh_database
-from tests.servers import ServerProcess, cli
+from tests.servers import ServerProcess, cli, ha_nodes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -159,50 +157,10 @@ def test_ha_needs_postgresql_and_a_lease_of_some_seconds() -> None:
         load_config(environ={"LAKEWARDEN_AMS__HA__LEASE": "1s"})
 
 
-@contextmanager
-def ha_nodes(tmp_path: Path, database_urls: list[str]) -> Iterator[list[ServerProcess]]:
-    """Real server processes (one per database URL: the same PostgreSQL database, maybe through a proxy) on one
-    data directory (the secret key, the admin token), started in order; the explorer's interval is long, so
-    what is seen within it came through the outbox."""
-    shared = tmp_path / "data"
-    nodes = []
-    for i, url in enumerate(database_urls):
-        (tmp_path / f"node-{i}").mkdir()
-        extra = (
-            f"  database: {{url: '{url}'}}\n  ha: {{enabled: true, lease: {LEASE.seconds}s}}\n"
-            "  refresh-external-catalogs: {interval: 600s, thread-count: 2}\n"
-        )
-        node = ServerProcess(tmp_path / f"node-{i}", extra=extra, data_dir=shared)
-        node.config.write_text(node_config(node, extra))
-        nodes.append(node)
-    try:
-        for node in nodes:
-            node.start()
-        yield nodes
-    finally:
-        for node in nodes:
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGCONT)
-                try:
-                    node.stop()
-                except subprocess.TimeoutExpired:  # its database link is cut: it cannot give its lease up
-                    node.proc.kill()
-                    node.proc.wait()
-
-
 @pytest.fixture
 def two_nodes(tmp_path: Path, pg: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with ha_nodes(tmp_path, [pg, pg]) as (a, b):
+    with ha_nodes(tmp_path, [pg, pg], lease=LEASE) as (a, b):
         yield a, b
-
-
-def node_config(node: ServerProcess, extra: str) -> str:
-    """ServerProcess's config with the node's own URL."""
-    return (
-        f"ams:\n  data-dir: {node.data_dir}\n  http-server: {{bind-port: {node.port}}}\n"
-        + extra.replace("ha: {enabled: true,", f"ha: {{enabled: true, node-url: '{node.url}',")
-        + "resource-groups:\n  - {name: default, container: local}\n"
-    )
 
 
 def logged(node: ServerProcess, message: str) -> datetime:
@@ -381,7 +339,7 @@ def test_a_leader_cut_off_from_the_database_stops_leading_before_its_lease_ends(
     proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
     proxied = url.set(port=proxy.port).render_as_string(hide_password=False)
     try:
-        with ha_nodes(tmp_path, [proxied, pg]) as (a, b):
+        with ha_nodes(tmp_path, [proxied, pg], lease=LEASE) as (a, b):
             wait_for("a to lead", lambda: leads(a), timeout=20)
             assert health(b)["role"] == "follower"
             proxy.cut()
@@ -392,10 +350,10 @@ def test_a_leader_cut_off_from_the_database_stops_leading_before_its_lease_ends(
             # before its lease could end (the last renewal began at most a third of the lease before the cut)
             assert (stepped_down - cut).total_seconds() < LEASE.total_seconds() * VALID_SHARE + 0.5
             assert stepped_down < took_over  # never two leaders
+            assert health(a)["database"].startswith("error") and health(b)["epoch"] == 2
             assert a.proc is not None
             a.proc.kill()  # cut off, it could not give anything up on a clean stop
             a.proc.wait()
-            assert health(a)["database"].startswith("error") and health(b)["epoch"] == 2
     finally:
         proxy.close()
 

@@ -180,6 +180,11 @@ class Leadership(LoopService):
     def stop(self, timeout: float = 10.0) -> None:
         super().stop(timeout)
         epoch = self.epoch
+        if self.db is None:  # one node: nothing to hand over
+            if epoch is not None:
+                self.epoch = None
+                self.on_deposed()
+            return
         self._step_down("the server stops")
         if self.db is not None:
             try:
