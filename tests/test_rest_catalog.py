@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,10 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
         assert (body["code"], body["type"]) == (status, kind) and body["message"]
         return dict(body)
 
-    assert server.http.get(f"{base}/config", params={"warehouse": "lake"}).json()["overrides"] == {"prefix": "lake"}
+    assert server.http.get(f"{base}/config", params={"warehouse": "lake"}).json()["overrides"] == {
+        "prefix": "lake",
+        "namespace-separator": "%1F",
+    }
     kept = server.http.delete(f"{server.url}/api/v1/catalogs/lake")
     assert kept.status_code == 409 and "namespace" in kept.json()["error"]["message"]
     error(server.http.get(f"{base}/config", params={"warehouse": "nope"}), 404, "NoSuchWarehouseException")
@@ -216,6 +220,18 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     error(server.http.get(f"{base}/lake/namespaces", params={"pageToken": "zz"}), 400, "BadRequestException")
     page = server.http.get(f"{base}/lake/namespaces", params={"pageSize": 1}).json()
     assert page == {"namespaces": [["db"]], "next-page-token": None}
+    both = {"removals": ["a"], "updates": {"a": "1"}}  # the spec's 422, naming the key
+    body = error(
+        server.http.post(f"{base}/lake/namespaces/db/properties", json=both), 422, "UnprocessableEntityException"
+    )
+    assert "'a'" in body["message"] and body["message"].startswith("removals")
+    report = {"report-type": "scan-report", "table-name": "db.gone"}
+    error(server.http.post(f"{base}/lake/namespaces/db/tables/gone/metrics", json=report), 404, "NoSuchTableException")
+    for method, path in (("GET", "views"), ("POST", "namespaces/db/views"), ("POST", "namespaces/db/tables/t/plan")):
+        refused = error(
+            server.http.request(method, f"{base}/lake/{path}", json={}), 406, "UnsupportedOperationException"
+        )
+        assert path in refused["message"]
 
 
 def test_multi_table_commit_is_atomic_and_register_adopts_a_table(server: ServerProcess) -> None:
@@ -258,3 +274,85 @@ def test_multi_table_commit_is_atomic_and_register_adopts_a_table(server: Server
     assert catalog.load_table("db.adopted").scan().to_arrow().num_rows == 5
     bad = server.http.post(f"{base}/namespaces/db/register", json={"name": "x", "metadata-location": "/nowhere.json"})
     assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("metadata-location")
+
+    # register with overwrite: the name now points at the other table's metadata, as a new version
+    taken = {"name": "two", "metadata-location": location}
+    assert server.http.post(f"{base}/namespaces/db/register", json=taken).status_code == 409
+    replaced = server.http.post(f"{base}/namespaces/db/register", json={**taken, "overwrite": True})
+    assert replaced.status_code == 200, replaced.text
+    assert catalog.load_table("db.two").scan().to_arrow().num_rows == 5
+    timeline = server.api().get("/tables/lake/db/two/timeline").json()
+    assert (timeline[0]["operation"], timeline[0]["metadata_location"]) == ("register", location)
+
+    # a staged create inside a multi-table transaction (what Java sends for a create in a transaction)
+    warehouse = server.api().get("/catalogs/lake").json()["properties"]["warehouse"]
+    create = [
+        {"action": "assign-uuid", "uuid": "6f1d5c3e-2a4b-4c8d-9e0f-1a2b3c4d5e6f"},
+        {"action": "upgrade-format-version", "format-version": 2},
+        {"action": "add-schema", "schema": json.loads(SCHEMA.model_dump_json(by_alias=True)), "last-column-id": 2},
+        {"action": "set-current-schema", "schema-id": -1},
+        {"action": "add-spec", "spec": {"spec-id": 0, "fields": []}},
+        {"action": "set-default-spec", "spec-id": -1},
+        {"action": "add-sort-order", "sort-order": {"order-id": 0, "fields": []}},
+        {"action": "set-default-sort-order", "sort-order-id": -1},
+        {"action": "set-location", "location": f"{warehouse}/db/staged"},
+        {"action": "set-properties", "updates": {"created": "in-a-transaction"}},
+    ]
+    staged = {"identifier": {"namespace": ["db"], "name": "staged"}, "requirements": [{"type": "assert-create"}]}
+    together = {"table-changes": [{**staged, "updates": create}, change(two, str(two.metadata.table_uuid), "4")]}
+    refused = server.http.post(f"{base}/transactions/commit", json=together)  # db.two is another table now
+    assert refused.status_code == 409 and not catalog.table_exists("db.staged")
+    adopted_uuid = str(catalog.load_table("db.two").metadata.table_uuid)
+    together["table-changes"][1] = change(two, adopted_uuid, "4")
+    assert server.http.post(f"{base}/transactions/commit", json=together).status_code == 204
+    made = catalog.load_table("db.staged")
+    assert made.properties["created"] == "in-a-transaction" and catalog.load_table("db.two").properties["batch"] == "4"
+    again = server.http.post(f"{base}/transactions/commit", json={"table-changes": [{**staged, "updates": create}]})
+    assert again.status_code == 409 and "already exists" in again.json()["error"]["message"]
+    assert len(list(Path(f"{warehouse}/db/staged/metadata").glob("*.metadata.json"))) == 1  # none left behind
+
+
+def test_expiring_snapshots_already_gone_is_no_error_and_no_new_version(server: ServerProcess) -> None:
+    """Two expirations racing (Java's ExpireSnapshots from two engines): the second names snapshots the first
+    removed. Java's TableMetadata ignores them; so does lakewarden, and a commit that changes nothing makes no
+    new metadata version."""
+    from pyiceberg.table.update import RemoveSnapshotsUpdate
+
+    catalog = client(server)
+    catalog.create_namespace("expiry")
+    table = catalog.create_table("expiry.t", SCHEMA)
+    for i in range(3):
+        table.append(rows(i * 10, 10))
+    table = catalog.load_table("expiry.t")
+    oldest, middle, _ = [s.snapshot_id for s in table.snapshots()]
+    first = catalog.commit_table(table, (), (RemoveSnapshotsUpdate(snapshot_ids=[oldest]),))
+    assert oldest not in {s.snapshot_id for s in first.metadata.snapshots}
+    second = catalog.commit_table(table, (), (RemoveSnapshotsUpdate(snapshot_ids=[oldest, middle]),))
+    assert {s.snapshot_id for s in second.metadata.snapshots} == {s.snapshot_id for s in first.metadata.snapshots} - {
+        middle
+    }
+    unchanged = catalog.commit_table(table, (), (RemoveSnapshotsUpdate(snapshot_ids=[oldest]),))
+    assert unchanged.metadata_location == second.metadata_location  # nothing to do: no new version
+    timeline = server.api().get("/tables/lake/expiry/t/timeline").json()
+    assert [c["version"] for c in timeline][:2] == [5, 4]  # the two expirations that removed something
+    assert catalog.load_table("expiry.t").scan().to_arrow().num_rows == 30
+
+
+def test_names_with_spaces_and_plus_signs_as_java_and_pyiceberg_encode_them(server: ServerProcess) -> None:
+    """Java's URLEncoder writes a space as `+` (so Spark asks for `my+t`); pyiceberg writes `%20`; a plus sign
+    is `%2B` from both."""
+    catalog = client(server)
+    catalog.create_namespace("sp ace")
+    catalog.create_table(("sp ace", "my t"), SCHEMA)
+    catalog.create_table(("sp ace", "a+b"), SCHEMA)
+    base = f"{server.url}/iceberg/v1/lake/namespaces"
+    for path, status in (
+        ("sp+ace/tables/my+t", 200),  # as Java sends it
+        ("sp%20ace/tables/my%20t", 200),  # as pyiceberg sends it
+        ("sp+ace/tables/a%2Bb", 200),
+        ("sp+ace/tables/a+b", 404),  # `a b`, which does not exist
+    ):
+        answer = server.http.get(f"{base}/{path}")
+        assert answer.status_code == status, (path, answer.text)
+    assert "/sp ace/my t-" in server.http.get(f"{base}/sp+ace/tables/my+t").json()["metadata"]["location"]
+    assert catalog.load_table(("sp ace", "a+b")).name() == ("sp ace", "a+b")

@@ -29,6 +29,8 @@ from lakewarden.domain.errors import (
     NotFound,
     NotLeader,
     TooManyRequests,
+    Unprocessable,
+    Unsupported,
 )
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
     NoSuchWarehouse: (404, "NoSuchWarehouseException"),
     NamespaceNotEmpty: (409, "NamespaceNotEmptyException"),
     CommitFailed: (409, "CommitFailedException"),
+    Unprocessable: (422, "UnprocessableEntityException"),
+    Unsupported: (406, "UnsupportedOperationException"),
     InvalidField: (400, "BadRequestException"),
     NotFound: (404, "NotFoundException"),
     AlreadyExists: (409, "AlreadyExistsException"),
@@ -59,6 +63,7 @@ _HTTP_TYPES = {
     409: "ConflictException",
     413: "RequestEntityTooLargeException",
     415: "UnsupportedMediaTypeException",
+    422: "UnprocessableEntityException",
     429: "TooManyRequestsException",
     503: "ServiceUnavailableException",
 }

@@ -1,9 +1,11 @@
-"""ASGI middleware of the server: request bodies bounded, and every change recorded in the audit log."""
+"""ASGI middleware of the server: request bodies bounded, every change recorded in the audit log, and the
+REST catalog's paths decoded as Java clients encode them."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import unquote_plus
 
 import anyio
 
@@ -12,6 +14,22 @@ from lakewarden.store import security as store
 from lakewarden.store.database import Database
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class JavaPathDecoding:
+    """Iceberg's Java REST client (Spark, Trino, Flink) encodes path segments with `URLEncoder`, which writes a
+    space as `+`; Iceberg's own server decodes them with `URLDecoder`. So are `/iceberg/v1` paths here: from
+    the raw path, `+` is a space and `%2B` a plus (pyiceberg encodes both as `%20` and `%2B`: the same)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw and b"+" in raw and scope["path"].startswith("/iceberg/v1/"):
+            segments = raw.decode("latin-1").split("/")
+            scope = {**scope, "path": "/".join(unquote_plus(segment, encoding="utf-8") for segment in segments)}
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

@@ -16,6 +16,14 @@ class InvalidField(LakewardenError):
         self.problem = problem
 
 
+class Unprocessable(InvalidField):
+    """Well-formed, but contradicting itself (the REST spec's 422: a key both updated and removed)."""
+
+
+class Unsupported(LakewardenError):
+    """An operation this server does not offer (the REST spec's 406)."""
+
+
 class NotFound(LakewardenError):
     """The named thing does not exist."""
 

@@ -27,6 +27,7 @@ from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AddSortOrderUpdate,
     AssignUUIDUpdate,
+    RemoveSnapshotsUpdate,
     SetCurrentSchemaUpdate,
     SetDefaultSortOrderUpdate,
     SetDefaultSpecUpdate,
@@ -119,6 +120,13 @@ def apply_updates(
     context = _TableMetadataUpdateContext()
     metadata = base
     for update in updates:
+        if isinstance(update, RemoveSnapshotsUpdate):
+            # Java's TableMetadata ignores ids already gone (two expirations racing both succeed); pyiceberg raises
+            present = {s.snapshot_id for s in metadata.snapshots}
+            gone = [i for i in update.snapshot_ids if i in present]
+            if not gone:
+                continue
+            update = update.model_copy(update={"snapshot_ids": gone})
         if isinstance(update, UpgradeFormatVersionUpdate) and update.format_version >= 3:
             upgraded = _upgrade_to_v3(metadata, update.format_version, context)
             if upgraded is not metadata:

@@ -79,6 +79,14 @@ class _Staged:
     text: str  # its JSON, reused for the response
     files: list[str]  # every file written for it (dropped when the swap is lost)
 
+    @property
+    def changed(self) -> bool:
+        """False for a change that changes nothing: its table keeps its metadata, no version is made."""
+        return bool(self.location)
+
+
+CREATES = -1  # _Staged.version of a staged create: no pointer yet
+
 
 class _SwapLost(Exception):
     """A pointer of a multi-table commit moved meanwhile."""
@@ -255,7 +263,7 @@ class MetadataService:
         if any(isinstance(r, AssertCreate) for r in requirements):
             return self._commit_create(spec, namespace, name, updates, client)
         (staged,) = self._commit(spec, [TableChange(namespace, name, requirements, updates)], client, single=True)
-        return LoadedTable(staged.location, staged.metadata)
+        return LoadedTable(staged.location or staged.expected, staged.metadata)
 
     def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
         """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does.
@@ -283,8 +291,12 @@ class MetadataService:
             except _SwapLost:  # another commit won a swap: drop our files, check again, try again
                 self.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
+            except Exception:  # refused (a staged create whose name was taken): nothing of it stays
+                self.files.discard(io, [path for entry in staged for path in entry.files])
+                raise
             for entry in staged:
-                self.files.written(entry.location, entry.metadata, entry.text)  # not read or serialised again
+                if entry.changed:
+                    self.files.written(entry.location, entry.metadata, entry.text)  # not read or serialised again
             self._publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
@@ -292,6 +304,11 @@ class MetadataService:
 
     def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool) -> _Staged:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
+        if any(isinstance(r, AssertCreate) for r in change.requirements):  # a staged create in a transaction
+            metadata = self._created(spec, change.updates, label)
+            location = self.files.new_location(metadata, 0)
+            text = write_metadata(io, location, metadata)
+            return _Staged(change, "", CREATES, metadata, change.updates, metadata, location, text, [location])
         with self.db.read() as session:
             pointer = store.get_pointer(session, spec.name, change.namespace, change.name)
         base = self.files.read(io, pointer.metadata_location)
@@ -301,6 +318,9 @@ class MetadataService:
         except (ValueError, KeyError) as exc:
             self.files.discard(io, written)
             raise InvalidField("updates", f"{label}{exc}") from exc
+        if metadata is base:  # nothing changes (as Java's catalog handlers, no new version is committed)
+            self.files.discard(io, written)
+            return _Staged(change, pointer.metadata_location, pointer.version, base, applied, base, "", "", [])
         try:
             _check_properties(metadata.properties)
             confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
@@ -325,18 +345,24 @@ class MetadataService:
         self, spec: CatalogSpec, namespace: str, name: str, updates: Sequence[TableUpdate], client: str | None
     ) -> LoadedTable:
         """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
-        try:
-            metadata = apply_updates(metadata_from_updates(updates), tuple(u for u in updates if not defines_table(u)))
-        except (ValueError, KeyError, StopIteration) as exc:
-            raise InvalidField("updates", f"cannot create the table from these updates: {exc}") from exc
-        _check_properties(metadata.properties)
-        confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
+        metadata = self._created(spec, updates, "")
         io = self._io(spec)
         location = self.files.new_location(metadata, 0)
         write_metadata(io, location, metadata)
         details = {**describe_commit(metadata, metadata, updates), "operation": "create"}
         self._add_table(spec.name, namespace, name, location, details, details, client, written=io, staged=True)
         return LoadedTable(location, metadata)
+
+    @staticmethod
+    def _created(spec: CatalogSpec, updates: Sequence[TableUpdate], label: str) -> TableMetadata:
+        """A staged create's table, as its updates define it, checked."""
+        try:
+            metadata = apply_updates(metadata_from_updates(updates), tuple(u for u in updates if not defines_table(u)))
+        except (ValueError, KeyError, StopIteration) as exc:
+            raise InvalidField("updates", f"{label}cannot create the table from these updates: {exc}") from exc
+        _check_properties(metadata.properties)
+        confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
+        return metadata
 
     def _add_table(
         self,
@@ -381,7 +407,27 @@ class MetadataService:
         events = []
         with self.db.write(any_node=True) as session:
             for entry in staged:
+                if not entry.changed:
+                    continue
                 namespace, name = entry.change.namespace, entry.change.name
+                if entry.version == CREATES:
+                    if store.pointer_exists(session, catalog, namespace, name):  # the spec: a conflict
+                        raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
+                    store.create_pointer(session, catalog, namespace, name, entry.location)
+                    details = {**describe_commit(entry.metadata, entry.metadata, entry.applied), "operation": "create"}
+                    store.record_commit(
+                        session,
+                        catalog,
+                        namespace,
+                        name,
+                        version=0,
+                        metadata_location=entry.location,
+                        client=client,
+                        **details,
+                    )
+                    payload = {"metadata_location": entry.location, "version": 0, **details}
+                    events.append(self._event(session, "table-created", catalog, namespace, name, payload))
+                    continue
                 if not store.swap_pointer(
                     session, catalog, namespace, name, entry.expected, entry.version, entry.location
                 ):
@@ -402,9 +448,12 @@ class MetadataService:
                 events.append(self._event(session, "table-committed", catalog, namespace, name, payload))
         return events
 
-    def register_table(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedTable:
+    def register_table(
+        self, catalog: str, namespace: str, name: str, metadata_location: str, overwrite: bool = False
+    ) -> LoadedTable:
         """Adopt an existing table by its metadata file: a readable file under the warehouse, of a table
-        whose location is under the warehouse too (a purge later deletes only what lies there)."""
+        whose location is under the warehouse too (a purge later deletes only what lies there). With
+        `overwrite`, a table of that name has its pointer moved to that metadata (a new version)."""
         spec = self.catalog(catalog)
         try:
             check_under(spec.properties["warehouse"], metadata_location, "metadata-location")
@@ -421,6 +470,21 @@ class MetadataService:
             "parent_snapshot_id": None,
             "summary": {},
         }
+        if overwrite and self.table_exists(catalog, namespace, name):
+            with self.db.write(any_node=True) as session:
+                pointer = store.get_pointer(session, catalog, namespace, name)
+                if not store.swap_pointer(
+                    session, catalog, namespace, name, pointer.metadata_location, pointer.version, metadata_location
+                ):
+                    raise CommitFailed(f"{name} changed while it was being registered again; try again")
+                version = pointer.version + 1
+                store.record_commit(
+                    session, catalog, namespace, name, version=version, metadata_location=metadata_location, **details
+                )
+                payload = {"metadata_location": metadata_location, "version": version, "registered": True, **details}
+                event = self._event(session, "table-committed", catalog, namespace, name, payload)
+            self._publish([event])
+            return LoadedTable(metadata_location, metadata)
         self._add_table(catalog, namespace, name, metadata_location, details, {"registered": True}, client=None)
         return LoadedTable(metadata_location, metadata)
 

@@ -17,7 +17,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from lakewarden.api.auth import Caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable
+from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, Unprocessable, Unsupported
 from lakewarden.domain.security import Privilege
 from lakewarden.services.metadata_service import LoadedTable, MetadataService
 from lakewarden.services.metadata_service import TableChange as Change
@@ -101,6 +101,7 @@ class CommitTransaction(_Body):
 class RegisterTable(_Body):
     name: str = Field(min_length=1)
     metadata_location: str = Field(alias="metadata-location", min_length=1)
+    overwrite: bool = False  # replace a table of that name (its pointer moves to this metadata)
 
 
 class RenameTable(_Body):
@@ -145,7 +146,9 @@ def get_config(ctx: Ctx, me: Caller, warehouse: str | None = None) -> dict[str, 
     if not me.sees(warehouse, None):
         raise Forbidden(f"{me.name} has no grant on warehouse {warehouse}")
     ctx.metadata.catalog(warehouse)
-    return {"defaults": {}, "overrides": {"prefix": warehouse}, "endpoints": ENDPOINTS}
+    # namespaces in paths: levels joined by 0x1F (the spec's default separator, advertised as it says)
+    overrides = {"prefix": warehouse, "namespace-separator": "%1F"}
+    return {"defaults": {}, "overrides": overrides, "endpoints": ENDPOINTS}
 
 
 def _internal_catalogs(ctx: ServerContext) -> list[Any]:
@@ -209,7 +212,7 @@ def update_namespace_properties(
     svc.catalog(prefix)
     overlap = set(body.removals) & set(body.updates)
     if overlap:
-        raise InvalidField("removals", f"{sorted(overlap)} are also in updates")
+        raise Unprocessable("removals", f"{sorted(overlap)} are also in updates")
     with svc.db.write(any_node=True) as session:
         updated, removed, missing = store.update_namespace_properties(
             session, prefix, _ns(namespace), body.removals, body.updates
@@ -321,11 +324,23 @@ def commit_transaction(prefix: str, body: CommitTransaction, svc: Service, reque
 
 @router.post("/{prefix}/namespaces/{namespace}/register")
 def register_table(prefix: str, namespace: str, body: RegisterTable, svc: Service) -> dict[str, Any]:
-    return _loaded(svc.register_table(prefix, _ns(namespace), body.name, body.metadata_location))
+    return _loaded(svc.register_table(prefix, _ns(namespace), body.name, body.metadata_location, body.overwrite))
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
 def report_metrics(prefix: str, namespace: str, table: str, svc: Service) -> Response:
-    """Scan and commit reports are accepted (and not kept yet)."""
-    svc.catalog(prefix)
+    """Scan and commit reports of a table are accepted (and not kept yet)."""
+    if not svc.table_exists(prefix, _ns(namespace), table):
+        raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
     return Response(status_code=204)
+
+
+@router.api_route(
+    "/{prefix}/{operation:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE"], include_in_schema=False
+)
+def unsupported(prefix: str, operation: str, request: Request) -> Response:
+    """Any other route of the spec (views, scan planning, …): the spec's 406, not a 404."""
+    raise Unsupported(
+        f"{request.method} /v1/{prefix}/{operation} is not supported by this server (GET /v1/config lists its "
+        "endpoints)"
+    )
