@@ -356,3 +356,44 @@ def test_names_with_spaces_and_plus_signs_as_java_and_pyiceberg_encode_them(serv
         assert answer.status_code == status, (path, answer.text)
     assert "/sp ace/my t-" in server.http.get(f"{base}/sp+ace/tables/my+t").json()["metadata"]["location"]
     assert catalog.load_table(("sp ace", "a+b")).name() == ("sp ace", "a+b")
+
+
+def test_cheaper_loads_etag_referenced_snapshots_and_keyset_pages(server: ServerProcess) -> None:
+    catalog = client(server)
+    catalog.create_namespace("cheap")
+    table = catalog.create_table("cheap.t", SCHEMA)
+    for i in range(3):
+        table.append(rows(i * 10, 10))
+    table = catalog.load_table("cheap.t")
+    table.manage_snapshots().create_tag(table.snapshots()[0].snapshot_id, "first").commit()
+    url = f"{server.url}/iceberg/v1/lake/namespaces/cheap/tables/t"
+
+    full = server.http.get(url)
+    etag = full.headers["etag"]
+    assert len(full.json()["metadata"]["snapshots"]) == 3
+    assert server.http.get(url, headers={"If-None-Match": etag}).status_code == 304
+    assert server.http.get(url, headers={"If-None-Match": f'"other", W/{etag}'}).status_code == 304
+    assert server.http.get(url, headers={"If-None-Match": '"other"'}).status_code == 200
+    refs = server.http.get(url, params={"snapshots": "refs"})
+    assert refs.headers["etag"] != etag  # another body, another tag
+    kept = {s["snapshot-id"] for s in refs.json()["metadata"]["snapshots"]}
+    assert kept == {table.snapshots()[0].snapshot_id, table.snapshots()[-1].snapshot_id}  # the tag and main
+    assert len(refs.json()["metadata"]["snapshot-log"]) == 3  # the log stays, as Java's server keeps it
+    bad = server.http.get(url, params={"snapshots": "some"})
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("snapshots")
+    table.append(rows(100, 1))  # a commit: a new metadata file, a new tag
+    assert server.http.get(url, headers={"If-None-Match": etag}).status_code == 200
+
+    # pages are keyset cursors: names created and dropped between pages neither repeat nor vanish
+    for name in ("b", "d", "f", "h"):
+        catalog.create_table(("cheap", name), SCHEMA)
+    listing = f"{server.url}/iceberg/v1/lake/namespaces/cheap/tables"
+    first = server.http.get(listing, params={"pageSize": 2}).json()
+    assert [i["name"] for i in first["identifiers"]] == ["b", "d"]
+    catalog.create_table(("cheap", "a"), SCHEMA)  # before the cursor: not on the next pages
+    catalog.drop_table(("cheap", "b"))  # the cursor's own name may go
+    catalog.create_table(("cheap", "e"), SCHEMA)  # after it: seen
+    second = server.http.get(listing, params={"pageSize": 2, "pageToken": first["next-page-token"]}).json()
+    third = server.http.get(listing, params={"pageSize": 2, "pageToken": second["next-page-token"]}).json()
+    assert [i["name"] for i in second["identifiers"] + third["identifiers"]] == ["e", "f", "h", "t"]
+    assert third["next-page-token"] is None

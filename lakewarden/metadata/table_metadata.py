@@ -158,6 +158,20 @@ def _upgrade_to_v3(metadata: TableMetadata, version: int, context: _TableMetadat
     return TableMetadataV3.model_construct(**fields)
 
 
+def referenced_only(metadata: TableMetadata) -> TableMetadata:
+    """The metadata with only the snapshots its refs (branches, tags) name, as Java's
+    `suppressHistoricalSnapshots` makes it for the REST spec's `snapshots=refs`: the others' statistics go
+    too; the snapshot log stays."""
+    keep = {ref.snapshot_id for ref in metadata.refs.values()}
+    return metadata.model_copy(
+        update={
+            "snapshots": [s for s in metadata.snapshots if s.snapshot_id in keep],
+            "statistics": [s for s in metadata.statistics if s.snapshot_id in keep],
+            "partition_statistics": [s for s in metadata.partition_statistics if s.snapshot_id in keep],
+        }
+    )
+
+
 def metadata_json(metadata: TableMetadata) -> str:
     """The metadata file's JSON for any format version (pyiceberg's v3 model refuses to serialise itself)."""
     return IcebergBaseModel.model_dump_json(metadata)

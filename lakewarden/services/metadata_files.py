@@ -18,7 +18,9 @@ from pyiceberg.io import FileIO
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
-from lakewarden.metadata.table_metadata import metadata_json
+from lakewarden.metadata.table_metadata import metadata_json, referenced_only
+
+REFS = "#snapshots=refs"  # the cache key's suffix of a body with the referenced snapshots only
 
 
 class MetadataFiles:
@@ -50,16 +52,24 @@ class MetadataFiles:
         self._keep(location, metadata)
         self._remember_body(location, text)
 
-    def response_body(self, location: str, metadata: TableMetadata) -> bytes:
-        """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
-        with self._lock:
-            body = self._bodies.get(location)
-        return body if body is not None else self._remember_body(location, metadata_json(metadata))
+    def response_body(self, location: str, metadata: TableMetadata, snapshots: str = "all") -> bytes:
+        """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location (and, with
+        `snapshots=refs`, the body with only the referenced snapshots, cached beside it)."""
+        body = self.cached_body(location, snapshots)
+        if body is not None:
+            return body
+        if snapshots == "refs":
+            return self._remember_body(location, metadata_json(referenced_only(metadata)), REFS)
+        return self._remember_body(location, metadata_json(metadata))
 
-    def _remember_body(self, location: str, metadata_text: str) -> bytes:
+    def cached_body(self, location: str, snapshots: str = "all") -> bytes | None:
+        with self._lock:
+            return self._bodies.get(location + (REFS if snapshots == "refs" else ""))
+
+    def _remember_body(self, location: str, metadata_text: str, variant: str = "") -> bytes:
         body = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}, "config": {{}}}}'.encode()
         with self._lock:
-            self._bodies[location] = body
+            self._bodies[location + variant] = body
             while len(self._bodies) > self.max_bodies:
                 self._bodies.popitem(last=False)
         return body

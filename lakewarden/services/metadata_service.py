@@ -11,6 +11,7 @@ the same transaction as the swap; in-process subscribers hear of it at once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import uuid
@@ -86,6 +87,18 @@ class _Staged:
 
 
 CREATES = -1  # _Staged.version of a staged create: no pointer yet
+
+
+def table_etag(metadata_location: str, snapshots: str) -> str:
+    """A loadTable answer's entity tag: a metadata file never changes, so its location (and the snapshots
+    mode) names the body."""
+    return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """`If-None-Match`: `*`, or a list of entity tags (weak ones compare by their value, as RFC 9110 says)."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
 
 
 class _SwapLost(Exception):
@@ -219,9 +232,34 @@ class MetadataService:
         self._add_table(catalog, namespace, name, location, details, {}, client=None, written=io)
         return LoadedTable(location, metadata)
 
-    def load_table_json(self, catalog: str, namespace: str, name: str) -> bytes:
-        """The loadTable response body, serialised once per metadata file (which never changes)."""
-        return self.response_body(self.load_table(catalog, namespace, name))
+    def load_table_body(
+        self, catalog: str, namespace: str, name: str, snapshots: str = "all", if_none_match: str | None = None
+    ) -> tuple[str, bytes | None]:
+        """The loadTable answer: its ETag, and its body serialised once per metadata file (which never changes)
+        and `snapshots` mode; no body when `if_none_match` names the ETag (the client's copy is current)."""
+        spec = self.catalog(catalog)
+        location = self._location(catalog, namespace, name)
+        etag = table_etag(location, snapshots)
+        if if_none_match is not None and etag_matches(if_none_match, etag):
+            return etag, None
+        return etag, self.files.response_body(location, self.files.read(self._io(spec), location), snapshots)
+
+    def cached_load(
+        self, catalog: str, namespace: str, name: str, snapshots: str = "all", if_none_match: str | None = None
+    ) -> tuple[str, bytes | None] | None:
+        """As load_table_body from memory alone (one indexed read of the pointer), or None when a metadata
+        file would have to be read: the REST route answers the hot case on its event loop, the rest in a thread."""
+        self.catalog(catalog)
+        location = self._location(catalog, namespace, name)
+        etag = table_etag(location, snapshots)
+        if if_none_match is not None and etag_matches(if_none_match, etag):
+            return etag, None
+        body = self.files.cached_body(location, snapshots)
+        return None if body is None else (etag, body)
+
+    def _location(self, catalog: str, namespace: str, name: str) -> str:
+        with self.db.read() as session:
+            return store.get_pointer(session, catalog, namespace, name).metadata_location
 
     def response_body(self, loaded: LoadedTable) -> bytes:
         """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""

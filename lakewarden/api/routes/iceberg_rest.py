@@ -6,6 +6,8 @@ that name as the `prefix` and the endpoints served. Namespaces in paths are leve
 
 from __future__ import annotations
 
+import base64
+import bisect
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -14,6 +16,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
+from starlette.concurrency import run_in_threadpool
 
 from lakewarden.api.auth import Caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
@@ -116,16 +119,21 @@ def _ns(namespace: str) -> str:
     return store.key(parts)
 
 
-def _page(items: list[Any], token: str | None, size: int | None) -> tuple[list[Any], str | None]:
+def _page(items: list[str], token: str | None, size: int | None) -> tuple[list[str], str | None]:
+    """A page of sorted names. The token is a keyset cursor (the last name given, encoded): the next page
+    starts after it, so names created or dropped meanwhile neither repeat nor skip the others."""
     start = 0
     if token:
-        if not token.isdigit():
-            raise InvalidField("pageToken", "is not a token this server issued")
-        start = int(token)
+        try:
+            after = base64.urlsafe_b64decode(token.encode("ascii") + b"=" * (-len(token) % 4)).decode()
+        except (ValueError, UnicodeError):
+            raise InvalidField("pageToken", "is not a token this server issued") from None
+        start = bisect.bisect_right(items, after)
     if size is None:
         return items[start:], None
-    end = start + size
-    return items[start:end], (str(end) if end < len(items) else None)
+    page = items[start : start + size]
+    more = start + size < len(items)
+    return page, (base64.urlsafe_b64encode(page[-1].encode()).decode().rstrip("=") if more and page else None)
 
 
 def _loaded(table: LoadedTable) -> dict[str, Any]:
@@ -256,11 +264,29 @@ def create_table(prefix: str, namespace: str, body: CreateTable, svc: Service) -
 
 
 @router.get("/{prefix}/namespaces/{namespace}/tables/{table}")
-async def load_table(prefix: str, namespace: str, table: str, request: Request) -> Response:
-    # The hottest call of a catalog: answered on the event loop (two indexed reads and a cached body),
-    # with no hop to the thread pool (the router's grant check is async too).
+async def load_table(
+    prefix: str,
+    namespace: str,
+    table: str,
+    request: Request,
+    snapshots: str = "all",
+    if_none_match: Annotated[str | None, Header()] = None,
+) -> Response:
+    """The hottest call of a catalog. A cached body is answered on the event loop (an indexed read and a
+    dictionary lookup, with no hop to the thread pool; the router's grant check is async too); a metadata
+    file to read is read in a thread, never on the loop. `ETag` names the answer; `If-None-Match` with it
+    gets a 304. `snapshots=refs`: only the snapshots that branches and tags name."""
+    if snapshots not in ("all", "refs"):
+        raise InvalidField("snapshots", f"{snapshots!r} is neither all nor refs")
     svc: MetadataService = request.app.state.context.metadata
-    return Response(svc.load_table_json(prefix, _ns(namespace), table), media_type="application/json")
+    ns = _ns(namespace)
+    answer = svc.cached_load(prefix, ns, table, snapshots, if_none_match)
+    if answer is None:
+        answer = await run_in_threadpool(svc.load_table_body, prefix, ns, table, snapshots, if_none_match)
+    etag, body = answer
+    if body is None:
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(body, media_type="application/json", headers={"ETag": etag})
 
 
 @router.head("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
