@@ -397,3 +397,41 @@ def test_cheaper_loads_etag_referenced_snapshots_and_keyset_pages(server: Server
     third = server.http.get(listing, params={"pageSize": 2, "pageToken": second["next-page-token"]}).json()
     assert [i["name"] for i in second["identifiers"] + third["identifiers"]] == ["e", "f", "h", "t"]
     assert third["next-page-token"] is None
+
+
+def test_idempotency_keys_replay_the_first_answer(server: ServerProcess) -> None:
+    base = f"{server.url}/iceberg/v1"
+    config = server.http.get(f"{base}/config", params={"warehouse": "lake"}).json()
+    assert config["idempotency-key-lifetime"] == "PT30M"
+
+    def post(path: str, body: dict[str, Any], key: str | None = None, **headers: str) -> httpx.Response:
+        extra = {**headers, **({"Idempotency-Key": key} if key else {})}
+        return server.http.post(f"{base}/lake/{path}", json=body, headers=extra)
+
+    key = "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"
+    anonymous = httpx.post(f"{base}/lake/namespaces", json={"namespace": ["idem"]}, headers={"Idempotency-Key": key})
+    assert anonymous.status_code == 401  # not signed in: nothing claimed
+    first = post("namespaces", {"namespace": ["idem"]}, key)
+    again = post("namespaces", {"namespace": ["idem"]}, key)  # the answer was lost: the same request again
+    assert first.status_code == again.status_code == 200 and again.json() == first.json()
+    assert again.headers["idempotent-replayed"] == "true"
+    assert post("namespaces", {"namespace": ["idem"]}).status_code == 409  # without the key: a conflict
+    reused = (
+        post("namespaces", {"namespace": ["other"]}, key.replace("017f", "017e")),
+        post("namespaces/idem/tables", {"name": "x", "schema": {"type": "struct", "fields": []}}, key),
+    )
+    assert reused[0].status_code == 200 and reused[1].status_code == 422  # one key, one operation
+    assert post("namespaces", {"namespace": ["z"]}, "not-a-uuid").status_code == 400
+
+    schema = json.loads(SCHEMA.model_dump_json(by_alias=True))
+    create_key, commit_key = "017f22e2-79b0-7cc3-98c4-dc0c0c073990", "017f22e2-79b0-7cc3-98c4-dc0c0c073991"
+    created = post("namespaces/idem/tables", {"name": "t", "schema": schema}, create_key)
+    assert created.status_code == 200
+    assert post("namespaces/idem/tables", {"name": "t", "schema": schema}, create_key).json() == created.json()
+    change = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    committed = post("namespaces/idem/tables/t", change, commit_key)
+    replayed = post("namespaces/idem/tables/t", change, commit_key)
+    assert committed.status_code == replayed.status_code == 200
+    assert replayed.json()["metadata-location"] == committed.json()["metadata-location"]
+    timeline = server.api().get("/tables/lake/idem/t/timeline").json()
+    assert [c["version"] for c in timeline] == [1, 0]  # created once, committed once

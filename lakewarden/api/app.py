@@ -18,6 +18,7 @@ from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
+from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, NodeCollector, api_latency
 from lakewarden.api.middleware import AuditLog, BodyLimit, JavaPathDecoding
 from lakewarden.api.routes import (
@@ -117,6 +118,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     app.include_router(iceberg_rest.router, dependencies=[Depends(authorize_catalog)])
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
+    app.add_middleware(IdempotencyKeys)  # inside JavaPathDecoding: it keys on the decoded path
     app.add_middleware(JavaPathDecoding)
     app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
     ssl = config.ams.http_server.ssl

@@ -282,3 +282,18 @@ class NodeRow(Base):
     url: Mapped[str] = mapped_column(String(1024))
     started_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
+
+
+class IdempotencyRow(Base):
+    """A REST catalog request made with an `Idempotency-Key`, and its final answer (None while it runs)."""
+
+    __tablename__ = "idempotency_key"
+
+    key: Mapped[str] = mapped_column(String(36), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(255))
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(Text)
+    status: Mapped[int | None] = mapped_column(Integer)
+    content_type: Mapped[str | None] = mapped_column(String(255))
+    body: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(index=True)

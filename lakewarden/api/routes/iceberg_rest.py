@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from lakewarden.api.auth import Caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, Unprocessable, Unsupported
 from lakewarden.domain.security import Privilege
 from lakewarden.services.metadata_service import LoadedTable, MetadataService
@@ -156,7 +157,12 @@ def get_config(ctx: Ctx, me: Caller, warehouse: str | None = None) -> dict[str, 
     ctx.metadata.catalog(warehouse)
     # namespaces in paths: levels joined by 0x1F (the spec's default separator, advertised as it says)
     overrides = {"prefix": warehouse, "namespace-separator": "%1F"}
-    return {"defaults": {}, "overrides": overrides, "endpoints": ENDPOINTS}
+    return {
+        "defaults": {},
+        "overrides": overrides,
+        "endpoints": ENDPOINTS,
+        "idempotency-key-lifetime": LIFETIME_ISO,  # api/idempotency.py
+    }
 
 
 def _internal_catalogs(ctx: ServerContext) -> list[Any]:
