@@ -227,7 +227,11 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     assert "'a'" in body["message"] and body["message"].startswith("removals")
     report = {"report-type": "scan-report", "table-name": "db.gone"}
     error(server.http.post(f"{base}/lake/namespaces/db/tables/gone/metrics", json=report), 404, "NoSuchTableException")
-    for method, path in (("GET", "views"), ("POST", "namespaces/db/views"), ("POST", "namespaces/db/tables/t/plan")):
+    for method, path in (
+        ("GET", "namespaces/db/tables/t/credentials"),
+        ("POST", "namespaces/db/tables/t/plan"),
+        ("POST", "namespaces/db/tables/t/tasks"),
+    ):
         refused = error(
             server.http.request(method, f"{base}/lake/{path}", json={}), 406, "UnsupportedOperationException"
         )

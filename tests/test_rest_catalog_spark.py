@@ -174,3 +174,32 @@ def test_format_version_3_tables_with_deletion_vectors(
     compact_and_compare(server, api, spark, c, "v3")
     assert spark.sql(f"SELECT count(*) FROM {c}.db.v3.delete_files").first()[0] == 0  # type: ignore[index]
     assert spark.sql(f"SELECT count(*) FROM {c}.db.v3.files WHERE content = 0").first()[0] == 2  # type: ignore[index]
+
+
+def test_spark_views_and_names_with_spaces(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
+    """Spark's view DDL through Iceberg's Java REST client; a name with a space arrives as `+` (URLEncoder)."""
+    server, api = lake
+    c = f"rest{server.port}"
+    spark.sql(f"CREATE NAMESPACE {c}.db")
+    spark.sql(f"CREATE TABLE {c}.db.`my t` (id BIGINT, v STRING) USING iceberg")
+    spark.sql(f"INSERT INTO {c}.db.`my t` SELECT id, CAST(id AS STRING) FROM range(10)")
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.`my t`").first()[0] == 10  # type: ignore[index]
+
+    spark.sql(f"CREATE VIEW {c}.db.`small v` AS SELECT id FROM {c}.db.`my t` WHERE id < 5")
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.`small v`").first()[0] == 5  # type: ignore[index]
+    spark.sql(f"CREATE OR REPLACE VIEW {c}.db.`small v` AS SELECT id FROM {c}.db.`my t` WHERE id < 3")
+    assert spark.sql(f"SELECT count(*) FROM {c}.db.`small v`").first()[0] == 3  # type: ignore[index]
+    # (Iceberg's Spark 3.5 refuses ALTER VIEW … AS itself and asks for CREATE OR REPLACE VIEW: a new schema)
+    spark.sql(f"CREATE OR REPLACE VIEW {c}.db.`small v` AS SELECT id, v FROM {c}.db.`my t` WHERE id < 2")
+    assert [tuple(r) for r in spark.sql(f"SELECT * FROM {c}.db.`small v` ORDER BY id").collect()] == [
+        (0, "0"),
+        (1, "1"),
+    ]
+    spark.sql(f"ALTER VIEW {c}.db.`small v` SET TBLPROPERTIES ('comment'='two rows')")
+    assert [r.viewName for r in spark.sql(f"SHOW VIEWS IN {c}.db").collect()] == ["small v"]
+    timeline = api.get(f"/tables/{c}/db/small v/timeline").json()
+    assert [t["operation"] for t in timeline] == ["replace-view"] * 3 + ["create-view"]
+    loaded = server.http.get(f"{server.url}/iceberg/v1/{c}/namespaces/db/views/small+v").json()["metadata"]
+    assert loaded["properties"]["comment"] == "two rows" and len(loaded["versions"]) == 3
+    spark.sql(f"DROP VIEW {c}.db.`small v`")
+    assert spark.sql(f"SHOW VIEWS IN {c}.db").collect() == []

@@ -27,6 +27,7 @@ from lakewarden.api.routes import (
     groups,
     iceberg_oauth,
     iceberg_rest,
+    iceberg_views,
     optimizer,
     overview,
     processes,
@@ -115,6 +116,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         api.include_router(router)
     app.include_router(api)
     app.include_router(iceberg_oauth.router)
+    # views first: the tables' router ends with the catch-all that answers 406 for routes not served
+    app.include_router(iceberg_views.router, dependencies=[Depends(authorize_catalog)])
     app.include_router(iceberg_rest.router, dependencies=[Depends(authorize_catalog)])
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)

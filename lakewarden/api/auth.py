@@ -129,7 +129,8 @@ async def authorize_catalog(request: Request) -> None:
     catalog = params.get("prefix")
     if catalog is None:
         return  # GET /config: the warehouse it names is checked by the route
-    namespace, table = namespace_of(params.get("namespace")), params.get("table")
+    # a view's grants are a table's: the same object path, catalog.namespace.name
+    namespace, table = namespace_of(params.get("namespace")), params.get("table") or params.get("view")
     path = request.scope["path"]  # not request.url: building a URL costs more than the whole check
     reads = request.method in SAFE_METHODS or path.endswith("/metrics")
     if table is None and namespace is not None and reads and not path.endswith("/tables"):

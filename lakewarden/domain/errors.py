@@ -71,6 +71,10 @@ class NoSuchTable(NotFound):
     pass
 
 
+class NoSuchView(NotFound):
+    pass
+
+
 class NamespaceNotEmpty(Conflict):
     pass
 

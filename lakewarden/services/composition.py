@@ -42,6 +42,7 @@ from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessRegistry
 from lakewarden.services.self_optimizing import SelfOptimizingFactory
+from lakewarden.services.views import ViewCatalog
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import secrets
 from lakewarden.store.database import Database
@@ -80,7 +81,8 @@ class ServerRuntime:
     maintainer: ResourceMaintainer
     events: EventDispatcher
     leadership: Leadership
-    outbox: OutboxTail | None  # high availability: the events of every node, from the outbox
+    outbox: OutboxTail | None
+    views: ViewCatalog  # high availability: the events of every node, from the outbox
     background: bool = True
 
     @classmethod
@@ -153,6 +155,7 @@ class ServerRuntime:
                 db if ha.enabled else None, ha.node_url or server_url, ha.lease, lambda _: None, lambda: None
             ),
             outbox=OutboxTail(db, events) if ha.enabled else None,
+            views=ViewCatalog(metadata),
         )
         runtime.leadership.on_elected = runtime._lead
         runtime.leadership.on_deposed = runtime._follow

@@ -40,7 +40,7 @@ class EventDispatcher:
         self.handled = 0
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if not event["type"].startswith("namespace-"):
+        if not event["type"].startswith(("namespace-", "view-")):  # tables only are managed
             self._queue.put(event)
 
     def start(self) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
+from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable, NoSuchView
 from lakewarden.store.database import utcnow
-from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, NamespaceRow
+from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, IcebergViewRow, NamespaceRow
 
 SEP = "\x1f"
 
@@ -70,6 +70,12 @@ def drop_namespace(session: Session, catalog: str, namespace: str) -> None:
     tables = session.scalar(
         select(func.count()).where(IcebergTableRow.catalog_name == catalog, IcebergTableRow.namespace == namespace)
     )
+    tables = (tables or 0) + (
+        session.scalar(
+            select(func.count()).where(IcebergViewRow.catalog_name == catalog, IcebergViewRow.namespace == namespace)
+        )
+        or 0
+    )
     children = session.scalar(
         select(func.count()).where(
             NamespaceRow.catalog_name == catalog, NamespaceRow.namespace.startswith(namespace + SEP, autoescape=True)
@@ -77,7 +83,8 @@ def drop_namespace(session: Session, catalog: str, namespace: str) -> None:
     )
     if tables or children:
         raise NamespaceNotEmpty(
-            f"Namespace {'.'.join(levels(namespace))} is not empty: {tables} table(s), {children} namespace(s)"
+            f"Namespace {'.'.join(levels(namespace))} is not empty: {tables} table(s) or view(s), "
+            f"{children} namespace(s)"
         )
     session.execute(
         delete(NamespaceRow).where(NamespaceRow.catalog_name == catalog, NamespaceRow.namespace == namespace)
@@ -122,10 +129,17 @@ def list_pointers(session: Session, catalog: str, namespace: str) -> list[str]:
     return sorted(session.scalars(query))
 
 
+def name_taken(session: Session, catalog: str, namespace: str, name: str) -> None:
+    """Tables and views share a namespace's names (as the spec's AlreadyExists says)."""
+    if session.get(IcebergTableRow, (catalog, namespace, name)) is not None:
+        raise AlreadyExists(f"Table already exists: {'.'.join(levels(namespace))}.{name}")
+    if session.get(IcebergViewRow, (catalog, namespace, name)) is not None:
+        raise AlreadyExists(f"View with same name already exists: {'.'.join(levels(namespace))}.{name}")
+
+
 def create_pointer(session: Session, catalog: str, namespace: str, table: str, location: str) -> IcebergTableRow:
     get_namespace(session, catalog, namespace)
-    if session.get(IcebergTableRow, (catalog, namespace, table)) is not None:
-        raise AlreadyExists(f"Table already exists: {'.'.join(levels(namespace))}.{table}")
+    name_taken(session, catalog, namespace, table)
     now = utcnow()
     row = IcebergTableRow(
         catalog_name=catalog,
@@ -171,8 +185,7 @@ def drop_pointer(session: Session, catalog: str, namespace: str, table: str) -> 
 def rename_pointer(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
     row = get_pointer(session, catalog, *source)
     get_namespace(session, catalog, target[0])
-    if session.get(IcebergTableRow, (catalog, *target)) is not None:
-        raise AlreadyExists(f"Table already exists: {'.'.join(levels(target[0]))}.{target[1]}")
+    name_taken(session, catalog, *target)
     session.execute(
         update(IcebergTableRow)
         .where(
@@ -241,3 +254,85 @@ def events_after(session: Session, after: int, limit: int, catalog: str | None =
 
 def last_event_id(session: Session) -> int:
     return int(session.scalar(select(func.max(EventRow.event_id))) or 0)
+
+
+# ---- view pointers (the same compare-and-swap as tables')
+
+
+def get_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
+    row = session.get(IcebergViewRow, (catalog, namespace, view))
+    if row is None:
+        raise NoSuchView(f"View does not exist: {'.'.join(levels(namespace))}.{view}")
+    return row
+
+
+def view_exists(session: Session, catalog: str, namespace: str, view: str) -> bool:
+    return session.get(IcebergViewRow, (catalog, namespace, view)) is not None
+
+
+def list_views(session: Session, catalog: str, namespace: str) -> list[str]:
+    get_namespace(session, catalog, namespace)
+    query = select(IcebergViewRow.view_name).where(
+        IcebergViewRow.catalog_name == catalog, IcebergViewRow.namespace == namespace
+    )
+    return sorted(session.scalars(query))
+
+
+def create_view(session: Session, catalog: str, namespace: str, view: str, location: str) -> IcebergViewRow:
+    get_namespace(session, catalog, namespace)
+    name_taken(session, catalog, namespace, view)
+    now = utcnow()
+    row = IcebergViewRow(
+        catalog_name=catalog,
+        namespace=namespace,
+        view_name=view,
+        metadata_location=location,
+        version=0,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def swap_view(session: Session, catalog: str, namespace: str, view: str, expected: str, version: int, new: str) -> bool:
+    result = session.execute(
+        update(IcebergViewRow)
+        .where(
+            IcebergViewRow.catalog_name == catalog,
+            IcebergViewRow.namespace == namespace,
+            IcebergViewRow.view_name == view,
+            IcebergViewRow.metadata_location == expected,
+            IcebergViewRow.version == version,
+        )
+        .values(metadata_location=new, version=version + 1, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.flush()
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def drop_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
+    row = get_view(session, catalog, namespace, view)
+    session.delete(row)
+    session.flush()
+    return row
+
+
+def rename_view(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
+    row = get_view(session, catalog, *source)
+    get_namespace(session, catalog, target[0])
+    name_taken(session, catalog, *target)
+    session.execute(
+        update(IcebergViewRow)
+        .where(
+            IcebergViewRow.catalog_name == catalog,
+            IcebergViewRow.namespace == source[0],
+            IcebergViewRow.view_name == source[1],
+        )
+        .values(namespace=target[0], view_name=target[1], updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.expunge(row)
+    session.flush()

@@ -174,6 +174,21 @@ class IcebergTableRow(Base):
     updated_at: Mapped[datetime]
 
 
+class IcebergViewRow(Base):
+    """The pointer to an internal view's current metadata file; moved only by compare-and-swap. Views and
+    tables share their namespace's names."""
+
+    __tablename__ = "iceberg_view"
+
+    catalog_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    view_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    metadata_location: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
 class CommitRow(Base):
     __tablename__ = "commit_timeline"
     __table_args__ = (Index("ix_commit_timeline_table", "catalog_name", "namespace", "table_name"),)

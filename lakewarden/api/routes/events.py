@@ -64,10 +64,12 @@ def list_events(
 def table_timeline(
     catalog: str, database: str, table: str, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=10000)] = 100
 ) -> list[CommitRead]:
-    """The table's commits through lakewarden's REST catalog, newest first, with a version per commit."""
+    """The table's (or view's) commits through lakewarden's REST catalog, newest first, with a version per
+    commit."""
     namespace = store.key(database.split("."))
     with ctx.db.read() as session:
-        store.get_pointer(session, catalog, namespace, table)
+        if not store.view_exists(session, catalog, namespace, table):
+            store.get_pointer(session, catalog, namespace, table)
         return [
             CommitRead.model_validate(c, from_attributes=True)
             for c in store.timeline(session, catalog, namespace, table, limit)

@@ -48,6 +48,18 @@ ENDPOINTS = [
     "POST /v1/{prefix}/namespaces/{namespace}/register",
 ]
 
+# served by api/routes/iceberg_views.py
+VIEW_ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces/{namespace}/views",
+    "POST /v1/{prefix}/namespaces/{namespace}/views",
+    "GET /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "POST /v1/{prefix}/views/rename",
+    "POST /v1/{prefix}/namespaces/{namespace}/register-view",
+]
+
 
 def service(ctx: Ctx) -> MetadataService:
     return ctx.metadata
@@ -160,7 +172,7 @@ def get_config(ctx: Ctx, me: Caller, warehouse: str | None = None) -> dict[str, 
     return {
         "defaults": {},
         "overrides": overrides,
-        "endpoints": ENDPOINTS,
+        "endpoints": [*ENDPOINTS, *VIEW_ENDPOINTS],
         "idempotency-key-lifetime": LIFETIME_ISO,  # api/idempotency.py
     }
 
