@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import BadRequestError, CommitFailedException, NamespaceNotEmptyError, NoSuchTableError
+from pyiceberg.exceptions import (
+    BadRequestError,
+    CommitFailedException,
+    NamespaceNotEmptyError,
+    NoSuchTableError,
+    ValidationException,
+)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
@@ -439,3 +446,61 @@ def test_idempotency_keys_replay_the_first_answer(server: ServerProcess) -> None
     assert replayed.json()["metadata-location"] == committed.json()["metadata-location"]
     timeline = server.api().get("/tables/lake/idem/t/timeline").json()
     assert [c["version"] for c in timeline] == [1, 0]  # created once, committed once
+
+
+class _Retries(logging.Handler):
+    """pyiceberg's own retries of a commit that got 409 (it logs each before trying again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Commit failed due to a concurrent update" in record.getMessage():
+            self.count += 1
+
+
+def test_file_conflict_strategy_lands_every_append_and_refuses_a_removed_file(server: ServerProcess) -> None:
+    catalog = client(server)
+    catalog.create_namespace("files")
+    catalog.create_table("files.t", SCHEMA, properties={CONFLICT_STRATEGY: "file"})
+    retries = _Retries()
+    logging.getLogger("pyiceberg.table").addHandler(retries)
+    try:
+        errors: list[BaseException] = []
+
+        def appender(worker: int) -> None:
+            try:
+                own = client(server)
+                for batch in range(4):
+                    own.load_table("files.t").append(rows(worker * 1000 + batch * 10, 10, f"w{worker}"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=appender, args=(w,)) for w in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert retries.count == 0  # every append landed at once: the server rebased those that raced
+        data = catalog.load_table("files.t").scan().to_arrow()
+        assert data.num_rows == 240 and len(set(data.column("id").to_pylist())) == 240
+
+        # two writers on the same base: one deletes rows of worker 0's first file (rewriting it away); then an
+        # append from the stale base lands, and a delete from the stale base in that removed file conflicts
+        stale_append, stale_delete = catalog.load_table("files.t"), catalog.load_table("files.t")
+        catalog.load_table("files.t").delete("id == 0")
+        stale_append.append(rows(9000, 5))
+        assert retries.count == 0
+        # the server answers 409 (a file conflict); pyiceberg refreshes, retries, and its own validation then
+        # refuses the delete: the stale writer must plan it again, and nothing of it was applied
+        with pytest.raises((CommitFailedException, ValidationException)):
+            stale_delete.delete("id == 1")
+        assert retries.count >= 1
+        ids = set(catalog.load_table("files.t").scan().to_arrow().column("id").to_pylist())
+        assert 0 not in ids and 1 in ids and {9000, 9004} <= ids and len(ids) == 244
+        catalog.load_table("files.t").delete("id == 1")  # planned again on the current table: it lands
+        assert 1 not in set(catalog.load_table("files.t").scan().to_arrow().column("id").to_pylist())
+    finally:
+        logging.getLogger("pyiceberg.table").removeHandler(retries)

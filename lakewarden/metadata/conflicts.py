@@ -11,6 +11,14 @@ onto the branch head on the server: a new manifest list holding the head's manif
 commit's own, with the next sequence number, and the commit lands without a client retry. If one of
 them did, the commit is rejected with 409 naming the partition and the snapshot that changed it.
 Partitions of different specs are treated as overlapping; an unpartitioned table has one partition.
+
+`file` (LAS MetaServer's file level): the same rebase, with a finer test. The commit conflicts only when a
+file it removes was removed (or replaced) by a commit since its base, or when a data file its new position
+deletes point at was (a position-delete file that names no single data file points at every data file of
+its partition). Appends therefore never conflict, and neither do equality deletes (they apply to every
+older row of their partition, wherever compaction moved it) nor commits in the same partition that
+touch other files.
+
 Format-version 3 tables (whose manifest lists carry row ids) and multi-table transactions keep the
 `iceberg` behaviour.
 """
@@ -28,7 +36,7 @@ from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestEntryStatus, ManifestFile, write_manifest_list
+from pyiceberg.manifest import DataFileContent, ManifestEntryStatus, ManifestFile, write_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot, Summary
@@ -46,7 +54,8 @@ from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
 log = logging.getLogger(__name__)
 CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
-STRATEGIES = ("iceberg", "partition")
+STRATEGIES = ("iceberg", "partition", "file")
+FILE_PATH_FIELD = 2147483546  # a position-delete file's `file_path` column (its bounds name the data files)
 _TOTALS = (
     "total-data-files",
     "total-delete-files",
@@ -77,37 +86,47 @@ class Rebased:
 
 
 def rebase_on_partitions(
-    io: FileIO, current: TableMetadata, requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
+    io: FileIO,
+    current: TableMetadata,
+    requirements: Sequence[TableRequirement],
+    updates: Sequence[TableUpdate],
+    strategy: str = "partition",
 ) -> Rebased | None:
     """The commit rebased onto its branch head, or None when it is not a data commit that can be rebased.
 
-    Raises PartitionConflict when a commit since its base snapshot touched one of its partitions."""
+    Raises PartitionConflict when a commit since its base snapshot changed what this one depends on: a
+    partition it changes (`partition`), or a file it removes or its position deletes point at (`file`)."""
     shape = _data_commit(requirements, updates)
     if shape is None or current.format_version != 2:
         return None
     add, ref_name, assertion = shape
     snapshot = add.snapshot
     head_ref = current.refs.get(ref_name)
-    if head_ref is None or snapshot.parent_snapshot_id is None:
+    if head_ref is None:
         return None
+    # a commit to a branch that had no snapshot yet (the first append of a table) has every snapshot since
     between, base = _since(current, head_ref.snapshot_id, snapshot.parent_snapshot_id)
-    if base is None:
+    if base is None and snapshot.parent_snapshot_id is not None:
         raise PartitionConflict(
             f"the commit's base snapshot {snapshot.parent_snapshot_id} is no longer an ancestor of {ref_name!r}"
         )
-    mine = _touched(io, snapshot)
-    for other in between:
-        overlap = mine.keys() & _touched(io, other).keys()
-        if overlap:
-            where = ", ".join(sorted(_describe(current, mine[key]) for key in overlap)[:5])
-            raise PartitionConflict(
-                f"partition conflict ({CONFLICT_STRATEGY}=partition): {where} changed by snapshot "
-                f"{other.snapshot_id} since this commit's base snapshot {snapshot.parent_snapshot_id}"
-            )
+    if strategy == "file":
+        _check_files(io, snapshot, between)
+    else:
+        mine = _touched(io, snapshot)
+        for other in between:
+            overlap = mine.keys() & _touched(io, other).keys()
+            if overlap:
+                where = ", ".join(sorted(_describe(current, mine[key]) for key in overlap)[:5])
+                raise PartitionConflict(
+                    f"partition conflict ({CONFLICT_STRATEGY}=partition): {where} changed by snapshot "
+                    f"{other.snapshot_id} since this commit's base snapshot {snapshot.parent_snapshot_id}"
+                )
     head = current.snapshot_by_id(head_ref.snapshot_id)
     assert head is not None
     own = snapshot_manifests(io, snapshot)
-    replaced = {m.manifest_path for m in snapshot_manifests(io, base)} - {m.manifest_path for m in own}
+    base_manifests = snapshot_manifests(io, base) if base is not None else []
+    replaced = {m.manifest_path for m in base_manifests} - {m.manifest_path for m in own}
     head_manifests = snapshot_manifests(io, head)
     if not replaced <= {m.manifest_path for m in head_manifests}:
         raise PartitionConflict("manifests this commit rewrote were rewritten by another commit meanwhile")
@@ -156,8 +175,9 @@ def _data_commit(
     return adds[0], refs[0].ref_name, assertions[0]
 
 
-def _since(current: TableMetadata, head_id: int, base_id: int) -> tuple[list[Snapshot], Snapshot | None]:
-    """The snapshots from the head back to (not including) the base, and the base if it is an ancestor."""
+def _since(current: TableMetadata, head_id: int, base_id: int | None) -> tuple[list[Snapshot], Snapshot | None]:
+    """The snapshots from the head back to (not including) the base, and the base if it is an ancestor (with
+    no base: the whole history)."""
     between: list[Snapshot] = []
     snapshot = current.snapshot_by_id(head_id)
     while snapshot is not None and snapshot.snapshot_id != base_id:
@@ -184,6 +204,66 @@ def _touched(io: FileIO, snapshot: Snapshot) -> dict[tuple[int, tuple[Any, ...]]
     return touched
 
 
+@dataclass
+class _FileChanges:
+    removed: dict[str, tuple[int, tuple[Any, ...]]]  # path -> (spec, partition) of the files it removed
+    targets: set[str]  # data files its new position deletes point at
+    untargeted: set[tuple[int, tuple[Any, ...]]]  # partitions of its position deletes that name no one file
+
+
+def _file_changes(io: FileIO, snapshot: Snapshot) -> _FileChanges:
+    changes = _FileChanges({}, set(), set())
+    for manifest in snapshot_manifests(io, snapshot):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        for entry in manifest_entries(io, manifest, discard_deleted=False):
+            if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
+                continue
+            record = entry.data_file.partition
+            where = (manifest.partition_spec_id, tuple(record[i] for i in range(len(record))))
+            if entry.status == ManifestEntryStatus.DELETED:
+                changes.removed[entry.data_file.file_path] = where
+            elif entry.data_file.content == DataFileContent.POSITION_DELETES:
+                target = _single_target(entry.data_file)
+                if target is None:
+                    changes.untargeted.add(where)
+                else:
+                    changes.targets.add(target)
+    return changes
+
+
+def _single_target(delete_file: Any) -> str | None:
+    """The one data file a position-delete file points at, when it says so (or its bounds do)."""
+    with contextlib.suppress(AttributeError, IndexError, KeyError):
+        referenced = delete_file.referenced_data_file
+        if referenced:
+            return str(referenced)
+    lower, upper = (
+        (delete_file.lower_bounds or {}).get(FILE_PATH_FIELD),
+        (delete_file.upper_bounds or {}).get(FILE_PATH_FIELD),
+    )
+    if lower is not None and lower == upper:
+        return bytes(lower).decode("utf-8", "replace")
+    return None
+
+
+def _check_files(io: FileIO, snapshot: Snapshot, between: Sequence[Snapshot]) -> None:
+    """The `file` strategy's test (see the module's docstring); raises PartitionConflict naming the file."""
+    mine = _file_changes(io, snapshot)
+    for other in between:
+        theirs = _file_changes(io, other)
+        gone = theirs.removed
+        clash = sorted(set(mine.removed) & gone.keys()) or sorted(mine.targets & gone.keys())
+        if not clash and mine.untargeted:
+            clash = sorted(path for path, where in gone.items() if where in mine.untargeted)
+        if clash:
+            raise PartitionConflict(
+                f"file conflict ({CONFLICT_STRATEGY}=file): {clash[0]}"
+                f"{f' and {len(clash) - 1} more' if len(clash) > 1 else ''} removed by snapshot "
+                f"{other.snapshot_id} since this commit's base snapshot {snapshot.parent_snapshot_id}"
+            )
+
+
 def _describe(current: TableMetadata, touched: tuple[int, Any]) -> str:
     spec_id, record = touched
     spec = current.specs().get(spec_id)
@@ -201,13 +281,13 @@ def _renumbered(manifest: ManifestFile, snapshot: Snapshot, sequence: int) -> Ma
     return renumbered
 
 
-def _summary(snapshot: Snapshot, base: Snapshot, head: Snapshot) -> Summary | None:
+def _summary(snapshot: Snapshot, base: Snapshot | None, head: Snapshot) -> Summary | None:
     """The commit's summary with its totals moved onto the head: head + (commit - base)."""
     if snapshot.summary is None:
         return None
     fields = dict(snapshot.summary.additional_properties)
     for total in _TOTALS:
-        values = [_count(s.summary, total) for s in (snapshot, base, head)]
+        values = [_count(s.summary, total) if s is not None else 0 for s in (snapshot, base, head)]
         if None in values:
             fields.pop(total, None)  # unknown on one side: leave it out rather than state a wrong total
         else:
@@ -248,10 +328,10 @@ def checked_updates(
         strategy = conflict_strategy(base.properties)
     except ValueError as exc:
         raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
-    if strategy != "partition":
+    if strategy == "iceberg":
         raise CommitFailed(str(failure)) from failure
     try:
-        rebased = rebase_on_partitions(io, base, requirements, updates)
+        rebased = rebase_on_partitions(io, base, requirements, updates, strategy)
     except PartitionConflict as exc:
         raise CommitFailed(str(exc)) from exc
     if rebased is None:
@@ -263,5 +343,5 @@ def checked_updates(
         with contextlib.suppress(OSError):
             io.delete(rebased.manifest_list)
         raise CommitFailed(str(exc)) from exc
-    log.info("commit rebased onto the branch head (no partition overlap): %s", rebased.manifest_list)
+    log.info("commit rebased onto the branch head (%s strategy: no conflict): %s", strategy, rebased.manifest_list)
     return rebased.updates, [rebased.manifest_list]
