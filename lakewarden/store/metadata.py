@@ -159,14 +159,24 @@ def swap_pointer(
     session: Session, catalog: str, namespace: str, table: str, expected: str, version: int, new: str
 ) -> bool:
     """Compare-and-swap the metadata location (and its version); False when another commit won."""
+    return _swap(
+        session, IcebergTableRow, IcebergTableRow.table_name, (catalog, namespace, table), expected, version, new
+    )
+
+
+def _swap(
+    session: Session, model: Any, name: Any, key: tuple[str, str, str], expected: str, version: int, new: str
+) -> bool:
+    """A pointer's compare-and-swap (tables and views alike)."""
+    catalog, namespace, item = key
     result = session.execute(
-        update(IcebergTableRow)
+        update(model)
         .where(
-            IcebergTableRow.catalog_name == catalog,
-            IcebergTableRow.namespace == namespace,
-            IcebergTableRow.table_name == table,
-            IcebergTableRow.metadata_location == expected,
-            IcebergTableRow.version == version,
+            model.catalog_name == catalog,
+            model.namespace == namespace,
+            name == item,
+            model.metadata_location == expected,
+            model.version == version,
         )
         .values(metadata_location=new, version=version + 1, updated_at=utcnow())
         .execution_options(synchronize_session=False)
@@ -184,16 +194,20 @@ def drop_pointer(session: Session, catalog: str, namespace: str, table: str) -> 
 
 def rename_pointer(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
     row = get_pointer(session, catalog, *source)
+    _rename(session, row, IcebergTableRow.table_name, catalog, source, target)
+
+
+def _rename(
+    session: Session, row: Any, name: Any, catalog: str, source: tuple[str, str], target: tuple[str, str]
+) -> None:
+    """A pointer moved to another name (tables and views alike), which no table or view may have."""
+    model = type(row)
     get_namespace(session, catalog, target[0])
     name_taken(session, catalog, *target)
     session.execute(
-        update(IcebergTableRow)
-        .where(
-            IcebergTableRow.catalog_name == catalog,
-            IcebergTableRow.namespace == source[0],
-            IcebergTableRow.table_name == source[1],
-        )
-        .values(namespace=target[0], table_name=target[1], updated_at=utcnow())
+        update(model)
+        .where(model.catalog_name == catalog, model.namespace == source[0], name == source[1])
+        .values({model.namespace: target[0], name: target[1], model.updated_at: utcnow()})
         .execution_options(synchronize_session=False)
     )
     session.expunge(row)
@@ -297,20 +311,7 @@ def create_view(session: Session, catalog: str, namespace: str, view: str, locat
 
 
 def swap_view(session: Session, catalog: str, namespace: str, view: str, expected: str, version: int, new: str) -> bool:
-    result = session.execute(
-        update(IcebergViewRow)
-        .where(
-            IcebergViewRow.catalog_name == catalog,
-            IcebergViewRow.namespace == namespace,
-            IcebergViewRow.view_name == view,
-            IcebergViewRow.metadata_location == expected,
-            IcebergViewRow.version == version,
-        )
-        .values(metadata_location=new, version=version + 1, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
-    session.flush()
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    return _swap(session, IcebergViewRow, IcebergViewRow.view_name, (catalog, namespace, view), expected, version, new)
 
 
 def drop_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
@@ -321,18 +322,4 @@ def drop_view(session: Session, catalog: str, namespace: str, view: str) -> Iceb
 
 
 def rename_view(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
-    row = get_view(session, catalog, *source)
-    get_namespace(session, catalog, target[0])
-    name_taken(session, catalog, *target)
-    session.execute(
-        update(IcebergViewRow)
-        .where(
-            IcebergViewRow.catalog_name == catalog,
-            IcebergViewRow.namespace == source[0],
-            IcebergViewRow.view_name == source[1],
-        )
-        .values(namespace=target[0], view_name=target[1], updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
-    session.expunge(row)
-    session.flush()
+    _rename(session, get_view(session, catalog, *source), IcebergViewRow.view_name, catalog, source, target)
