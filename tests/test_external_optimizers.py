@@ -8,6 +8,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
@@ -235,9 +236,17 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
         big = checksum(spark, "local.db.big")
         api.post("/catalogs/local/refresh")
 
+        busy_since: dict[str, float] = {}
+
         def busy_executor() -> str | None:
-            busy = [i for i, e in executors(optimizer).items() if i != "driver" and e["activeTasks"] > 0]
-            return busy[0] if busy else None
+            """An executor busy for a second on end: the rewrite (seconds long), not a short planning job."""
+            now = time.monotonic()
+            busy = {i for i, e in executors(optimizer).items() if i != "driver" and e["activeTasks"] > 0}
+            for gone in set(busy_since) - busy:
+                del busy_since[gone]
+            for executor in busy:
+                busy_since.setdefault(executor, now)
+            return next((i for i in sorted(busy) if now - busy_since[i] >= 1.0), None)
 
         victim = wait_for("a rewrite task on an executor", busy_executor, timeout=240, interval=0.05)
         cluster.kill_worker(cluster.worker_of(app_id, victim))
@@ -247,9 +256,9 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
         )
         assert checksum(spark, "local.db.big") == big
         lost = executors(optimizer, everyone=True)[victim]
-        assert not lost["isActive"] and lost["activeTasks"] >= 1  # it died with the task on it
+        assert not lost["isActive"]
         stages = httpx.get(f"{optimizer['spark_ui_url']}/api/v1/applications/{app_id}/stages", timeout=5).json()
-        assert sum(s["numFailedTasks"] for s in stages) >= 1  # and Spark ran that task again
+        assert sum(s["numFailedTasks"] for s in stages) >= 1  # it died with a task on it, which Spark ran again
 
         # releasing stops the application: asked at its heartbeat, its optimizer finishes, unregisters and stops
         # Spark; the master lists the application as done
