@@ -186,11 +186,10 @@ class Leadership(LoopService):
                 self.on_deposed()
             return
         self._step_down("the server stops")
-        if self.db is not None:
-            try:
-                with self.db.write(any_node=True) as session:
-                    if epoch is not None:
-                        store.release(session, self.node_id, epoch)  # the next leader need not wait
-                    store.leave(session, self.node_id)
-            except Exception as exc:
-                log.warning("could not give the lease up: %s", exc)
+        try:
+            with self.db.write(any_node=True) as session:
+                if epoch is not None:
+                    store.release(session, self.node_id, epoch)  # the next leader need not wait
+                store.leave(session, self.node_id)
+        except Exception as exc:
+            log.warning("could not give the lease up: %s", exc)

@@ -132,7 +132,8 @@ class MetadataService:
     def subscribe(self, subscriber: Subscriber) -> None:
         self._subscribers.append(subscriber)
 
-    def _publish(self, events: Sequence[dict[str, Any]]) -> None:
+    def publish(self, events: Sequence[dict[str, Any]]) -> None:
+        """Hand events, once their transaction committed, to the in-process subscribers."""
         for event in events:
             for subscriber in self._subscribers:
                 try:
@@ -140,9 +141,10 @@ class MetadataService:
                 except Exception:
                     log.exception("event subscriber failed on %s", event["type"])
 
-    def _event(
+    def event(
         self, session: Any, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
     ) -> dict[str, Any]:
+        """Write an event into the outbox in the caller's transaction; publish it after the commit."""
         return store.event_of(store.add_event(session, kind, catalog, namespace, table, payload))
 
     # ---- catalogs
@@ -168,7 +170,7 @@ class MetadataService:
             self._catalogs[name] = spec
         return spec
 
-    def _io(self, spec: CatalogSpec) -> FileIO:
+    def io_of(self, spec: CatalogSpec) -> FileIO:
         return load_file_io(dict(spec.connection_properties), spec.properties["warehouse"])
 
     # ---- namespaces
@@ -177,15 +179,15 @@ class MetadataService:
         self.catalog(catalog)
         with self.db.write(any_node=True) as session:
             store.create_namespace(session, catalog, namespace, properties)
-            event = self._event(session, "namespace-created", catalog, namespace, None, {"properties": properties})
-        self._publish([event])
+            event = self.event(session, "namespace-created", catalog, namespace, None, {"properties": properties})
+        self.publish([event])
 
     def drop_namespace(self, catalog: str, namespace: str) -> None:
         self.catalog(catalog)
         with self.db.write(any_node=True) as session:
             store.drop_namespace(session, catalog, namespace)
-            event = self._event(session, "namespace-dropped", catalog, namespace, None, {})
-        self._publish([event])
+            event = self.event(session, "namespace-dropped", catalog, namespace, None, {})
+        self.publish([event])
 
     # ---- tables
 
@@ -220,7 +222,7 @@ class MetadataService:
             raise InvalidField("table", str(exc)) from exc
         if stage:  # nothing is written until the client commits the create
             return LoadedTable(None, metadata)
-        io = self._io(spec)
+        io = self.io_of(spec)
         location = self.files.new_location(metadata, 0)
         write_metadata(io, location, metadata)
         details: dict[str, Any] = {
@@ -237,24 +239,28 @@ class MetadataService:
     ) -> tuple[str, bytes | None]:
         """The loadTable answer: its ETag, and its body serialised once per metadata file (which never changes)
         and `snapshots` mode; no body when `if_none_match` names the ETag (the client's copy is current)."""
-        spec = self.catalog(catalog)
-        location = self._location(catalog, namespace, name)
-        etag = table_etag(location, snapshots)
-        if if_none_match is not None and etag_matches(if_none_match, etag):
-            return etag, None
-        return etag, self.files.response_body(location, self.files.read(self._io(spec), location), snapshots)
+        answer = self._load_answer(catalog, namespace, name, snapshots, if_none_match, read=True)
+        assert answer is not None
+        return answer
 
     def cached_load(
         self, catalog: str, namespace: str, name: str, snapshots: str = "all", if_none_match: str | None = None
     ) -> tuple[str, bytes | None] | None:
         """As load_table_body from memory alone (one indexed read of the pointer), or None when a metadata
         file would have to be read: the REST route answers the hot case on its event loop, the rest in a thread."""
-        self.catalog(catalog)
+        return self._load_answer(catalog, namespace, name, snapshots, if_none_match, read=False)
+
+    def _load_answer(
+        self, catalog: str, namespace: str, name: str, snapshots: str, if_none_match: str | None, read: bool
+    ) -> tuple[str, bytes | None] | None:
+        spec = self.catalog(catalog)
         location = self._location(catalog, namespace, name)
         etag = table_etag(location, snapshots)
         if if_none_match is not None and etag_matches(if_none_match, etag):
             return etag, None
         body = self.files.cached_body(location, snapshots)
+        if body is None and read:
+            body = self.files.response_body(location, self.files.read(self.io_of(spec), location), snapshots)
         return None if body is None else (etag, body)
 
     def _location(self, catalog: str, namespace: str, name: str) -> str:
@@ -270,7 +276,7 @@ class MetadataService:
         spec = self.catalog(catalog)
         with self.db.read() as session:
             location = store.get_pointer(session, catalog, namespace, name).metadata_location
-        return LoadedTable(location, self.files.read(self._io(spec), location))
+        return LoadedTable(location, self.files.read(self.io_of(spec), location))
 
     def table(self, catalog: str, namespace: str, name: str) -> Table:
         """A read-only pyiceberg Table for lakewarden's own services: no HTTP round trip to ourselves."""
@@ -278,7 +284,11 @@ class MetadataService:
         assert loaded.metadata_location is not None
         identifier = (*store.levels(namespace), name)
         return Table(
-            identifier, loaded.metadata, loaded.metadata_location, self._io(self.catalog(catalog)), NoopCatalog(catalog)
+            identifier,
+            loaded.metadata,
+            loaded.metadata_location,
+            self.io_of(self.catalog(catalog)),
+            NoopCatalog(catalog),
         )
 
     def table_exists(self, catalog: str, namespace: str, name: str) -> bool:
@@ -315,7 +325,7 @@ class MetadataService:
         checked, updates applied, the new metadata file written), then swap every pointer in one
         transaction with its timeline entry and event. A lost swap rolls them all back: the files just
         written are dropped and the changes are checked again on the new heads, up to MAX_COMMIT_ATTEMPTS."""
-        io = self._io(spec)
+        io = self.io_of(spec)
         for _ in range(MAX_COMMIT_ATTEMPTS):
             staged: list[_Staged] = []
             try:
@@ -335,7 +345,7 @@ class MetadataService:
             for entry in staged:
                 if entry.changed:
                     self.files.written(entry.location, entry.metadata, entry.text)  # not read or serialised again
-            self._publish(events)
+            self.publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
         raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {what}")
@@ -384,7 +394,7 @@ class MetadataService:
     ) -> LoadedTable:
         """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
         metadata = self._created(spec, updates, "")
-        io = self._io(spec)
+        io = self.io_of(spec)
         location = self.files.new_location(metadata, 0)
         write_metadata(io, location, metadata)
         details = {**describe_commit(metadata, metadata, updates), "operation": "create"}
@@ -426,7 +436,7 @@ class MetadataService:
                 store.record_commit(
                     session, catalog, namespace, name, version=0, metadata_location=location, client=client, **details
                 )
-                event = self._event(
+                event = self.event(
                     session,
                     "table-created",
                     catalog,
@@ -438,7 +448,7 @@ class MetadataService:
             if written is not None:
                 written.delete(location)
             raise
-        self._publish([event])
+        self.publish([event])
 
     def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
         """Every staged pointer swapped, with its timeline entry and event, in one transaction."""
@@ -464,7 +474,7 @@ class MetadataService:
                         **details,
                     )
                     payload = {"metadata_location": entry.location, "version": 0, **details}
-                    events.append(self._event(session, "table-created", catalog, namespace, name, payload))
+                    events.append(self.event(session, "table-created", catalog, namespace, name, payload))
                     continue
                 if not store.swap_pointer(
                     session, catalog, namespace, name, entry.expected, entry.version, entry.location
@@ -483,7 +493,7 @@ class MetadataService:
                     **details,
                 )
                 payload = {"metadata_location": entry.location, "version": version, **details}
-                events.append(self._event(session, "table-committed", catalog, namespace, name, payload))
+                events.append(self.event(session, "table-committed", catalog, namespace, name, payload))
         return events
 
     def register_table(
@@ -498,7 +508,7 @@ class MetadataService:
         except OutsideRoot as exc:
             raise InvalidField("metadata-location", f"{exc}: only metadata under the warehouse is registered") from None
         try:
-            metadata = self.files.read(self._io(spec), metadata_location)
+            metadata = self.files.read(self.io_of(spec), metadata_location)
         except Exception as exc:
             raise InvalidField("metadata-location", f"cannot read table metadata there: {exc}") from exc
         confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
@@ -520,8 +530,8 @@ class MetadataService:
                     session, catalog, namespace, name, version=version, metadata_location=metadata_location, **details
                 )
                 payload = {"metadata_location": metadata_location, "version": version, "registered": True, **details}
-                event = self._event(session, "table-committed", catalog, namespace, name, payload)
-            self._publish([event])
+                event = self.event(session, "table-committed", catalog, namespace, name, payload)
+            self.publish([event])
             return LoadedTable(metadata_location, metadata)
         self._add_table(catalog, namespace, name, metadata_location, details, {"registered": True}, client=None)
         return LoadedTable(metadata_location, metadata)
@@ -531,16 +541,16 @@ class MetadataService:
         with self.db.write(any_node=True) as session:
             pointer = store.drop_pointer(session, catalog, namespace, name)
             location = pointer.metadata_location
-            event = self._event(
+            event = self.event(
                 session, "table-dropped", catalog, namespace, name, {"metadata_location": location, "purge": purge}
             )
-        self._publish([event])
+        self.publish([event])
         if purge:  # after the answer: the table is gone for clients at once, its files follow
             self._purges.submit(self._purge, spec, location)
 
     def _purge(self, spec: CatalogSpec, metadata_location: str) -> None:
         try:
-            io = self._io(spec)
+            io = self.io_of(spec)
             deleted, skipped = purge_files(io, self.files.read(io, metadata_location), metadata_location)
         except Exception:
             log.exception(
@@ -562,7 +572,7 @@ class MetadataService:
         self.catalog(catalog)
         with self.db.write(any_node=True) as session:
             store.rename_pointer(session, catalog, source, target)
-            event = self._event(
+            event = self.event(
                 session,
                 "table-renamed",
                 catalog,
@@ -570,4 +580,4 @@ class MetadataService:
                 target[1],
                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}},
             )
-        self._publish([event])
+        self.publish([event])

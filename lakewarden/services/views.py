@@ -35,13 +35,8 @@ class LoadedView:
     metadata: ViewMetadata
 
     def body(self) -> dict[str, Any]:
-        return {"metadata-location": self.metadata_location, "metadata": _json(self.metadata), "config": {}}
-
-
-def _json(metadata: ViewMetadata) -> Any:
-    import json
-
-    return json.loads(view_json(metadata))
+        metadata = self.metadata.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {"metadata-location": self.metadata_location, "metadata": metadata, "config": {}}
 
 
 class ViewCatalog:
@@ -51,7 +46,7 @@ class ViewCatalog:
 
     def _io(self, catalog: str) -> tuple[FileIO, str]:
         spec = self.tables.catalog(catalog)
-        return self.tables._io(spec), spec.properties["warehouse"]
+        return self.tables.io_of(spec), spec.properties["warehouse"]
 
     @staticmethod
     def _read(io: FileIO, location: str) -> ViewMetadata:
@@ -111,7 +106,7 @@ class ViewCatalog:
         except Exception:
             self.tables.files.discard(io, [written])
             raise
-        self.tables._publish([event])
+        self.tables.publish([event])
         return LoadedView(written, metadata)
 
     def register(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedView:
@@ -129,7 +124,7 @@ class ViewCatalog:
             store.create_view(session, catalog, namespace, name, metadata_location)
             self._record(session, catalog, namespace, name, 0, metadata_location, "register-view", metadata)
             event = self._event(session, "view-created", catalog, namespace, name, metadata_location, 0)
-        self.tables._publish([event])
+        self.tables.publish([event])
         return LoadedView(metadata_location, metadata)
 
     def replace(
@@ -168,7 +163,7 @@ class ViewCatalog:
                     )
                     event = self._event(session, "view-replaced", catalog, namespace, name, written, version + 1)
             if swapped:
-                self.tables._publish([event])
+                self.tables.publish([event])
                 return LoadedView(written, metadata)
             self.tables.files.discard(io, [written])  # another replace won: check again on its metadata
         raise CommitFailed(f"gave up after {MAX_REPLACE_ATTEMPTS} concurrent replaces of view {name}")
@@ -178,15 +173,15 @@ class ViewCatalog:
         with self.db.write(any_node=True) as session:
             row = store.drop_view(session, catalog, namespace, name)
             event = self._event(session, "view-dropped", catalog, namespace, name, row.metadata_location, row.version)
-        self.tables._publish([event])
+        self.tables.publish([event])
 
     def rename(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
         self.tables.catalog(catalog)
         with self.db.write(any_node=True) as session:
             store.rename_view(session, catalog, source, target)
             payload = {"from": {"namespace": store.levels(source[0]), "view": source[1]}}
-            event = self.tables._event(session, "view-renamed", catalog, target[0], target[1], payload)
-        self.tables._publish([event])
+            event = self.tables.event(session, "view-renamed", catalog, target[0], target[1], payload)
+        self.tables.publish([event])
 
     @staticmethod
     def _record(
@@ -219,4 +214,4 @@ class ViewCatalog:
         self, session: Any, kind: str, catalog: str, namespace: str, name: str, location: str, version: int
     ) -> dict[str, Any]:
         payload = {"metadata_location": location, "version": version}
-        return self.tables._event(session, kind, catalog, namespace, name, payload)
+        return self.tables.event(session, kind, catalog, namespace, name, payload)
