@@ -234,8 +234,11 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     assert "'a'" in body["message"] and body["message"].startswith("removals")
     report = {"report-type": "scan-report", "table-name": "db.gone"}
     error(server.http.post(f"{base}/lake/namespaces/db/tables/gone/metrics", json=report), 404, "NoSuchTableException")
+    # a local warehouse has no credentials to vend; a missing table is the spec's 404
+    assert server.http.get(f"{base}/lake/namespaces/db/tables/t/credentials").json() == {"storage-credentials": []}
+    error(server.http.get(f"{base}/lake/namespaces/db/tables/gone/credentials"), 404, "NoSuchTableException")
     for method, path in (
-        ("GET", "namespaces/db/tables/t/credentials"),
+        ("GET", "namespaces/db/tables/t/plan/p1"),
         ("POST", "namespaces/db/tables/t/plan"),
         ("POST", "namespaces/db/tables/t/tasks"),
     ):

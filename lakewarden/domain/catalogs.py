@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.storage import StorageProfile
 
 CATALOG_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 TABLE_DEFAULT_PREFIX = "table."
@@ -106,6 +107,8 @@ def validate_catalog(spec: CatalogSpec) -> None:
             raise InvalidField("properties.uri", "must be a sqlite:// or postgresql:// SQLAlchemy URL")
     if spec.type in ("rest", "internal") and not uri.startswith(("http://", "https://")):
         raise InvalidField("properties.uri", "must be an http:// or https:// URL")
+    if spec.type == "internal":
+        StorageProfile.of(spec.properties)
 
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:

@@ -48,6 +48,10 @@ class NotLeader(LakewardenError):
     """High availability: this node does not lead (any more), and the work belongs to the leader (503)."""
 
 
+class StorageUnavailable(LakewardenError):
+    """The storage behind a catalog cannot give what was asked (STS refused or unreachable) (503)."""
+
+
 class TooManyRequests(LakewardenError):
     """Too many failed attempts from this client; try again later (429)."""
 

@@ -20,6 +20,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from lakewarden.metadata.table_metadata import metadata_json, referenced_only
 
+NO_CONFIG = b', "config": {}}'  # the end of a loadTable body that tells the client nothing more
 REFS = "#snapshots=refs"  # the cache key's suffix of a body with the referenced snapshots only
 
 
@@ -28,7 +29,7 @@ class MetadataFiles:
         self.max_metadata = max_metadata
         self.max_bodies = max_bodies
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
-        self._bodies: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies by metadata location
+        self._bodies: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies (all but their end) by location
         self._lock = threading.Lock()
 
     def read(self, io: FileIO, location: str) -> TableMetadata:
@@ -52,27 +53,31 @@ class MetadataFiles:
         self._keep(location, metadata)
         self._remember_body(location, text)
 
-    def response_body(self, location: str, metadata: TableMetadata, snapshots: str = "all") -> bytes:
-        """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location (and, with
-        `snapshots=refs`, the body with only the referenced snapshots, cached beside it)."""
-        body = self.cached_body(location, snapshots)
+    def response_body(
+        self, location: str, metadata: TableMetadata, snapshots: str = "all", tail: bytes = NO_CONFIG
+    ) -> bytes:
+        """`{"metadata-location", "metadata", …}` as JSON: the part serialised once per metadata file (and, with
+        `snapshots=refs`, the one with only the referenced snapshots, cached beside it), then `tail`, the
+        rest of the object (`config` and maybe `storage-credentials`, which are not the file's)."""
+        body = self.cached_body(location, snapshots, tail)
         if body is not None:
             return body
         if snapshots == "refs":
-            return self._remember_body(location, metadata_json(referenced_only(metadata)), REFS)
-        return self._remember_body(location, metadata_json(metadata))
+            return self._remember_body(location, metadata_json(referenced_only(metadata)), REFS) + tail
+        return self._remember_body(location, metadata_json(metadata)) + tail
 
-    def cached_body(self, location: str, snapshots: str = "all") -> bytes | None:
+    def cached_body(self, location: str, snapshots: str = "all", tail: bytes = NO_CONFIG) -> bytes | None:
         with self._lock:
-            return self._bodies.get(location + (REFS if snapshots == "refs" else ""))
+            stem = self._bodies.get(location + (REFS if snapshots == "refs" else ""))
+        return None if stem is None else stem + tail
 
     def _remember_body(self, location: str, metadata_text: str, variant: str = "") -> bytes:
-        body = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}, "config": {{}}}}'.encode()
+        stem = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}'.encode()
         with self._lock:
-            self._bodies[location + variant] = body
+            self._bodies[location + variant] = stem
             while len(self._bodies) > self.max_bodies:
                 self._bodies.popitem(last=False)
-        return body
+        return stem
 
     @staticmethod
     def new_location(metadata: TableMetadata, version: int) -> str:

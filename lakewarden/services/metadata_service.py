@@ -12,6 +12,7 @@ the same transaction as the swap; in-process subscribers hear of it at once.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import uuid
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.io import FileIO, load_file_io
@@ -35,8 +37,9 @@ from pyiceberg.table.update import (
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import AlreadyExists, CommitFailed, InvalidField, NoSuchWarehouse, NotFound
+from lakewarden.domain.storage import Access, StorageProfile, Vending, table_prefixes
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
-from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
+from lakewarden.metadata.paths import PATH_PROPERTIES, OutsideRoot, check_under, confine_table
 from lakewarden.metadata.table_metadata import (
     apply_updates,
     defines_table,
@@ -46,7 +49,8 @@ from lakewarden.metadata.table_metadata import (
     purge_files,
     write_metadata,
 )
-from lakewarden.services.metadata_files import MetadataFiles
+from lakewarden.services.credentials import CredentialVendor
+from lakewarden.services.metadata_files import NO_CONFIG, MetadataFiles
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
 from lakewarden.store.database import Database
@@ -111,6 +115,37 @@ class LoadedTable:
     metadata: TableMetadata
 
 
+@dataclass(frozen=True)
+class Delegation:
+    """A client that asked for vended credentials (`X-Iceberg-Access-Delegation`): who, and what it may do."""
+
+    access: Access
+    who: str
+
+
+@dataclass(frozen=True)
+class TableAccess:
+    """What a client is told besides the metadata: `config` (how to reach the files) and the credentials."""
+
+    config: dict[str, str]
+    storage_credentials: list[dict[str, Any]]
+
+    def tail(self) -> bytes:
+        """The end of a loadTable body (services/metadata_files.py)."""
+        if not self.config and not self.storage_credentials:
+            return NO_CONFIG
+        text = ', "config": ' + json.dumps(self.config)
+        if self.storage_credentials:
+            text += ', "storage-credentials": ' + json.dumps(self.storage_credentials)
+        return (text + "}").encode()
+
+    def fields(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"config": self.config}
+        if self.storage_credentials:
+            extra["storage-credentials"] = self.storage_credentials
+        return extra
+
+
 def _check_properties(properties: dict[str, str]) -> None:
     try:
         conflict_strategy(properties)
@@ -126,6 +161,8 @@ class MetadataService:
         self.files = MetadataFiles()  # parsed metadata files and loadTable bodies, kept
         self._catalogs_lock = threading.Lock()
         self._catalogs: dict[str, CatalogSpec] = {}  # internal catalogs by name (the catalog routes forget them)
+        self._profiles: dict[str, StorageProfile] = {}  # their storage profiles, by name
+        self.credentials = CredentialVendor()
 
     # ---- events
 
@@ -153,6 +190,7 @@ class MetadataService:
         """A catalog was changed or removed: look it up afresh next time."""
         with self._catalogs_lock:
             self._catalogs.pop(name, None)
+            self._profiles.pop(name, None)
 
     def catalog(self, name: str) -> CatalogSpec:
         with self._catalogs_lock:
@@ -170,8 +208,45 @@ class MetadataService:
             self._catalogs[name] = spec
         return spec
 
+    def storage(self, spec: CatalogSpec) -> StorageProfile:
+        """The catalog's storage profile (domain/storage.py)."""
+        with self._catalogs_lock:
+            profile = self._profiles.get(spec.name)
+        if profile is None or profile.warehouse != spec.properties["warehouse"]:
+            profile = StorageProfile.of(spec.properties)
+            with self._catalogs_lock:
+                self._profiles[spec.name] = profile
+        return profile
+
     def io_of(self, spec: CatalogSpec) -> FileIO:
-        return load_file_io(dict(spec.connection_properties), spec.properties["warehouse"])
+        """The server's own FileIO for the catalog's warehouse (local, or S3 with the server's keys)."""
+        properties = self.storage(spec).server_io_properties(spec.connection_properties)
+        return load_file_io(properties, spec.properties["warehouse"])
+
+    def table_access(
+        self, catalog: str, namespace: str, name: str, metadata: TableMetadata, delegation: Delegation | None
+    ) -> TableAccess:
+        """`config` for a client of the table, and `storage-credentials` scoped to the table's prefixes when
+        the client asked for them and may have them."""
+        profile = self.storage(self.catalog(catalog))
+        config = profile.client_config()
+        if delegation is None or not profile.vends(delegation.access):
+            return TableAccess(config, [])
+        paths = (metadata.properties[k] for k in PATH_PROPERTIES if k in metadata.properties)
+        prefixes = table_prefixes(metadata.location, paths)
+        credentials = self.credentials.storage_credentials(profile, prefixes, delegation.access, delegation.who)
+        if credentials and profile.vending is Vending.STS:
+            # Java's S3FileIO asks this endpoint (relative to the catalog's URI) before they expire
+            path = "%1F".join(quote(level, safe="") for level in store.levels(namespace))
+            config["client.refresh-credentials-endpoint"] = (
+                f"v1/{quote(catalog, safe='')}/namespaces/{path}/tables/{quote(name, safe='')}/credentials"
+            )
+        return TableAccess(config, credentials)
+
+    def load_credentials(self, catalog: str, namespace: str, name: str, delegation: Delegation) -> list[dict[str, Any]]:
+        """The `/credentials` endpoint: the table's storage credentials alone (none for a local warehouse)."""
+        metadata = self.load_table(catalog, namespace, name).metadata
+        return self.table_access(catalog, namespace, name, metadata, delegation).storage_credentials
 
     # ---- namespaces
 
@@ -235,32 +310,65 @@ class MetadataService:
         return LoadedTable(location, metadata)
 
     def load_table_body(
-        self, catalog: str, namespace: str, name: str, snapshots: str = "all", if_none_match: str | None = None
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        snapshots: str = "all",
+        if_none_match: str | None = None,
+        delegation: Delegation | None = None,
     ) -> tuple[str, bytes | None]:
-        """The loadTable answer: its ETag, and its body serialised once per metadata file (which never changes)
-        and `snapshots` mode; no body when `if_none_match` names the ETag (the client's copy is current)."""
-        answer = self._load_answer(catalog, namespace, name, snapshots, if_none_match, read=True)
+        """The loadTable answer: its ETag, and its body, the metadata part serialised once per metadata file
+        (which never changes) and `snapshots` mode; no body when `if_none_match` names the ETag (the client's
+        copy is current). `delegation`: the client asked for vended credentials."""
+        answer = self._load_answer(catalog, namespace, name, snapshots, if_none_match, delegation, read=True)
         assert answer is not None
         return answer
 
     def cached_load(
-        self, catalog: str, namespace: str, name: str, snapshots: str = "all", if_none_match: str | None = None
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        snapshots: str = "all",
+        if_none_match: str | None = None,
+        delegation: Delegation | None = None,
     ) -> tuple[str, bytes | None] | None:
         """As load_table_body from memory alone (one indexed read of the pointer), or None when a metadata
-        file would have to be read: the REST route answers the hot case on its event loop, the rest in a thread."""
-        return self._load_answer(catalog, namespace, name, snapshots, if_none_match, read=False)
+        file would have to be read or credentials made: the REST route answers the hot case on its event
+        loop, the rest in a thread."""
+        return self._load_answer(catalog, namespace, name, snapshots, if_none_match, delegation, read=False)
 
     def _load_answer(
-        self, catalog: str, namespace: str, name: str, snapshots: str, if_none_match: str | None, read: bool
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        snapshots: str,
+        if_none_match: str | None,
+        delegation: Delegation | None,
+        read: bool,
     ) -> tuple[str, bytes | None] | None:
         spec = self.catalog(catalog)
+        profile = self.storage(spec)
         location = self._location(catalog, namespace, name)
-        etag = table_etag(location, snapshots)
+        # what the client is told besides the metadata changes with the profile and what it may do
+        variant = (
+            snapshots if not profile.s3 else f"{snapshots}|{profile.fingerprint}|{delegation and delegation.access}"
+        )
+        etag = table_etag(location, variant)
         if if_none_match is not None and etag_matches(if_none_match, etag):
             return etag, None
-        body = self.files.cached_body(location, snapshots)
+        if delegation is not None and profile.vends(delegation.access):
+            if not read:
+                return None  # credentials are made for the table's prefixes, maybe by a call to STS: in a thread
+            metadata = self.files.read(self.io_of(spec), location)
+            tail = self.table_access(catalog, namespace, name, metadata, delegation).tail()
+            return etag, self.files.response_body(location, metadata, snapshots, tail)
+        tail = TableAccess(profile.client_config(), []).tail()
+        body = self.files.cached_body(location, snapshots, tail)
         if body is None and read:
-            body = self.files.response_body(location, self.files.read(self.io_of(spec), location), snapshots)
+            body = self.files.response_body(location, self.files.read(self.io_of(spec), location), snapshots, tail)
         return None if body is None else (etag, body)
 
     def _location(self, catalog: str, namespace: str, name: str) -> str:

@@ -61,6 +61,8 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
         conf[f"{prefix}.type"] = "rest"
         auth = {k: v for k, v in props.items() if k in AUTH_PROPERTIES}  # token=… or credential=id:secret
         props = {"uri": props["uri"], "warehouse": spec.name, **auth}
+        # an S3 warehouse's files are reached with the credentials the catalog vends for each table
+        props["header.X-Iceberg-Access-Delegation"] = "vended-credentials"
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
     for key, value in props.items():

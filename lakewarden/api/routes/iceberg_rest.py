@@ -18,12 +18,13 @@ from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from starlette.concurrency import run_in_threadpool
 
-from lakewarden.api.auth import Caller, require_catalog
+from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, Unprocessable, Unsupported
-from lakewarden.domain.security import Privilege
-from lakewarden.services.metadata_service import LoadedTable, MetadataService
+from lakewarden.domain.security import Principal, Privilege
+from lakewarden.domain.storage import Access
+from lakewarden.services.metadata_service import Delegation, LoadedTable, MetadataService
 from lakewarden.services.metadata_service import TableChange as Change
 from lakewarden.store import metadata as store
 
@@ -46,6 +47,7 @@ ENDPOINTS = [
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
     "POST /v1/{prefix}/transactions/commit",
     "POST /v1/{prefix}/namespaces/{namespace}/register",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
 ]
 
 # served by api/routes/iceberg_views.py
@@ -149,11 +151,32 @@ def _page(items: list[str], token: str | None, size: int | None) -> tuple[list[s
     return page, (base64.urlsafe_b64encode(page[-1].encode()).decode().rstrip("=") if more and page else None)
 
 
-def _loaded(table: LoadedTable) -> dict[str, Any]:
+DELEGATION_HEADER = "x-iceberg-access-delegation"
+VENDED_CREDENTIALS = "vended-credentials"
+
+
+def delegation(request: Request, me: Principal, prefix: str, namespace: str, table: str) -> Delegation | None:
+    """The client's ask for vended credentials (a comma-separated list of mechanisms; remote signing is not
+    offered), with what the caller may do to the table: read-only credentials for a reader."""
+    asked = request.headers.get(DELEGATION_HEADER, "")
+    if VENDED_CREDENTIALS not in (m.strip().lower() for m in asked.split(",")):
+        return None
+    return _delegation_of(me, prefix, namespace, table)
+
+
+def _delegation_of(me: Principal, prefix: str, namespace: str, table: str) -> Delegation:
+    # an optimizer's catalog token reaches only the tables it holds a task on (the router checked), and writes them
+    writes = me.may(prefix, tuple(store.levels(namespace)), table, Privilege.WRITE)
+    return Delegation(Access.WRITE if writes else Access.READ, me.name)
+
+
+def _loaded(
+    svc: MetadataService, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
+) -> dict[str, Any]:
     return {
         "metadata-location": table.metadata_location,
         "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "config": {},
+        **svc.table_access(prefix, namespace, name, table.metadata, asked).fields(),
     }
 
 
@@ -166,11 +189,11 @@ def get_config(ctx: Ctx, me: Caller, warehouse: str | None = None) -> dict[str, 
         warehouse = internal[0]
     if not me.sees(warehouse, None):
         raise Forbidden(f"{me.name} has no grant on warehouse {warehouse}")
-    ctx.metadata.catalog(warehouse)
+    spec = ctx.metadata.catalog(warehouse)
     # namespaces in paths: levels joined by 0x1F (the spec's default separator, advertised as it says)
     overrides = {"prefix": warehouse, "namespace-separator": "%1F"}
     return {
-        "defaults": {},
+        "defaults": ctx.metadata.storage(spec).client_config(),  # how to reach the warehouse (no secrets)
         "overrides": overrides,
         "endpoints": [*ENDPOINTS, *VIEW_ENDPOINTS],
         "idempotency-key-lifetime": LIFETIME_ISO,  # api/idempotency.py
@@ -266,10 +289,13 @@ def list_tables(
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables")
-def create_table(prefix: str, namespace: str, body: CreateTable, svc: Service) -> dict[str, Any]:
+def create_table(
+    prefix: str, namespace: str, body: CreateTable, svc: Service, request: Request, me: Caller
+) -> dict[str, Any]:
+    ns = _ns(namespace)
     loaded = svc.create_table(
         prefix,
-        _ns(namespace),
+        ns,
         body.name,
         body.table_schema,
         body.partition_spec,
@@ -278,7 +304,7 @@ def create_table(prefix: str, namespace: str, body: CreateTable, svc: Service) -
         body.properties,
         body.stage_create,
     )
-    return _loaded(loaded)
+    return _loaded(svc, prefix, ns, body.name, loaded, delegation(request, me, prefix, ns, body.name))
 
 
 @router.get("/{prefix}/namespaces/{namespace}/tables/{table}")
@@ -298,9 +324,10 @@ async def load_table(
         raise InvalidField("snapshots", f"{snapshots!r} is neither all nor refs")
     svc: MetadataService = request.app.state.context.metadata
     ns = _ns(namespace)
-    answer = svc.cached_load(prefix, ns, table, snapshots, if_none_match)
+    asked = delegation(request, caller(request), prefix, ns, table)
+    answer = svc.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
     if answer is None:
-        answer = await run_in_threadpool(svc.load_table_body, prefix, ns, table, snapshots, if_none_match)
+        answer = await run_in_threadpool(svc.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
     etag, body = answer
     if body is None:
         return Response(status_code=304, headers={"ETag": etag})
@@ -367,8 +394,20 @@ def commit_transaction(prefix: str, body: CommitTransaction, svc: Service, reque
 
 
 @router.post("/{prefix}/namespaces/{namespace}/register")
-def register_table(prefix: str, namespace: str, body: RegisterTable, svc: Service) -> dict[str, Any]:
-    return _loaded(svc.register_table(prefix, _ns(namespace), body.name, body.metadata_location, body.overwrite))
+def register_table(
+    prefix: str, namespace: str, body: RegisterTable, svc: Service, request: Request, me: Caller
+) -> dict[str, Any]:
+    ns = _ns(namespace)
+    loaded = svc.register_table(prefix, ns, body.name, body.metadata_location, body.overwrite)
+    return _loaded(svc, prefix, ns, body.name, loaded, delegation(request, me, prefix, ns, body.name))
+
+
+@router.get("/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
+def load_credentials(prefix: str, namespace: str, table: str, svc: Service, me: Caller) -> dict[str, Any]:
+    """The table's vended credentials alone (clients refresh them here before they expire); asking is
+    implied. An empty list for a local warehouse, or for a reader of a catalog that vends static keys."""
+    ns = _ns(namespace)
+    return {"storage-credentials": svc.load_credentials(prefix, ns, table, _delegation_of(me, prefix, ns, table))}
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
