@@ -52,9 +52,10 @@ class ServerProcess:
         maintenance: str = MAINTENANCE_OFF,
         data_dir: Path | None = None,
         log_level: str = "info",
+        port: int | None = None,
     ) -> None:
         self.log_level = log_level
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir or tmp_path / "data"  # servers of one HA installation may share one
         self.config = tmp_path / "lakewarden.yaml"

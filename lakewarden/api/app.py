@@ -20,7 +20,7 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, NodeCollector, api_latency
-from lakewarden.api.middleware import AuditLog, BodyLimit, JavaPathDecoding
+from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, JavaPathDecoding
 from lakewarden.api.routes import (
     catalogs,
     events,
@@ -130,6 +130,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         leadership_of=lambda: getattr(getattr(app.state, "context", None), "leadership", None),
         verify=True if ssl is None else str(ssl.certfile.expanduser()),
     )
+    app.add_middleware(CatalogAtRoot)  # outermost: /v1/… is /iceberg/v1/… for everything inside
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

@@ -16,6 +16,21 @@ from lakewarden.store.database import Database
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+class CatalogAtRoot:
+    """The REST catalog also answers at `/v1/…`, for clients configured with the server's root as their
+    catalog URI (as Iceberg's reference server serves it, and as pyiceberg's own integration tests assume).
+    The request continues as the `/iceberg/v1/…` one: the same routes, checks, forwarding and audit."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            raw = scope.get("raw_path")
+            scope = {**scope, "path": "/iceberg" + scope["path"], "raw_path": b"/iceberg" + raw if raw else raw}
+        await self.app(scope, receive, send)
+
+
 class JavaPathDecoding:
     """Iceberg's Java REST client (Spark, Trino, Flink) encodes path segments with `URLEncoder`, which writes a
     space as `+`; Iceberg's own server decodes them with `URLDecoder`. So are `/iceberg/v1` paths here: from
