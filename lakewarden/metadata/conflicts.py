@@ -85,6 +85,13 @@ class Rebased:
     manifest_list: str  # written here: delete it when the commit does not land
 
 
+def _has_live_files(manifest: ManifestFile) -> bool:
+    """Whether a manifest lists files a table still has (added or existing ones), by its counts; unknown
+    counts count as live."""
+    added, existing = manifest.added_files_count, manifest.existing_files_count
+    return added is None or existing is None or added + existing > 0
+
+
 def rebase_on_partitions(
     io: FileIO,
     current: TableMetadata,
@@ -128,7 +135,10 @@ def rebase_on_partitions(
     base_manifests = snapshot_manifests(io, base) if base is not None else []
     replaced = {m.manifest_path for m in base_manifests} - {m.manifest_path for m in own}
     head_manifests = snapshot_manifests(io, head)
-    if not replaced <= {m.manifest_path for m in head_manifests}:
+    # a manifest of deleted entries only is dropped by the next commit of any writer (Java and pyiceberg alike):
+    # two writers dropping the same one do not conflict
+    live = {m.manifest_path for m in base_manifests if m.manifest_path in replaced and _has_live_files(m)}
+    if not live <= {m.manifest_path for m in head_manifests}:
         raise PartitionConflict("manifests this commit rewrote were rewritten by another commit meanwhile")
 
     sequence = current.last_sequence_number + 1

@@ -418,7 +418,11 @@ class MetadataService:
         spec = self.catalog(catalog)
         if any(isinstance(r, AssertCreate) for r in requirements):
             return self._commit_create(spec, namespace, name, updates, client)
-        (staged,) = self._commit(spec, [TableChange(namespace, name, requirements, updates)], client, single=True)
+        try:
+            (staged,) = self._commit(spec, [TableChange(namespace, name, requirements, updates)], client, single=True)
+        except CommitFailed as exc:
+            log.info("commit to %s.%s.%s refused (%s): %s", catalog, namespace, name, client or "a client", exc)
+            raise
         return LoadedTable(staged.location or staged.expected, staged.metadata)
 
     def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
