@@ -142,6 +142,16 @@ class HaConfig(_Model):
         return self
 
 
+class ScanPlanningConfig(_Model):
+    """The REST catalog's server-side scan planning (services/scan_planning.py): a plan done within
+    `sync-timeout` is answered at once (`completed`); a longer one is `submitted` and polled (0: every plan). Plans not
+    fetched whole are kept for `plan-ttl` after their last use; parsed manifests up to `cache-entries`."""
+
+    sync_timeout: Duration = Field(timedelta(seconds=5), alias="sync-timeout")
+    plan_ttl: Duration = Field(timedelta(minutes=10), alias="plan-ttl")
+    cache_entries: int = Field(2_000_000, alias="cache-entries", ge=1000)
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -154,6 +164,7 @@ class AmsConfig(_Model):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     ha: HaConfig = Field(default_factory=HaConfig)
+    scan_planning: ScanPlanningConfig = Field(default_factory=ScanPlanningConfig, alias="scan-planning")
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
     clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")

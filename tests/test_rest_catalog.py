@@ -237,10 +237,10 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     # a local warehouse has no credentials to vend; a missing table is the spec's 404
     assert server.http.get(f"{base}/lake/namespaces/db/tables/t/credentials").json() == {"storage-credentials": []}
     error(server.http.get(f"{base}/lake/namespaces/db/tables/gone/credentials"), 404, "NoSuchTableException")
-    for method, path in (
-        ("GET", "namespaces/db/tables/t/plan/p1"),
-        ("POST", "namespaces/db/tables/t/plan"),
-        ("POST", "namespaces/db/tables/t/tasks"),
+    for method, path in (  # routes that are not the spec's (every route of the spec is served now)
+        ("GET", "namespaces/db/tables/t/lineage"),
+        ("POST", "namespaces/db/tables/t/compact"),
+        ("PUT", "namespaces/db/tables/t"),
     ):
         refused = error(
             server.http.request(method, f"{base}/lake/{path}", json={}), 406, "UnsupportedOperationException"

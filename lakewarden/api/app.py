@@ -19,7 +19,13 @@ from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.idempotency import IdempotencyKeys
-from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, NodeCollector, api_latency
+from lakewarden.api.metrics import (
+    DatabaseCollector,
+    LatencyMiddleware,
+    NodeCollector,
+    ScanPlanningCollector,
+    api_latency,
+)
 from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, JavaPathDecoding
 from lakewarden.api.routes import (
     catalogs,
@@ -78,7 +84,11 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = ServerRuntime.build(config, server_url)  # every service, wired (services/composition.py)
-        collectors = [DatabaseCollector(runtime.db), NodeCollector(runtime.leadership)]
+        collectors = [
+            DatabaseCollector(runtime.db),
+            NodeCollector(runtime.leadership),
+            ScanPlanningCollector(runtime.scans),
+        ]
         for collector in collectors:
             metrics_registry.register(collector)
         app.state.context = runtime

@@ -132,7 +132,8 @@ async def authorize_catalog(request: Request) -> None:
     # a view's grants are a table's: the same object path, catalog.namespace.name
     namespace, table = namespace_of(params.get("namespace")), params.get("table") or params.get("view")
     path = request.scope["path"]  # not request.url: building a URL costs more than the whole check
-    reads = request.method in SAFE_METHODS or path.endswith("/metrics")
+    # reporting metrics and planning a scan (its submit, its tasks, its cancel) only read the table
+    reads = request.method in SAFE_METHODS or path.endswith(("/metrics", "/plan", "/tasks")) or "/plan/" in path
     if table is None and namespace is not None and reads and not path.endswith("/tables"):
         allowed = principal.sees(catalog, namespace)  # a namespace on the way to a grant may be looked at
     elif namespace is None and reads:

@@ -20,6 +20,7 @@ from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.services.leadership import Leadership
+from lakewarden.services.scan_planning import ScanPlanning
 from lakewarden.store import stats
 from lakewarden.store.database import Database
 
@@ -40,6 +41,34 @@ class NodeCollector(Collector):
         epoch = self.leadership.epoch
         if self.leadership.enabled and epoch is not None:
             yield GaugeMetricFamily("lakewarden_leader_epoch", "The fencing token this node leads with", value=epoch)
+
+
+class ScanPlanningCollector(Collector):
+    """The REST catalog's scan planning on this node: its caches and the plans it holds."""
+
+    def __init__(self, planning: ScanPlanning) -> None:
+        self.planning = planning
+
+    def collect(self) -> Iterator[Metric]:
+        cache = self.planning.cache
+        lookups = CounterMetricFamily(
+            "lakewarden_scan_planning_cache_lookups",
+            "Lookups of the caches of scan planning",
+            labels=["cache", "result"],
+        )
+        lookups.add_metric(["manifests", "hit"], cache.hits)
+        lookups.add_metric(["manifests", "miss"], cache.misses)
+        lookups.add_metric(["results", "hit"], self.planning.result_hits)
+        lookups.add_metric(["results", "miss"], self.planning.result_misses)
+        yield lookups
+        yield GaugeMetricFamily(
+            "lakewarden_scan_planning_cached_entries", "Manifest entries kept parsed for planning", value=cache.size
+        )
+        yield GaugeMetricFamily(
+            "lakewarden_scan_planning_open_plans",
+            "Plans whose tasks are kept for clients",
+            value=self.planning.open_plans,
+        )
 
 
 class DatabaseCollector(Collector):

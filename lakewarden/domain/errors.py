@@ -79,6 +79,14 @@ class NoSuchView(NotFound):
     pass
 
 
+class NoSuchPlan(NotFound):
+    """No scan plan by that id here (never made, cancelled, fetched whole or expired)."""
+
+
+class NoSuchPlanTask(NotFound):
+    pass
+
+
 class NamespaceNotEmpty(Conflict):
     pass
 

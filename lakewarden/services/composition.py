@@ -27,6 +27,7 @@ from datetime import timedelta
 
 from lakewarden.config import Config
 from lakewarden.domain.processes import Action
+from lakewarden.metadata.scan_planning import ManifestEntryCache
 from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
@@ -41,6 +42,7 @@ from lakewarden.services.maintenance import MaintenanceTrigger, maintenance_fact
 from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessRegistry
+from lakewarden.services.scan_planning import ScanPlanning
 from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.views import ViewCatalog
 from lakewarden.store import catalogs as catalog_store
@@ -82,7 +84,8 @@ class ServerRuntime:
     events: EventDispatcher
     leadership: Leadership
     outbox: OutboxTail | None
-    views: ViewCatalog  # high availability: the events of every node, from the outbox
+    views: ViewCatalog
+    scans: ScanPlanning  # the REST catalog's server-side scan planning
     background: bool = True
 
     @classmethod
@@ -156,6 +159,12 @@ class ServerRuntime:
             ),
             outbox=OutboxTail(db, events) if ha.enabled else None,
             views=ViewCatalog(metadata),
+            scans=ScanPlanning(
+                metadata,
+                ManifestEntryCache(config.ams.scan_planning.cache_entries),
+                sync_seconds=config.ams.scan_planning.sync_timeout.total_seconds(),
+                ttl_seconds=config.ams.scan_planning.plan_ttl.total_seconds(),
+            ),
         )
         runtime.leadership.on_elected = runtime._lead
         runtime.leadership.on_deposed = runtime._follow
@@ -193,5 +202,6 @@ class ServerRuntime:
     def stop(self) -> None:
         self.leadership.stop()
         self._follow()
+        self.scans.close()
         self.metadata.close()
         self.db.dispose()

@@ -10,7 +10,7 @@ import base64
 import bisect
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -26,6 +26,7 @@ from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
 from lakewarden.services.metadata_service import Delegation, LoadedTable, MetadataService
 from lakewarden.services.metadata_service import TableChange as Change
+from lakewarden.services.scan_planning import ScanPlanning, parse_plan_request
 from lakewarden.store import metadata as store
 
 router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
@@ -48,6 +49,10 @@ ENDPOINTS = [
     "POST /v1/{prefix}/transactions/commit",
     "POST /v1/{prefix}/namespaces/{namespace}/register",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
 ]
 
 # served by api/routes/iceberg_views.py
@@ -418,11 +423,59 @@ def report_metrics(prefix: str, namespace: str, table: str, svc: Service) -> Res
     return Response(status_code=204)
 
 
+# ---- server-side scan planning (services/scan_planning.py)
+
+
+class FetchScanTasks(_Body):
+    plan_task: str = Field(alias="plan-task", min_length=1)
+
+
+def scans(ctx: Ctx) -> ScanPlanning:
+    return ctx.scans
+
+
+Scans = Annotated[ScanPlanning, Depends(scans)]
+
+
+@router.post("/{prefix}/namespaces/{namespace}/tables/{table}/plan")
+def plan_table_scan(
+    prefix: str,
+    namespace: str,
+    table: str,
+    body: Annotated[dict[str, Any], Body()],
+    planner: Scans,
+    request: Request,
+    me: Caller,
+) -> dict[str, Any]:
+    ns = _ns(namespace)
+    scan = parse_plan_request(body)
+    return planner.submit(prefix, ns, table, scan, delegation(request, me, prefix, ns, table))
+
+
+@router.get("/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}")
+def fetch_planning_result(
+    prefix: str, namespace: str, table: str, plan_id: str, planner: Scans, request: Request, me: Caller
+) -> dict[str, Any]:
+    ns = _ns(namespace)
+    return planner.result(prefix, ns, table, plan_id, delegation(request, me, prefix, ns, table))
+
+
+@router.delete("/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}", status_code=204)
+def cancel_planning(prefix: str, namespace: str, table: str, plan_id: str, planner: Scans) -> Response:
+    planner.cancel(prefix, _ns(namespace), table, plan_id)
+    return Response(status_code=204)
+
+
+@router.post("/{prefix}/namespaces/{namespace}/tables/{table}/tasks")
+def fetch_scan_tasks(prefix: str, namespace: str, table: str, body: FetchScanTasks, planner: Scans) -> dict[str, Any]:
+    return planner.tasks(prefix, _ns(namespace), table, body.plan_task)
+
+
 @router.api_route(
     "/{prefix}/{operation:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE"], include_in_schema=False
 )
 def unsupported(prefix: str, operation: str, request: Request) -> Response:
-    """Any other route of the spec (views, scan planning, …): the spec's 406, not a 404."""
+    """Any other route of the spec: the spec's 406, not a 404."""
     raise Unsupported(
         f"{request.method} /v1/{prefix}/{operation} is not supported by this server (GET /v1/config lists its "
         "endpoints)"

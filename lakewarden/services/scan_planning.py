@@ -1,0 +1,347 @@
+"""The REST catalog's server-side scan planning (`…/tables/{table}/plan`, `…/plan/{plan-id}`, `…/tasks`).
+
+A scan is planned in a worker thread from the table's metadata and its manifests, parsed once and kept
+(metadata/scan_planning.py). When planning ends within `sync_seconds` the answer is `completed`: the first
+plan task's file scan tasks inline and the other plan tasks listed, to be fetched from `/tasks` (in any
+order, in parallel). Otherwise it is `submitted` with a plan id, and `GET …/plan/{plan-id}` answers
+`submitted` until it is `completed` (or `failed`). Plan tasks are cut by bytes from the table's
+`read.split.target-size` and `read.split.open-file-cost`: the first one holds a single split's worth of
+files, so a reader starts at once, and each later one up to PLAN_TASK_SPLITS splits. The state of a plan
+lives in this server's memory until every plan task was fetched, it is cancelled (`DELETE …/plan/{plan-id}`),
+or it was left alone for `ttl_seconds`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from pyiceberg.catalog.rest.scan_planning import PlanTableScanRequest
+from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, BooleanExpression
+from pyiceberg.table.metadata import TableMetadata
+
+from lakewarden.domain.errors import InvalidField, LakewardenError, NoSuchPlan, NoSuchPlanTask
+from lakewarden.metadata.content_files import content_file_json
+from lakewarden.metadata.scan_planning import ManifestEntryCache, Plan, PlannedFile, ScanRequest, plan_scan
+from lakewarden.services.metadata_service import Delegation, MetadataService
+
+DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # Iceberg's read.split.target-size default
+DEFAULT_OPEN_COST = 4 * 1024 * 1024  # read.split.open-file-cost
+PLAN_TASK_SPLITS = 8  # splits' worth of files in a plan task after the first
+PLAN_TASK_MAX_FILES = 2000
+RESULTS_KEPT_TASKS = 200_000  # file scan tasks kept in all by the cache of planning results
+
+
+@dataclass
+class _PlanState:
+    table: tuple[str, str, str]
+    future: Future[list[dict[str, Any]]]
+    touched: float
+    chunks: list[dict[str, Any]] | None = None  # each a ScanTasks body (file-scan-tasks, delete-files)
+    fetched: set[int] = field(default_factory=set)
+    error: LakewardenError | None = None
+
+
+class ScanPlanning:
+    def __init__(
+        self,
+        metadata: MetadataService,
+        cache: ManifestEntryCache | None = None,
+        sync_seconds: float = 5.0,
+        ttl_seconds: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.metadata = metadata
+        self.cache = cache or ManifestEntryCache()
+        self.sync_seconds = sync_seconds
+        self.ttl_seconds = ttl_seconds
+        self._clock = clock
+        self._plans: dict[str, _PlanState] = {}
+        self._lock = threading.Lock()
+        # planning results by (table, snapshot, request): repeated dashboard and BI scans are not planned again
+        self._results: OrderedDict[tuple[Any, ...], list[dict[str, Any]]] = OrderedDict()
+        self._results_tasks = 0
+        self.result_hits = 0
+        self.result_misses = 0
+        self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakewarden-scan-planning")
+
+    # ---- the endpoints
+
+    def submit(
+        self, catalog: str, namespace: str, name: str, request: PlanTableScanRequest, asked: Delegation | None
+    ) -> dict[str, Any]:
+        """planTableScan: `completed` with tasks, or `submitted` with a plan id."""
+        self._expire()
+        loaded = self.metadata.load_table(catalog, namespace, name)
+        scan = _scan_request(request)
+        stats = _stats_field_ids(loaded.metadata, request)
+        _check_select(loaded.metadata, request)
+        io = self.metadata.io_of(self.metadata.catalog(catalog))
+        metadata = loaded.metadata
+        key = _result_key(metadata, request, scan, stats)
+
+        def work() -> list[dict[str, Any]]:
+            kept = self._kept_result(key)
+            if kept is not None:
+                return kept
+            chunks = _chunks(metadata, plan_scan(metadata, io, self.cache, scan), stats)
+            self._keep_result(key, chunks)
+            return chunks
+
+        plan_id = uuid.uuid4().hex
+        state = _PlanState((catalog, namespace, name), self._workers.submit(work), self._clock())
+        with self._lock:
+            self._plans[plan_id] = state
+        if self.sync_seconds <= 0:  # every plan asynchronous
+            return {"status": "submitted", "plan-id": plan_id}
+        try:
+            state.future.result(timeout=self.sync_seconds)
+        except TimeoutError:
+            return {"status": "submitted", "plan-id": plan_id}
+        except LakewardenError:
+            self._forget(plan_id)
+            raise  # a bad request: the spec's 400 naming the field, not a failed plan
+        return self._completed(plan_id, state, catalog, namespace, name, metadata, asked)
+
+    def result(self, catalog: str, namespace: str, name: str, plan_id: str, asked: Delegation | None) -> dict[str, Any]:
+        """fetchPlanningResult."""
+        state = self._state(catalog, namespace, name, plan_id)
+        if not state.future.done():
+            return {"status": "submitted"}
+        try:
+            state.future.result()
+        except LakewardenError as exc:
+            self._forget(plan_id)
+            return {"status": "failed", "error": {"message": str(exc), "type": "BadRequestException", "code": 400}}
+        metadata = self.metadata.load_table(catalog, namespace, name).metadata
+        return self._completed(plan_id, state, catalog, namespace, name, metadata, asked)
+
+    def tasks(self, catalog: str, namespace: str, name: str, plan_task: str) -> dict[str, Any]:
+        """fetchScanTasks: one plan task's file scan tasks."""
+        plan_id, _, number = plan_task.rpartition("-")
+        with self._lock:
+            state = self._plans.get(plan_id)
+        if state is None or state.table != (catalog, namespace, name) or not number.isdigit():
+            raise NoSuchPlanTask(f"plan task {plan_task!r} does not exist (or its plan was cancelled or expired)")
+        chunks = state.chunks or []
+        index = int(number)
+        if not 0 < index < len(chunks):
+            raise NoSuchPlanTask(f"plan task {plan_task!r} does not exist")
+        state.touched = self._clock()
+        with self._lock:
+            state.fetched.add(index)
+            if len(state.fetched) == len(chunks) - 1:
+                self._plans.pop(plan_id, None)  # every plan task fetched: nothing left to keep
+        return chunks[index]
+
+    def cancel(self, catalog: str, namespace: str, name: str, plan_id: str) -> None:
+        """cancelPlanning: the plan's state is freed (planning that runs is abandoned)."""
+        state = self._state(catalog, namespace, name, plan_id)
+        state.future.cancel()
+        self._forget(plan_id)
+
+    def close(self) -> None:
+        self._workers.shutdown(wait=False, cancel_futures=True)
+
+    # ---- state
+
+    def _kept_result(self, key: tuple[Any, ...]) -> list[dict[str, Any]] | None:
+        with self._lock:
+            kept = self._results.get(key)
+            if kept is None:
+                self.result_misses += 1
+                return None
+            self._results.move_to_end(key)
+            self.result_hits += 1
+            return kept
+
+    def _keep_result(self, key: tuple[Any, ...], chunks: list[dict[str, Any]]) -> None:
+        tasks = sum(len(c["file-scan-tasks"]) for c in chunks)
+        if tasks > RESULTS_KEPT_TASKS:
+            return
+        with self._lock:
+            self._results[key] = chunks
+            self._results_tasks += tasks
+            while self._results_tasks > RESULTS_KEPT_TASKS:
+                _, evicted = self._results.popitem(last=False)
+                self._results_tasks -= sum(len(c["file-scan-tasks"]) for c in evicted)
+
+    def _completed(
+        self,
+        plan_id: str,
+        state: _PlanState,
+        catalog: str,
+        namespace: str,
+        name: str,
+        metadata: TableMetadata,
+        asked: Delegation | None,
+    ) -> dict[str, Any]:
+        chunks = state.chunks = state.future.result()
+        body: dict[str, Any] = {"status": "completed", **chunks[0]}
+        if len(chunks) > 1:
+            body["plan-id"] = plan_id
+            body["plan-tasks"] = [f"{plan_id}-{i}" for i in range(1, len(chunks))]
+            state.touched = self._clock()
+        else:
+            self._forget(plan_id)
+        credentials = self.metadata.table_access(catalog, namespace, name, metadata, asked).storage_credentials
+        if credentials:
+            body["storage-credentials"] = credentials
+        return body
+
+    def _state(self, catalog: str, namespace: str, name: str, plan_id: str) -> _PlanState:
+        self._expire()
+        with self._lock:
+            state = self._plans.get(plan_id)
+        if state is None or state.table != (catalog, namespace, name):
+            raise NoSuchPlan(f"plan {plan_id!r} does not exist (or was cancelled, fetched whole or expired)")
+        state.touched = self._clock()
+        return state
+
+    def _forget(self, plan_id: str) -> None:
+        with self._lock:
+            self._plans.pop(plan_id, None)
+
+    def _expire(self) -> None:
+        deadline = self._clock() - self.ttl_seconds
+        with self._lock:
+            for plan_id in [p for p, s in self._plans.items() if s.touched < deadline and s.future.done()]:
+                del self._plans[plan_id]
+
+    @property
+    def open_plans(self) -> int:
+        with self._lock:
+            return len(self._plans)
+
+
+def parse_plan_request(body: dict[str, Any]) -> PlanTableScanRequest:
+    """A planTableScan body, checked: InvalidField names the field at fault (pyiceberg's expression parser
+    raises TypeError on some malformed expressions; they are the client's errors, not the server's)."""
+    without_filter = {k: v for k, v in body.items() if k != "filter"}
+    try:
+        request = PlanTableScanRequest.model_validate(without_filter)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "request"
+        raise InvalidField(where, first["msg"]) from None
+    expression = body.get("filter")
+    if expression is None or expression is True:
+        return request
+    if expression is False:
+        return request.model_copy(update={"filter": AlwaysFalse()})
+    try:
+        parsed = PlanTableScanRequest.model_validate({"filter": expression}).filter
+    except (ValidationError, TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        problem = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise InvalidField("filter", f"is not an Iceberg expression: {problem}") from None
+    return request.model_copy(update={"filter": parsed})
+
+
+def _result_key(
+    metadata: TableMetadata, request: PlanTableScanRequest, scan: ScanRequest, stats: set[int]
+) -> tuple[Any, ...]:
+    """What decides a planning result: the table's snapshot (a snapshot never changes), its specs, schema
+    and split settings, and the request."""
+    snapshot = scan.snapshot_id if scan.snapshot_id is not None else metadata.current_snapshot_id
+    properties = metadata.properties
+    return (
+        str(metadata.table_uuid),
+        snapshot,
+        metadata.current_schema_id,
+        metadata.last_partition_id,
+        properties.get("read.split.target-size"),
+        properties.get("read.split.open-file-cost"),
+        scan.filter.model_dump_json() if hasattr(scan.filter, "model_dump_json") else repr(scan.filter),
+        scan.case_sensitive,
+        scan.use_snapshot_schema,
+        scan.start_snapshot_id,
+        scan.end_snapshot_id,
+        tuple(sorted(stats)),
+    )
+
+
+def _scan_request(request: PlanTableScanRequest) -> ScanRequest:
+    row_filter: BooleanExpression = request.filter if request.filter is not None else AlwaysTrue()
+    return ScanRequest(
+        filter=row_filter,
+        case_sensitive=request.case_sensitive,
+        snapshot_id=request.snapshot_id,
+        use_snapshot_schema=request.use_snapshot_schema,
+        start_snapshot_id=request.start_snapshot_id,
+        end_snapshot_id=request.end_snapshot_id,
+    )
+
+
+def _field_id(metadata: TableMetadata, name: str, case_sensitive: bool, what: str) -> int:
+    try:
+        return metadata.schema().find_field(name, case_sensitive).field_id
+    except ValueError:
+        raise InvalidField(what, f"{name!r} is not a field of the table's schema") from None
+
+
+def _stats_field_ids(metadata: TableMetadata, request: PlanTableScanRequest) -> set[int]:
+    return {_field_id(metadata, n, request.case_sensitive, "stats-fields") for n in request.stats_fields or []}
+
+
+def _check_select(metadata: TableMetadata, request: PlanTableScanRequest) -> None:
+    for name in request.select or []:
+        _field_id(metadata, name, request.case_sensitive, "select")
+
+
+def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int]) -> list[dict[str, Any]]:
+    """The plan's file scan tasks cut into plan tasks by bytes (the first small), each with its own
+    delete files listed once."""
+    properties = metadata.properties
+    split = _size(properties.get("read.split.target-size"), DEFAULT_SPLIT_SIZE)
+    open_cost = _size(properties.get("read.split.open-file-cost"), DEFAULT_OPEN_COST)
+    groups: list[list[PlannedFile]] = [[]]
+    weight = 0
+    for planned in plan.files:
+        limit = split if len(groups) == 1 else split * PLAN_TASK_SPLITS
+        if groups[-1] and (weight >= limit or len(groups[-1]) >= PLAN_TASK_MAX_FILES):
+            groups.append([])
+            weight = 0
+        groups[-1].append(planned)
+        weight += max(planned.data_file.file_size_in_bytes, open_cost)
+    specs = metadata.specs()
+    schema = plan.schema
+    return [_scan_tasks(group, specs, schema, stats) for group in groups]
+
+
+def _scan_tasks(group: list[PlannedFile], specs: Any, schema: Any, stats: set[int]) -> dict[str, Any]:
+    deletes: list[dict[str, Any]] = []
+    index: dict[str, int] = {}
+    tasks = []
+    for planned in group:
+        references = []
+        for f in planned.deletes:
+            if f.file_path not in index:
+                index[f.file_path] = len(deletes)
+                deletes.append(content_file_json(f, specs[f.spec_id], schema))
+            references.append(index[f.file_path])
+        task: dict[str, Any] = {
+            "data-file": content_file_json(planned.data_file, specs[planned.data_file.spec_id], schema, stats)
+        }
+        if references:
+            task["delete-file-references"] = references
+        # always given (`true` too): a client that gets none must fall back to the scan's whole filter
+        task["residual-filter"] = planned.residual.model_dump(mode="json", by_alias=True)
+        tasks.append(task)
+    body: dict[str, Any] = {"file-scan-tasks": tasks}
+    if deletes:
+        body["delete-files"] = deletes
+    return body
+
+
+def _size(value: str | None, default: int) -> int:
+    try:
+        return max(1, int(value)) if value else default
+    except ValueError:
+        return default
