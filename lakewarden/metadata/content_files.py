@@ -26,6 +26,7 @@ from pyiceberg.types import (
 )
 
 from lakewarden.metadata.files import json_partition_value
+from lakewarden.metadata.manifests import v3_field
 
 CONTENT = {
     DataFileContent.DATA: "data",
@@ -77,10 +78,7 @@ def content_file_json(
 
 
 def _optional(f: DataFile, name: str) -> Any:
-    try:
-        return getattr(f, name)
-    except (AttributeError, KeyError, IndexError):
-        return None
+    return v3_field(f, name)
 
 
 def _stats(f: DataFile, schema: Schema, wanted: set[int]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pyiceberg.avro.file import AvroFile
 from pyiceberg.avro.resolver import resolve_reader
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
     DEFAULT_READ_VERSION,
     MANIFEST_ENTRY_SCHEMAS,
     MANIFEST_LIST_FILE_SCHEMAS,
@@ -35,6 +36,21 @@ from pyiceberg.manifest import (
 from pyiceberg.table.snapshots import Snapshot
 
 _ENTRY_TYPES: dict[int, Any] = {-1: ManifestEntry, 2: DataFile}
+# positions of the fields of format version 3 in a DataFile read with read_version=3 (pyiceberg 0.12 has no
+# accessors for them)
+_V3_POSITIONS = {f.name: i for i, f in enumerate(DATA_FILE_TYPE[3].fields)}
+
+
+def v3_field(data_file: DataFile, name: str) -> Any:
+    """A field of format version 3 (`first_row_id`, `referenced_data_file`, `content_offset`,
+    `content_size_in_bytes`) of a file read with read_version=3; None when the file has none."""
+    position = _V3_POSITIONS[name]
+    try:
+        return data_file[position]
+    except IndexError:
+        return None
+
+
 _ENTRY_ENUMS: dict[int, Any] = {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}
 _LIST_TYPES: dict[int, Any] = {-1: ManifestFile, 508: PartitionFieldSummary}
 _LIST_ENUMS: dict[int, Any] = {517: ManifestContent}
@@ -77,9 +93,12 @@ def manifests(io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
         return list(reader)
 
 
-def entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
-    """The manifest's entries (live ones only, unless `discard_deleted` is False)."""
-    read_schema = MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION]
+def entries(
+    io: FileIO, manifest: ManifestFile, discard_deleted: bool = True, read_version: int = DEFAULT_READ_VERSION
+) -> list[ManifestEntry]:
+    """The manifest's entries (live ones only, unless `discard_deleted` is False). `read_version` 3 also reads
+    the fields of format version 3 (a deletion vector's referenced data file and offset; None in older files)."""
+    read_schema = MANIFEST_ENTRY_SCHEMAS[read_version]
     with _ResolvedOnceAvroFile(io.new_input(manifest.manifest_path), read_schema, _ENTRY_TYPES, _ENTRY_ENUMS) as reader:
         return [
             _inherit_from_manifest(entry, manifest)

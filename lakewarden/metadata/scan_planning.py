@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ from pyiceberg.types import PrimitiveType
 from lakewarden.domain.errors import InvalidField
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
+from lakewarden.metadata.manifests import v3_field
 
 FILE_PATH_FIELD_ID = 2147483546
 
@@ -97,7 +98,7 @@ class ManifestEntryCache:
                 self.hits += 1
                 return kept
             self.misses += 1
-        parsed = tuple(manifest_entries(io, manifest, discard_deleted=False))
+        parsed = tuple(manifest_entries(io, manifest, discard_deleted=False, read_version=3))
         with self._lock:
             if path not in self._items:
                 self._items[path] = parsed
@@ -368,10 +369,7 @@ def _partition_key(data_file: DataFile) -> tuple[int, tuple[Any, ...]]:
 
 
 def _referenced_file(delete_file: DataFile) -> str | None:
-    try:
-        named = getattr(delete_file, "referenced_data_file", None)  # v3 (deletion vectors)
-    except (KeyError, IndexError):
-        named = None
+    named = v3_field(delete_file, "referenced_data_file")  # deletion vectors
     if named:
         return str(named)
     lower = (delete_file.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
@@ -426,13 +424,7 @@ class _DeleteIndex:
         return tuple(found)
 
 
-def unique_deletes(files: Iterable[PlannedFile]) -> tuple[list[DataFile], dict[str, int]]:
-    """The delete files of some tasks, each once, and each one's index in that list (by path)."""
-    ordered: list[DataFile] = []
-    index: dict[str, int] = {}
-    for planned in files:
-        for f in planned.deletes:
-            if f.file_path not in index:
-                index[f.file_path] = len(ordered)
-                ordered.append(f)
-    return ordered, index
+def delete_key(delete_file: DataFile) -> tuple[str, int | None]:
+    """What tells delete files apart: their path, and for deletion vectors (several in one Puffin file) the
+    offset of the vector in it."""
+    return delete_file.file_path, v3_field(delete_file, "content_offset")

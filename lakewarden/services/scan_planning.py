@@ -29,7 +29,14 @@ from pyiceberg.table.metadata import TableMetadata
 
 from lakewarden.domain.errors import InvalidField, LakewardenError, NoSuchPlan, NoSuchPlanTask
 from lakewarden.metadata.content_files import content_file_json
-from lakewarden.metadata.scan_planning import ManifestEntryCache, Plan, PlannedFile, ScanRequest, plan_scan
+from lakewarden.metadata.scan_planning import (
+    ManifestEntryCache,
+    Plan,
+    PlannedFile,
+    ScanRequest,
+    delete_key,
+    plan_scan,
+)
 from lakewarden.services.metadata_service import Delegation, MetadataService
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # Iceberg's read.split.target-size default
@@ -317,15 +324,16 @@ def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int]) -> list[dict[s
 
 def _scan_tasks(group: list[PlannedFile], specs: Any, schema: Any, stats: set[int]) -> dict[str, Any]:
     deletes: list[dict[str, Any]] = []
-    index: dict[str, int] = {}
+    index: dict[tuple[str, int | None], int] = {}
     tasks = []
     for planned in group:
         references = []
         for f in planned.deletes:
-            if f.file_path not in index:
-                index[f.file_path] = len(deletes)
+            key = delete_key(f)
+            if key not in index:
+                index[key] = len(deletes)
                 deletes.append(content_file_json(f, specs[f.spec_id], schema))
-            references.append(index[f.file_path])
+            references.append(index[key])
         task: dict[str, Any] = {
             "data-file": content_file_json(planned.data_file, specs[planned.data_file.spec_id], schema, stats)
         }
