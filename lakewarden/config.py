@@ -147,7 +147,8 @@ class ScanPlanningConfig(_Model):
     `sync-timeout` is answered at once (`completed`); a longer one is `submitted` and polled (0: every plan). Plans not
     fetched whole are kept for `plan-ttl` after their last use; parsed manifests up to `cache-entries`."""
 
-    sync_timeout: Duration = Field(timedelta(seconds=5), alias="sync-timeout")
+    # long enough for a cold plan of a large table: pyiceberg 0.12 does not poll a `submitted` plan
+    sync_timeout: Duration = Field(timedelta(seconds=30), alias="sync-timeout")
     plan_ttl: Duration = Field(timedelta(minutes=10), alias="plan-ttl")
     cache_entries: int = Field(2_000_000, alias="cache-entries", ge=1000)
 

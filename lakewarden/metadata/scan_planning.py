@@ -89,6 +89,10 @@ class ManifestEntryCache:
                 self._lists.popitem(last=False)
         return read
 
+    def holds(self, manifest: ManifestFile) -> bool:
+        with self._lock:
+            return manifest.manifest_path in self._items
+
     def entries(self, io: FileIO, manifest: ManifestFile) -> tuple[ManifestEntry, ...]:
         path = manifest.manifest_path
         with self._lock:
@@ -305,8 +309,8 @@ class _Pruning:
         entries). A lakewarden addition to Iceberg's pruning that sets aside no file Iceberg would read: a
         manifest written in order (time, ids) is skipped whole, not evaluated file by file. Not used for
         `notStartsWith`, whose evaluation of truncated bounds does not carry over to merged ones."""
-        if manifest.content != ManifestContent.DATA or self.skip_merged:
-            return True
+        if manifest.content != ManifestContent.DATA or self.skip_merged or not cache.holds(manifest):
+            return True  # a manifest read now is evaluated file by file: merging first would only add work
         summary = cache.summary(io, manifest, self.schema, self.field_ids)
         return summary is not None and self.metrics(summary)
 

@@ -61,7 +61,7 @@ class ScanPlanning:
         self,
         metadata: MetadataService,
         cache: ManifestEntryCache | None = None,
-        sync_seconds: float = 5.0,
+        sync_seconds: float = 30.0,
         ttl_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

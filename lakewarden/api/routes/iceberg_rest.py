@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
@@ -446,18 +447,18 @@ def plan_table_scan(
     planner: Scans,
     request: Request,
     me: Caller,
-) -> dict[str, Any]:
+) -> Response:
     ns = _ns(namespace)
     scan = parse_plan_request(body)
-    return planner.submit(prefix, ns, table, scan, delegation(request, me, prefix, ns, table))
+    return _json(planner.submit(prefix, ns, table, scan, delegation(request, me, prefix, ns, table)))
 
 
 @router.get("/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}")
 def fetch_planning_result(
     prefix: str, namespace: str, table: str, plan_id: str, planner: Scans, request: Request, me: Caller
-) -> dict[str, Any]:
+) -> Response:
     ns = _ns(namespace)
-    return planner.result(prefix, ns, table, plan_id, delegation(request, me, prefix, ns, table))
+    return _json(planner.result(prefix, ns, table, plan_id, delegation(request, me, prefix, ns, table)))
 
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}", status_code=204)
@@ -467,8 +468,14 @@ def cancel_planning(prefix: str, namespace: str, table: str, plan_id: str, plann
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/tasks")
-def fetch_scan_tasks(prefix: str, namespace: str, table: str, body: FetchScanTasks, planner: Scans) -> dict[str, Any]:
-    return planner.tasks(prefix, _ns(namespace), table, body.plan_task)
+def fetch_scan_tasks(prefix: str, namespace: str, table: str, body: FetchScanTasks, planner: Scans) -> Response:
+    return _json(planner.tasks(prefix, _ns(namespace), table, body.plan_task))
+
+
+def _json(body: dict[str, Any]) -> Response:
+    """Plans of many files are large: serialised with json.dumps at once, not walked by FastAPI's encoder
+    (the bodies hold only JSON types already)."""
+    return Response(json.dumps(body, separators=(",", ":")).encode(), media_type="application/json")
 
 
 @router.api_route(
