@@ -27,7 +27,7 @@ from datetime import timedelta
 
 from lakewarden.config import Config
 from lakewarden.domain.processes import Action
-from lakewarden.metadata.scan_planning import ManifestEntryCache
+from lakewarden.metadata.manifest_cache import ManifestEntryCache
 from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer

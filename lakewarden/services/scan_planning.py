@@ -29,8 +29,8 @@ from pyiceberg.table.metadata import TableMetadata
 
 from lakewarden.domain.errors import InvalidField, LakewardenError, NoSuchPlan, NoSuchPlanTask
 from lakewarden.metadata.content_files import content_file_json
+from lakewarden.metadata.manifest_cache import ManifestEntryCache
 from lakewarden.metadata.scan_planning import (
-    ManifestEntryCache,
     Plan,
     PlannedFile,
     ScanRequest,
@@ -53,7 +53,6 @@ class _PlanState:
     touched: float
     chunks: list[dict[str, Any]] | None = None  # each a ScanTasks body (file-scan-tasks, delete-files)
     fetched: set[int] = field(default_factory=set)
-    error: LakewardenError | None = None
 
 
 class ScanPlanning:
