@@ -30,7 +30,8 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.evaluator import OptimizingClock
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.metadata.catalogs import initialize_catalog, open_catalog
-from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
 from lakewarden.services.self_optimizing import plan_process

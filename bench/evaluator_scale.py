@@ -29,7 +29,8 @@ from bench.common import bar_chart, write
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "day", StringType(), required=False))
 SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="day"))

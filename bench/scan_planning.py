@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -67,6 +68,48 @@ def timed(plan: Any) -> tuple[float, int]:
     return time.perf_counter() - started, count
 
 
+def scans(files: int) -> dict[str, str | None]:
+    low = files * ROWS_PER_FILE // 2
+    # ids that the bounds of 0.1% of the files reach (at least one file)
+    return {"selective": f"id >= {low} and id < {low + max(1, files // 1000) * ROWS_PER_FILE}", "all": None}
+
+
+def catalogs(url: str, token: str) -> tuple[RestCatalog, RestCatalog]:
+    local = RestCatalog("lake", uri=f"{url}/iceberg", warehouse="lake", token=token)
+    remote = RestCatalog(
+        "lake", uri=f"{url}/iceberg", warehouse="lake", token=token, **{"scan-planning-mode": "server"}
+    )
+    return local, remote
+
+
+def planner(catalog: RestCatalog, name: str, row_filter: str | None) -> Any:
+    def plan() -> Any:
+        table = catalog.load_table(name)
+        return (table.scan(row_filter=row_filter) if row_filter is not None else table.scan()).plan_files()
+
+    return plan
+
+
+def read_ahead(url: str, token: str) -> float:
+    metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).text
+    line = next(x for x in metrics.splitlines() if x.startswith("lakewarden_scan_planning_read_ahead_manifests_total "))
+    return float(line.split()[1])
+
+
+def settle(url: str, token: str) -> None:
+    """Wait for a restarted server's start-up work (its local optimizer's Spark JVM) to end, so that a cold
+    plan is measured against nothing parsed, not against a JVM starting on the same cores."""
+    for _ in range(120):
+        answer = httpx.get(
+            f"{url}/api/v1/resource-groups/default/optimizers", headers={"Authorization": f"Bearer {token}"}
+        )
+        if answer.status_code == 200 and answer.json():
+            time.sleep(5)
+            return
+        time.sleep(1)
+    print("warning: no optimizer registered within 2 minutes; measuring anyway")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000")
@@ -75,69 +118,69 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     # pyiceberg 0.12 does not poll a `submitted` plan: the cold plan of the largest table must come back whole
     settings = "  scan-planning: {sync-timeout: 300s}\n"
-    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as url:
-        token = admin_token(tmp)
-        local = RestCatalog("lake", uri=f"{url}/iceberg", warehouse="lake", token=token)
-        remote = RestCatalog(
-            "lake", uri=f"{url}/iceberg", warehouse="lake", token=token, **{"scan-planning-mode": "server"}
-        )
-        local.create_namespace("db")
-        results: dict[str, Any] = {}
-        for files in sizes:
-            name = f"db.t{files}"
-            started = time.perf_counter()
-            # file metadata only: nothing for lakewarden's self-optimizing to compact
-            table = local.create_table(
-                name, SCHEMA, partition_spec=SPEC, properties={"self-optimizing.enabled": "false"}
-            )
-            fill(table, files)
-            time.sleep(5)  # the server's evaluator hears of every commit: let it finish before timing anything
-            print(f"{files:,} files written in {time.perf_counter() - started:.0f} s")
-            total = files * ROWS_PER_FILE
-            low = total // 2
-            scans = {
-                # ids that the bounds of 0.1% of the files reach (at least one file)
-                "selective": f"id >= {low} and id < {low + max(1, files // 1000) * ROWS_PER_FILE}",
-                "all": None,
-            }
-            for label, row_filter in scans.items():
-
-                def server_plan(f: Any = row_filter, name: str = name) -> Any:
-                    table = remote.load_table(name)
-                    return (table.scan(row_filter=f) if f is not None else table.scan()).plan_files()
-
-                def client_plan(f: Any = row_filter, name: str = name) -> Any:
-                    table = local.load_table(name)
-                    return (table.scan(row_filter=f) if f is not None else table.scan()).plan_files()
-
-                cold, cold_count = timed(server_plan)
-                warm_runs = [timed(server_plan)[0] for _ in range(args.runs)]
-                client_runs, client_count = [], 0
-                for _ in range(max(1, args.runs if files <= 10_000 else 2)):
-                    seconds, client_count = timed(client_plan)
-                    client_runs.append(seconds)
-                assert cold_count == client_count, (cold_count, client_count)
-                warm, client = statistics.median(warm_runs), statistics.median(client_runs)
-                key = f"{files}-{label}"
-                results[key] = {
-                    "files": files,
-                    "scan": label,
-                    "tasks": client_count,
-                    "client_s": round(client, 4),
-                    "server_cold_s": round(cold, 4),
-                    "server_warm_s": round(warm, 4),
-                    "warm_speedup": round(client / warm, 2),
-                    "cold_speedup": round(client / cold, 2),
-                }
-                print(
-                    f"  {label:<9} {client_count:>7,} tasks: client {client:.3f} s, server cold {cold:.3f} s "
-                    f"({client / cold:.1f}x), warm {warm:.3f} s ({client / warm:.1f}x)"
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp:
+        with running_server(tmp, settings) as url:
+            token = admin_token(tmp)
+            local, remote = catalogs(url, token)
+            local.create_namespace("db")
+            for files in sizes:
+                started = time.perf_counter()
+                # file metadata only: nothing for lakewarden's self-optimizing to compact
+                table = local.create_table(
+                    f"db.t{files}", SCHEMA, partition_spec=SPEC, properties={"self-optimizing.enabled": "false"}
                 )
+                fill(table, files)
+                print(f"{files:,} files written in {time.perf_counter() - started:.0f} s")
+            manifests = sum(-(-files // PER_MANIFEST) for files in sizes)
+            deadline = time.monotonic() + 600
+            while read_ahead(url, token) < manifests and time.monotonic() < deadline:
+                time.sleep(0.5)
+            print(f"{read_ahead(url, token):.0f} of {manifests} manifests read ahead as the commits landed")
+            for files in sizes:
+                name = f"db.t{files}"
+                for label, row_filter in scans(files).items():
+                    first, first_count = timed(planner(remote, name, row_filter))
+                    warm_runs = [timed(planner(remote, name, row_filter))[0] for _ in range(args.runs)]
+                    client_runs, client_count = [], 0
+                    for _ in range(max(1, args.runs if files <= 10_000 else 2)):
+                        seconds, client_count = timed(planner(local, name, row_filter))
+                        client_runs.append(seconds)
+                    assert first_count == client_count, (first_count, client_count)
+                    warm, client = statistics.median(warm_runs), statistics.median(client_runs)
+                    results[f"{files}-{label}"] = {
+                        "files": files,
+                        "scan": label,
+                        "tasks": client_count,
+                        "client_s": round(client, 4),
+                        "server_first_s": round(first, 4),
+                        "server_warm_s": round(warm, 4),
+                        "first_speedup": round(client / first, 2),
+                        "warm_speedup": round(client / warm, 2),
+                    }
+        for label in ("selective", "all"):
+            with running_server(tmp, settings) as url:  # restarted: nothing parsed, nothing planned
+                settle(url, token)
+                _, remote = catalogs(url, token)
+                for files in sizes:
+                    cold, count = timed(planner(remote, f"db.t{files}", scans(files)[label]))
+                    result = results[f"{files}-{label}"]
+                    assert count == result["tasks"]
+                    result["server_cold_s"] = round(cold, 4)
+                    result["cold_speedup"] = round(result["client_s"] / cold, 2)
+    for r in results.values():
+        print(
+            f"{r['files']:>7,} {r['scan']:<9} {r['tasks']:>7,} tasks: client {r['client_s']:.3f} s, "
+            f"server cold {r['server_cold_s']:.3f} s ({r['cold_speedup']:.1f}x), "
+            f"first {r['server_first_s']:.3f} s ({r['first_speedup']:.1f}x), "
+            f"warm {r['server_warm_s']:.3f} s ({r['warm_speedup']:.1f}x)"
+        )
     biggest = f"{max(sizes)}-selective"
     goal = results[biggest]
+    slowest_cold = min(r["cold_speedup"] for r in results.values())
     print(
-        f"goal: warm selective on {max(sizes):,} files {goal['warm_speedup']}x the client (>= 20x), "
-        f"cold {goal['cold_speedup']}x (>= 1x)"
+        f"goal: warm selective on {max(sizes):,} files {goal['warm_speedup']}x the client (>= 20x); "
+        f"cold at worst {slowest_cold}x the client (>= 1x)"
     )
     write("scan_planning", {"runs": args.runs, "results": results, "goals": {"warm_speedup": 20, "cold_speedup": 1}})
     bar_chart(

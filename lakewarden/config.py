@@ -10,6 +10,8 @@
       optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
                   task-retry-backoff: 5s, task-retry-backoff-max: 5min}
       evaluator: {interval: 10s, thread-count: 4, recheck-interval: 1min}
+      manifest-cache: {max-size: 1GiB}  # parsed manifests, for the evaluator and scan planning
+      scan-planning: {sync-timeout: 30s, plan-ttl: 10min, read-ahead: true}
     containers:
       - {name: local, container-impl: local}
     resource-groups:                   # ensured at start (created when absent, never changed)
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, ValidationError, model_validator
 
 from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
@@ -145,12 +147,21 @@ class HaConfig(_Model):
 class ScanPlanningConfig(_Model):
     """The REST catalog's server-side scan planning (services/scan_planning.py): a plan done within
     `sync-timeout` is answered at once (`completed`); a longer one is `submitted` and polled (0: every plan). Plans not
-    fetched whole are kept for `plan-ttl` after their last use; parsed manifests up to `cache-entries`."""
+    fetched whole are kept for `plan-ttl` after their last use. With `read-ahead` the manifests of every commit
+    to an internal catalog are parsed into the manifest cache as it lands, so the first plan after a write
+    finds them parsed."""
 
     # long enough for a cold plan of a large table: pyiceberg 0.12 does not poll a `submitted` plan
     sync_timeout: Duration = Field(timedelta(seconds=30), alias="sync-timeout")
     plan_ttl: Duration = Field(timedelta(minutes=10), alias="plan-ttl")
-    cache_entries: int = Field(2_000_000, alias="cache-entries", ge=1000)
+    read_ahead: bool = Field(True, alias="read-ahead")
+
+
+class ManifestCacheConfig(_Model):
+    """Parsed manifest lists and manifests, kept for the evaluator and scan planning alike
+    (metadata/manifest_cache.py), up to `max-size` (bytes, or a size with a unit: 512MiB, 2GB)."""
+
+    max_size: ByteSize = Field(ByteSize(1024**3), alias="max-size", ge=1024 * 1024)
 
 
 class AmsConfig(_Model):
@@ -166,6 +177,7 @@ class AmsConfig(_Model):
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     ha: HaConfig = Field(default_factory=HaConfig)
     scan_planning: ScanPlanningConfig = Field(default_factory=ScanPlanningConfig, alias="scan-planning")
+    manifest_cache: ManifestCacheConfig = Field(default_factory=ManifestCacheConfig, alias="manifest-cache")
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
     clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")
@@ -285,9 +297,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise InvalidField(where, first["msg"]) from exc
+        raise InvalidField.of_validation(exc, "config") from exc
     if config.ams.ha.enabled and not (config.ams.database.url or "").startswith("postgresql"):
         raise InvalidField("ams.ha.enabled", "needs a PostgreSQL system database in ams.database.url")
     return config

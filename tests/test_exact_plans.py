@@ -21,7 +21,8 @@ from lakewarden.domain.evaluator import OptimizingClock
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import ProcessPlan
 from lakewarden.metadata.catalogs import open_catalog
-from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.protocol import OptimizingResult
 from lakewarden.services.self_optimizing import plan_process

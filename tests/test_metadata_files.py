@@ -13,7 +13,8 @@ from lakewarden.domain.evaluator import OptimizingClock, OptimizingType, evaluat
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.metadata.catalogs import initialize_catalog, open_catalog
-from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.spark.session import configure_catalogs
 
 if TYPE_CHECKING:

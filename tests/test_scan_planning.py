@@ -158,7 +158,61 @@ def test_answers_carry_residuals_deletes_once_and_plan_tasks(server: ServerProce
     assert server.http.post(url, json={}).json() == unfiltered
     metrics = server.http.get(f"{server.url}/metrics").text
     assert _sample(metrics, 'lakewarden_scan_planning_cache_lookups_total{cache="results",result="hit"}') == before + 1
-    assert _sample(metrics, "lakewarden_scan_planning_cached_entries") >= 1
+    assert _sample(metrics, 'lakewarden_manifest_cache_lookups_total{part="entries",result="hit"}') >= 1
+    assert (
+        0
+        < _sample(metrics, "lakewarden_manifest_cache_bytes")
+        <= _sample(metrics, "lakewarden_manifest_cache_max_bytes")
+    )
+
+
+def test_soft_affinity_gives_each_file_the_same_hosts_in_every_scan(server: ServerProcess) -> None:
+    """lakewarden's extension: a reader that names its hosts gets a stable preference of hosts per file."""
+    from pyiceberg.catalog.rest.scan_planning import PlanCompleted
+
+    local, _ = clients(server)
+    table = local.create_table("db.affine", SCHEMA, properties={"self-optimizing.enabled": "false"})
+    for day in range(4):
+        table.append(batch(day * 10, 10, day))
+    url = f"{server.url}/iceberg/v1/lake/namespaces/db/tables/affine/plan"
+    hosts = ["w1:7337", "w2:7337", "w3:7337"]
+
+    def preferred(body: dict[str, Any]) -> dict[str, list[str]]:
+        answer = server.http.post(url, json=body)
+        assert answer.status_code == 200, answer.text
+        PlanCompleted.model_validate(answer.json())  # a client that does not know the extension ignores it
+        return {t["data-file"]["file-path"]: t["lakewarden-preferred-hosts"] for t in answer.json()["file-scan-tasks"]}
+
+    first = preferred({"lakewarden-affinity": {"hosts": hosts, "replicas": 2}})
+    assert len(first) == 4 and all(len(h) == 2 and set(h) <= set(hosts) for h in first.values())
+    assert preferred({"lakewarden-affinity": {"hosts": hosts[::-1], "replicas": 2}}) == first
+    filtered = preferred({"filter": {"type": "lt", "term": "id", "value": 20}, "lakewarden-affinity": {"hosts": hosts}})
+    assert filtered and all(hosts == first[path][:1] for path, hosts in filtered.items())
+    plain = server.http.post(url, json={}).json()["file-scan-tasks"]
+    assert all("lakewarden-preferred-hosts" not in t for t in plain)  # no hint unless asked
+    for bad, field in (({"hosts": []}, "lakewarden-affinity.hosts"), ({"hosts": ["a"], "replicas": 9}, "replicas")):
+        refused = server.http.post(url, json={"lakewarden-affinity": bad})
+        assert refused.status_code == 400 and field in refused.json()["error"]["message"], refused.text
+
+
+def test_commits_are_read_ahead_so_the_first_plan_parses_nothing(server: ServerProcess) -> None:
+    local, remote = clients(server)
+    table = local.create_table("db.ahead", SCHEMA, properties={"self-optimizing.enabled": "false"})
+
+    def sample(name: str) -> float:
+        return _sample(server.http.get(f"{server.url}/metrics").text, name)
+
+    read_ahead = sample("lakewarden_scan_planning_read_ahead_manifests_total")
+    for day in range(3):
+        table.append(batch(day * 10, 10, day))
+    deadline = time.monotonic() + 20
+    while sample("lakewarden_scan_planning_read_ahead_manifests_total") < read_ahead + 3:
+        assert time.monotonic() < deadline, "the commits' manifests were not read ahead"
+        time.sleep(0.1)
+    parsed = sample('lakewarden_manifest_cache_lookups_total{part="entries",result="miss"}')
+    scan = remote.load_table("db.ahead").scan(row_filter="id < 15")
+    assert files(scan) == files(local.load_table("db.ahead").scan(row_filter="id < 15"))
+    assert sample('lakewarden_manifest_cache_lookups_total{part="entries",result="miss"}') == parsed
 
 
 def _sample(metrics: str, name: str) -> float:
@@ -270,6 +324,15 @@ def test_delete_files_match_iceberg_java_planning(server: ServerProcess, spark: 
         if table == "v2":
             local_ids = sorted(r["id"] for r in catalog().load_table("db.v2").scan().to_arrow().to_pylist())
             assert served_ids == local_ids
+
+    # the evaluator's records (read from the same cache, with v3's fields) name the one data file each
+    # deletion vector applies to, as Java's planning applies it
+    from lakewarden.metadata.files import snapshot_files
+    from lakewarden.metadata.manifest_cache import ManifestCache
+
+    vectors = snapshot_files(catalog().load_table("db.v3"), ManifestCache()).deletes
+    expected = java_plan(spark, "planning.db.v3")
+    assert vectors and all(d.path in expected[str(d.referenced_data_file)] for d in vectors)
 
 
 def java_plan(spark: SparkSession, name: str) -> dict[str, list[str]]:

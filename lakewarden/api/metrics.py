@@ -44,31 +44,46 @@ class NodeCollector(Collector):
 
 
 class ScanPlanningCollector(Collector):
-    """The REST catalog's scan planning on this node: its caches and the plans it holds."""
+    """The REST catalog's scan planning on this node (its cache of results, the plans it holds) and the
+    node's manifest cache, which planning shares with the evaluator."""
 
     def __init__(self, planning: ScanPlanning) -> None:
         self.planning = planning
 
     def collect(self) -> Iterator[Metric]:
-        cache = self.planning.cache
-        lookups = CounterMetricFamily(
+        planning = self.planning
+        results = CounterMetricFamily(
             "lakewarden_scan_planning_cache_lookups",
-            "Lookups of the caches of scan planning",
+            "Lookups of scan planning's cache of planning results",
             labels=["cache", "result"],
         )
-        lookups.add_metric(["manifests", "hit"], cache.hits)
-        lookups.add_metric(["manifests", "miss"], cache.misses)
-        lookups.add_metric(["results", "hit"], self.planning.result_hits)
-        lookups.add_metric(["results", "miss"], self.planning.result_misses)
+        results.add_metric(["results", "hit"], planning.result_hits)
+        results.add_metric(["results", "miss"], planning.result_misses)
+        yield results
+        yield GaugeMetricFamily(
+            "lakewarden_scan_planning_open_plans", "Plans whose tasks are kept for clients", value=planning.open_plans
+        )
+        yield CounterMetricFamily(
+            "lakewarden_scan_planning_read_ahead_manifests",
+            "Manifests parsed ahead of any plan, as commits landed",
+            value=planning.read_ahead_manifests,
+        )
+        cache = planning.cache
+        lookups = CounterMetricFamily(
+            "lakewarden_manifest_cache_lookups",
+            "Lookups of the manifest cache, by part (lists, entries, views, summaries)",
+            labels=["part", "result"],
+        )
+        for part, hits in cache.hits.items():
+            lookups.add_metric([part, "hit"], hits)
+            lookups.add_metric([part, "miss"], cache.misses[part])
         yield lookups
+        yield GaugeMetricFamily("lakewarden_manifest_cache_bytes", "Estimated bytes kept", value=cache.bytes)
         yield GaugeMetricFamily(
-            "lakewarden_scan_planning_cached_entries", "Manifest entries kept parsed for planning", value=cache.size
+            "lakewarden_manifest_cache_max_bytes", "The bound (manifest-cache.max-size)", value=cache.max_bytes
         )
-        yield GaugeMetricFamily(
-            "lakewarden_scan_planning_open_plans",
-            "Plans whose tasks are kept for clients",
-            value=self.planning.open_plans,
-        )
+        yield GaugeMetricFamily("lakewarden_manifest_cache_items", "Parts kept", value=len(cache))
+        yield CounterMetricFamily("lakewarden_manifest_cache_evictions", "Parts evicted", value=cache.evictions)
 
 
 class DatabaseCollector(Collector):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LakewardenError(Exception):
     """Base of the errors lakewarden reports to users rather than crashing on."""
@@ -14,6 +16,14 @@ class InvalidField(LakewardenError):
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
+
+    @classmethod
+    def of_validation(cls, exc: Any, document: str, nested: bool = False) -> InvalidField:
+        """The first problem of a pydantic ValidationError, naming its field (`document` for the whole; with
+        `nested`, the document is a field itself and the names start with it)."""
+        first = exc.errors()[0]
+        path = [document] if nested else []
+        return cls(".".join([*path, *(str(part) for part in first["loc"])]) or document, first["msg"])
 
 
 class Unprocessable(InvalidField):

@@ -1,15 +1,12 @@
-"""Reading a snapshot's live files with pyiceberg, parsing each manifest once.
-
-Manifests are immutable: a manifest path always holds the same entries, so the parsed, lightweight
-records are cached by path. Re-evaluating a table after a small commit parses only the manifests
+"""A snapshot's live files as the evaluator and the planners of self-optimizing and maintenance see them:
+plain records (domain/files.py) made from each manifest's entries once and kept in the server's manifest
+cache (metadata/manifest_cache.py). Re-evaluating a table after a small commit parses only the manifests
 that commit wrote.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,8 +16,7 @@ from uuid import UUID
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.expressions.parser import parse as parse_predicate
 from pyiceberg.expressions.visitors import expression_evaluator, inclusive_projection
-from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFileContent, ManifestFile
+from pyiceberg.manifest import DataFileContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -30,10 +26,9 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
-from lakewarden.metadata.manifests import entries as manifest_entries
-from lakewarden.metadata.manifests import manifests as snapshot_manifests
+from lakewarden.metadata.manifest_cache import ManifestCache
+from lakewarden.metadata.manifests import referenced_data_file, v3_field
 
-FILE_PATH_FIELD_ID = 2147483546  # the file_path column of position-delete files
 EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -43,41 +38,6 @@ class ManifestContents:
     deletes: tuple[DeleteFile, ...]
     # the partition record of each key, for evaluating filters on partition values
     records: dict[PartitionKey, Record]
-
-
-class ManifestCache:
-    """Parsed manifests by path, least recently used evicted past `max_entries` file records."""
-
-    def __init__(self, max_entries: int = 5_000_000) -> None:
-        self.max_entries = max_entries
-        self._items: OrderedDict[str, ManifestContents] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, path: str) -> ManifestContents | None:
-        with self._lock:
-            item = self._items.get(path)
-            if item is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(path)
-            self.hits += 1
-            return item
-
-    def put(self, path: str, contents: ManifestContents) -> None:
-        with self._lock:
-            if path in self._items:
-                return
-            self._items[path] = contents
-            self._size += len(contents.data) + len(contents.deletes)
-            while self._size > self.max_entries and len(self._items) > 1:
-                _, evicted = self._items.popitem(last=False)
-                self._size -= len(evicted.data) + len(evicted.deletes)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def json_partition_value(spec: PartitionSpec, schema: Schema, index: int, value: Any) -> Any:
@@ -107,6 +67,7 @@ class _Reader:
         self.schema = table.schema()
         self.specs = table.specs()
         self._keys: dict[tuple[int, tuple[Any, ...]], PartitionKey] = {}
+        self.read_count = 0
 
     def key(self, spec_id: int, record: Record) -> PartitionKey:
         raw: tuple[Any, ...] = tuple(record[i] for i in range(len(record)))
@@ -118,11 +79,14 @@ class _Reader:
             found = self._keys[(spec_id, raw)] = PartitionKey(spec_id, path, values)
         return found
 
-    def read(self, manifest: ManifestFile, io: FileIO) -> ManifestContents:
+    def read(self, entries: tuple[ManifestEntry, ...]) -> ManifestContents:
+        self.read_count += 1
         data: list[DataFile] = []
         deletes: list[DeleteFile] = []
         records: dict[PartitionKey, Record] = {}
-        for entry in manifest_entries(io, manifest, discard_deleted=True):
+        for entry in entries:
+            if entry.status == ManifestEntryStatus.DELETED:
+                continue
             f = entry.data_file
             key = self.key(f.spec_id, f.partition)
             records.setdefault(key, f.partition)
@@ -134,30 +98,16 @@ class _Reader:
             size = f.file_size_in_bytes
             referenced = None
             if not equality:
-                referenced = _referenced_data_file(f)
-                content_size = _field(f, "content_size_in_bytes")
+                referenced = referenced_data_file(f)
+                content_size = v3_field(f, "content_size_in_bytes")
                 if content_size:  # a deletion vector: the Puffin file is shared, count the vector's own bytes
                     size = int(content_size)
             deletes.append(DeleteFile(f.file_path, key, equality, size, f.record_count, sequence, referenced))
         return ManifestContents(tuple(data), tuple(deletes), records)
 
 
-def _field(f: Any, name: str) -> Any:
-    try:
-        return getattr(f, name)
-    except (AttributeError, KeyError, IndexError):
-        return None
-
-
-def _referenced_data_file(f: Any) -> str | None:
-    named = _field(f, "referenced_data_file")
-    if named:
-        return str(named)
-    lower = (f.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
-    upper = (f.upper_bounds or {}).get(FILE_PATH_FIELD_ID)
-    if lower is not None and lower == upper:
-        return bytes(lower).decode("utf-8", errors="replace")
-    return None
+def _weight(contents: ManifestContents) -> int:
+    return 400 * (len(contents.data) + len(contents.deletes)) + 300 * len(contents.records) + 200
 
 
 @dataclass(frozen=True)
@@ -165,7 +115,7 @@ class SnapshotFiles:
     snapshot_id: int | None
     data: list[DataFile]
     deletes: list[DeleteFile]
-    manifests_read: int  # parsed now (the rest came from the cache)
+    manifests_read: int  # manifests whose records were made now (the rest were kept)
 
 
 def partition_filter(table: Table, predicate: str | None) -> Callable[[PartitionKey, Record], bool]:
@@ -200,13 +150,8 @@ def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = N
     reader = _Reader(table)
     data: list[DataFile] = []
     deletes: list[DeleteFile] = []
-    read = 0
-    for manifest in snapshot_manifests(table.io, snapshot):
-        contents = cache.get(manifest.manifest_path)
-        if contents is None:
-            contents = reader.read(manifest, table.io)
-            cache.put(manifest.manifest_path, contents)
-            read += 1
+    for manifest in cache.manifests(table.io, snapshot):
+        contents = cache.view(table.io, manifest, "files", reader.read, _weight)
         if predicate:
             rejected = {k for k, rec in contents.records.items() if not accept(k, rec)}
             data.extend(d for d in contents.data if d.partition not in rejected)
@@ -214,4 +159,4 @@ def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = N
         else:
             data.extend(contents.data)
             deletes.extend(contents.deletes)
-    return SnapshotFiles(snapshot.snapshot_id, data, deletes, read)
+    return SnapshotFiles(snapshot.snapshot_id, data, deletes, reader.read_count)

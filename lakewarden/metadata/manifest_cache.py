@@ -1,13 +1,22 @@
-"""Manifests as scan planning reads them, kept: parsed manifest lists and manifest entries by path (neither
-ever changes), and per manifest its files' column metrics merged into one, for setting a whole manifest
-aside (metadata/scan_planning.py)."""
+"""Parsed manifests, kept for everything on the server that reads them: the evaluator, the planning of
+self-optimizing and maintenance, and the REST catalog's scan planning. A manifest list or a manifest never
+changes once written, so what was parsed from a path stays right; what is kept is bounded by bytes
+(`ams.manifest-cache.max-size`), least recently used first out.
+
+Per path it keeps: a manifest list's manifests; a manifest's entries (every entry, deleted ones too, read
+with the fields of format version 3); views derived from the entries by their readers (the evaluator's
+plain file records: metadata/files.py); and, for scan planning, a manifest's live files' column metrics
+merged into one (`summary`), for setting a whole manifest aside (metadata/scan_planning.py). Each part is
+evicted on its own: the evaluator's small records outlive the entries they were made from.
+
+Sizes are estimates: parsed entries take about ENTRY_BYTES_PER_AVRO_BYTE times the size of their Avro
+file (tests/test_manifest_cache.py measures it with tracemalloc, narrow and wide tables).
+"""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.io import FileIO
@@ -17,83 +26,102 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 from pyiceberg.types import PrimitiveType
 
+from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
+DEFAULT_MAX_BYTES = 1024**3
+ENTRY_BYTES_PER_AVRO_BYTE = 16
+MANIFEST_FILE_BYTES = 1_500  # one ManifestFile of a manifest list, with its partition summaries
+SUMMARY_BYTES = 2_000
+PARTS = ("lists", "entries", "views", "summaries")
+T = TypeVar("T")
 
-class ManifestEntryCache:
-    """Parsed manifest lists and manifests by path (neither ever changes), the least recently used manifests
-    evicted past `max_entries` entries in all. Beside each manifest's entries it keeps their column metrics
-    merged into one (`summary`), so a scan can set a whole manifest aside by its metrics."""
 
-    def __init__(self, max_entries: int = 2_000_000, max_lists: int = 10_000) -> None:
-        self.max_entries = max_entries
-        self.max_lists = max_lists
-        self._items: OrderedDict[str, tuple[ManifestEntry, ...]] = OrderedDict()
-        self._summaries: dict[str, dict[frozenset[int], DataFile | None]] = {}
-        self._lists: OrderedDict[str, list[ManifestFile]] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+class ManifestCache:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._lru: SizedLRU[tuple[Any, ...], Any] = SizedLRU(max_bytes)
+        self.hits = dict.fromkeys(PARTS, 0)
+        self.misses = dict.fromkeys(PARTS, 0)
+
+    def _get(self, part: str, key: tuple[Any, ...]) -> Any:
+        found = self._lru.get(key)
+        if found is None:
+            self.misses[part] += 1
+        else:
+            self.hits[part] += 1
+        return found
 
     def manifests(self, io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
-        with self._lock:
-            kept = self._lists.get(snapshot.manifest_list)
-            if kept is not None:
-                self._lists.move_to_end(snapshot.manifest_list)
-                return kept
-        read = snapshot_manifests(io, snapshot)
-        with self._lock:
-            self._lists[snapshot.manifest_list] = read
-            while len(self._lists) > self.max_lists:
-                self._lists.popitem(last=False)
-        return read
+        """The manifests a snapshot's manifest list names."""
+        key = ("list", snapshot.manifest_list)
+        kept: list[ManifestFile] | None = self._get("lists", key)
+        if kept is None:
+            kept = snapshot_manifests(io, snapshot)
+            self._lru.put(key, kept, MANIFEST_FILE_BYTES * max(1, len(kept)))
+        return kept
 
     def holds(self, manifest: ManifestFile) -> bool:
-        with self._lock:
-            return manifest.manifest_path in self._items
+        """Whether the manifest's entries are kept (not a lookup: nothing counted, nothing refreshed)."""
+        return ("entries", manifest.manifest_path) in self._lru
 
     def entries(self, io: FileIO, manifest: ManifestFile) -> tuple[ManifestEntry, ...]:
-        path = manifest.manifest_path
-        with self._lock:
-            kept = self._items.get(path)
-            if kept is not None:
-                self._items.move_to_end(path)
-                self.hits += 1
-                return kept
-            self.misses += 1
-        parsed = tuple(manifest_entries(io, manifest, discard_deleted=False, read_version=3))
-        with self._lock:
-            if path not in self._items:
-                self._items[path] = parsed
-                self._size += len(parsed)
-                while self._size > self.max_entries and len(self._items) > 1:
-                    evicted_path, evicted = self._items.popitem(last=False)
-                    self._summaries.pop(evicted_path, None)
-                    self._size -= len(evicted)
-        return parsed
+        """Every entry of the manifest, deleted ones included, with the fields of format version 3."""
+        key = ("entries", manifest.manifest_path)
+        kept: tuple[ManifestEntry, ...] | None = self._get("entries", key)
+        if kept is None:
+            kept = tuple(manifest_entries(io, manifest, discard_deleted=False, read_version=3))
+            self._lru.put(key, kept, _entries_weight(manifest, len(kept)))
+        return kept
+
+    def view(
+        self,
+        io: FileIO,
+        manifest: ManifestFile,
+        kind: str,
+        build: Callable[[tuple[ManifestEntry, ...]], T],
+        weight: Callable[[T], int],
+    ) -> T:
+        """What `build` makes of the manifest's entries, kept by (kind, path)."""
+        key = ("view", kind, manifest.manifest_path)
+        kept: T | None = self._get("views", key)
+        if kept is None:
+            kept = build(self.entries(io, manifest))
+            self._lru.put(key, kept, weight(kept))
+        return kept
 
     def summary(self, io: FileIO, manifest: ManifestFile, schema: Schema, field_ids: frozenset[int]) -> DataFile | None:
         """The live data files of a manifest as one file, for the columns `field_ids`: record counts and value,
         null and NaN counts summed, the least lower and the greatest upper bound of each column; a metric
         some file lacks is left out. None for a manifest without live files. (Iceberg's inclusive metrics
         evaluator cannot rule out this file unless it can rule out each of them.)"""
-        path = manifest.manifest_path
-        with self._lock:
-            known = self._summaries.get(path, {})
-            if field_ids in known:
-                return known[field_ids]
-        live = [e.data_file for e in self.entries(io, manifest) if e.status != ManifestEntryStatus.DELETED]
-        summary = _merged_metrics(live, schema, field_ids)
-        with self._lock:
-            if path in self._items:
-                self._summaries.setdefault(path, {})[field_ids] = summary
+        key = ("summary", manifest.manifest_path, field_ids)
+        kept = self._get("summaries", key)
+        if kept is None:
+            live = [e.data_file for e in self.entries(io, manifest) if e.status != ManifestEntryStatus.DELETED]
+            kept = (_merged_metrics(live, schema, field_ids),)  # a tuple: a manifest without live files is kept too
+            self._lru.put(key, kept, SUMMARY_BYTES)
+        summary: DataFile | None = kept[0]
         return summary
 
     @property
-    def size(self) -> int:
-        return self._size
+    def bytes(self) -> int:
+        return self._lru.bytes
+
+    @property
+    def max_bytes(self) -> int:
+        return self._lru.max_bytes
+
+    @property
+    def evictions(self) -> int:
+        return self._lru.evictions
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+def _entries_weight(manifest: ManifestFile, count: int) -> int:
+    return max(manifest.manifest_length * ENTRY_BYTES_PER_AVRO_BYTE, count * 500, 1_000)
 
 
 def _merged_metrics(files: list[DataFile], schema: Schema, field_ids: frozenset[int]) -> DataFile | None:

@@ -51,6 +51,25 @@ def v3_field(data_file: DataFile, name: str) -> Any:
         return None
 
 
+FILE_PATH_FIELD_ID = 2147483546  # the file_path column of position-delete files
+
+
+def referenced_data_file(delete_file: DataFile) -> str | None:
+    """The one data file a position-delete file (or deletion vector) applies to, when it names it or its
+    file_path bounds are equal; None when it may apply to several."""
+    named = v3_field(delete_file, "referenced_data_file")
+    if named:
+        return str(named)
+    lower = (delete_file.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
+    upper = (delete_file.upper_bounds or {}).get(FILE_PATH_FIELD_ID)
+    if lower is not None and lower == upper:
+        try:
+            return bytes(lower).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
 _ENTRY_ENUMS: dict[int, Any] = {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}
 _LIST_TYPES: dict[int, Any] = {-1: ManifestFile, 508: PartitionFieldSummary}
 _LIST_ENUMS: dict[int, Any] = {517: ManifestContent}

@@ -48,10 +48,8 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from pyiceberg.typedef import Record
 
 from lakewarden.domain.errors import InvalidField
-from lakewarden.metadata.manifest_cache import ManifestEntryCache
-from lakewarden.metadata.manifests import v3_field
-
-FILE_PATH_FIELD_ID = 2147483546
+from lakewarden.metadata.manifest_cache import ManifestCache
+from lakewarden.metadata.manifests import FILE_PATH_FIELD_ID, referenced_data_file, v3_field
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,7 @@ class Plan:
     manifests_read: int  # after pruning by partition summaries
 
 
-def plan_scan(metadata: TableMetadata, io: FileIO, cache: ManifestEntryCache, request: ScanRequest) -> Plan:
+def plan_scan(metadata: TableMetadata, io: FileIO, cache: ManifestCache, request: ScanRequest) -> Plan:
     """The files a scan reads (InvalidField naming what was wrong with the request)."""
     if request.start_snapshot_id is not None or request.end_snapshot_id is not None:
         return _plan_incremental(metadata, io, cache, request)
@@ -117,7 +115,7 @@ def plan_scan(metadata: TableMetadata, io: FileIO, cache: ManifestEntryCache, re
     return Plan(snapshot.snapshot_id, schema, files, len(manifests), len(kept))
 
 
-def _plan_incremental(metadata: TableMetadata, io: FileIO, cache: ManifestEntryCache, request: ScanRequest) -> Plan:
+def _plan_incremental(metadata: TableMetadata, io: FileIO, cache: ManifestCache, request: ScanRequest) -> Plan:
     if request.end_snapshot_id is None:
         raise InvalidField("end-snapshot-id", "is required with start-snapshot-id")
     if request.snapshot_id is not None:
@@ -185,7 +183,7 @@ class _Pruning:
         except ValueError as exc:
             raise InvalidField("filter", str(exc)) from None
 
-    def manifest_metrics(self, io: FileIO, cache: ManifestEntryCache, manifest: ManifestFile) -> bool:
+    def manifest_metrics(self, io: FileIO, cache: ManifestCache, manifest: ManifestFile) -> bool:
         """Whether some data file of the manifest may match, by the manifest's merged metrics (cached with its
         entries). A lakewarden addition to Iceberg's pruning that sets aside no file Iceberg would read: a
         manifest written in order (time, ids) is skipped whole, not evaluated file by file. Not used for
@@ -253,20 +251,6 @@ def _partition_key(data_file: DataFile) -> tuple[int, tuple[Any, ...]]:
     return data_file.spec_id, tuple(record[i] for i in range(len(record))) if record else ()
 
 
-def _referenced_file(delete_file: DataFile) -> str | None:
-    named = v3_field(delete_file, "referenced_data_file")  # deletion vectors
-    if named:
-        return str(named)
-    lower = (delete_file.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
-    upper = (delete_file.upper_bounds or {}).get(FILE_PATH_FIELD_ID)
-    if lower is not None and lower == upper:
-        try:
-            return bytes(lower).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return None
-
-
 def _within_path_bounds(delete_file: DataFile, data_path: str) -> bool:
     lower = (delete_file.lower_bounds or {}).get(FILE_PATH_FIELD_ID)
     upper = (delete_file.upper_bounds or {}).get(FILE_PATH_FIELD_ID)
@@ -292,7 +276,7 @@ class _DeleteIndex:
             else:
                 self.equality.setdefault(_partition_key(f), []).append((sequence, f))
             return
-        target = _referenced_file(f)
+        target = referenced_data_file(f)
         if target is not None:
             self.by_path.setdefault(target, []).append((sequence, f))
         else:

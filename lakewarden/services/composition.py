@@ -27,7 +27,7 @@ from datetime import timedelta
 
 from lakewarden.config import Config
 from lakewarden.domain.processes import Action
-from lakewarden.metadata.manifest_cache import ManifestEntryCache
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.containers import ResourceMaintainer
@@ -107,6 +107,7 @@ class ServerRuntime:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
         metadata = MetadataService(db)
+        manifests = ManifestCache(config.ams.manifest_cache.max_size)  # shared by the evaluator and scan planning
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(
             db,
@@ -115,6 +116,7 @@ class ServerRuntime:
             evaluating.recheck_interval.total_seconds(),
             metadata=metadata,
             on_pending=work_ready.notify,
+            cache=manifests,
         )
         refresh = config.ams.refresh_external_catalogs
         explorer = TableExplorer(
@@ -132,6 +134,15 @@ class ServerRuntime:
             retry_backoff_max=timeouts.task_retry_backoff_max,
         )
         events = EventDispatcher(explorer, evaluator)
+        planning = config.ams.scan_planning
+        scans = ScanPlanning(
+            metadata,
+            manifests,
+            sync_seconds=planning.sync_timeout.total_seconds(),
+            ttl_seconds=planning.plan_ttl.total_seconds(),
+            read_ahead=planning.read_ahead,
+        )
+        metadata.subscribe(scans)  # every node reads ahead the commits it makes
         ha = config.ams.ha
         if not ha.enabled:
             metadata.subscribe(events)
@@ -159,12 +170,7 @@ class ServerRuntime:
             ),
             outbox=OutboxTail(db, events) if ha.enabled else None,
             views=ViewCatalog(metadata),
-            scans=ScanPlanning(
-                metadata,
-                ManifestEntryCache(config.ams.scan_planning.cache_entries),
-                sync_seconds=config.ams.scan_planning.sync_timeout.total_seconds(),
-                ttl_seconds=config.ams.scan_planning.plan_ttl.total_seconds(),
-            ),
+            scans=scans,
         )
         runtime.leadership.on_elected = runtime._lead
         runtime.leadership.on_deposed = runtime._follow

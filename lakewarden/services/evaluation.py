@@ -23,7 +23,8 @@ from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.clustering import table_clustering
-from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.catalog_access import catalog_for
 from lakewarden.services.loop import LoopService
 from lakewarden.services.metadata_service import MetadataService
@@ -67,6 +68,7 @@ class TableEvaluator(LoopService):
         recheck_seconds: float = 60.0,
         metadata: MetadataService | None = None,
         on_pending: Callable[[], None] | None = None,
+        cache: ManifestCache | None = None,
     ) -> None:
         super().__init__(interval_seconds)
         self.db = db
@@ -74,7 +76,7 @@ class TableEvaluator(LoopService):
         self.thread_count = thread_count
         # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
         self.recheck = timedelta(seconds=recheck_seconds)
-        self.cache = ManifestCache()
+        self.cache = cache or ManifestCache()  # the server's, shared with scan planning
         self.on_pending = on_pending  # called when a table turns pending (wakes the optimizers' polls)
 
     def _due(self, rec: TableRecord, now: datetime) -> bool:

@@ -35,7 +35,8 @@ from lakewarden.domain.maintenance import (
     tag_due,
 )
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
-from lakewarden.metadata.files import ManifestCache, snapshot_files
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 from lakewarden.protocol import TASK_INPUT, TaskInput
 from lakewarden.services.loop import LoopService

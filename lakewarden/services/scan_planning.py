@@ -9,10 +9,18 @@ order, in parallel). Otherwise it is `submitted` with a plan id, and `GET …/pl
 files, so a reader starts at once, and each later one up to PLAN_TASK_SPLITS splits. The state of a plan
 lives in this server's memory until every plan task was fetched, it is cancelled (`DELETE …/plan/{plan-id}`),
 or it was left alone for `ttl_seconds`.
+
+Manifests are parsed into the server's manifest cache, shared with the evaluator. With `read_ahead` this
+service also hears of every commit to an internal catalog (MetadataService.subscribe) and parses the new
+snapshot's manifests at once in a thread of its own, so that the first plan after a write, like the
+evaluator's look at the table, finds them parsed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import threading
 import time
 import uuid
@@ -20,16 +28,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pyiceberg.catalog.rest.scan_planning import PlanTableScanRequest
 from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, BooleanExpression
 from pyiceberg.table.metadata import TableMetadata
 
+from lakewarden.domain.affinity import MAX_HOSTS, MAX_REPLICAS, HashRing
 from lakewarden.domain.errors import InvalidField, LakewardenError, NoSuchPlan, NoSuchPlanTask
 from lakewarden.metadata.content_files import content_file_json
-from lakewarden.metadata.manifest_cache import ManifestEntryCache
+from lakewarden.metadata.manifest_cache import ENTRY_BYTES_PER_AVRO_BYTE, ManifestCache
 from lakewarden.metadata.scan_planning import (
     Plan,
     PlannedFile,
@@ -44,6 +53,10 @@ DEFAULT_OPEN_COST = 4 * 1024 * 1024  # read.split.open-file-cost
 PLAN_TASK_SPLITS = 8  # splits' worth of files in a plan task after the first
 PLAN_TASK_MAX_FILES = 2000
 RESULTS_KEPT_TASKS = 200_000  # file scan tasks kept in all by the cache of planning results
+AFFINITY = "lakewarden-affinity"  # the request's extension: the reader's hosts
+PREFERRED_HOSTS = "lakewarden-preferred-hosts"  # each file scan task's: its hosts, most preferred first
+READ_AHEAD_SHARE = 4  # a commit's manifests are read ahead only while they take at most 1/4 of the cache
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,13 +72,15 @@ class ScanPlanning:
     def __init__(
         self,
         metadata: MetadataService,
-        cache: ManifestEntryCache | None = None,
+        cache: ManifestCache | None = None,
         sync_seconds: float = 30.0,
         ttl_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        read_ahead: bool = False,
     ) -> None:
         self.metadata = metadata
-        self.cache = cache or ManifestEntryCache()
+        self.cache = cache or ManifestCache()
+        self.read_ahead = read_ahead
         self.sync_seconds = sync_seconds
         self.ttl_seconds = ttl_seconds
         self._clock = clock
@@ -77,11 +92,20 @@ class ScanPlanning:
         self.result_hits = 0
         self.result_misses = 0
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakewarden-scan-planning")
+        self._ahead: dict[tuple[str, tuple[str, ...], str], str] = {}  # tables to read ahead: their newest metadata
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-read-ahead")
+        self.read_ahead_manifests = 0
 
     # ---- the endpoints
 
     def submit(
-        self, catalog: str, namespace: str, name: str, request: PlanTableScanRequest, asked: Delegation | None
+        self,
+        catalog: str,
+        namespace: str,
+        name: str,
+        request: PlanTableScanRequest,
+        asked: Delegation | None,
+        affinity: HashRing | None = None,
     ) -> dict[str, Any]:
         """planTableScan: `completed` with tasks, or `submitted` with a plan id."""
         self._expire()
@@ -91,13 +115,13 @@ class ScanPlanning:
         _check_select(loaded.metadata, request)
         io = self.metadata.io_of(self.metadata.catalog(catalog))
         metadata = loaded.metadata
-        key = _result_key(metadata, request, scan, stats)
+        key = (*_result_key(metadata, request, scan, stats), affinity and (affinity.hosts, affinity.replicas))
 
         def work() -> list[dict[str, Any]]:
             kept = self._kept_result(key)
             if kept is not None:
                 return kept
-            chunks = _chunks(metadata, plan_scan(metadata, io, self.cache, scan), stats)
+            chunks = _chunks(metadata, plan_scan(metadata, io, self.cache, scan), stats, affinity)
             self._keep_result(key, chunks)
             return chunks
 
@@ -155,6 +179,41 @@ class ScanPlanning:
 
     def close(self) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
+        self._reader.shutdown(wait=False, cancel_futures=True)
+
+    # ---- read-ahead
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """An event of the metadata service: a commit's manifests are read ahead (a burst of commits to one
+        table is read once, at its newest metadata)."""
+        location = (event.get("payload") or {}).get("metadata_location")
+        if not self.read_ahead or event["type"] not in ("table-created", "table-committed") or not location:
+            return
+        key = (event["catalog"], tuple(event["namespace"]), event["table"])
+        with self._lock:
+            queued = key in self._ahead
+            self._ahead[key] = location
+        if not queued:
+            with contextlib.suppress(RuntimeError):  # closed: the server stops
+                self._reader.submit(self._read_ahead, key)
+
+    def _read_ahead(self, key: tuple[str, tuple[str, ...], str]) -> None:
+        with self._lock:
+            location = self._ahead.pop(key)
+        try:
+            io = self.metadata.io_of(self.metadata.catalog(key[0]))
+            snapshot = self.metadata.files.read(io, location).current_snapshot()
+            if snapshot is None:
+                return
+            missing = [m for m in self.cache.manifests(io, snapshot) if not self.cache.holds(m)]
+            weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
+            if weight > self.cache.max_bytes // READ_AHEAD_SHARE:
+                return  # a table this large would push everything else out: its manifests are read when asked for
+            for manifest in missing:
+                self.cache.entries(io, manifest)
+                self.read_ahead_manifests += 1
+        except Exception as exc:  # a dropped catalog or table, an unreachable store: planning reads them when asked
+            log.debug("reading ahead the manifests of %s failed: %s", ".".join((*key[1], key[2])), exc)
 
     # ---- state
 
@@ -234,9 +293,7 @@ def parse_plan_request(body: dict[str, Any]) -> PlanTableScanRequest:
     try:
         request = PlanTableScanRequest.model_validate(without_filter)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "request"
-        raise InvalidField(where, first["msg"]) from None
+        raise InvalidField.of_validation(exc, "request") from None
     expression = body.get("filter")
     if expression is None or expression is True:
         return request
@@ -248,6 +305,34 @@ def parse_plan_request(body: dict[str, Any]) -> PlanTableScanRequest:
         problem = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         raise InvalidField("filter", f"is not an Iceberg expression: {problem}") from None
     return request.model_copy(update={"filter": parsed})
+
+
+class _AffinityRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hosts: list[Annotated[str, StringConstraints(min_length=1, max_length=255)]] = Field(
+        min_length=1, max_length=MAX_HOSTS
+    )
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+
+
+def parse_affinity(body: dict[str, Any]) -> HashRing | None:
+    """lakewarden's extension of planTableScan, `"lakewarden-affinity": {"hosts": [...], "replicas": 2}`: the
+    reader's hosts, for a stable preference of hosts per file (domain/affinity.py), answered in each file
+    scan task as `lakewarden-preferred-hosts`. Clients that do not ask get no hint; those that do not know
+    the field ignore it."""
+    given = body.get(AFFINITY)
+    if given is None:
+        return None
+    try:
+        asked = _AffinityRequest.model_validate(given)
+    except ValidationError as exc:
+        raise InvalidField.of_validation(exc, AFFINITY, nested=True) from None
+    return _ring(tuple(sorted(set(asked.hosts))), asked.replicas)
+
+
+@functools.lru_cache(maxsize=16)
+def _ring(hosts: tuple[str, ...], replicas: int) -> HashRing:
+    return HashRing(hosts, replicas)
 
 
 def _result_key(
@@ -301,7 +386,7 @@ def _check_select(metadata: TableMetadata, request: PlanTableScanRequest) -> Non
         _field_id(metadata, name, request.case_sensitive, "select")
 
 
-def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int]) -> list[dict[str, Any]]:
+def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int], affinity: HashRing | None) -> list[dict[str, Any]]:
     """The plan's file scan tasks cut into plan tasks by bytes (the first small), each with its own
     delete files listed once."""
     properties = metadata.properties
@@ -318,12 +403,15 @@ def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int]) -> list[dict[s
         weight += max(planned.data_file.file_size_in_bytes, open_cost)
     specs = metadata.specs()
     schema = plan.schema
-    return [_scan_tasks(group, specs, schema, stats) for group in groups]
+    return [_scan_tasks(group, specs, schema, stats, affinity) for group in groups]
 
 
-def _scan_tasks(group: list[PlannedFile], specs: Any, schema: Any, stats: set[int]) -> dict[str, Any]:
+def _scan_tasks(
+    group: list[PlannedFile], specs: Any, schema: Any, stats: set[int], affinity: HashRing | None
+) -> dict[str, Any]:
     deletes: list[dict[str, Any]] = []
     index: dict[tuple[str, int | None], int] = {}
+    residuals: dict[int, Any] = {}  # one residual per partition: written as JSON once
     tasks = []
     for planned in group:
         references = []
@@ -339,7 +427,12 @@ def _scan_tasks(group: list[PlannedFile], specs: Any, schema: Any, stats: set[in
         if references:
             task["delete-file-references"] = references
         # always given (`true` too): a client that gets none must fall back to the scan's whole filter
-        task["residual-filter"] = planned.residual.model_dump(mode="json", by_alias=True)
+        residual = residuals.get(id(planned.residual))
+        if residual is None:
+            residual = residuals[id(planned.residual)] = planned.residual.model_dump(mode="json", by_alias=True)
+        task["residual-filter"] = residual
+        if affinity is not None:
+            task[PREFERRED_HOSTS] = affinity.preferred(planned.data_file.file_path)
         tasks.append(task)
     body: dict[str, Any] = {"file-scan-tasks": tasks}
     if deletes:

@@ -22,7 +22,8 @@ from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatu
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.expressions import partition_filter_json
-from lakewarden.metadata.files import ManifestCache, SnapshotFiles, snapshot_files
+from lakewarden.metadata.files import SnapshotFiles, snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef
 from lakewarden.services.processes import ProcessFactory
 from lakewarden.store import processes as process_store

@@ -27,7 +27,7 @@ from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
 from lakewarden.services.metadata_service import Delegation, LoadedTable, MetadataService
 from lakewarden.services.metadata_service import TableChange as Change
-from lakewarden.services.scan_planning import ScanPlanning, parse_plan_request
+from lakewarden.services.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
 from lakewarden.store import metadata as store
 
 router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
@@ -449,8 +449,8 @@ def plan_table_scan(
     me: Caller,
 ) -> Response:
     ns = _ns(namespace)
-    scan = parse_plan_request(body)
-    return _json(planner.submit(prefix, ns, table, scan, delegation(request, me, prefix, ns, table)))
+    scan, affinity = parse_plan_request(body), parse_affinity(body)
+    return _json(planner.submit(prefix, ns, table, scan, delegation(request, me, prefix, ns, table), affinity))
 
 
 @router.get("/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}")

@@ -1,0 +1,121 @@
+"""The server's manifest cache: bounded by bytes, its estimates close to what parsed manifests take, and shared
+by the evaluator's records and scan planning."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField
+
+from lakewarden.domain.lru import SizedLRU
+from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.manifest_cache import ManifestCache
+from lakewarden.metadata.manifests import entries
+from lakewarden.metadata.scan_planning import ScanRequest, plan_scan
+
+
+def test_sized_lru_evicts_the_least_recently_used_past_its_bytes() -> None:
+    lru: SizedLRU[str, str] = SizedLRU(100)
+    lru.put("a", "A", 40)
+    lru.put("b", "B", 40)
+    assert lru.get("a") == "A"  # now b is the least recently used
+    lru.put("c", "C", 40)
+    assert "b" not in lru and lru.get("a") == "A" and lru.get("c") == "C"
+    assert lru.bytes == 80 and len(lru) == 2 and lru.evictions == 1
+    lru.put("huge", "H", 101)  # heavier than the bound: not kept, nothing evicted for it
+    assert "huge" not in lru and len(lru) == 2
+    lru.put("a", "A2", 10)  # replaced: its weight too
+    assert lru.bytes == 50 and lru.get("a") == "A2"
+    assert lru.get("b") is None
+    assert (lru.hits, lru.misses) == (4, 1)
+    with pytest.raises(ValueError):
+        SizedLRU(0)
+
+
+def _table(catalog: SqlCatalog, name: str, columns: int, files: int, per_commit: int) -> Any:
+    """A table of `files` data files (file metadata only) with metrics on each of `columns` long columns."""
+    schema = Schema(*[NestedField(i, f"c{i}", LongType(), required=False) for i in range(1, columns + 1)])
+    table = catalog.create_table(f"db.{name}", schema)
+    ids = range(1, columns + 1)
+    for start in range(0, files, per_commit):
+        with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+            for i in range(start, min(files, start + per_commit)):
+                data_file = DataFile.from_args(
+                    content=DataFileContent.DATA,
+                    file_path=f"{table.location()}/data/00000-{i:05d}-8d1b3c52-5b3e-4b8e-9d7a-3f0c2e1a9b77.parquet",
+                    file_format=FileFormat.PARQUET,
+                    partition=Record(),
+                    record_count=100,
+                    file_size_in_bytes=10_000,
+                    column_sizes=dict.fromkeys(ids, 1000),
+                    value_counts=dict.fromkeys(ids, 100),
+                    null_value_counts=dict.fromkeys(ids, 0),
+                    lower_bounds={k: (i * 100).to_bytes(8, "little", signed=True) for k in ids},
+                    upper_bounds={k: (i * 100 + 99).to_bytes(8, "little", signed=True) for k in ids},
+                )
+                data_file.spec_id = 0
+                append.append_data_file(data_file)
+    return catalog.load_table(f"db.{name}")
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> SqlCatalog:
+    root: Path = tmp_path_factory.mktemp("manifest-cache")
+    catalog = SqlCatalog("cache", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}")
+    catalog.create_namespace("db")
+    return catalog
+
+
+@pytest.mark.parametrize("columns", [1, 10, 60])
+def test_the_estimate_of_parsed_entries_is_within_2x_of_what_they_take(catalog: SqlCatalog, columns: int) -> None:
+    table = _table(catalog, f"wide{columns}", columns, 300, 300)
+    cache = ManifestCache()
+    (manifest,) = cache.manifests(table.io, table.current_snapshot())
+    listed = cache.bytes
+    list(entries(table.io, manifest, discard_deleted=False, read_version=3))  # readers resolved, imports done
+    gc.collect()
+    tracemalloc.start()
+    try:
+        kept = cache.entries(table.io, manifest)
+        gc.collect()
+        measured = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(kept) == 300
+    estimated = cache.bytes - listed
+    assert measured / 2 <= estimated <= measured * 2, (estimated, measured)
+
+
+def test_one_cache_serves_the_evaluator_and_scan_planning_within_its_bound(catalog: SqlCatalog) -> None:
+    table = _table(catalog, "shared", 3, 400, 20)  # 20 manifests
+    cache = ManifestCache()
+    request = ScanRequest(filter=table.scan(row_filter="c1 < 500").row_filter)
+    planned = plan_scan(table.metadata, table.io, cache, request)
+    assert sorted(p.data_file.file_path for p in planned.files) == sorted(
+        t.file.file_path for t in table.scan(row_filter="c1 < 500").plan_files()
+    )
+    parsed = cache.misses["entries"]
+    assert parsed == 20
+    files = snapshot_files(table, cache)  # the evaluator's records, made from the entries planning parsed
+    assert len(files.data) == 400 and files.manifests_read == 20
+    assert cache.misses["entries"] == parsed and cache.hits["entries"] >= 20
+    assert snapshot_files(table, cache).manifests_read == 0  # and kept
+
+    # bounded: a cache of a tenth of that keeps to its bound, and still answers the same
+    small = ManifestCache(max_bytes=cache.bytes // 10)
+    for _ in range(3):
+        again = snapshot_files(table, small)
+        assert small.bytes <= small.max_bytes
+        assert sorted(d.path for d in again.data) == sorted(d.path for d in files.data)
+    assert small.evictions > 0
+    replanned = plan_scan(table.metadata, table.io, small, request)
+    assert [p.data_file.file_path for p in replanned.files] == [p.data_file.file_path for p in planned.files]
+    assert small.bytes <= small.max_bytes
