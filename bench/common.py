@@ -101,7 +101,7 @@ def running_server(tmp: str, config: str) -> Iterator[str]:
         yield root
     finally:
         server.terminate()
-        server.wait(30)
+        server.wait(120)  # a graceful stop lets its local optimizers finish their running tasks
 
 
 def admin_token(tmp: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lakewarden.config import Config
+from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
@@ -19,6 +20,7 @@ from lakewarden.domain.maintenance import (
     ExpireSnapshotsConfig,
     MaintenanceState,
     SnapshotInfo,
+    after_failures,
     dangling_delete_files,
     enabled,
     expirable_snapshots,
@@ -165,3 +167,95 @@ def test_maintenance_states_say_what_blocks_each_action() -> None:
     assert states[Action.CLEAN_DANGLING_DELETE_FILES] == MaintenanceState(
         Action.CLEAN_DANGLING_DELETE_FILES, True, None
     )
+
+
+def test_a_failing_action_backs_off_doubling_its_interval_up_to_a_day() -> None:
+    hour = timedelta(hours=1)
+    assert [after_failures(hour, n) for n in range(7)] == [
+        hour,
+        2 * hour,
+        4 * hour,
+        8 * hour,
+        16 * hour,
+        *[24 * hour] * 2,
+    ]
+    assert after_failures(timedelta(days=3), 5) == timedelta(days=3)  # never shorter than the interval itself
+    assert after_failures(timedelta(minutes=1), 10_000) == timedelta(days=1)
+
+
+def test_the_trigger_backs_off_a_failing_action_and_shows_it(client: TestClient, sql_catalog: CatalogSpec) -> None:
+    """Scheduled orphan cleanup whose last processes failed is not retried every interval: the trigger waits
+    the interval doubled per failure, and the table's page says so; a success ends the streak."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from lakewarden.api.context import ServerContext
+    from lakewarden.domain.states import ProcessStatus
+    from lakewarden.domain.tables import TableIdentifier
+    from lakewarden.metadata.catalogs import open_catalog
+    from lakewarden.store import processes as process_store
+    from lakewarden.store import tables as table_store
+    from lakewarden.store.models import ProcessRow, TaskRow
+
+    ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
+    iceberg = open_catalog(sql_catalog, initialize=True)
+    iceberg.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    iceberg.create_table("db.t", schema, properties={"clean-orphan-file.enabled": "true"})
+    body = {"name": sql_catalog.name, "type": "sql", "properties": dict(sql_catalog.properties)}
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201
+    assert client.post(f"/api/v1/catalogs/{sql_catalog.name}/refresh").status_code < 300
+    trigger = ctx.trigger
+    trigger.schedules = {Action.CLEAN_ORPHAN_FILES: (True, timedelta(minutes=1))}
+    name = TableIdentifier(sql_catalog.name, "db", "t")
+
+    def history(*statuses_and_ages: tuple[ProcessStatus, float]) -> None:
+        """Processes of the action on the table, oldest first, each planned `age` minutes ago."""
+        with ctx.db.write() as session:
+            rec = table_store.get_table(session, name)
+            ids = [p.process_id for p in session.query(ProcessRow).filter(ProcessRow.table_id == rec.runtime.table_id)]
+            session.query(TaskRow).filter(TaskRow.process_id.in_(ids)).delete()
+            session.query(ProcessRow).filter(ProcessRow.process_id.in_(ids)).delete()
+            for status, age in statuses_and_ages:
+                planned = datetime.now(UTC) - timedelta(minutes=age)
+                session.add(
+                    ProcessRow(
+                        table_id=rec.runtime.table_id,
+                        catalog_name=name.catalog,
+                        db_name="db",
+                        table_name="t",
+                        group_name="default",
+                        action=Action.CLEAN_ORPHAN_FILES.value,
+                        type="scheduled",
+                        status=status.value,
+                        plan_time=planned,
+                        end_time=planned,
+                        summary={},
+                    )
+                )
+
+    def created() -> bool:
+        trigger._checked.clear()
+        trigger.run_once()
+        with ctx.db.read() as session:
+            return bool(process_store.running_processes(session))
+
+    failed, ok = ProcessStatus.FAILED, ProcessStatus.SUCCESS
+    history()  # never run: due at once
+    assert created()
+    history((ok, 60), (failed, 20), (failed, 3))  # two failures in a row: wait 4 minutes from the last
+    assert not created()
+    shown = {m["action"]: m for m in client.get(f"/api/v1/tables/{name.catalog}/db/t").json()["maintenance"]}
+    assert shown["clean-orphan-files"]["failures"] == 2
+    retry = datetime.fromisoformat(shown["clean-orphan-files"]["retry_after"])
+    assert abs((retry - datetime.now(UTC)) - timedelta(minutes=1)) < timedelta(seconds=30)
+    history((ok, 60), (failed, 20), (failed, 5))  # four minutes have passed: tried again
+    assert created()
+    history((failed, 20), (ok, 0.5))  # the newest succeeded: the plain interval again
+    assert not created()
+    history((failed, 20), (ok, 2), (failed, 1.5))  # one failure after a success: 2 minutes
+    assert not created()
+    shown = {m["action"]: m for m in client.get(f"/api/v1/tables/{name.catalog}/db/t").json()["maintenance"]}
+    assert shown["clean-orphan-files"]["failures"] == 1
+    history((ok, 20), (failed, 2.5))
+    assert created()

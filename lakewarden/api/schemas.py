@@ -107,6 +107,10 @@ class MaintenanceRead(_Read):
         description="Why no process is created for it even when enabled or run by hand: a table setting that "
         "forbids it (e.g. gc.enabled=false) or a misconfigured property"
     )
+    failures: int = Field(0, description="Its newest processes that failed in a row (scheduled runs back off)")
+    retry_after: datetime | None = Field(
+        None, description="While failing: when the trigger tries it again (the interval doubled per failure, <= 1d)"
+    )
 
 
 class TableRead(TableBrief):

@@ -379,9 +379,17 @@ def table_show(
             for p in recent
         ],
     )
-    rows = [[m["action"], "on" if m["enabled"] else "off", m["blocked_by"] or ""] for m in item["maintenance"]]
-    render.table("maintenance", ["action", "enabled", "blocked by"], rows)
+    rows = [
+        [m["action"], "on" if m["enabled"] else "off", m["blocked_by"] or "", _backoff(m)] for m in item["maintenance"]
+    ]
+    render.table("maintenance", ["action", "enabled", "blocked by", "failing"], rows)
     render.key_values("effective config", sorted(item["config"].items()))
+
+
+def _backoff(state: dict[str, Any]) -> str:
+    if not state.get("failures"):
+        return ""
+    return f"{state['failures']} failed in a row; next try after {state['retry_after']}"
 
 
 def render_evaluation(evaluation: dict[str, Any] | None) -> None:

@@ -114,6 +114,18 @@ def forbidding_setting(props: Mapping[str, str], action: Action) -> str | None:
     return None
 
 
+FAILURE_BACKOFF_MAX = timedelta(days=1)
+
+
+def after_failures(interval: timedelta, failures: int, longest: timedelta = FAILURE_BACKOFF_MAX) -> timedelta:
+    """How long the trigger waits before trying an action again after `failures` failed processes in a row:
+    the interval doubled for each, up to `longest` (never shorter than the interval itself). A failing
+    action is not retried every interval (each attempt costs an optimizer's time and a Spark job)."""
+    if failures <= 0:
+        return interval
+    return max(interval, min(interval * (1 << min(failures, 16)), longest))
+
+
 @dataclass(frozen=True)
 class MaintenanceState:
     """Whether an action runs on a table, and if it cannot, why (a forbidding or misconfigured setting)."""

@@ -7,7 +7,9 @@ of one task for an optimizer of the table's group, which runs it on Spark
 run always does (its reasons say what the metadata showed), except an auto tag with no tag due.
 
 The trigger checks each table and action once per interval (the server's, or the table's own
-`<prefix>.interval`) and never starts an action on a table where one of its kind is running.
+`<prefix>.interval`) and never starts an action on a table where one of its kind is running. An action
+whose processes failed several times in a row backs off: the interval doubles with each failure, up to a
+day (domain/maintenance.after_failures); a success, or a run by hand that succeeds, ends the streak.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from lakewarden.domain.maintenance import (
     OrphanFilesConfig,
     RewriteManifestsConfig,
     SnapshotInfo,
+    after_failures,
     dangling_delete_files,
     enabled,
     expirable_snapshots,
@@ -246,6 +249,7 @@ class MaintenanceTrigger(LoopService):
             specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
             last = store.last_plan_times(session)
             running = {(p.table_id, p.action) for p in store.running_processes(session)}
+            failing = store.failure_streaks(session, [a.value for a in MAINTENANCE_ACTIONS])
         for rec in tables:
             spec = specs.get(rec.identifier.catalog_name)
             if spec is None:
@@ -264,6 +268,8 @@ class MaintenanceTrigger(LoopService):
                 except InvalidField as exc:
                     self._warn(rec, action, str(exc))
                     continue
+                failures = failing.get(key, (0, now))[0]
+                interval = after_failures(interval, failures)
                 previous = [as_utc(t) for t in (last.get(key), self._checked.get(key)) if t is not None]
                 if previous and now - max(previous) < interval:
                     continue
@@ -278,6 +284,24 @@ class MaintenanceTrigger(LoopService):
                     self._warn(rec, action, str(exc))
                 except Exception as exc:
                     log.warning("cannot plan %s on %s: %s", action, rec.name, exc)
+
+    def backoff(self, session: Session, rec: TableRecord) -> dict[Action, tuple[int, datetime]]:
+        """The table's actions that are backing off: failed processes in a row, and when the trigger tries
+        again."""
+        found = {}
+        for (_, action), (failures, planned) in store.failure_streaks(
+            session, [a.value for a in MAINTENANCE_ACTIONS], rec.runtime.table_id
+        ).items():
+            kind = Action(action)
+            on, interval = self.schedules.get(kind, (False, timedelta(0)))
+            if not on:
+                continue
+            try:
+                interval = interval_override(rec.runtime.config, kind) or interval
+            except InvalidField:
+                continue
+            found[kind] = (failures, planned + after_failures(interval, failures))
+        return found
 
     def _warn(self, rec: TableRecord, action: Action, message: str) -> None:
         key = (rec.runtime.table_id, action.value, message)

@@ -127,7 +127,7 @@ class TaskRow(Base):
     process_id: Mapped[int] = mapped_column(ID, ForeignKey("optimizing_process.process_id"), primary_key=True)
     task_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
-    type: Mapped[str] = mapped_column(String(16))
+    type: Mapped[str] = mapped_column(String(32))  # the action (maintenance) or the optimizing type
     # bumped each time the task is handed out: an ack or completion naming an older attempt is refused
     attempt: Mapped[int] = mapped_column(Integer)
     retry_count: Mapped[int] = mapped_column(Integer)

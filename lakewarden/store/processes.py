@@ -258,6 +258,38 @@ def last_plan_times(session: Session) -> dict[tuple[int, str], datetime]:
     return {(table_id, action): moment for table_id, action, moment in session.execute(query)}
 
 
+def failure_streaks(
+    session: Session, actions: list[str], table_id: int | None = None, depth: int = 8
+) -> dict[tuple[int, str], tuple[int, datetime]]:
+    """Per (table, action) whose newest process failed: how many of its newest processes failed in a row (up to
+    `depth`), and when the newest was planned."""
+    newest_first = func.row_number().over(
+        partition_by=(ProcessRow.table_id, ProcessRow.action), order_by=ProcessRow.process_id.desc()
+    )
+    ranked = select(
+        ProcessRow.table_id, ProcessRow.action, ProcessRow.status, ProcessRow.plan_time, newest_first.label("n")
+    ).where(ProcessRow.action.in_(actions), ProcessRow.status != ProcessStatus.RUNNING.value)
+    if table_id is not None:
+        ranked = ranked.where(ProcessRow.table_id == table_id)
+    recent = ranked.subquery()
+    rows = session.execute(
+        select(recent).where(recent.c.n <= depth).order_by(recent.c.table_id, recent.c.action, recent.c.n)
+    )
+    streaks: dict[tuple[int, str], tuple[int, datetime]] = {}
+    ended: set[tuple[int, str]] = set()
+    for table, action, status, planned, n in rows:
+        key = (table, action)
+        if key in ended:
+            continue
+        if status != ProcessStatus.FAILED.value:
+            ended.add(key)
+        elif n == 1:
+            streaks[key] = (1, as_utc(planned))
+        else:
+            streaks[key] = (streaks[key][0] + 1, streaks[key][1])
+    return streaks
+
+
 def transition_task(
     session: Session,
     process_id: int,

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
@@ -64,7 +65,8 @@ def list_tables(
     return [TableBrief(**_brief_fields(rec)) for rec in records]
 
 
-def _read(rec: TableRecord) -> TableRead:
+def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
+    backoff = ctx.trigger.backoff(session, rec)
     return TableRead(
         **_brief_fields(rec),
         status_changed_at=rec.runtime.status_changed_at,
@@ -79,7 +81,13 @@ def _read(rec: TableRecord) -> TableRead:
         last_major_optimizing_at=rec.runtime.last_major_optimizing_at,
         last_full_optimizing_at=rec.runtime.last_full_optimizing_at,
         maintenance=[
-            MaintenanceRead(action=m.action.value, enabled=m.enabled, blocked_by=m.blocked_by)
+            MaintenanceRead(
+                action=m.action.value,
+                enabled=m.enabled,
+                blocked_by=m.blocked_by,
+                failures=backoff.get(m.action, (0, None))[0],
+                retry_after=backoff.get(m.action, (0, None))[1],
+            )
             for m in maintenance_states(rec.runtime.config)
         ],
     )
@@ -88,7 +96,7 @@ def _read(rec: TableRecord) -> TableRead:
 @router.get("/{catalog}/{database}/{table}", response_model=TableRead)
 def get_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRead:
     with ctx.db.read() as session:
-        return _read(store.get_table(session, TableIdentifier(catalog, database, table)))
+        return _read(ctx, session, store.get_table(session, TableIdentifier(catalog, database, table)))
 
 
 @router.post("/{catalog}/{database}/{table}/evaluate", response_model=TableRead, **OPERATOR)
@@ -104,7 +112,7 @@ def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRe
     with catalog_for(spec, ctx.metadata) as catalog_handle:
         ctx.evaluator.evaluate(catalog_handle, rec)
     with ctx.db.read() as session:
-        return _read(store.get_table(session, name))
+        return _read(ctx, session, store.get_table(session, name))
 
 
 class RunAction(BaseModel):
