@@ -149,7 +149,7 @@ class ScanPlanningConfig(_Model):
     `sync-timeout` is answered at once (`completed`); a longer one is `submitted` and polled (0: every plan). Plans not
     fetched whole are kept for `plan-ttl` after their last use. With `read-ahead` the manifests of every commit
     to an internal catalog are parsed into the manifest cache as it lands, so the first plan after a write
-    finds them parsed."""
+    finds them parsed, and at start the cache is warmed with the tables committed last."""
 
     # long enough for a cold plan of a large table: pyiceberg 0.12 does not poll a `submitted` plan
     sync_timeout: Duration = Field(timedelta(seconds=30), alias="sync-timeout")

@@ -389,3 +389,22 @@ def test_async_plans_are_polled_fetched_cancelled_and_expire(tmp_path: Path) -> 
         assert poll(left)["status"] == "completed"
         time.sleep(2.5)  # not used for longer than plan-ttl: freed
         assert server.http.get(f"{url}/plan/{left}").status_code == 404
+
+        # a restarted server warms its manifest cache with the tables committed last: the first plan parses
+        # nothing (and so does the evaluator's look at the table)
+        server.stop()
+        server.start()
+
+        def sample(name: str) -> float:
+            return _sample(server.http.get(f"{server.url}/metrics").text, name)
+
+        deadline = time.monotonic() + 30
+        while sample("lakewarden_scan_planning_read_ahead_manifests_total") < 3:
+            assert time.monotonic() < deadline, "the cache was not warmed at start"
+            time.sleep(0.1)
+        parsed = sample('lakewarden_manifest_cache_lookups_total{part="entries",result="miss"}')
+        answer = server.http.post(f"{url}/plan", json={}).json()
+        assert answer["status"] == "submitted"
+        assert poll(answer["plan-id"])["status"] == "completed"
+        assert sample('lakewarden_manifest_cache_lookups_total{part="entries",result="miss"}') == parsed
+        assert "warmed the manifest cache: 3 manifests of 1 tables" in server.log.read_text()

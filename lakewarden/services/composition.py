@@ -184,6 +184,7 @@ class ServerRuntime:
         """Join the election (one node: lead at once); tests that drive the loops themselves only recover."""
         self.background = background
         if background:
+            self.scans.prewarm()  # every node: its own manifest cache
             self.leadership.start()
         else:
             self.engine.recover()

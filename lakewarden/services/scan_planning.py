@@ -13,7 +13,9 @@ or it was left alone for `ttl_seconds`.
 Manifests are parsed into the server's manifest cache, shared with the evaluator. With `read_ahead` this
 service also hears of every commit to an internal catalog (MetadataService.subscribe) and parses the new
 snapshot's manifests at once in a thread of its own, so that the first plan after a write, like the
-evaluator's look at the table, finds them parsed.
+evaluator's look at the table, finds them parsed. At start it warms the cache the same way (as databases
+reload their buffer pools): the current manifests of the internal tables committed most recently, until
+they would fill half of it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from lakewarden.metadata.scan_planning import (
     plan_scan,
 )
 from lakewarden.services.metadata_service import Delegation, MetadataService
+from lakewarden.store import metadata as store
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # Iceberg's read.split.target-size default
 DEFAULT_OPEN_COST = 4 * 1024 * 1024  # read.split.open-file-cost
@@ -56,6 +59,8 @@ RESULTS_KEPT_TASKS = 200_000  # file scan tasks kept in all by the cache of plan
 AFFINITY = "lakewarden-affinity"  # the request's extension: the reader's hosts
 PREFERRED_HOSTS = "lakewarden-preferred-hosts"  # each file scan task's: its hosts, most preferred first
 READ_AHEAD_SHARE = 4  # a commit's manifests are read ahead only while they take at most 1/4 of the cache
+PREWARM_SHARE = 2  # at start, the newest tables' manifests are read until they would fill 1/2 of the cache
+PREWARM_TABLES = 10_000  # looked at, at most
 log = logging.getLogger(__name__)
 
 
@@ -95,6 +100,8 @@ class ScanPlanning:
         self._ahead: dict[tuple[str, tuple[str, ...], str], str] = {}  # tables to read ahead: their newest metadata
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-read-ahead")
         self.read_ahead_manifests = 0
+        self.prewarmed_manifests = 0
+        self._closing = threading.Event()
 
     # ---- the endpoints
 
@@ -178,6 +185,7 @@ class ScanPlanning:
         self._forget(plan_id)
 
     def close(self) -> None:
+        self._closing.set()
         self._workers.shutdown(wait=False, cancel_futures=True)
         self._reader.shutdown(wait=False, cancel_futures=True)
 
@@ -200,20 +208,58 @@ class ScanPlanning:
     def _read_ahead(self, key: tuple[str, tuple[str, ...], str]) -> None:
         with self._lock:
             location = self._ahead.pop(key)
+        # a table this large would push everything else out: its manifests are read when a plan asks for them
+        self._read_manifests(key, location, self.cache.max_bytes // READ_AHEAD_SHARE)
+
+    def _read_manifests(self, key: tuple[str, tuple[str, ...], str], location: str, budget: int) -> int:
+        """Parses the manifests of the table's current snapshot that are not kept, unless they would weigh more
+        than `budget`; returns their weight (0 when nothing was read)."""
         try:
             io = self.metadata.io_of(self.metadata.catalog(key[0]))
             snapshot = self.metadata.files.read(io, location).current_snapshot()
             if snapshot is None:
-                return
+                return 0
             missing = [m for m in self.cache.manifests(io, snapshot) if not self.cache.holds(m)]
             weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
-            if weight > self.cache.max_bytes // READ_AHEAD_SHARE:
-                return  # a table this large would push everything else out: its manifests are read when asked for
+            if weight > budget:
+                return 0
             for manifest in missing:
+                if self._closing.is_set():
+                    break
                 self.cache.entries(io, manifest)
                 self.read_ahead_manifests += 1
+            return weight
         except Exception as exc:  # a dropped catalog or table, an unreachable store: planning reads them when asked
             log.debug("reading ahead the manifests of %s failed: %s", ".".join((*key[1], key[2])), exc)
+            return 0
+
+    def prewarm(self) -> None:
+        """At start, in a thread of its own: the current manifests of the internal tables committed most
+        recently are parsed, newest first, until they would fill 1/PREWARM_SHARE of the cache."""
+        if self.read_ahead:
+            threading.Thread(target=self._prewarm, name="lakewarden-prewarm", daemon=True).start()
+
+    def _prewarm(self) -> None:
+        started = time.monotonic()
+        with self.metadata.db.read() as session:
+            tables = store.recent_pointers(session, PREWARM_TABLES)
+        budget = self.cache.max_bytes // PREWARM_SHARE
+        before = self.read_ahead_manifests
+        warmed = 0
+        for catalog, namespace, name, location in tables:
+            if self._closing.is_set() or budget <= 0:
+                break
+            spent = self._read_manifests((catalog, tuple(namespace), name), location, budget)
+            budget -= spent
+            warmed += 1 if spent else 0
+        self.prewarmed_manifests = self.read_ahead_manifests - before
+        if self.prewarmed_manifests:
+            log.info(
+                "warmed the manifest cache: %d manifests of %d tables in %.1fs",
+                self.prewarmed_manifests,
+                warmed,
+                time.monotonic() - started,
+            )
 
     # ---- state
 

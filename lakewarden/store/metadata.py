@@ -129,6 +129,15 @@ def list_pointers(session: Session, catalog: str, namespace: str) -> list[str]:
     return sorted(session.scalars(query))
 
 
+def recent_pointers(session: Session, limit: int) -> list[tuple[str, list[str], str, str]]:
+    """The internal tables committed most recently: catalog, namespace levels, name, metadata location."""
+    query = select(IcebergTableRow).order_by(IcebergTableRow.updated_at.desc()).limit(limit)
+    return [
+        (row.catalog_name, levels(row.namespace), row.table_name, row.metadata_location)
+        for row in session.scalars(query)
+    ]
+
+
 def name_taken(session: Session, catalog: str, namespace: str, name: str) -> None:
     """Tables and views share a namespace's names (as the spec's AlreadyExists says)."""
     if session.get(IcebergTableRow, (catalog, namespace, name)) is not None:
