@@ -39,6 +39,7 @@ from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import admin_token, bar_chart, running_server, write
+from lakewarden.config import ACTION_INTERVALS
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "day", LongType(), required=False))
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "day"))
@@ -125,19 +126,9 @@ def main() -> None:
     # pyiceberg 0.12 does not poll a `submitted` plan: the cold plan of the largest table must come back whole
     planning = "  scan-planning: {sync-timeout: 300s}\n"
     cold_planning = "  scan-planning: {sync-timeout: 300s, read-ahead: false}\n"
-    no_maintenance = "".join(
-        # no maintenance either (the 100-manifest table would get a manifest rewrite): Spark jobs on the same
-        # cores would be measured with the plans
-        f"  {action}: {{enabled: false}}\n"
-        for action in (
-            "expire-snapshots",
-            "clean-orphan-files",
-            "clean-dangling-delete-files",
-            "data-expiration",
-            "auto-create-tags",
-            "rewrite-manifests",
-        )
-    )
+    # no maintenance either (the 100-manifest table would get a manifest rewrite): Spark jobs on the same cores
+    # would be measured with the plans
+    no_maintenance = "".join(f"  {action}: {{enabled: false}}\n" for action in ACTION_INTERVALS)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp:
         with running_server(tmp, planning + no_maintenance) as url:

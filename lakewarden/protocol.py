@@ -136,6 +136,9 @@ class RewriteManifestsInput(_Model):
     table: str
 
 
+# what a database BIGINT holds: larger numbers can name no process, task or attempt (and would not fit a query)
+Id = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
 TaskInput = Annotated[
     OptimizingInput
     | ExpireSnapshotsInput
@@ -361,20 +364,20 @@ class TokenRef(_Model):
 
 
 class PollRequest(TokenRef):
-    thread_id: int = Field(ge=0)
+    thread_id: int = Field(ge=0, le=1024)
     timeout_seconds: float = Field(3.0, ge=0, le=3.0)
 
 
 class TaskRef(TokenRef):
-    process_id: int
-    task_id: int
-    attempt: int
+    process_id: Id
+    task_id: Id
+    attempt: Id
 
 
 class TaskKey(_Model):
-    process_id: int
-    task_id: int
-    attempt: int
+    process_id: Id
+    task_id: Id
+    attempt: Id
 
 
 class Touch(TokenRef):

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from lakewarden.config import ACTION_INTERVALS
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -31,17 +33,7 @@ REFRESH_SECONDS = 2
 
 # Maintenance actions stay off in test servers unless a test turns them on: their processes would
 # appear beside the optimizing ones that other tests count.
-MAINTENANCE_OFF = "".join(
-    f"  {action}: {{enabled: false}}\n"
-    for action in (
-        "expire-snapshots",
-        "clean-orphan-files",
-        "clean-dangling-delete-files",
-        "data-expiration",
-        "auto-create-tags",
-        "rewrite-manifests",
-    )
-)
+MAINTENANCE_OFF = "".join(f"  {action}: {{enabled: false}}\n" for action in ACTION_INTERVALS)
 
 
 class ServerProcess:

@@ -79,12 +79,12 @@ def _auth(data_dir: Path) -> dict[str, str]:
 
 def _succeeded(api: str, data_dir: Path) -> bool:
     try:
-        processes = httpx.get(
-            f"{api}/processes", params={"status": "success"}, headers=_auth(data_dir), timeout=5
-        ).json()
+        answer = httpx.get(f"{api}/processes", params={"status": "success"}, headers=_auth(data_dir), timeout=5)
     except httpx.HTTPError:
         return False
-    return any(p["action"] == "optimizing" for p in processes)
+    if answer.status_code != 200:  # still starting (no token written yet, or no leader yet)
+        return False
+    return any(p["action"] == "optimizing" for p in answer.json())
 
 
 def _diagnosis(api: str, data_dir: Path, log: Path) -> str:

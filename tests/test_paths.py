@@ -26,6 +26,8 @@ from lakewarden.metadata.paths import OutsideRoot, check_under, is_under
         ("s3://bucket/w", "s3://bucket/w2/db/t", False),
         ("s3://bucket/w", "/w/db/t", False),
         ("s3://bucket/w", "gs://bucket/w/db/t", False),
+        ("/w", "/w/db/t\x00/x", False),  # a NUL names no file (found by fuzzing the REST catalog)
+        ("s3://bucket/w", "s3://bucket/w/db\x00", False),
     ],
 )
 def test_paths_under_a_root(root: str, path: str, inside: bool) -> None:

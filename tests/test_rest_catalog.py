@@ -219,6 +219,24 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
         400,
         "BadRequestException",
     )
+    # names that could not be addressed in a URL or a path (found by fuzzing): a 400 naming the field
+    for bad in ("a/b", "tab\x00", "line\nbreak"):
+        named = error(
+            server.http.post(f"{base}/lake/namespaces", json={"namespace": ["db2", bad]}), 400, "BadRequestException"
+        )
+        assert named["message"].startswith("namespace")
+        field = {"name": bad, "schema": {"type": "struct", "fields": []}}
+        named = error(server.http.post(f"{base}/lake/namespaces/db/tables", json=field), 400, "BadRequestException")
+        assert named["message"].startswith("name")
+    # a default value pyiceberg cannot read is the client's error, not the server's (found by fuzzing)
+    odd_default = {
+        "name": "x",
+        "schema": {
+            "type": "struct",
+            "fields": [{"id": 1, "name": "a", "type": "unknown", "required": False, "initial-default": "x"}],
+        },
+    }
+    error(server.http.post(f"{base}/lake/namespaces/db/tables", json=odd_default), 400, "BadRequestException")
     stale = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42}], "updates": []}
     error(server.http.post(f"{base}/lake/namespaces/db/tables/t", json=stale), 409, "CommitFailedException")
     bad_update = {"updates": [{"action": "no-such-action"}]}

@@ -124,11 +124,11 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     )
     for router in routers:
         api.include_router(router)
-    app.include_router(api)
+    app.include_router(api, responses=errors.ERROR_RESPONSES)
     app.include_router(iceberg_oauth.router)
     # views first: the tables' router ends with the catch-all that answers 406 for routes not served
-    app.include_router(iceberg_views.router, dependencies=[Depends(authorize_catalog)])
-    app.include_router(iceberg_rest.router, dependencies=[Depends(authorize_catalog)])
+    for router in (iceberg_views.router, iceberg_rest.router):
+        app.include_router(router, dependencies=[Depends(authorize_catalog)], responses=errors.ERROR_RESPONSES)
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
     app.add_middleware(IdempotencyKeys)  # inside JavaPathDecoding: it keys on the decoded path

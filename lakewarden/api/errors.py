@@ -8,10 +8,12 @@ Bad input is a 4xx whose message names the field; nothing the user sends produce
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakewarden.domain.errors import (
@@ -74,6 +76,37 @@ _HTTP_TYPES = {
     422: "UnprocessableEntityException",
     429: "TooManyRequestsException",
     503: "ServiceUnavailableException",
+}
+
+
+class ErrorModel(BaseModel):
+    message: str
+    type: str = Field(description="The Iceberg REST spec's exception name, e.g. NoSuchTableException")
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """Every error of `/api/v1` and `/iceberg/v1`, shaped as the Iceberg REST spec's IcebergErrorResponse."""
+
+    error: ErrorModel
+
+
+# what any route may answer besides its success: documented on every route of the API and the REST catalog
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": description}
+    for code, description in {
+        400: "Bad request: the message names the field at fault",
+        401: "No credential, or one that is unknown, expired or revoked",
+        403: "The credential's role or grants do not allow this",
+        404: "What the path names does not exist",
+        406: "A REST catalog route this server does not serve",
+        409: "Conflict with the current state (a concurrent change, a name taken)",
+        413: "The request body is larger than http-server.max-body-size",
+        415: "The request body is not JSON",
+        422: "Well-formed but contradicting itself",
+        429: "Too many failed logins from this address or for this name: wait for Retry-After",
+        503: "Not available now (no leader, storage unreachable): ask again after Retry-After",
+    }.items()
 }
 
 

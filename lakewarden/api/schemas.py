@@ -5,7 +5,24 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+
+ID_MAX = 2**63 - 1  # the largest id a database BIGINT holds (a larger one names nothing: 404, never 500)
+
+
+class ClientBody(BaseModel):
+    """A request body that holds pyiceberg's models. Their validators raise TypeError (and the like) on some
+    malformed input, which pydantic would let through as a server error: here it is the client's 400."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _client_errors(cls, data: Any, handler: Any) -> Any:
+        try:
+            return handler(data)
+        except (TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
 
 class _Request(BaseModel):

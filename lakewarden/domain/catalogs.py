@@ -26,6 +26,20 @@ CATALOG_TYPES = tuple(REQUIRED_PROPERTIES)
 SECRET_PROPERTIES = ("credential", "token", "jdbc.password", "password", "s3.secret-access-key")
 
 
+# a namespace level, table or view name of an internal catalog: it becomes a path segment of the REST catalog's
+# URLs (a '/' in it could not be addressed) and of the table's default location (nor could a NUL)
+MAX_OBJECT_NAME = 255
+
+
+def check_object_name(field_name: str, name: str) -> None:
+    """InvalidField unless `name` can name a namespace level, table or view: 1-255 characters, no '/' and no
+    control character."""
+    if not name or len(name) > MAX_OBJECT_NAME:
+        raise InvalidField(field_name, f"{name!r} must be 1-{MAX_OBJECT_NAME} characters")
+    if "/" in name or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise InvalidField(field_name, f"{name!r} has a '/' or a control character")
+
+
 @dataclass(frozen=True)
 class CatalogSpec:
     """What a registered catalog is: enough to open it with pyiceberg or Spark."""

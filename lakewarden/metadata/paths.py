@@ -35,6 +35,8 @@ def _parts(path: str) -> tuple[str, str, str]:
 
 
 def _normal(scheme: str, path: str) -> str:
+    if "\x00" in path:
+        raise OutsideRoot(f"{path!r} has a NUL character")
     if any(segment == ".." for segment in path.split("/")):
         raise OutsideRoot(f"{path!r} has a '..' segment")
     if scheme == "":

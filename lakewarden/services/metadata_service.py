@@ -35,7 +35,7 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
-from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.catalogs import CatalogSpec, check_object_name
 from lakewarden.domain.errors import AlreadyExists, CommitFailed, InvalidField, NoSuchWarehouse, NotFound
 from lakewarden.domain.storage import Access, StorageProfile, Vending, table_prefixes
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
@@ -252,6 +252,8 @@ class MetadataService:
 
     def create_namespace(self, catalog: str, namespace: str, properties: dict[str, str]) -> None:
         self.catalog(catalog)
+        for level in store.levels(namespace):
+            check_object_name("namespace", level)
         with self.db.write(any_node=True) as session:
             store.create_namespace(session, catalog, namespace, properties)
             event = self.event(session, "namespace-created", catalog, namespace, None, {"properties": properties})
@@ -284,6 +286,7 @@ class MetadataService:
         stage: bool,
     ) -> LoadedTable:
         spec = self.catalog(catalog)
+        check_object_name("name", name)
         with self.db.read() as session:
             store.get_namespace(session, catalog, namespace)
             if store.pointer_exists(session, catalog, namespace, name):
@@ -615,6 +618,7 @@ class MetadataService:
         whose location is under the warehouse too (a purge later deletes only what lies there). With
         `overwrite`, a table of that name has its pointer moved to that metadata (a new version)."""
         spec = self.catalog(catalog)
+        check_object_name("name", name)
         try:
             check_under(spec.properties["warehouse"], metadata_location, "metadata-location")
         except OutsideRoot as exc:
@@ -682,6 +686,7 @@ class MetadataService:
 
     def rename_table(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
         self.catalog(catalog)
+        check_object_name("destination.name", target[1])
         with self.db.write(any_node=True) as session:
             store.rename_pointer(session, catalog, source, target)
             event = self.event(

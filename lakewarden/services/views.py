@@ -19,6 +19,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
+from lakewarden.domain.catalogs import check_object_name
 from lakewarden.domain.errors import CommitFailed, InvalidField
 from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.views import AssertViewUUID, ViewChangeError, apply_view_updates, new_view, view_json
@@ -88,6 +89,7 @@ class ViewCatalog:
     ) -> LoadedView:
         io, warehouse = self._io(catalog)
         spec = self.tables.catalog(catalog)
+        check_object_name("name", name)
         with self.db.read() as session:
             store.get_namespace(session, catalog, namespace)
             store.name_taken(session, catalog, namespace, name)
@@ -111,6 +113,7 @@ class ViewCatalog:
 
     def register(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedView:
         io, warehouse = self._io(catalog)
+        check_object_name("name", name)
         try:
             check_under(warehouse, metadata_location, "metadata-location")
         except OutsideRoot as exc:
@@ -177,6 +180,7 @@ class ViewCatalog:
 
     def rename(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
         self.tables.catalog(catalog)
+        check_object_name("destination.name", target[1])
         with self.db.write(any_node=True) as session:
             store.rename_view(session, catalog, source, target)
             payload = {"from": {"namespace": store.levels(source[0]), "view": source[1]}}

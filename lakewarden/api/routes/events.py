@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import _Read
+from lakewarden.api.schemas import ID_MAX, _Read
 from lakewarden.store import metadata as store
 
 router = APIRouter(tags=["events"])
@@ -39,7 +39,7 @@ class CommitRead(_Read):
 @router.get("/events", response_model=list[EventRead])
 def list_events(
     ctx: Ctx,
-    after: Annotated[int, Query(ge=0, description="Return events with a larger id (0: from the start)")] = 0,
+    after: Annotated[int, Query(ge=0, le=ID_MAX, description="Return events with a larger id (0: from the start)")] = 0,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
     catalog: str | None = None,
 ) -> list[EventRead]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
 from lakewarden.api.auth import OPEN, auth_service, client_address
 from lakewarden.domain.errors import NotAuthorized, TooManyRequests
@@ -29,6 +30,20 @@ Auth = Annotated[AuthService, Depends(auth_service)]
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 SUBJECT_TYPES = {ACCESS_TOKEN_TYPE, "urn:ietf:params:oauth:token-type:jwt"}
+
+
+class OAuthError(BaseModel):
+    """The spec's OAuthErrorResponse (RFC 6749 section 5.2)."""
+
+    error: str = Field(description="invalid_request, invalid_client, unsupported_grant_type, slow_down, ...")
+    error_description: str | None = None
+
+
+OAUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": OAuthError, "description": "A malformed request or a grant type not supported"},
+    401: {"model": OAuthError, "description": "The client or the subject token is not known"},
+    429: {"model": OAuthError, "description": "Too many failed attempts: wait for Retry-After"},
+}
 
 
 def _oauth_error(status: int, error: str, description: str) -> JSONResponse:
@@ -49,11 +64,11 @@ def _basic(request: Request) -> tuple[str | None, str | None]:
     return client_id, secret
 
 
-@router.post("/oauth/tokens", **OPEN)
+@router.post("/oauth/tokens", responses=OAUTH_ERRORS, **OPEN)
 def tokens(
     request: Request,
     auth: Auth,
-    grant_type: Annotated[str, Form()],
+    grant_type: Annotated[str | None, Form()] = None,
     scope: Annotated[str | None, Form()] = None,
     client_id: Annotated[str | None, Form()] = None,
     client_secret: Annotated[str | None, Form()] = None,
@@ -65,6 +80,8 @@ def tokens(
 ) -> JSONResponse:
     """Exchange client credentials, or a token about to expire, for an access token."""
     try:
+        if not grant_type:
+            return _oauth_error(400, "invalid_request", "grant_type is required")
         if grant_type == "client_credentials":
             basic_id, basic_secret = _basic(request)
             client_id, client_secret = client_id or basic_id, client_secret or basic_secret

@@ -12,7 +12,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.idempotency import LIFETIME_ISO
+from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, Unprocessable, Unsupported
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
@@ -76,21 +77,17 @@ def service(ctx: Ctx) -> MetadataService:
 Service = Annotated[MetadataService, Depends(service)]
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-
-class CreateNamespace(_Body):
+class CreateNamespace(ClientBody):
     namespace: list[str] = Field(min_length=1)
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-class UpdateNamespaceProperties(_Body):
+class UpdateNamespaceProperties(ClientBody):
     removals: list[str] = Field(default_factory=list)
     updates: dict[str, str] = Field(default_factory=dict)
 
 
-class CreateTable(_Body):
+class CreateTable(ClientBody):
     name: str = Field(min_length=1)
     location: str | None = None
     table_schema: Schema = Field(alias="schema")
@@ -100,35 +97,35 @@ class CreateTable(_Body):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-class TableRef(_Body):
+class TableRef(ClientBody):
     namespace: list[str] = Field(min_length=1)
     name: str = Field(min_length=1)
 
 
-class CommitTable(_Body):
+class CommitTable(ClientBody):
     # the Java client sends no identifier: the path names the table
     identifier: TableRef | None = None
     requirements: list[TableRequirement] = Field(default_factory=list)
     updates: list[TableUpdate] = Field(default_factory=list)
 
 
-class TableChange(_Body):
+class TableChange(ClientBody):
     identifier: TableRef
     requirements: list[TableRequirement] = Field(default_factory=list)
     updates: list[TableUpdate] = Field(default_factory=list)
 
 
-class CommitTransaction(_Body):
+class CommitTransaction(ClientBody):
     table_changes: list[TableChange] = Field(alias="table-changes", min_length=1)
 
 
-class RegisterTable(_Body):
+class RegisterTable(ClientBody):
     name: str = Field(min_length=1)
     metadata_location: str = Field(alias="metadata-location", min_length=1)
     overwrite: bool = False  # replace a table of that name (its pointer moves to this metadata)
 
 
-class RenameTable(_Body):
+class RenameTable(ClientBody):
     source: TableRef
     destination: TableRef
 
@@ -427,7 +424,7 @@ def report_metrics(prefix: str, namespace: str, table: str, svc: Service) -> Res
 # ---- server-side scan planning (services/scan_planning.py)
 
 
-class FetchScanTasks(_Body):
+class FetchScanTasks(ClientBody):
     plan_task: str = Field(alias="plan-task", min_length=1)
 
 

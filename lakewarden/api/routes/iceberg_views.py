@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewVersion
 
 from lakewarden.api.auth import Caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.routes.iceberg_rest import TableRef, _ns, _page
+from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import NoSuchView
 from lakewarden.domain.security import Privilege
 from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
@@ -29,11 +30,7 @@ def views(ctx: Annotated[ServerContext, Depends(server_context)]) -> ViewCatalog
 Views = Annotated[ViewCatalog, Depends(views)]
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-
-class CreateView(_Body):
+class CreateView(ClientBody):
     name: str = Field(min_length=1)
     location: str | None = None
     view_schema: Schema = Field(alias="schema")
@@ -41,18 +38,18 @@ class CreateView(_Body):
     properties: dict[str, str]
 
 
-class CommitView(_Body):
+class CommitView(ClientBody):
     identifier: TableRef | None = None
     requirements: list[AssertViewUUID] = Field(default_factory=list)
     updates: list[ViewUpdate]
 
 
-class RegisterView(_Body):
+class RegisterView(ClientBody):
     name: str = Field(min_length=1)
     metadata_location: str = Field(alias="metadata-location", min_length=1)
 
 
-class RenameView(_Body):
+class RenameView(ClientBody):
     source: TableRef
     destination: TableRef
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import Field
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import _Read
+from lakewarden.api.schemas import ID_MAX, _Read
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
@@ -24,6 +24,7 @@ from lakewarden.store.models import ProcessRow, TaskRow
 
 router = APIRouter(prefix="/processes", tags=["processes"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
+ProcessId = Annotated[int, Path(ge=1, le=ID_MAX)]
 
 
 class TaskRead(_Read):
@@ -139,12 +140,12 @@ def list_processes(
 
 
 @router.get("/{process_id}", response_model=ProcessRead)
-def get_process(process_id: int, ctx: Ctx) -> ProcessRead:
+def get_process(process_id: ProcessId, ctx: Ctx) -> ProcessRead:
     with ctx.db.read() as session:
         return _read(store.get_process(session, process_id), store.tasks_of(session, process_id))
 
 
 @router.post("/{process_id}/cancel", response_model=ProcessRead, **OPERATOR)
-def cancel_process(process_id: int, ctx: Ctx) -> ProcessRead:
+def cancel_process(process_id: ProcessId, ctx: Ctx) -> ProcessRead:
     ctx.engine.cancel(process_id)
     return get_process(process_id, ctx)

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from lakewarden.api.auth import ADMIN_ONLY, CSRF_COOKIE, OPEN, SESSION_COOKIE, Caller, auth_service, client_address
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import _Read, _Request
+from lakewarden.api.schemas import ID_MAX, _Read, _Request
 from lakewarden.config import Duration
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.security import Grant, PrincipalKind, Role
@@ -265,7 +265,7 @@ def audit_log(
     ctx: Ctx,
     principal: Annotated[str | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before: Annotated[int | None, Query(description="only entries older than this audit_id")] = None,
+    before: Annotated[int | None, Query(ge=0, le=ID_MAX, description="only entries older than this audit_id")] = None,
 ) -> list[AuditRead]:
     with ctx.db.read() as session:
         return [

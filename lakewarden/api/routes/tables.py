@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import MaintenanceRead, TableBrief, TableRead
+from lakewarden.api.schemas import ID_MAX, MaintenanceRead, TableBrief, TableRead
 from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import maintenance_states
 from lakewarden.domain.processes import Action
@@ -57,7 +57,7 @@ def list_tables(
     status: Annotated[str | None, Query(description="idle, pending, … or a status code")] = None,
     group: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
 ) -> list[TableBrief]:
     wanted = TableStatus.parse(status) if status is not None else None
     with ctx.db.read() as session:
