@@ -119,3 +119,20 @@ def test_one_cache_serves_the_evaluator_and_scan_planning_within_its_bound(catal
     replanned = plan_scan(table.metadata, table.io, small, request)
     assert [p.data_file.file_path for p in replanned.files] == [p.data_file.file_path for p in planned.files]
     assert small.bytes <= small.max_bytes
+
+
+def test_the_composed_server_has_one_cache_sized_as_configured(tmp_path: Path) -> None:
+    """The evaluator, scan planning and the read-ahead share the cache the config sizes (an empty cache is falsy:
+    `cache or ManifestCache()` once gave each its own, of the default size)."""
+    from fastapi.testclient import TestClient
+
+    from lakewarden.api.app import create_app
+    from tests.conftest import make_config
+
+    with TestClient(
+        create_app(make_config(tmp_path, manifest_cache__max_size="64MiB"), start_services=False)
+    ) as client:
+        runtime = client.app.state.context  # type: ignore[attr-defined]
+        cache = runtime.scans.cache
+        assert cache is runtime.evaluator.cache and cache is runtime.read_ahead.cache
+        assert cache.max_bytes == 64 * 1024**2

@@ -205,8 +205,15 @@ def test_commits_are_read_ahead_so_the_first_plan_parses_nothing(server: ServerP
     read_ahead = sample("lakewarden_scan_planning_read_ahead_manifests_total")
     for day in range(3):
         table.append(batch(day * 10, 10, day))
+    # the reader may still be busy with an earlier test's commits: wait for it to be done with all of them
     deadline = time.monotonic() + 20
-    while sample("lakewarden_scan_planning_read_ahead_manifests_total") < read_ahead + 3:
+    seen, steady_since = -1.0, time.monotonic()
+    while True:
+        now_read = sample("lakewarden_scan_planning_read_ahead_manifests_total")
+        if now_read != seen:
+            seen, steady_since = now_read, time.monotonic()
+        if now_read >= read_ahead + 3 and time.monotonic() - steady_since > 1.0:
+            break
         assert time.monotonic() < deadline, "the commits' manifests were not read ahead"
         time.sleep(0.1)
     parsed = sample('lakewarden_manifest_cache_lookups_total{part="entries",result="miss"}')

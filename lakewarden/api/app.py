@@ -87,7 +87,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         collectors = [
             DatabaseCollector(runtime.db),
             NodeCollector(runtime.leadership),
-            ScanPlanningCollector(runtime.scans),
+            ScanPlanningCollector(runtime.scans, runtime.read_ahead),
         ]
         for collector in collectors:
             metrics_registry.register(collector)

@@ -20,6 +20,7 @@ from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.services.leadership import Leadership
+from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
 from lakewarden.store import stats
 from lakewarden.store.database import Database
@@ -47,8 +48,9 @@ class ScanPlanningCollector(Collector):
     """The REST catalog's scan planning on this node (its cache of results, the plans it holds) and the
     node's manifest cache, which planning shares with the evaluator."""
 
-    def __init__(self, planning: ScanPlanning) -> None:
+    def __init__(self, planning: ScanPlanning, read_ahead: ManifestReadAhead) -> None:
         self.planning = planning
+        self.read_ahead = read_ahead
 
     def collect(self) -> Iterator[Metric]:
         planning = self.planning
@@ -57,8 +59,8 @@ class ScanPlanningCollector(Collector):
             "Lookups of scan planning's cache of planning results",
             labels=["cache", "result"],
         )
-        results.add_metric(["results", "hit"], planning.result_hits)
-        results.add_metric(["results", "miss"], planning.result_misses)
+        results.add_metric(["results", "hit"], planning.results.hits)
+        results.add_metric(["results", "miss"], planning.results.misses)
         yield results
         yield GaugeMetricFamily(
             "lakewarden_scan_planning_open_plans", "Plans whose tasks are kept for clients", value=planning.open_plans
@@ -66,7 +68,7 @@ class ScanPlanningCollector(Collector):
         yield CounterMetricFamily(
             "lakewarden_scan_planning_read_ahead_manifests",
             "Manifests parsed ahead of any plan, as commits landed",
-            value=planning.read_ahead_manifests,
+            value=self.read_ahead.manifests_read,
         )
         cache = planning.cache
         lookups = CounterMetricFamily(

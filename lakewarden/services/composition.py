@@ -42,6 +42,7 @@ from lakewarden.services.maintenance import MaintenanceTrigger, maintenance_fact
 from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessRegistry
+from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
 from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.views import ViewCatalog
@@ -86,6 +87,7 @@ class ServerRuntime:
     outbox: OutboxTail | None
     views: ViewCatalog
     scans: ScanPlanning  # the REST catalog's server-side scan planning
+    read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
     background: bool = True
 
     @classmethod
@@ -140,9 +142,9 @@ class ServerRuntime:
             manifests,
             sync_seconds=planning.sync_timeout.total_seconds(),
             ttl_seconds=planning.plan_ttl.total_seconds(),
-            read_ahead=planning.read_ahead,
         )
-        metadata.subscribe(scans)  # every node reads ahead the commits it makes
+        read_ahead = ManifestReadAhead(metadata, manifests, planning.read_ahead)
+        metadata.subscribe(read_ahead)  # every node reads ahead the commits it makes
         ha = config.ams.ha
         if not ha.enabled:
             metadata.subscribe(events)
@@ -171,6 +173,7 @@ class ServerRuntime:
             outbox=OutboxTail(db, events) if ha.enabled else None,
             views=ViewCatalog(metadata),
             scans=scans,
+            read_ahead=read_ahead,
         )
         runtime.leadership.on_elected = runtime._lead
         runtime.leadership.on_deposed = runtime._follow
@@ -184,7 +187,7 @@ class ServerRuntime:
         """Join the election (one node: lead at once); tests that drive the loops themselves only recover."""
         self.background = background
         if background:
-            self.scans.prewarm()  # every node: its own manifest cache
+            self.read_ahead.warm()  # every node: its own manifest cache
             self.leadership.start()
         else:
             self.engine.recover()
@@ -210,5 +213,6 @@ class ServerRuntime:
         self.leadership.stop()
         self._follow()
         self.scans.close()
+        self.read_ahead.close()
         self.metadata.close()
         self.db.dispose()

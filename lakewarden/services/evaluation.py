@@ -76,7 +76,7 @@ class TableEvaluator(LoopService):
         self.thread_count = thread_count
         # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
         self.recheck = timedelta(seconds=recheck_seconds)
-        self.cache = cache or ManifestCache()  # the server's, shared with scan planning
+        self.cache = cache if cache is not None else ManifestCache()  # the server's, shared with scan planning
         self.on_pending = on_pending  # called when a table turns pending (wakes the optimizers' polls)
 
     def _due(self, rec: TableRecord, now: datetime) -> bool:

@@ -10,23 +10,16 @@ files, so a reader starts at once, and each later one up to PLAN_TASK_SPLITS spl
 lives in this server's memory until every plan task was fetched, it is cancelled (`DELETE …/plan/{plan-id}`),
 or it was left alone for `ttl_seconds`.
 
-Manifests are parsed into the server's manifest cache, shared with the evaluator. With `read_ahead` this
-service also hears of every commit to an internal catalog (MetadataService.subscribe) and parses the new
-snapshot's manifests at once in a thread of its own, so that the first plan after a write, like the
-evaluator's look at the table, finds them parsed. At start it warms the cache the same way (as databases
-reload their buffer pools): the current manifests of the internal tables committed most recently, until
-they would fill half of it.
+Manifests are parsed into the server's manifest cache, shared with the evaluator and filled ahead of the
+plans as commits land and at start (services/read_ahead.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,8 +32,9 @@ from pyiceberg.table.metadata import TableMetadata
 
 from lakewarden.domain.affinity import MAX_HOSTS, MAX_REPLICAS, HashRing
 from lakewarden.domain.errors import InvalidField, LakewardenError, NoSuchPlan, NoSuchPlanTask
+from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.content_files import content_file_json
-from lakewarden.metadata.manifest_cache import ENTRY_BYTES_PER_AVRO_BYTE, ManifestCache
+from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.metadata.scan_planning import (
     Plan,
     PlannedFile,
@@ -49,7 +43,6 @@ from lakewarden.metadata.scan_planning import (
     plan_scan,
 )
 from lakewarden.services.metadata_service import Delegation, MetadataService
-from lakewarden.store import metadata as store
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # Iceberg's read.split.target-size default
 DEFAULT_OPEN_COST = 4 * 1024 * 1024  # read.split.open-file-cost
@@ -58,10 +51,6 @@ PLAN_TASK_MAX_FILES = 2000
 RESULTS_KEPT_TASKS = 200_000  # file scan tasks kept in all by the cache of planning results
 AFFINITY = "lakewarden-affinity"  # the request's extension: the reader's hosts
 PREFERRED_HOSTS = "lakewarden-preferred-hosts"  # each file scan task's: its hosts, most preferred first
-READ_AHEAD_SHARE = 4  # a commit's manifests are read ahead only while they take at most 1/4 of the cache
-PREWARM_SHARE = 2  # at start, the newest tables' manifests are read until they would fill 1/2 of the cache
-PREWARM_TABLES = 10_000  # looked at, at most
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -81,27 +70,18 @@ class ScanPlanning:
         sync_seconds: float = 30.0,
         ttl_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
-        read_ahead: bool = False,
     ) -> None:
         self.metadata = metadata
-        self.cache = cache or ManifestCache()
-        self.read_ahead = read_ahead
+        self.cache = cache if cache is not None else ManifestCache()
         self.sync_seconds = sync_seconds
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._plans: dict[str, _PlanState] = {}
         self._lock = threading.Lock()
         # planning results by (table, snapshot, request): repeated dashboard and BI scans are not planned again
-        self._results: OrderedDict[tuple[Any, ...], list[dict[str, Any]]] = OrderedDict()
-        self._results_tasks = 0
-        self.result_hits = 0
-        self.result_misses = 0
+        # weighed by their file scan tasks
+        self.results: SizedLRU[tuple[Any, ...], list[dict[str, Any]]] = SizedLRU(RESULTS_KEPT_TASKS)
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakewarden-scan-planning")
-        self._ahead: dict[tuple[str, tuple[str, ...], str], str] = {}  # tables to read ahead: their newest metadata
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-read-ahead")
-        self.read_ahead_manifests = 0
-        self.prewarmed_manifests = 0
-        self._closing = threading.Event()
 
     # ---- the endpoints
 
@@ -125,11 +105,11 @@ class ScanPlanning:
         key = (*_result_key(metadata, request, scan, stats), affinity and (affinity.hosts, affinity.replicas))
 
         def work() -> list[dict[str, Any]]:
-            kept = self._kept_result(key)
+            kept = self.results.get(key)
             if kept is not None:
                 return kept
             chunks = _chunks(metadata, plan_scan(metadata, io, self.cache, scan), stats, affinity)
-            self._keep_result(key, chunks)
+            self.results.put(key, chunks, sum(len(c["file-scan-tasks"]) for c in chunks))
             return chunks
 
         plan_id = uuid.uuid4().hex
@@ -185,104 +165,9 @@ class ScanPlanning:
         self._forget(plan_id)
 
     def close(self) -> None:
-        self._closing.set()
         self._workers.shutdown(wait=False, cancel_futures=True)
-        self._reader.shutdown(wait=False, cancel_futures=True)
-
-    # ---- read-ahead
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        """An event of the metadata service: a commit's manifests are read ahead (a burst of commits to one
-        table is read once, at its newest metadata)."""
-        location = (event.get("payload") or {}).get("metadata_location")
-        if not self.read_ahead or event["type"] not in ("table-created", "table-committed") or not location:
-            return
-        key = (event["catalog"], tuple(event["namespace"]), event["table"])
-        with self._lock:
-            queued = key in self._ahead
-            self._ahead[key] = location
-        if not queued:
-            with contextlib.suppress(RuntimeError):  # closed: the server stops
-                self._reader.submit(self._read_ahead, key)
-
-    def _read_ahead(self, key: tuple[str, tuple[str, ...], str]) -> None:
-        with self._lock:
-            location = self._ahead.pop(key)
-        # a table this large would push everything else out: its manifests are read when a plan asks for them
-        self._read_manifests(key, location, self.cache.max_bytes // READ_AHEAD_SHARE)
-
-    def _read_manifests(self, key: tuple[str, tuple[str, ...], str], location: str, budget: int) -> int:
-        """Parses the manifests of the table's current snapshot that are not kept, unless they would weigh more
-        than `budget`; returns their weight (0 when nothing was read)."""
-        try:
-            io = self.metadata.io_of(self.metadata.catalog(key[0]))
-            snapshot = self.metadata.files.read(io, location).current_snapshot()
-            if snapshot is None:
-                return 0
-            missing = [m for m in self.cache.manifests(io, snapshot) if not self.cache.holds(m)]
-            weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
-            if weight > budget:
-                return 0
-            for manifest in missing:
-                if self._closing.is_set():
-                    break
-                self.cache.entries(io, manifest)
-                self.read_ahead_manifests += 1
-            return weight
-        except Exception as exc:  # a dropped catalog or table, an unreachable store: planning reads them when asked
-            log.debug("reading ahead the manifests of %s failed: %s", ".".join((*key[1], key[2])), exc)
-            return 0
-
-    def prewarm(self) -> None:
-        """At start, in a thread of its own: the current manifests of the internal tables committed most
-        recently are parsed, newest first, until they would fill 1/PREWARM_SHARE of the cache."""
-        if self.read_ahead:
-            threading.Thread(target=self._prewarm, name="lakewarden-prewarm", daemon=True).start()
-
-    def _prewarm(self) -> None:
-        started = time.monotonic()
-        with self.metadata.db.read() as session:
-            tables = store.recent_pointers(session, PREWARM_TABLES)
-        budget = self.cache.max_bytes // PREWARM_SHARE
-        before = self.read_ahead_manifests
-        warmed = 0
-        for catalog, namespace, name, location in tables:
-            if self._closing.is_set() or budget <= 0:
-                break
-            spent = self._read_manifests((catalog, tuple(namespace), name), location, budget)
-            budget -= spent
-            warmed += 1 if spent else 0
-        self.prewarmed_manifests = self.read_ahead_manifests - before
-        if self.prewarmed_manifests:
-            log.info(
-                "warmed the manifest cache: %d manifests of %d tables in %.1fs",
-                self.prewarmed_manifests,
-                warmed,
-                time.monotonic() - started,
-            )
 
     # ---- state
-
-    def _kept_result(self, key: tuple[Any, ...]) -> list[dict[str, Any]] | None:
-        with self._lock:
-            kept = self._results.get(key)
-            if kept is None:
-                self.result_misses += 1
-                return None
-            self._results.move_to_end(key)
-            self.result_hits += 1
-            return kept
-
-    def _keep_result(self, key: tuple[Any, ...], chunks: list[dict[str, Any]]) -> None:
-        tasks = sum(len(c["file-scan-tasks"]) for c in chunks)
-        if tasks > RESULTS_KEPT_TASKS:
-            return
-        with self._lock:
-            self._results[key] = chunks
-            self._results_tasks += tasks
-            while self._results_tasks > RESULTS_KEPT_TASKS:
-                _, evicted = self._results.popitem(last=False)
-                self._results_tasks -= sum(len(c["file-scan-tasks"]) for c in evicted)
 
     def _completed(
         self,

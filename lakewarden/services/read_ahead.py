@@ -1,0 +1,114 @@
+"""Manifests parsed before anyone asks: the server's manifest cache (metadata/manifest_cache.py) filled as
+commits land and at start, so that the first plan of a scan, like the evaluator's look at a table, finds
+the table's manifests parsed.
+
+- As commits land: subscribed to the metadata service's events, a commit to an internal catalog has its
+  new snapshot's manifests parsed in a thread of its own (a burst of commits to one table is read once,
+  at its newest metadata). A table whose manifests would take more than 1/READ_AHEAD_SHARE of the cache
+  is left for the plans that ask for it.
+- At start (`warm`): the current manifests of the internal tables committed most recently, newest first,
+  until they would fill 1/WARM_SHARE of the cache, as databases reload their buffer pools.
+
+Both are `ams.scan-planning.read-ahead` (on by default). Each node reads ahead for itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from lakewarden.metadata.manifest_cache import ENTRY_BYTES_PER_AVRO_BYTE, ManifestCache
+from lakewarden.services.metadata_service import MetadataService
+from lakewarden.store import metadata as store
+
+log = logging.getLogger(__name__)
+READ_AHEAD_SHARE = 4  # a commit's manifests are read ahead only while they take at most 1/4 of the cache
+WARM_SHARE = 2  # at start, the newest tables' manifests are read until they would fill 1/2 of the cache
+WARM_TABLES = 10_000  # looked at, at most
+TableKey = tuple[str, tuple[str, ...], str]  # catalog, namespace levels, name
+
+
+class ManifestReadAhead:
+    def __init__(self, metadata: MetadataService, cache: ManifestCache, enabled: bool = True) -> None:
+        self.metadata = metadata
+        self.cache = cache
+        self.enabled = enabled
+        self.manifests_read = 0  # parsed ahead, as commits landed and at start
+        self._pending: dict[TableKey, str] = {}  # tables to read ahead: their newest metadata
+        self._lock = threading.Lock()
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-read-ahead")
+        self._closing = threading.Event()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """An event of the metadata service."""
+        location = (event.get("payload") or {}).get("metadata_location")
+        if not self.enabled or event["type"] not in ("table-created", "table-committed") or not location:
+            return
+        key = (event["catalog"], tuple(event["namespace"]), event["table"])
+        with self._lock:
+            queued = key in self._pending
+            self._pending[key] = location
+        if not queued:
+            with contextlib.suppress(RuntimeError):  # closed: the server stops
+                self._reader.submit(self._read_pending, key)
+
+    def warm(self) -> None:
+        """At start, in a thread of its own."""
+        if self.enabled:
+            threading.Thread(target=self._warm, name="lakewarden-warm-up", daemon=True).start()
+
+    def close(self) -> None:
+        self._closing.set()
+        self._reader.shutdown(wait=False, cancel_futures=True)
+
+    def _read_pending(self, key: TableKey) -> None:
+        with self._lock:
+            location = self._pending.pop(key)
+        self._read(key, location, self.cache.max_bytes // READ_AHEAD_SHARE)
+
+    def _read(self, key: TableKey, location: str, budget: int) -> int:
+        """Parses the manifests of the table's current snapshot that are not kept, unless they would weigh more
+        than `budget`; returns their weight (0 when nothing was read)."""
+        try:
+            io = self.metadata.io_of(self.metadata.catalog(key[0]))
+            snapshot = self.metadata.files.read(io, location).current_snapshot()
+            if snapshot is None:
+                return 0
+            missing = [m for m in self.cache.manifests(io, snapshot) if not self.cache.holds(m)]
+            weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
+            if weight > budget:
+                return 0
+            for manifest in missing:
+                if self._closing.is_set():
+                    break
+                self.cache.entries(io, manifest)
+                self.manifests_read += 1
+            return weight
+        except Exception as exc:  # a dropped catalog or table, an unreachable store: planning reads them when asked
+            log.debug("reading ahead the manifests of %s failed: %s", ".".join((*key[1], key[2])), exc)
+            return 0
+
+    def _warm(self) -> None:
+        started = time.monotonic()
+        with self.metadata.db.read() as session:
+            tables = store.recent_pointers(session, WARM_TABLES)
+        budget = self.cache.max_bytes // WARM_SHARE
+        before = self.manifests_read
+        warmed = 0
+        for catalog, namespace, name, location in tables:
+            if self._closing.is_set() or budget <= 0:
+                break
+            spent = self._read((catalog, tuple(namespace), name), location, budget)
+            budget -= spent
+            warmed += 1 if spent else 0
+        if self.manifests_read > before:
+            log.info(
+                "warmed the manifest cache: %d manifests of %d tables in %.1fs",
+                self.manifests_read - before,
+                warmed,
+                time.monotonic() - started,
+            )
