@@ -12,6 +12,9 @@
       evaluator: {interval: 10s, thread-count: 4, recheck-interval: 1min}
       manifest-cache: {max-size: 1GiB}  # parsed manifests, for the evaluator and scan planning
       scan-planning: {sync-timeout: 30s, plan-ttl: 10min, read-ahead: true}
+      history: {expire-interval: 1h, processes: {keep-time: 30d, keep-count: 100},   # what is kept of the past
+                timeline: {keep-time: 30d, keep-count: 1000}, events: {keep-time: 7d, keep-count: 100000},
+                optimizer-logs: {max-size: 64MiB, backups: 2, keep-time: 7d}}
     containers:
       - {name: local, container-impl: local}
     resource-groups:                   # ensured at start (created when absent, never changed)
@@ -164,6 +167,54 @@ class ManifestCacheConfig(_Model):
     max_size: ByteSize = Field(ByteSize(1024**3), alias="max-size", ge=1024 * 1024)
 
 
+class Retention(_Model):
+    """Rows older than `keep-time`, or beyond the newest `keep-count`, are deleted."""
+
+    keep_time: Duration = Field(alias="keep-time")
+    keep_count: int = Field(alias="keep-count", ge=1)
+
+
+class OptimizerLogsConfig(_Model):
+    """The local optimizers' logs (<data-dir>/optimizers): a log past `max-size` is rotated, `backups` older
+    copies kept; a log (or copy) not written for `keep-time` is deleted."""
+
+    max_size: ByteSize = Field(ByteSize(64 * 1024**2), alias="max-size", ge=1024)
+    backups: int = Field(2, ge=0, le=100)
+    keep_time: Duration = Field(timedelta(days=7), alias="keep-time")
+
+
+RETENTIONS: dict[str, dict[str, Any]] = {
+    "processes": {"keep-time": timedelta(days=30), "keep-count": 100},  # per table and action
+    "timeline": {"keep-time": timedelta(days=30), "keep-count": 1000},  # per table
+    "events": {"keep-time": timedelta(days=7), "keep-count": 100_000},  # in all
+}
+
+
+class HistoryConfig(_Model):
+    """What the server keeps of the past (services/history.py), pruned every `expire-interval` by the leader:
+    ended processes with their tasks (`keep-count` per table and action; the newest of each always kept, since
+    the maintenance schedule and its back-off read it), the commit timeline (`keep-count` per table; its newest
+    always kept), the event outbox (`keep-count` in all), and the local optimizers' logs. Amoro keeps 30 days
+    of optimizing history (`self-optimizing.runtime-data-keep-time`), pruned hourly."""
+
+    expire_interval: Duration = Field(timedelta(hours=1), alias="expire-interval")
+    processes: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["processes"]))
+    timeline: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["timeline"]))
+    events: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["events"]))
+    optimizer_logs: OptimizerLogsConfig = Field(default_factory=OptimizerLogsConfig, alias="optimizer-logs")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_kept(cls, data: Any) -> Any:
+        """`processes: {keep-count: 10}` keeps the default keep-time."""
+        if isinstance(data, dict):
+            for kind, defaults in RETENTIONS.items():
+                given = data.get(kind)
+                if isinstance(given, dict):
+                    data = {**data, kind: {**defaults, **given}}
+        return data
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -178,6 +229,7 @@ class AmsConfig(_Model):
     ha: HaConfig = Field(default_factory=HaConfig)
     scan_planning: ScanPlanningConfig = Field(default_factory=ScanPlanningConfig, alias="scan-planning")
     manifest_cache: ManifestCacheConfig = Field(default_factory=ManifestCacheConfig, alias="manifest-cache")
+    history: HistoryConfig = Field(default_factory=HistoryConfig)
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
     clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")

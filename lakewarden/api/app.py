@@ -21,6 +21,7 @@ from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import (
     DatabaseCollector,
+    HistoryCollector,
     LatencyMiddleware,
     NodeCollector,
     ScanPlanningCollector,
@@ -87,6 +88,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
         collectors = [
             DatabaseCollector(runtime.db),
             NodeCollector(runtime.leadership),
+            HistoryCollector(runtime.history),
             ScanPlanningCollector(runtime.scans, runtime.read_ahead),
         ]
         for collector in collectors:

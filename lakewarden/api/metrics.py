@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
+from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
@@ -42,6 +43,27 @@ class NodeCollector(Collector):
         epoch = self.leadership.epoch
         if self.leadership.enabled and epoch is not None:
             yield GaugeMetricFamily("lakewarden_leader_epoch", "The fencing token this node leads with", value=epoch)
+
+
+class HistoryCollector(Collector):
+    """What the history keeper pruned and rotated on this node since it started (services/history.py)."""
+
+    def __init__(self, history: HistoryKeeper) -> None:
+        self.history = history
+
+    def collect(self) -> Iterator[Metric]:
+        pruned = CounterMetricFamily(
+            "lakewarden_history_pruned", "Rows deleted from history by retention (ams.history)", labels=["kind"]
+        )
+        for kind, count in self.history.pruned.items():
+            pruned.add_metric([kind], float(count))
+        yield pruned
+        logs = CounterMetricFamily(
+            "lakewarden_optimizer_logs", "Optimizer log files rotated and deleted", labels=["operation"]
+        )
+        logs.add_metric(["rotated"], float(self.history.logs_rotated))
+        logs.add_metric(["deleted"], float(self.history.logs_deleted))
+        yield logs
 
 
 class ScanPlanningCollector(Collector):

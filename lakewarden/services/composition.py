@@ -30,11 +30,12 @@ from lakewarden.domain.processes import Action
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
-from lakewarden.services.containers import ResourceMaintainer
+from lakewarden.services.containers import OPTIMIZER_LOGS, ResourceMaintainer
 from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.events import EventDispatcher, OutboxTail
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.loop import LoopService, WakeSignal
@@ -88,6 +89,7 @@ class ServerRuntime:
     views: ViewCatalog
     scans: ScanPlanning  # the REST catalog's server-side scan planning
     read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
+    history: HistoryKeeper  # prunes old processes, timeline entries and events; rotates optimizer logs
     background: bool = True
 
     @classmethod
@@ -174,6 +176,7 @@ class ServerRuntime:
             views=ViewCatalog(metadata),
             scans=scans,
             read_ahead=read_ahead,
+            history=HistoryKeeper(db, config.ams.history, config.data_dir / OPTIMIZER_LOGS),
         )
         runtime.leadership.on_elected = runtime._lead
         runtime.leadership.on_deposed = runtime._follow
@@ -181,7 +184,7 @@ class ServerRuntime:
 
     @property
     def loops(self) -> list[LoopService]:
-        return [self.explorer, self.evaluator, self.keeper, self.maintainer, self.trigger]
+        return [self.explorer, self.evaluator, self.keeper, self.maintainer, self.trigger, self.history]
 
     def start(self, background: bool = True) -> None:
         """Join the election (one node: lead at once); tests that drive the loops themselves only recover."""

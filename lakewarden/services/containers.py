@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 # an optimizer that ran this long started fine: its group's errors and back-off are cleared
 HEALTHY_SECONDS = 60.0
+OPTIMIZER_LOGS = "optimizers"  # under the data directory: one log per optimizer a local container started
 
 
 def _die_with_parent() -> None:
@@ -337,7 +338,7 @@ class ResourceMaintainer(LoopService):
                 log.warning("container %s: unknown container-impl %r", container.name, container.container_impl)
                 continue
             tokens = registration_token if config.ams.auth.enabled else None
-            built = factory(container, server_url, config.data_dir / "optimizers", tokens)
+            built = factory(container, server_url, config.data_dir / OPTIMIZER_LOGS, tokens)
             ssl = config.ams.http_server.ssl
             built.trusted_certificate = None if ssl is None else ssl.certfile.expanduser().resolve()
             self.containers[container.name] = built

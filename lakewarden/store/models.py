@@ -149,6 +149,22 @@ class TaskRow(Base):
     ended_at: Mapped[datetime | None]
 
 
+class PrunedProcessTotals(Base):
+    """What pruned processes counted (store/history.py), per table, action, type and status: the metrics' counters
+    add it to the processes still kept, so they never go down when history is pruned."""
+
+    __tablename__ = "pruned_process_totals"
+
+    catalog_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    db_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    table_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    action: Mapped[str] = mapped_column(String(32), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    sums: Mapped[dict[str, Any]]  # stats.RESULT_FIELDS summed
+
+
 class NamespaceRow(Base):
     """A namespace of an internal catalog; levels joined by the unit separator (as in REST paths)."""
 

@@ -191,6 +191,15 @@ def tasks_of(session: Session, process_id: int) -> list[TaskRow]:
     return list(session.scalars(select(TaskRow).where(TaskRow.process_id == process_id).order_by(TaskRow.task_id)))
 
 
+def tasks_of_each(session: Session, process_ids: list[int]) -> dict[int, list[TaskRow]]:
+    """The tasks of each process, in one query (a list page)."""
+    tasks: dict[int, list[TaskRow]] = {pid: [] for pid in process_ids}
+    query = select(TaskRow).where(TaskRow.process_id.in_(process_ids)).order_by(TaskRow.process_id, TaskRow.task_id)
+    for task in session.scalars(query):
+        tasks[task.process_id].append(task)
+    return tasks
+
+
 def first_planned_task(session: Session, process_id: int) -> TaskRow | None:
     """The first PLANNED task of the process that is not waiting out a retry back-off, nor for a task of an
     earlier stage to succeed."""

@@ -17,6 +17,7 @@ from lakewarden.store.models import (
     CatalogRow,
     OptimizerRow,
     ProcessRow,
+    PrunedProcessTotals,
     ResourceGroupRow,
     TableIdentifierRow,
     TableRuntimeRow,
@@ -54,8 +55,9 @@ class ProcessTotals:
     sums: dict[str, int]
 
 
-def process_totals(session: Session) -> list[ProcessTotals]:
-    """Ended and running processes counted, and their results summed, per table, action, type and status."""
+def process_totals(session: Session, process_ids: list[int] | None = None) -> list[ProcessTotals]:
+    """Processes counted, and their results summed, per table, action, type and status: those kept and those
+    pruned from history (store/history.py), or only the given ones."""
     sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_integer()), 0) for f in RESULT_FIELDS]
     keys = (
         ProcessRow.catalog_name,
@@ -65,13 +67,23 @@ def process_totals(session: Session) -> list[ProcessTotals]:
         ProcessRow.type,
         ProcessRow.status,
     )
-    rows = session.execute(select(*keys, func.count(), *sums).group_by(*keys))
-    return [
-        ProcessTotals(
+    query = select(*keys, func.count(), *sums).group_by(*keys)
+    if process_ids is not None:
+        query = query.where(ProcessRow.process_id.in_(process_ids))
+    totals: dict[tuple[str, ...], ProcessTotals] = {}
+    for r in session.execute(query):
+        totals[tuple(r[:6])] = ProcessTotals(
             r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), dict(zip(RESULT_FIELDS, map(int, r[7:]), strict=True))
         )
-        for r in rows
-    ]
+    if process_ids is not None:
+        return list(totals.values())
+    for p in session.scalars(select(PrunedProcessTotals)):
+        key = (p.catalog_name, p.db_name, p.table_name, p.action, p.type, p.status)
+        kept = totals.get(key)
+        count = p.count + (kept.count if kept else 0)
+        summed = {f: int(p.sums.get(f, 0)) + (kept.sums[f] if kept else 0) for f in RESULT_FIELDS}
+        totals[key] = ProcessTotals(*key, count, summed)
+    return list(totals.values())
 
 
 def table_status_counts(session: Session) -> dict[int, int]:

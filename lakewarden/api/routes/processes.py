@@ -136,7 +136,8 @@ def list_processes(
         if table is not None:
             table_id = table_store.get_table(session, TableIdentifier.parse(table)).runtime.table_id
         processes = store.list_processes(session, table_id, limit, action=action, status=status)
-        return [_read(p, store.tasks_of(session, p.process_id)) for p in processes]
+        tasks = store.tasks_of_each(session, [p.process_id for p in processes])
+        return [_read(p, tasks[p.process_id]) for p in processes]
 
 
 @router.get("/{process_id}", response_model=ProcessRead)

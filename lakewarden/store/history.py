@@ -1,0 +1,104 @@
+"""Pruning the server's history (services/history.py): ended processes with their tasks, the commit timeline and
+the event outbox, each by age and by count.
+
+What is never deleted: a process that has not ended; the newest process of each action on a table (the
+maintenance schedule and its back-off read them: store/processes.last_plan_times, failure_streaks); the newest
+timeline entry of each table; the newest event (ids are the rowids on SQLite: deleting the largest would let
+the next insert reuse it, and readers follow events by id).
+
+Each call deletes at most `batch` rows of its kind in one transaction of the caller, so that a large backlog
+is worked off in short transactions that leave room for the commits of the REST catalog.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.states import ProcessStatus
+from lakewarden.store import stats
+from lakewarden.store.models import CommitRow, EventRow, ProcessRow, PrunedProcessTotals, TaskRow
+
+TOTALS_KEY = ("catalog_name", "db_name", "table_name", "action", "type", "status")
+ENDED = [ProcessStatus.SUCCESS.value, ProcessStatus.FAILED.value, ProcessStatus.CANCELED.value]
+
+
+def prune_processes(session: Session, before: datetime, keep_count: int, batch: int = 5_000) -> int:
+    """Deletes ended processes (and their tasks) that ended before `before` or are beyond the newest `keep_count`
+    of their table and action, the newest of each always kept; returns how many processes were deleted."""
+    newest_first = func.row_number().over(
+        partition_by=(ProcessRow.table_id, ProcessRow.action), order_by=ProcessRow.process_id.desc()
+    )
+    ranked = select(
+        ProcessRow.process_id,
+        ProcessRow.status,
+        func.coalesce(ProcessRow.end_time, ProcessRow.plan_time).label("at"),
+        newest_first.label("n"),
+    ).subquery()
+    old = (
+        select(ranked.c.process_id)
+        .where(ranked.c.n > 1, ranked.c.status.in_(ENDED), or_(ranked.c.at < before, ranked.c.n > keep_count))
+        .order_by(ranked.c.process_id)
+        .limit(batch)
+    )
+    ids = list(session.scalars(old))
+    if ids:
+        _fold_totals(session, ids)
+        session.execute(delete(TaskRow).where(TaskRow.process_id.in_(ids)))
+        session.execute(delete(ProcessRow).where(ProcessRow.process_id.in_(ids)))
+    return len(ids)
+
+
+def _fold_totals(session: Session, process_ids: list[int]) -> None:
+    """Adds what the processes counted to the pruned totals (only the leader prunes: no concurrent writer)."""
+    for totals in stats.process_totals(session, process_ids):
+        key = (totals.catalog, totals.database, totals.table, totals.action, totals.type, totals.status)
+        row = session.get(PrunedProcessTotals, key)
+        if row is None:
+            session.add(PrunedProcessTotals(**dict(zip(TOTALS_KEY, key, strict=True)), count=0, sums={}))
+            session.flush()
+            row = session.get(PrunedProcessTotals, key)
+            assert row is not None
+        row.count += totals.count
+        row.sums = {f: int(row.sums.get(f, 0)) + totals.sums[f] for f in stats.RESULT_FIELDS}
+
+
+def prune_timeline(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
+    """Deletes timeline entries committed before `before` or beyond the newest `keep_count` of their table, the
+    newest of each table always kept; returns how many were deleted."""
+    newest_first = func.row_number().over(
+        partition_by=(CommitRow.catalog_name, CommitRow.namespace, CommitRow.table_name),
+        order_by=CommitRow.commit_id.desc(),
+    )
+    ranked = select(CommitRow.commit_id, CommitRow.committed_at, newest_first.label("n")).subquery()
+    old = (
+        select(ranked.c.commit_id)
+        .where(ranked.c.n > 1, or_(ranked.c.committed_at < before, ranked.c.n > keep_count))
+        .order_by(ranked.c.commit_id)
+        .limit(batch)
+    )
+    ids = list(session.scalars(old))
+    if ids:
+        session.execute(delete(CommitRow).where(CommitRow.commit_id.in_(ids)))
+    return len(ids)
+
+
+def prune_events(session: Session, before: datetime, keep_count: int, batch: int = 50_000) -> int:
+    """Deletes the events created before `before`, and all but the newest `keep_count`; the newest is always kept.
+    Events are in id order, oldest first: the boundary is found from the low end, where pruning left off."""
+    newest = session.scalar(select(func.max(EventRow.event_id)))
+    if newest is None:
+        return 0
+    young = session.scalar(
+        select(EventRow.event_id).where(EventRow.created_at >= before).order_by(EventRow.event_id).limit(1)
+    )
+    # ids below `end` go: those beyond the newest keep_count, and those older than `before`; never the newest
+    end = min(newest, max(newest - keep_count + 1, young if young is not None else newest))
+    oldest = session.scalar(select(func.min(EventRow.event_id)))
+    if oldest is None or oldest >= end:
+        return 0
+    end = min(end, oldest + batch)
+    result = session.execute(delete(EventRow).where(EventRow.event_id < end))
+    return int(result.rowcount)  # type: ignore[attr-defined]
