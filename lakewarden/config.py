@@ -11,6 +11,7 @@
                   task-retry-backoff: 5s, task-retry-backoff-max: 5min}
       evaluator: {interval: 10s, thread-count: 4, recheck-interval: 1min}
       manifest-cache: {max-size: 1GiB}  # parsed manifests, for the evaluator and scan planning
+      metadata-cache: {max-size: 256MiB}  # parsed metadata files and loadTable bodies of the REST catalog
       scan-planning: {sync-timeout: 30s, plan-ttl: 10min, read-ahead: true}
       history: {expire-interval: 1h, processes: {keep-time: 30d, keep-count: 100},   # what is kept of the past
                 timeline: {keep-time: 30d, keep-count: 1000}, events: {keep-time: 7d, keep-count: 100000},
@@ -215,6 +216,13 @@ class HistoryConfig(_Model):
         return data
 
 
+class MetadataCacheConfig(_Model):
+    """The internal catalogs' parsed metadata files and loadTable bodies (services/metadata_files.py), up to
+    `max-size`: each table's current metadata stays while it is used; a commit drops the version it replaced."""
+
+    max_size: ByteSize = Field(ByteSize(256 * 1024**2), alias="max-size", ge=1024 * 1024)
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -229,6 +237,7 @@ class AmsConfig(_Model):
     ha: HaConfig = Field(default_factory=HaConfig)
     scan_planning: ScanPlanningConfig = Field(default_factory=ScanPlanningConfig, alias="scan-planning")
     manifest_cache: ManifestCacheConfig = Field(default_factory=ManifestCacheConfig, alias="manifest-cache")
+    metadata_cache: MetadataCacheConfig = Field(default_factory=MetadataCacheConfig, alias="metadata-cache")
     history: HistoryConfig = Field(default_factory=HistoryConfig)
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")

@@ -23,6 +23,7 @@ from lakewarden.api.metrics import (
     DatabaseCollector,
     HistoryCollector,
     LatencyMiddleware,
+    MetadataCacheCollector,
     NodeCollector,
     ScanPlanningCollector,
     api_latency,
@@ -89,6 +90,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             DatabaseCollector(runtime.db),
             NodeCollector(runtime.leadership),
             HistoryCollector(runtime.history),
+            MetadataCacheCollector(runtime.metadata.files),
             ScanPlanningCollector(runtime.scans, runtime.read_ahead),
         ]
         for collector in collectors:

@@ -21,6 +21,7 @@ from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.leadership import Leadership
+from lakewarden.services.metadata_files import MetadataFiles
 from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
 from lakewarden.store import stats
@@ -64,6 +65,30 @@ class HistoryCollector(Collector):
         logs.add_metric(["rotated"], float(self.history.logs_rotated))
         logs.add_metric(["deleted"], float(self.history.logs_deleted))
         yield logs
+
+
+class MetadataCacheCollector(Collector):
+    """The REST catalog's cache of parsed metadata files and loadTable bodies on this node
+    (services/metadata_files.py)."""
+
+    def __init__(self, files: MetadataFiles) -> None:
+        self.lru = files.lru
+
+    def collect(self) -> Iterator[Metric]:
+        lookups = CounterMetricFamily(
+            "lakewarden_metadata_cache_lookups", "Lookups of the metadata cache", labels=["result"]
+        )
+        lookups.add_metric(["hit"], self.lru.hits)
+        lookups.add_metric(["miss"], self.lru.misses)
+        yield lookups
+        yield GaugeMetricFamily("lakewarden_metadata_cache_bytes", "Estimated bytes kept", value=self.lru.bytes)
+        yield GaugeMetricFamily(
+            "lakewarden_metadata_cache_max_bytes", "The bound (metadata-cache.max-size)", value=self.lru.max_bytes
+        )
+        yield GaugeMetricFamily(
+            "lakewarden_metadata_cache_items", "Metadata files and bodies kept", value=len(self.lru)
+        )
+        yield CounterMetricFamily("lakewarden_metadata_cache_evictions", "Items evicted", value=self.lru.evictions)
 
 
 class ScanPlanningCollector(Collector):

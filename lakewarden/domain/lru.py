@@ -56,6 +56,15 @@ class SizedLRU(Generic[K, V]):
                 self._bytes -= evicted
                 self.evictions += 1
 
+    def pop(self, key: K) -> V | None:
+        """Drops the key (not counted as an eviction); returns its value, if it was kept."""
+        with self._lock:
+            item = self._items.pop(key, None)
+            if item is None:
+                return None
+            self._bytes -= item[1]
+            return item[0]
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

@@ -110,7 +110,7 @@ class ServerRuntime:
         if written is not None:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
-        metadata = MetadataService(db)
+        metadata = MetadataService(db, config.ams.metadata_cache.max_size)
         manifests = ManifestCache(config.ams.manifest_cache.max_size)  # shared by the evaluator and scan planning
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(

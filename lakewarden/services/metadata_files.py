@@ -1,56 +1,67 @@
 """The metadata files of lakewarden's internal catalogs, as the REST catalog serves them.
 
-A metadata file never changes once written, so each is parsed once and kept (the most recently used
-ones), and so is its loadTable response body, serialised once. A new metadata file is named under
-its table's location; files written for a commit that lost its swap are discarded.
+A metadata file never changes once written, so each is parsed once and kept, and so is its loadTable
+response body, serialised once: in one LRU bounded by bytes (`ams.metadata-cache.max-size`; a parsed file
+weighs about METADATA_BYTES_PER_JSON_BYTE times its JSON, tests/test_metadata_cache.py measures it, a body
+its length). A commit drops the version it replaced, so what stays is each table's current metadata, not
+its past. A new metadata file is named under its table's location; files written for a commit that lost
+its swap are discarded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
+from typing import cast
 
 from pyiceberg.io import FileIO
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.serializers import Compressor
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
+from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.table_metadata import metadata_json, referenced_only
 
+DEFAULT_MAX_BYTES = 256 * 1024**2
+METADATA_BYTES_PER_JSON_BYTE = 7  # a parsed TableMetadata, per byte of its JSON (6.0-6.5 measured)
 NO_CONFIG = b', "config": {}}'  # the end of a loadTable body that tells the client nothing more
 REFS = "#snapshots=refs"  # the cache key's suffix of a body with the referenced snapshots only
 
 
 class MetadataFiles:
-    def __init__(self, max_metadata: int = 2000, max_bodies: int = 500) -> None:
-        self.max_metadata = max_metadata
-        self.max_bodies = max_bodies
-        self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
-        self._bodies: OrderedDict[str, bytes] = OrderedDict()  # loadTable bodies (all but their end) by location
-        self._lock = threading.Lock()
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        # ("metadata", location) -> TableMetadata; ("body", location + variant) -> the start of a loadTable body
+        self._lru: SizedLRU[tuple[str, str], object] = SizedLRU(max_bytes)
+
+    @property
+    def lru(self) -> SizedLRU[tuple[str, str], object]:
+        """The cache itself: its bytes, hits, misses and evictions (the metrics)."""
+        return self._lru
 
     def read(self, io: FileIO, location: str) -> TableMetadata:
-        with self._lock:
-            cached = self._metadata.get(location)
-            if cached is not None:
-                self._metadata.move_to_end(location)
-                return cached
-        metadata = FromInputFile.table_metadata(io.new_input(location))
-        self._keep(location, metadata)
+        cached = self._lru.get(("metadata", location))
+        if cached is not None:
+            return cast(TableMetadata, cached)
+        with (
+            io.new_input(location).open() as stream,
+            Compressor.get_compressor(location).stream_decompressor(stream) as plain,
+        ):
+            text = plain.read().decode("utf-8")
+        metadata = TableMetadataUtil.parse_raw(text)
+        self._keep(location, metadata, len(text))
         return metadata
 
-    def _keep(self, location: str, metadata: TableMetadata) -> None:
-        with self._lock:
-            self._metadata[location] = metadata
-            while len(self._metadata) > self.max_metadata:
-                self._metadata.popitem(last=False)
+    def _keep(self, location: str, metadata: TableMetadata, json_length: int) -> None:
+        self._lru.put(("metadata", location), metadata, json_length * METADATA_BYTES_PER_JSON_BYTE)
 
-    def written(self, location: str, metadata: TableMetadata, text: str) -> None:
-        """A metadata file just written by a commit, and its JSON: kept without reading it back."""
-        self._keep(location, metadata)
+    def written(self, location: str, metadata: TableMetadata, text: str, replaced: str | None = None) -> None:
+        """A metadata file just written by a commit, and its JSON: kept without reading it back; the version it
+        `replaced` is no longer any table's current metadata, and is dropped."""
+        if replaced is not None and replaced != location:
+            for key in (("metadata", replaced), ("body", replaced), ("body", replaced + REFS)):
+                self._lru.pop(key)
+        self._keep(location, metadata, len(text))
         self._remember_body(location, text)
 
     def response_body(
@@ -67,16 +78,12 @@ class MetadataFiles:
         return self._remember_body(location, metadata_json(metadata)) + tail
 
     def cached_body(self, location: str, snapshots: str = "all", tail: bytes = NO_CONFIG) -> bytes | None:
-        with self._lock:
-            stem = self._bodies.get(location + (REFS if snapshots == "refs" else ""))
-        return None if stem is None else stem + tail
+        stem = self._lru.get(("body", location + (REFS if snapshots == "refs" else "")))
+        return stem + tail if isinstance(stem, bytes) else None
 
     def _remember_body(self, location: str, metadata_text: str, variant: str = "") -> bytes:
         stem = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}'.encode()
-        with self._lock:
-            self._bodies[location + variant] = stem
-            while len(self._bodies) > self.max_bodies:
-                self._bodies.popitem(last=False)
+        self._lru.put(("body", location + variant), stem, len(stem))
         return stem
 
     @staticmethod

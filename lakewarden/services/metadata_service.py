@@ -50,6 +50,7 @@ from lakewarden.metadata.table_metadata import (
     write_metadata,
 )
 from lakewarden.services.credentials import CredentialVendor
+from lakewarden.services.metadata_files import DEFAULT_MAX_BYTES as DEFAULT_METADATA_CACHE_BYTES
 from lakewarden.services.metadata_files import NO_CONFIG, MetadataFiles
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
@@ -154,11 +155,11 @@ def _check_properties(properties: dict[str, str]) -> None:
 
 
 class MetadataService:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, metadata_cache_bytes: int = DEFAULT_METADATA_CACHE_BYTES) -> None:
         self.db = db
         self._subscribers: list[Subscriber] = []
         self._purges = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-purge")
-        self.files = MetadataFiles()  # parsed metadata files and loadTable bodies, kept
+        self.files = MetadataFiles(metadata_cache_bytes)  # parsed metadata files and loadTable bodies, kept
         self._catalogs_lock = threading.Lock()
         self._catalogs: dict[str, CatalogSpec] = {}  # internal catalogs by name (the catalog routes forget them)
         self._profiles: dict[str, StorageProfile] = {}  # their storage profiles, by name
@@ -459,7 +460,7 @@ class MetadataService:
                 raise
             for entry in staged:
                 if entry.changed:
-                    self.files.written(entry.location, entry.metadata, entry.text)  # not read or serialised again
+                    self.files.written(entry.location, entry.metadata, entry.text, replaced=entry.expected or None)
             self.publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
