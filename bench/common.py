@@ -141,3 +141,28 @@ def bar_chart(name: str, title: str, bars: dict[str, float], unit: str, goal: fl
     plt.close(fig)
     print(f"plot written to {path}")
     return path
+
+
+def line_charts(
+    name: str, x_label: str, x: list[float], panels: list[tuple[str, str, dict[str, list[float]], bool]]
+) -> Path:
+    """Side-by-side line charts sharing an x axis (results/<name>.png); each panel is (title, y label,
+    {line label: values}, logarithmic y)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (title, y_label, lines, log) in zip(axes[0], panels, strict=True):
+        for label, values in lines.items():
+            ax.plot(x, values, "--" if "kept" in label else "-", marker=".", label=label)
+        ax.set(title=title, xlabel=x_label, ylabel=y_label, yscale="log" if log else "linear")
+        ax.legend(fontsize=7, ncol=2 if len(lines) > 4 else 1)
+    fig.tight_layout()
+    path = RESULTS / f"{name}.png"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"plot written to {path}")
+    return path

@@ -28,7 +28,7 @@ from sqlalchemy import insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import admin_token, running_server, write
+from bench.common import admin_token, line_charts, running_server, write
 from lakewarden.config import HistoryConfig
 from lakewarden.services.history import HistoryKeeper
 from lakewarden.store.database import Database
@@ -237,28 +237,14 @@ def run(args: argparse.Namespace, history: HistoryConfig, servers: dict[str, tup
 
 
 def plot(days: list[dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from bench.common import RESULTS
-
-    x = [d["day"] for d in days]
-    fig, (size, latency) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name, style in (("kept", "--"), ("pruned", "-")):
-        size.plot(x, [d[f"{name}_mb"] for d in days], style, marker="o", label=f"history {name}")
-        for page in PAGES:
-            latency.plot(x, [d[f"{name}_ms"][page] for d in days], style, marker=".", label=f"{page} ({name})")
-    size.set(title="System database size", xlabel="simulated day", ylabel="MB")
-    latency.set(title="API latency (median)", xlabel="simulated day", ylabel="ms", yscale="log")
-    size.legend()
-    latency.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path = RESULTS / "history.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot written to {path}")
+    sizes = {f"history {name}": [d[f"{name}_mb"] for d in days] for name in ("kept", "pruned")}
+    pages = {f"{page} ({name})": [d[f"{name}_ms"][page] for d in days] for name in ("kept", "pruned") for page in PAGES}
+    line_charts(
+        "history",
+        "simulated day",
+        [d["day"] for d in days],
+        [("System database size", "MB", sizes, False), ("API latency (median)", "ms", pages, True)],
+    )
 
 
 if __name__ == "__main__":

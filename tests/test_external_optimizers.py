@@ -151,7 +151,8 @@ def run_submitted(
 def executors(optimizer: dict[str, Any], everyone: bool = False) -> dict[str, dict[str, Any]]:
     """The optimizer's executors (and its driver) by id, from its application's own status API."""
     api = f"{optimizer['spark_ui_url']}/api/v1/applications/{optimizer['spark_application_id']}"
-    listed = httpx.get(f"{api}/{'allexecutors' if everyone else 'executors'}", timeout=5).json()
+    # generous: on 2 busy cores the driver answers its UI slowly while it runs a rewrite
+    listed = httpx.get(f"{api}/{'allexecutors' if everyone else 'executors'}", timeout=60).json()
     return {e["id"]: e for e in listed}
 
 

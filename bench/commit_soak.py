@@ -1,0 +1,191 @@
+"""A long stream of commits into the REST catalog: does the server's memory level off, and does its share of a
+commit's time stay flat as the tables' metadata grows?
+
+A real `lakewarden server` (SQLite system database, internal catalog, no optimizer) takes `--commits` pyiceberg
+appends spread round-robin over `--tables` tables by `--writers` threads (each append: a data file, a manifest,
+a manifest list, a new metadata file and the pointer's compare-and-swap). Every `--sample` commits the bench
+records the server's resident memory (/proc), its metadata cache (`lakewarden_metadata_cache_bytes`), the
+server's time per commit in that window (from its own request-duration histogram, so the client's parsing is
+not counted) and the client's. Results and a plot (memory and latency against commits) land in
+bench/results/commit_soak.*.
+
+    .venv/bin/python bench/commit_soak.py [--commits 10000] [--tables 10] [--writers 2] [--sample 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import admin_token, line_charts, running_server, write
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+CONFIG = (
+    "catalogs: [{name: lake, type: internal}]\n"
+    "containers: [{name: outside, container-impl: external}]\n"  # no optimizer: the server alone
+    "resource-groups: [{name: default, container: outside}]\n"
+)
+COMMIT_ROUTE = 'route="/iceberg/v1/{prefix}/namespaces/{namespace}/tables/{table}",method="POST"'
+
+
+def server_pid(tmp: str) -> int:
+    """The pid of the server `running_server(tmp, …)` started (found by its config file on its command line)."""
+    config = str(Path(tmp) / "lakewarden.yaml").encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if config in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise RuntimeError("the server's process was not found")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def scrape(root: str, token: str) -> dict[str, float]:
+    """The server's metadata cache and its commit route's total seconds and count so far."""
+    text = httpx.get(f"{root}/metrics", headers={"Authorization": f"Bearer {token}"}).text
+    found = {"cache_bytes": 0.0, "commit_seconds": 0.0, "commits": 0.0}
+    for line in text.splitlines():
+        if line.startswith("lakewarden_metadata_cache_bytes "):
+            found["cache_bytes"] = float(line.split()[1])
+        elif line.startswith("lakewarden_http_request_duration_seconds_sum{") and COMMIT_ROUTE in line:
+            found["commit_seconds"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("lakewarden_http_request_duration_seconds_count{") and COMMIT_ROUTE in line:
+            found["commits"] += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commits", type=int, default=10_000)
+    parser.add_argument("--tables", type=int, default=10)
+    parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--sample", type=int, default=500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, CONFIG) as root:
+        soak(args, tmp, root)
+
+
+def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
+    token = admin_token(tmp)
+    pid = server_pid(tmp)
+    catalog = RestCatalog("lake", uri=f"{root}/iceberg", warehouse="lake", token=token)
+    catalog.create_namespace("soak")
+    for t in range(args.tables):
+        catalog.create_table(f"soak.t{t}", SCHEMA)
+    done = 0
+    client_seconds = 0.0
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def writer(w: int, count: int) -> None:
+        nonlocal done, client_seconds
+        own = RestCatalog("lake", uri=f"{root}/iceberg", warehouse="lake", token=token)
+        tables = [own.load_table(f"soak.t{t}") for t in range(w, args.tables, args.writers)]
+        for i in range(count):
+            table = tables[i % len(tables)]
+            started = time.perf_counter()
+            try:
+                table.append(pa.table({"id": pa.array([i], pa.int64())}))
+            except Exception as exc:  # a lost race is retried by pyiceberg; anything else is reported
+                failures.append(f"{type(exc).__name__}: {exc}")
+                table = own.load_table(table.name())
+                continue
+            with lock:
+                done += 1
+                client_seconds += time.perf_counter() - started
+
+    per_writer = args.commits // args.writers
+    threads = [threading.Thread(target=writer, args=(w, per_writer)) for w in range(args.writers)]
+    samples: list[dict[str, Any]] = []
+    before = scrape(root, token)
+    last_client, last_done, started = 0.0, 0, time.monotonic()
+    print(f"{args.commits:,} appends to {args.tables} tables by {args.writers} writers; server pid {pid}")
+    print(f"start: rss {rss_mb(pid):.0f} MB")
+    for thread in threads:
+        thread.start()
+    next_sample = args.sample
+    while any(t.is_alive() for t in threads) or done >= next_sample:
+        time.sleep(0.5)
+        if done < next_sample and any(t.is_alive() for t in threads):
+            continue
+        now = scrape(root, token)
+        with lock:
+            commits, client = done, client_seconds
+        window = max(1.0, now["commits"] - before["commits"])
+        sample = {
+            "commits": commits,
+            "snapshots_per_table": commits / args.tables,
+            "rss_mb": rss_mb(pid),
+            "metadata_cache_mb": now["cache_bytes"] / 1e6,
+            "server_ms_per_commit": (now["commit_seconds"] - before["commit_seconds"]) / window * 1000,
+            "client_ms_per_commit": (client - last_client) / max(1, commits - last_done) * 1000,
+            "commits_per_s": (commits - last_done) / (time.monotonic() - started),
+        }
+        samples.append(sample)
+        print(
+            f"{commits:>6,} commits: rss {sample['rss_mb']:.0f} MB, "
+            f"metadata cache {sample['metadata_cache_mb']:.1f} MB, "
+            f"server {sample['server_ms_per_commit']:.1f} ms/commit, client {sample['client_ms_per_commit']:.1f} "
+            f"ms/commit, {sample['commits_per_s']:.1f} commits/s"
+        )
+        before, last_client, last_done, started = now, client, commits, time.monotonic()
+        next_sample = commits + args.sample
+        if not any(t.is_alive() for t in threads):
+            break
+    for thread in threads:
+        thread.join()
+    half = samples[len(samples) // 2]
+    result = {
+        "commits": done,
+        "tables": args.tables,
+        "writers": args.writers,
+        "failures": failures[:20],
+        "failure_count": len(failures),
+        "samples": samples,
+        "rss_growth_second_half_mb": samples[-1]["rss_mb"] - half["rss_mb"],
+        "rss_growth_first_half_mb": half["rss_mb"] - samples[0]["rss_mb"],
+    }
+    print(
+        f"rss grew {result['rss_growth_first_half_mb']:.0f} MB in the first half and "
+        f"{result['rss_growth_second_half_mb']:.0f} MB in the second; {len(failures)} failed appends"
+    )
+    write("commit_soak", result)
+    plot(samples)
+
+
+def plot(samples: list[dict[str, Any]]) -> None:
+    def series(key: str) -> list[float]:
+        return [s[key] for s in samples]
+
+    memory = {"server resident memory": series("rss_mb"), "metadata cache (estimate)": series("metadata_cache_mb")}
+    latency = {"server": series("server_ms_per_commit"), "client (pyiceberg append)": series("client_ms_per_commit")}
+    line_charts(
+        "commit_soak",
+        "commits",
+        series("commits"),
+        [("Server memory", "MB", memory, False), ("Time per commit", "ms", latency, False)],
+    )
+
+
+if __name__ == "__main__":
+    main()
