@@ -37,7 +37,7 @@ CONFIG = (
     "containers: [{name: outside, container-impl: external}]\n"  # no optimizer: the server alone
     "resource-groups: [{name: default, container: outside}]\n"
 )
-COMMIT_ROUTE = 'route="/iceberg/v1/{prefix}/namespaces/{namespace}/tables/{table}",method="POST"'
+COMMIT_ROUTE = 'method="POST",route="/iceberg/v1/{prefix}/namespaces/{namespace}/tables/{table}",'
 
 
 def server_pid(tmp: str) -> int:
@@ -63,10 +63,12 @@ def rss_mb(pid: int) -> float:
 def scrape(root: str, token: str) -> dict[str, float]:
     """The server's metadata cache and its commit route's total seconds and count so far."""
     text = httpx.get(f"{root}/metrics", headers={"Authorization": f"Bearer {token}"}).text
-    found = {"cache_bytes": 0.0, "commit_seconds": 0.0, "commits": 0.0}
+    found = {"cache_bytes": 0.0, "manifest_cache_bytes": 0.0, "commit_seconds": 0.0, "commits": 0.0}
     for line in text.splitlines():
         if line.startswith("lakewarden_metadata_cache_bytes "):
             found["cache_bytes"] = float(line.split()[1])
+        elif line.startswith("lakewarden_manifest_cache_bytes "):
+            found["manifest_cache_bytes"] = float(line.split()[1])
         elif line.startswith("lakewarden_http_request_duration_seconds_sum{") and COMMIT_ROUTE in line:
             found["commit_seconds"] += float(line.rsplit(" ", 1)[1])
         elif line.startswith("lakewarden_http_request_duration_seconds_count{") and COMMIT_ROUTE in line:
@@ -137,6 +139,7 @@ def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
             "snapshots_per_table": commits / args.tables,
             "rss_mb": rss_mb(pid),
             "metadata_cache_mb": now["cache_bytes"] / 1e6,
+            "manifest_cache_mb": now["manifest_cache_bytes"] / 1e6,
             "server_ms_per_commit": (now["commit_seconds"] - before["commit_seconds"]) / window * 1000,
             "client_ms_per_commit": (client - last_client) / max(1, commits - last_done) * 1000,
             "commits_per_s": (commits - last_done) / (time.monotonic() - started),
@@ -145,6 +148,7 @@ def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
         print(
             f"{commits:>6,} commits: rss {sample['rss_mb']:.0f} MB, "
             f"metadata cache {sample['metadata_cache_mb']:.1f} MB, "
+            f"manifest cache {sample['manifest_cache_mb']:.1f} MB, "
             f"server {sample['server_ms_per_commit']:.1f} ms/commit, client {sample['client_ms_per_commit']:.1f} "
             f"ms/commit, {sample['commits_per_s']:.1f} commits/s"
         )
@@ -177,7 +181,11 @@ def plot(samples: list[dict[str, Any]]) -> None:
     def series(key: str) -> list[float]:
         return [s[key] for s in samples]
 
-    memory = {"server resident memory": series("rss_mb"), "metadata cache (estimate)": series("metadata_cache_mb")}
+    memory = {
+        "server resident memory": series("rss_mb"),
+        "metadata cache (estimate)": series("metadata_cache_mb"),
+        "manifest cache (estimate)": series("manifest_cache_mb"),
+    }
     latency = {"server": series("server_ms_per_commit"), "client (pyiceberg append)": series("client_ms_per_commit")}
     line_charts(
         "commit_soak",

@@ -136,3 +136,20 @@ def test_the_composed_server_has_one_cache_sized_as_configured(tmp_path: Path) -
         cache = runtime.scans.cache
         assert cache is runtime.evaluator.cache and cache is runtime.read_ahead.cache
         assert cache.max_bytes == 64 * 1024**2
+
+
+def test_a_replaced_snapshots_list_is_forgotten_and_its_manifests_stay(catalog: SqlCatalog) -> None:
+    """What read-ahead does as commits land (services/read_ahead.py): the list of the snapshot a commit replaced
+    goes, the manifests it shares with the new list stay parsed."""
+    table = _table(catalog, "lists", columns=1, files=3, per_commit=1)
+    current = table.current_snapshot()
+    parent = table.snapshot_by_id(current.parent_snapshot_id)
+    cache = ManifestCache()
+    old = cache.manifests(table.io, parent)
+    for manifest in old:
+        cache.entries(table.io, manifest)
+    new = cache.manifests(table.io, current)
+    cache.forget_list(parent.manifest_list)
+    assert ("list", parent.manifest_list) not in cache._lru and ("list", current.manifest_list) in cache._lru
+    assert all(cache.holds(m) for m in old) and len(new) == len(old) + 1
+    cache.forget_list(parent.manifest_list)  # twice: nothing to do

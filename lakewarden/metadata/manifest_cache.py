@@ -61,6 +61,12 @@ class ManifestCache:
             self._lru.put(key, kept, MANIFEST_FILE_BYTES * max(1, len(kept)))
         return kept
 
+    def forget_list(self, manifest_list: str) -> None:
+        """Drops a manifest list that is no longer any table's current one (a commit replaced its snapshot): its
+        manifests' entries stay, shared by path with the new list. Each list holds every manifest of its snapshot,
+        so keeping every version's list of a table that commits often would cost the square of its manifests."""
+        self._lru.pop(("list", manifest_list))
+
     def holds(self, manifest: ManifestFile) -> bool:
         """Whether the manifest's entries are kept (not a lookup: nothing counted, nothing refreshed)."""
         return ("entries", manifest.manifest_path) in self._lru

@@ -4,8 +4,8 @@ the table's manifests parsed.
 
 - As commits land: subscribed to the metadata service's events, a commit to an internal catalog has its
   new snapshot's manifests parsed in a thread of its own (a burst of commits to one table is read once,
-  at its newest metadata). A table whose manifests would take more than 1/READ_AHEAD_SHARE of the cache
-  is left for the plans that ask for it.
+  at its newest metadata), and the manifest list of the snapshot it replaced is dropped. A table whose
+  manifests would take more than 1/READ_AHEAD_SHARE of the cache is left for the plans that ask for it.
 - At start (`warm`): the current manifests of the internal tables committed most recently, newest first,
   until they would fill 1/WARM_SHARE of the cache, as databases reload their buffer pools.
 
@@ -75,9 +75,15 @@ class ManifestReadAhead:
         than `budget`; returns their weight (0 when nothing was read)."""
         try:
             io = self.metadata.io_of(self.metadata.catalog(key[0]))
-            snapshot = self.metadata.files.read(io, location).current_snapshot()
+            metadata = self.metadata.files.read(io, location)
+            snapshot = metadata.current_snapshot()
             if snapshot is None:
                 return 0
+            parent = (
+                None if snapshot.parent_snapshot_id is None else metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+            )
+            if parent is not None:
+                self.cache.forget_list(parent.manifest_list)
             missing = [m for m in self.cache.manifests(io, snapshot) if not self.cache.holds(m)]
             weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
             if weight > budget:
