@@ -134,13 +134,7 @@ def bar_chart(name: str, title: str, bars: dict[str, float], unit: str, goal: fl
     ax.set_ylabel(unit)
     ax.set_title(title)
     plt.setp(ax.get_xticklabels(), rotation=15, ha="right")
-    fig.tight_layout()
-    path = RESULTS / f"{name}.png"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot written to {path}")
-    return path
+    return _save(fig, name)
 
 
 def line_charts(
@@ -159,6 +153,13 @@ def line_charts(
             ax.plot(x, values, "--" if "kept" in label else "-", marker=".", label=label)
         ax.set(title=title, xlabel=x_label, ylabel=y_label, yscale="log" if log else "linear")
         ax.legend(fontsize=7, ncol=2 if len(lines) > 4 else 1)
+    return _save(fig, name)
+
+
+def _save(fig: Any, name: str) -> Path:
+    """The figure as results/<name>.png, closed."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = RESULTS / f"{name}.png"
     RESULTS.mkdir(parents=True, exist_ok=True)

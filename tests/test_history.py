@@ -203,3 +203,22 @@ def test_optimizer_logs_rotate_while_their_writer_appends(tmp_path: Path) -> Non
     os.utime(stale, (old, old))
     keeper.rotate_logs()
     assert not stale.exists() and path.exists() and keeper.logs_deleted == 1
+
+
+def test_log_rotation_touches_only_the_logs_themselves(tmp_path: Path) -> None:
+    """A directory or a link in the optimizers' directory is left alone: nothing outside it is truncated or
+    deleted, however large or old."""
+    logs = tmp_path / "optimizers"
+    logs.mkdir()
+    outside = tmp_path / "elsewhere.log"
+    outside.write_bytes(b"x" * 10_000)
+    old = time.time() - 30 * 86400
+    os.utime(outside, (old, old))
+    (logs / "linked.log").symlink_to(outside)
+    (logs / "sub.log").mkdir()
+    os.utime(logs / "sub.log", (old, old))
+    config = HistoryConfig.model_validate({"optimizer-logs": {"max-size": 2048, "keep-time": "1d"}})
+    keeper = HistoryKeeper(None, config, logs)  # type: ignore[arg-type]  # logs only
+    keeper.rotate_logs()
+    assert outside.read_bytes() == b"x" * 10_000 and (logs / "linked.log").is_symlink() and (logs / "sub.log").is_dir()
+    assert keeper.logs_rotated == 0 and keeper.logs_deleted == 0

@@ -13,6 +13,7 @@ import shutil
 import time
 from datetime import datetime
 from pathlib import Path
+from stat import S_ISREG
 
 from lakewarden.config import HistoryConfig, Retention
 from lakewarden.services.loop import LoopService
@@ -71,7 +72,9 @@ class HistoryKeeper(LoopService):
         now = now if now is not None else time.time()
         for path in sorted(self.log_dir.iterdir()):
             try:
-                stat = path.stat()
+                stat = path.lstat()
+                if not S_ISREG(stat.st_mode):  # only the logs themselves: never a directory, nor a link's target
+                    continue
                 if now - stat.st_mtime > settings.keep_time.total_seconds():
                     path.unlink()
                     self.logs_deleted += 1

@@ -32,15 +32,11 @@ REFS = "#snapshots=refs"  # the cache key's suffix of a body with the referenced
 class MetadataFiles:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         # ("metadata", location) -> TableMetadata; ("body", location + variant) -> the start of a loadTable body
-        self._lru: SizedLRU[tuple[str, str], object] = SizedLRU(max_bytes)
-
-    @property
-    def lru(self) -> SizedLRU[tuple[str, str], object]:
-        """The cache itself: its bytes, hits, misses and evictions (the metrics)."""
-        return self._lru
+        # its bytes, hits, misses and evictions are the metrics'
+        self.lru: SizedLRU[tuple[str, str], object] = SizedLRU(max_bytes)
 
     def read(self, io: FileIO, location: str) -> TableMetadata:
-        cached = self._lru.get(("metadata", location))
+        cached = self.lru.get(("metadata", location))
         if cached is not None:
             return cast(TableMetadata, cached)
         with (
@@ -53,14 +49,14 @@ class MetadataFiles:
         return metadata
 
     def _keep(self, location: str, metadata: TableMetadata, json_length: int) -> None:
-        self._lru.put(("metadata", location), metadata, json_length * METADATA_BYTES_PER_JSON_BYTE)
+        self.lru.put(("metadata", location), metadata, json_length * METADATA_BYTES_PER_JSON_BYTE)
 
     def written(self, location: str, metadata: TableMetadata, text: str, replaced: str | None = None) -> None:
         """A metadata file just written by a commit, and its JSON: kept without reading it back; the version it
         `replaced` is no longer any table's current metadata, and is dropped."""
         if replaced is not None and replaced != location:
             for key in (("metadata", replaced), ("body", replaced), ("body", replaced + REFS)):
-                self._lru.pop(key)
+                self.lru.pop(key)
         self._keep(location, metadata, len(text))
         self._remember_body(location, text)
 
@@ -78,12 +74,12 @@ class MetadataFiles:
         return self._remember_body(location, metadata_json(metadata)) + tail
 
     def cached_body(self, location: str, snapshots: str = "all", tail: bytes = NO_CONFIG) -> bytes | None:
-        stem = self._lru.get(("body", location + (REFS if snapshots == "refs" else "")))
+        stem = self.lru.get(("body", location + (REFS if snapshots == "refs" else "")))
         return stem + tail if isinstance(stem, bytes) else None
 
     def _remember_body(self, location: str, metadata_text: str, variant: str = "") -> bytes:
         stem = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}'.encode()
-        self._lru.put(("body", location + variant), stem, len(stem))
+        self.lru.put(("body", location + variant), stem, len(stem))
         return stem
 
     @staticmethod
