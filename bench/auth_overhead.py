@@ -31,7 +31,7 @@ from pyiceberg.catalog.rest import RestCatalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import admin_token, bar_chart, running_server, write
-from bench.rest_catalog import SCHEMA, commit_script, run, wrk
+from bench.rest_catalog import SCHEMA, Client
 
 GOAL = 0.95
 PAUSE_SECONDS = 3.0
@@ -57,28 +57,12 @@ def access_token(root: str, token: str) -> str:
 
 
 def measure(kind: str, root: str, bearer: str | None, uuids: list[str], tmp: Path, clients: int, seconds: int) -> float:
-    """Requests per second of `kind` (loads or commits), with `clients` concurrent clients."""
-    base = f"{root}/iceberg/v1/bench/namespaces/db/tables"
+    """Requests per second of `kind` (loads or commits), with `clients` concurrent clients (wrk, or httpx
+    threads without it: bench/rest_catalog.Client)."""
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-    if shutil.which("wrk"):
-        if kind == "loads":
-            return wrk(f"{base}/t0", clients, bearer or "", seconds=seconds)[0]
-        script = commit_script(tmp / "commit.lua", "/iceberg/v1/bench/namespaces/db/tables", uuids, bearer or "")
-        return wrk(f"{base}/t0", clients, bearer or "", seconds=seconds, script=script)[0]
-
-    def load(client: httpx.Client, w: int, i: int) -> None:
-        assert client.get(f"{base}/t{w}").status_code == 200
-
-    def commit(client: httpx.Client, w: int, i: int) -> None:
-        body = {
-            "requirements": [{"type": "assert-table-uuid", "uuid": uuids[w]}],
-            "updates": [{"action": "set-properties", "updates": {"n": str(i)}}],
-        }
-        assert client.post(f"{base}/t{w}", json=body).status_code == 200
-
-    if kind == "loads":
-        return run(clients, 400 * seconds, load, headers)[0]
-    return run(clients, 60 * seconds, commit, headers)[0]
+    client = Client(root, "/iceberg/v1/bench/namespaces/db/tables", headers, uuids, tmp, seconds)
+    measured = client.loads(clients) if kind == "loads" else client.commits(clients)
+    return float(measured["per_second"])
 
 
 def check_cost(data_dir: str, token: str, jwt: str, calls: int = 20_000) -> dict[str, float]:

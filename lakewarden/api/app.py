@@ -42,6 +42,7 @@ from lakewarden.api.routes import (
     security,
     tables,
 )
+from lakewarden.api.routing import PrefixRouter
 from lakewarden.api.schemas import Health, NodeRead
 from lakewarden.config import Config
 from lakewarden.domain.errors import Forbidden
@@ -114,7 +115,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     )
     errors.install(app)
     # every route is checked (api/auth.py): a role for /api/v1, a grant for /iceberg/v1
-    api = APIRouter(prefix="/api/v1", dependencies=[Depends(authorize_api)])
+    api = PrefixRouter(prefix="/api/v1", dependencies=[Depends(authorize_api)])
     routers = (
         health_router,
         catalogs.router,
@@ -129,10 +130,12 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     for router in routers:
         api.include_router(router)
     app.include_router(api, responses=errors.ERROR_RESPONSES)
-    app.include_router(iceberg_oauth.router)
+    catalog = PrefixRouter(prefix="/iceberg/v1")  # the Iceberg REST catalog (api/routing.py: why by prefix)
+    catalog.include_router(iceberg_oauth.router)
     # views first: the tables' router ends with the catch-all that answers 406 for routes not served
     for router in (iceberg_views.router, iceberg_rest.router):
-        app.include_router(router, dependencies=[Depends(authorize_catalog)], responses=errors.ERROR_RESPONSES)
+        catalog.include_router(router, dependencies=[Depends(authorize_catalog)], responses=errors.ERROR_RESPONSES)
+    app.include_router(catalog)
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
     app.add_middleware(IdempotencyKeys)  # inside JavaPathDecoding: it keys on the decoded path

@@ -163,6 +163,7 @@ class MetadataService:
         self._catalogs_lock = threading.Lock()
         self._catalogs: dict[str, CatalogSpec] = {}  # internal catalogs by name (the catalog routes forget them)
         self._profiles: dict[str, StorageProfile] = {}  # their storage profiles, by name
+        self._ios: dict[str, tuple[Any, FileIO]] = {}  # the server's FileIO of each, with what it was made from
         self.credentials = CredentialVendor()
 
     # ---- events
@@ -192,6 +193,7 @@ class MetadataService:
         with self._catalogs_lock:
             self._catalogs.pop(name, None)
             self._profiles.pop(name, None)
+            self._ios.pop(name, None)
 
     def catalog(self, name: str) -> CatalogSpec:
         with self._catalogs_lock:
@@ -222,7 +224,15 @@ class MetadataService:
     def io_of(self, spec: CatalogSpec) -> FileIO:
         """The server's own FileIO for the catalog's warehouse (local, or S3 with the server's keys)."""
         properties = self.storage(spec).server_io_properties(spec.connection_properties)
-        return load_file_io(properties, spec.properties["warehouse"])
+        key = (spec.properties["warehouse"], tuple(sorted(properties.items())))
+        with self._catalogs_lock:
+            known = self._ios.get(spec.name)
+        if known is not None and known[0] == key:
+            return known[1]  # made once per catalog: making one costs about a tenth of a commit
+        io = load_file_io(properties, spec.properties["warehouse"])
+        with self._catalogs_lock:
+            self._ios[spec.name] = (key, io)
+        return io
 
     def table_access(
         self, catalog: str, namespace: str, name: str, metadata: TableMetadata, delegation: Delegation | None
@@ -376,8 +386,7 @@ class MetadataService:
         return None if body is None else (etag, body)
 
     def _location(self, catalog: str, namespace: str, name: str) -> str:
-        with self.db.read() as session:
-            return store.get_pointer(session, catalog, namespace, name).metadata_location
+        return store.pointer_head(self.db, catalog, namespace, name)[0]
 
     def response_body(self, loaded: LoadedTable) -> bytes:
         """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
@@ -473,30 +482,29 @@ class MetadataService:
             location = self.files.new_location(metadata, 0)
             text = write_metadata(io, location, metadata)
             return _Staged(change, "", CREATES, metadata, change.updates, metadata, location, text, [location])
-        with self.db.read() as session:
-            pointer = store.get_pointer(session, spec.name, change.namespace, change.name)
-        base = self.files.read(io, pointer.metadata_location)
+        expected, version = store.pointer_head(self.db, spec.name, change.namespace, change.name)
+        base = self.files.read(io, expected)
         applied, written = checked_updates(io, base, change.requirements, change.updates, single, label)
         try:
-            metadata = apply_updates(base, applied, metadata_location=pointer.metadata_location)
+            metadata = apply_updates(base, applied, metadata_location=expected)
         except (ValueError, KeyError) as exc:
             self.files.discard(io, written)
             raise InvalidField("updates", f"{label}{exc}") from exc
         if metadata is base:  # nothing changes (as Java's catalog handlers, no new version is committed)
             self.files.discard(io, written)
-            return _Staged(change, pointer.metadata_location, pointer.version, base, applied, base, "", "", [])
+            return _Staged(change, expected, version, base, applied, base, "", "", [])
         try:
             _check_properties(metadata.properties)
             confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         except InvalidField:
             self.files.discard(io, written)
             raise
-        location = self.files.new_location(metadata, pointer.version + 1)
+        location = self.files.new_location(metadata, version + 1)
         text = write_metadata(io, location, metadata)
         return _Staged(
             change,
-            pointer.metadata_location,
-            pointer.version,
+            expected,
+            version,
             base,
             applied,
             metadata,

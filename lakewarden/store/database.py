@@ -15,9 +15,10 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, Select, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.compiler import SQLCompiler
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 STARTUP_LOCK = 0x1A4E3A7D  # PostgreSQL advisory lock key: one server at a time migrates and seeds
@@ -61,12 +62,24 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+# a database that stops answering (a cut network) fails a connection within about 30 s instead of hanging it
+_CONNECT_ARGS = {"connect_timeout": 10, "keepalives_idle": 10, "keepalives_interval": 5, "tcp_user_timeout": 30000}
+
+
 def make_engine(url: str) -> Engine:
     if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    # a database that stops answering (a cut network) fails a connection within about 30 s instead of hanging it
-    connect_args = {"connect_timeout": 10, "keepalives_idle": 10, "keepalives_interval": 5, "tcp_user_timeout": 30000}
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_CONNECT_ARGS)
+
+
+def _single_reads_engine(url: str, engine: Engine) -> Engine:
+    """The engine of `Database.first_row`. On PostgreSQL its connections are in autocommit, so that a read is
+    one round trip (no ROLLBACK when the connection goes back to the pool), and are not pinged before use
+    (first_row retries once on a connection found broken instead). SQLite's connections are in autocommit
+    already: the same engine."""
+    if engine.dialect.name == "sqlite":
+        return engine
+    return create_engine(url, isolation_level="AUTOCOMMIT", pool_size=5, max_overflow=10, connect_args=_CONNECT_ARGS)
 
 
 class Database:
@@ -86,6 +99,8 @@ class Database:
         self._writer = sessionmaker(writer_engine, expire_on_commit=False)
         # high availability: checks a write against the leader's lease (raises NotLeader); None: one node
         self.fence: Callable[[Session], None] | None = None
+        self._compiled: dict[Select[*tuple[Any, ...]], SQLCompiler] = {}  # first_row's statements, compiled once each
+        self._single_reads = _single_reads_engine(url, self.engine)
 
     @contextmanager
     def write(self, any_node: bool = False) -> Iterator[Session]:
@@ -102,6 +117,43 @@ class Database:
         # close() (not rollback()) ends the transaction without expiring what was loaded
         with self._reader() as session:
             yield session
+
+    def first_row(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The first row of `query` (its bind parameters named in `params`), read through the driver alone.
+
+        For the hottest reads (an internal table's pointer, once per loadTable and commit): SQLAlchemy's
+        Connection and Session cost some ten times the query itself on SQLite (a transaction begun and
+        rolled back, events, result wrappers), so the statement is compiled once by SQLAlchemy for this
+        database's dialect and run on a pooled driver connection. Values come back as the driver gives them
+        (no column type processing): select plain strings and numbers. One statement reads a committed
+        state, in autocommit (see _single_reads_engine)."""
+        compiled = self._compiled.get(query)
+        if compiled is None:
+            compiled = query.compile(dialect=self.engine.dialect)
+            self._compiled[query] = compiled
+        bound = compiled.construct_params(params)
+        positions = getattr(compiled, "positiontup", None)  # a positional paramstyle's order of the names
+        arguments = bound if positions is None else [bound[name] for name in positions]
+        engine = self._single_reads
+        for attempt in range(2):
+            connection = engine.raw_connection()
+            try:
+                cursor = connection.cursor()
+                try:
+                    cursor.execute(compiled.string, arguments)
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
+            except engine.dialect.loaded_dbapi.Error as exc:
+                # a pooled connection the database closed meanwhile (a restart, a failover): once more on a new one
+                if attempt == 0 and engine.dialect.is_disconnect(exc, connection.dbapi_connection, None):
+                    connection.invalidate()
+                    continue
+                raise
+            finally:
+                connection.close()  # back to the pool
+            return None if row is None else tuple(row)
+        raise AssertionError("unreachable")
 
     @contextmanager
     def startup_lock(self) -> Iterator[None]:
@@ -147,6 +199,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._single_reads is not self.engine:
+            self._single_reads.dispose()
 
 
 def alembic_config() -> AlembicConfig:

@@ -6,13 +6,13 @@ Functions flush, never commit: a pointer swap, its timeline entry and its event 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy import CursorResult, Table, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable, NoSuchView
-from lakewarden.store.database import utcnow
+from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, IcebergViewRow, NamespaceRow
 
 SEP = "\x1f"
@@ -115,6 +115,22 @@ def get_pointer(session: Session, catalog: str, namespace: str, table: str) -> I
     if row is None:
         raise NoSuchTable(f"Table does not exist: {'.'.join(levels(namespace))}.{table}")
     return row
+
+
+_HEAD = select(IcebergTableRow.metadata_location, IcebergTableRow.version).where(
+    IcebergTableRow.catalog_name == bindparam("catalog"),
+    IcebergTableRow.namespace == bindparam("namespace"),
+    IcebergTableRow.table_name == bindparam("table"),
+)
+
+
+def pointer_head(db: Database, catalog: str, namespace: str, table: str) -> tuple[str, int]:
+    """The table's current metadata location and version, as get_pointer's, by the database's fast
+    single-row read (once per loadTable and per commit)."""
+    row = db.first_row(_HEAD, {"catalog": catalog, "namespace": namespace, "table": table})
+    if row is None:
+        raise NoSuchTable(f"Table does not exist: {'.'.join(levels(namespace))}.{table}")
+    return str(row[0]), int(row[1])
 
 
 def pointer_exists(session: Session, catalog: str, namespace: str, table: str) -> bool:
@@ -226,11 +242,15 @@ def _rename(
 # ---- timeline and events
 
 
-def record_commit(session: Session, catalog: str, namespace: str, table: str, **fields: Any) -> CommitRow:
-    row = CommitRow(catalog_name=catalog, namespace=namespace, table_name=table, committed_at=utcnow(), **fields)
-    session.add(row)
-    session.flush()
-    return row
+_COMMITS = cast(Table, CommitRow.__table__)
+_EVENTS = cast(Table, EventRow.__table__)
+
+
+def record_commit(session: Session, catalog: str, namespace: str, table: str, **fields: Any) -> None:
+    """A version on the table's timeline. Written as a plain INSERT, not through the session's unit of work
+    (a commit's own rows are never read back in its transaction, and this is on every commit's path)."""
+    values = {"catalog_name": catalog, "namespace": namespace, "table_name": table, "committed_at": utcnow()}
+    session.execute(insert(_COMMITS).values(**values, **fields))
 
 
 def timeline(session: Session, catalog: str, namespace: str, table: str, limit: int = 100) -> list[CommitRow]:
@@ -246,11 +266,12 @@ def timeline(session: Session, catalog: str, namespace: str, table: str, limit: 
 def add_event(
     session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
 ) -> EventRow:
-    row = EventRow(
-        type=kind, catalog_name=catalog, namespace=namespace, table_name=table, payload=payload, created_at=utcnow()
-    )
-    session.add(row)
-    session.flush()
+    values: dict[str, Any] = {"type": kind, "catalog_name": catalog, "namespace": namespace, "table_name": table}
+    values |= {"payload": payload, "created_at": utcnow()}
+    # a plain INSERT (as record_commit); the row handed back is not in the session
+    result = cast(CursorResult[Any], session.execute(insert(_EVENTS).values(**values)))
+    (event_id,) = result.inserted_primary_key or (None,)
+    row = EventRow(event_id=event_id, **values)
     if session.get_bind().dialect.name == "postgresql":  # other nodes' outbox tails wake at the commit
         session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": EVENTS_CHANNEL, "id": str(row.event_id)})
     return row

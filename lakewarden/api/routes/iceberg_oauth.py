@@ -25,7 +25,7 @@ from lakewarden.api.auth import OPEN, auth_service, client_address
 from lakewarden.domain.errors import NotAuthorized, TooManyRequests
 from lakewarden.services.auth import AuthService
 
-router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
+router = APIRouter(tags=["iceberg rest catalog"])
 Auth = Annotated[AuthService, Depends(auth_service)]
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"

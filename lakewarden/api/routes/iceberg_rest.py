@@ -31,7 +31,7 @@ from lakewarden.services.metadata_service import TableChange as Change
 from lakewarden.services.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
 from lakewarden.store import metadata as store
 
-router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog"])
+router = APIRouter(tags=["iceberg rest catalog"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 ENDPOINTS = [
     "GET /v1/{prefix}/namespaces",

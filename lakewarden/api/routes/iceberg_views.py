@@ -20,7 +20,7 @@ from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
 from lakewarden.services.views import ViewCatalog
 from lakewarden.store import metadata as store
 
-router = APIRouter(prefix="/iceberg/v1", tags=["iceberg rest catalog: views"])
+router = APIRouter(tags=["iceberg rest catalog: views"])
 
 
 def views(ctx: Annotated[ServerContext, Depends(server_context)]) -> ViewCatalog:

@@ -1,0 +1,118 @@
+"""The REST catalog's hot paths at their depth (bench/rest_catalog.py measures them): routing by prefix, and
+the system database's single-row reads, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from lakewarden.api.routing import PrefixRouter
+from lakewarden.domain.errors import NoSuchTable
+from lakewarden.store import metadata as store
+from lakewarden.store.database import Database
+
+TABLE = {"name": "t", "schema": {"type": "struct", "schema-id": 0, "fields": [
+    {"id": 1, "name": "id", "type": "long", "required": False}
+]}}  # fmt: skip
+CATALOG_MODULES = {"lakewarden.api.routes.iceberg_oauth", "lakewarden.api.routes.iceberg_views"}
+CATALOG_MODULES |= {"lakewarden.api.routes.iceberg_rest"}
+
+
+@pytest.fixture
+def table(client: TestClient) -> dict[str, Any]:
+    """An internal table `lake.db.t`; its loadTable answer."""
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
+    created = client.post("/iceberg/v1/lake/namespaces/db/tables", json=TABLE)
+    assert created.status_code == 200, created.text
+    answer: dict[str, Any] = created.json()
+    return answer
+
+
+def _tried(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The modules of the endpoints whose routes FastAPI tries, from now on."""
+    tried: list[str] = []
+    original = APIRoute.matches
+
+    def matches(route: APIRoute, scope: Any) -> Any:
+        tried.append(route.endpoint.__module__)
+        return original(route, scope)
+
+    monkeypatch.setattr(APIRoute, "matches", matches)
+    return tried
+
+
+def test_a_catalog_request_is_never_offered_to_the_management_api(
+    client: TestClient, table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tried = _tried(monkeypatch)
+    loaded = client.get("/iceberg/v1/lake/namespaces/db/tables/t")
+    assert loaded.status_code == 200
+    assert loaded.json()["metadata-location"] == table["metadata-location"]
+    assert tried and set(tried) <= CATALOG_MODULES, sorted(set(tried) - CATALOG_MODULES)
+    # and the other way round; the routing of each API is otherwise unchanged
+    tried.clear()
+    assert client.get("/api/v1/catalogs").status_code == 200
+    assert tried and not set(tried) & CATALOG_MODULES
+    assert client.get("/v1/lake/namespaces/db/tables/t").status_code == 200  # the catalog at the root too
+    unsupported = client.get("/iceberg/v1/lake/no/such/route")
+    assert unsupported.status_code == 406, unsupported.text
+    assert client.get("/api/v1/no-such-route").status_code == 404
+    assert client.get("/iceberg/v1x").status_code == 404  # a prefix is a whole path segment
+
+
+def test_prefix_router_is_asked_only_under_its_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    router = PrefixRouter(prefix="/a")
+
+    @router.get("/{anything:path}")
+    def under_a(anything: str) -> str:
+        return f"a:{anything}"
+
+    app = FastAPI()
+    app.include_router(router)
+
+    @app.get("/{anything:path}")
+    def elsewhere(anything: str) -> str:
+        return f"root:{anything}"
+
+    tried = _tried(monkeypatch)
+    with TestClient(app) as client:
+        assert client.get("/a/x").json() == "a:x"
+        assert client.get("/a").json() == "root:a"  # no route of the router is `/a` itself: tried, not matched
+        tried.clear()
+        assert client.get("/ab/x").json() == "root:ab/x"
+        assert client.get("/b").json() == "root:b"
+    assert tried == [__name__, __name__]  # only `elsewhere`, once per request
+    with pytest.raises(ValueError, match="prefix"):
+        PrefixRouter(prefix="")
+
+
+def test_single_row_reads_see_every_commit_and_survive_a_lost_connection(
+    client: TestClient, table: dict[str, Any]
+) -> None:
+    db: Database = client.app.state.context.db  # type: ignore[attr-defined]
+    location, version = store.pointer_head(db, "lake", "db", "t")
+    assert (location, version) == (table["metadata-location"], 0)
+    body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    committed = client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body)
+    assert committed.status_code == 200, committed.text
+    assert store.pointer_head(db, "lake", "db", "t") == (committed.json()["metadata-location"], 1)
+    with pytest.raises(NoSuchTable, match=r"db\.nope"):
+        store.pointer_head(db, "lake", "db", "nope")
+    assert len(db._compiled) == 1  # compiled once, whatever the parameters
+    if db.engine.dialect.name == "postgresql":
+        # the database drops every connection of the single-row reads' pool (as a restart or failover would)
+        with db.engine.connect() as conn:
+            dropped = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar()
+        assert dropped
+        assert store.pointer_head(db, "lake", "db", "t")[1] == 1  # a new connection, the same answer
