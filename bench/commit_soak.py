@@ -29,7 +29,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import admin_token, line_charts, running_server, write
+from bench.common import admin_token, line_charts, running_server, server_pid, write
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 CONFIG = (
@@ -38,19 +38,6 @@ CONFIG = (
     "resource-groups: [{name: default, container: outside}]\n"
 )
 COMMIT_ROUTE = 'method="POST",route="/iceberg/v1/{prefix}/namespaces/{namespace}/tables/{table}",'
-
-
-def server_pid(tmp: str) -> int:
-    """The pid of the server `running_server(tmp, …)` started (found by its config file on its command line)."""
-    config = str(Path(tmp) / "lakewarden.yaml").encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if config in (proc / "cmdline").read_bytes():
-                    return int(proc.name)
-            except OSError:
-                continue
-    raise RuntimeError("the server's process was not found")
 
 
 def rss_mb(pid: int) -> float:

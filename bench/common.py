@@ -104,6 +104,19 @@ def running_server(tmp: str, config: str) -> Iterator[str]:
         server.wait(120)  # a graceful stop lets its local optimizers finish their running tasks
 
 
+def server_pid(tmp: str) -> int:
+    """The pid of the server `running_server(tmp, …)` started (found by its config file on its command line)."""
+    config = str(Path(tmp) / "lakewarden.yaml").encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if config in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise RuntimeError("the server's process was not found")
+
+
 def admin_token(tmp: str) -> str:
     """The admin token a `running_server(tmp, …)` wrote at its first start."""
     return (Path(tmp) / "data" / "admin.token").read_text().strip()

@@ -13,7 +13,11 @@ independent C client: the server's capacity), else Python httpx threads. Reporte
 floors; goals: loads >= 0.5x the static body, commits >= 0.25x compare-and-swap. Also: the reaction
 time from a commit that crosses a trigger to the table being queued for optimizing (goal <= 2 s).
 
-    .venv/bin/python bench/rest_catalog.py [--seconds 5] [--clients 8] [--backends sqlite,postgresql]
+    .venv/bin/python bench/rest_catalog.py [--seconds 5] [--clients 8] [--backends sqlite,postgresql] [--flame]
+
+`--flame` (with py-spy installed: `pip install py-spy`) records the server during the 8-client loads and
+the sequential commits on each backend: `results/rest_catalog_<backend>_<loads|commits>.svg`, where the time
+goes.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import admin_token, bar_chart, free_port, running_server, summary, write
+from bench.common import RESULTS, admin_token, bar_chart, free_port, running_server, server_pid, summary, write
 from tests.postgres import fresh_database, postgres_server
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
@@ -159,6 +163,26 @@ class Client:
 
 
 @contextmanager
+def flame_graph(wanted: bool, pid: int, seconds: int, name: str) -> Iterator[None]:
+    """py-spy records the server while the block runs (when wanted and installed): an SVG in results/."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not wanted or spy is None:
+        if wanted:
+            print("py-spy is not installed (pip install py-spy): no flame graph")
+        yield
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"rest_catalog_{name}.svg"
+    command = [spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "100", "-f", "flamegraph", "-o", str(out)]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        recorder.wait(seconds + 60)
+        print(f"flame graph written to {out}")
+
+
+@contextmanager
 def floor_server(body_bytes: int) -> Iterator[str]:
     port = free_port()
     server = subprocess.Popen([sys.executable, str(FLOOR_SERVER), str(port), str(body_bytes)])
@@ -249,9 +273,12 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
         answer = httpx.get(f"{root}{prefix}/t0", headers=headers).content
         metadata = json.loads(answer)["metadata"]
         client = Client(root, prefix, headers, [str(t.metadata.table_uuid) for t in tables], tmp, args.seconds)
+        pid = server_pid(str(tmp))
         for connections, label in ((1, "sequential"), (args.clients, f"{args.clients} clients")):
-            out[f"loads {label}"] = client.loads(connections)
-            out[f"commits {label}"] = client.commits(connections)
+            with flame_graph(args.flame and connections > 1, pid, args.seconds, f"{backend}_loads"):
+                out[f"loads {label}"] = client.loads(connections)
+            with flame_graph(args.flame and connections == 1, pid, args.seconds, f"{backend}_commits"):
+                out[f"commits {label}"] = client.commits(connections)
         if backend == "sqlite":
             out["reaction_seconds"] = reaction(root, catalog, headers)
     where: Path | str = (
@@ -307,6 +334,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="length of each measure")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--flame", action="store_true", help="py-spy flame graphs of the server (see above)")
     args = parser.parse_args()
     results: dict[str, Any] = {"client": "wrk" if shutil.which("wrk") else "httpx threads", "goals": GOALS}
     for backend in args.backends.split(","):
