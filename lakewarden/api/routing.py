@@ -13,16 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from starlette._utils import get_route_path  # what FastAPI and Starlette match routes against
 from starlette.routing import Match
-
-
-def _route_path(scope: Any) -> str:
-    """The path routes are matched against: without the application's root path (as Starlette does)."""
-    path: str = scope["path"]
-    root = scope.get("root_path", "")
-    if root and path.startswith(root + "/"):
-        return path[len(root) :]
-    return path
 
 
 class PrefixRouter(APIRouter):
@@ -38,7 +30,7 @@ class PrefixRouter(APIRouter):
 
     def matches(self, scope: Any) -> tuple[Match, Any]:
         if scope.get("type") in ("http", "websocket"):
-            path = _route_path(scope)
+            path = get_route_path(scope)
             if path != self.prefix and not path.startswith(self._under):
                 return Match.NONE, {}
         return super().matches(scope)

@@ -395,8 +395,7 @@ class MetadataService:
 
     def load_table(self, catalog: str, namespace: str, name: str) -> LoadedTable:
         spec = self.catalog(catalog)
-        with self.db.read() as session:
-            location = store.get_pointer(session, catalog, namespace, name).metadata_location
+        location = self._location(catalog, namespace, name)
         return LoadedTable(location, self.files.read(self.io_of(spec), location))
 
     def table(self, catalog: str, namespace: str, name: str) -> Table:
