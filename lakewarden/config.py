@@ -223,6 +223,16 @@ class MetadataCacheConfig(_Model):
     max_size: ByteSize = Field(ByteSize(256 * 1024**2), alias="max-size", ge=1024 * 1024)
 
 
+class CostConfig(_Model):
+    """The price processes are costed at (domain/costs.py): per core-hour of Spark executor time and per GB
+    Spark wrote; a resource group's `cost.core-hour` / `cost.gb-written` properties override them. The defaults
+    are about what a cloud vCPU-hour costs, so the numbers mean something before anyone sets them."""
+
+    core_hour: float = Field(0.05, alias="core-hour", ge=0, allow_inf_nan=False)
+    gb_written: float = Field(0.0, alias="gb-written", ge=0, allow_inf_nan=False)
+    currency: str = Field("USD", max_length=16)
+
+
 class AmsConfig(_Model):
     server_bind_host: str = Field("127.0.0.1", alias="server-bind-host")
     http_server: HttpServerConfig = Field(default_factory=HttpServerConfig, alias="http-server")
@@ -239,6 +249,7 @@ class AmsConfig(_Model):
     manifest_cache: ManifestCacheConfig = Field(default_factory=ManifestCacheConfig, alias="manifest-cache")
     metadata_cache: MetadataCacheConfig = Field(default_factory=MetadataCacheConfig, alias="metadata-cache")
     history: HistoryConfig = Field(default_factory=HistoryConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
     clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")

@@ -404,11 +404,47 @@ class FailureKind(StrEnum):
     FINAL = "final"  # fails the same way every time (an invalid argument, a forbidden setting): not retried
 
 
+class SparkUsage(_Model):
+    """What Spark measured of one task's jobs (those of its job group), from the driver's status store — the
+    figures the Spark UI shows for the same stages."""
+
+    jobs: int = Field(0, ge=0)
+    tasks: int = Field(0, ge=0, description="Spark tasks run, failed ones included")
+    cpu_ms: int = Field(0, ge=0, description="Executor CPU time")
+    run_ms: int = Field(0, ge=0, description="Executor run time: how long Spark tasks held a core")
+    read_bytes: int = Field(0, ge=0)
+    read_records: int = Field(0, ge=0)
+    written_bytes: int = Field(0, ge=0)
+    written_records: int = Field(0, ge=0)
+    shuffle_bytes: int = Field(0, ge=0, description="Shuffle bytes written")
+    spilled_bytes: int = Field(0, ge=0, description="Bytes spilled to disk")
+    peak_memory_bytes: int = Field(0, ge=0, description="The largest peak execution memory of one Spark task")
+
+    def plus(self, other: SparkUsage) -> SparkUsage:
+        """Both together: the figures added up, the peak the larger of the two."""
+        mine, theirs = self.model_dump(), other.model_dump()
+        summed = {k: v + theirs[k] for k, v in mine.items()}
+        summed["peak_memory_bytes"] = max(self.peak_memory_bytes, other.peak_memory_bytes)
+        return SparkUsage(**summed)
+
+
+class FailureDiagnosis(_Model):
+    """A failure as an operator reads it (domain/failures.diagnose)."""
+
+    error_class: str | None = Field(None, max_length=256, description="The innermost cause's exception class")
+    root_cause: str | None = Field(None, max_length=1000, description="The innermost cause, as one line")
+    hint: str | None = Field(None, max_length=1000, description="What usually causes it and what to do")
+
+
 class Completion(TaskRef):
     """A task's result, or its error."""
 
+    usage: SparkUsage | None = Field(
+        None, description="What Spark measured of the attempt, whether it succeeded or failed (its cost)"
+    )
     output: TaskResult | None = None
     error: str | None = None
+    diagnosis: FailureDiagnosis | None = Field(None, description="With an error: its class, root cause and a hint")
     failure: FailureKind = Field(
         FailureKind.TRANSIENT,
         description="With an error: a conflict with a concurrent commit and a transient failure are retried (a "

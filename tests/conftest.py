@@ -104,6 +104,12 @@ def spark() -> Iterator[SparkSession]:
     from lakewarden.spark.session import build_spark_session
 
     os.environ.setdefault("LAKEWARDEN_SPARK_LOG_LEVEL", "ERROR")
-    session = build_spark_session(app_name="lakewarden-tests", driver_memory="2g", master="local[2]")
+    # with its web UI (on loopback): tests compare what lakewarden records of Spark's work with the UI's figures
+    session = build_spark_session(
+        app_name="lakewarden-tests",
+        driver_memory="2g",
+        master="local[2]",
+        extra_conf={"spark.ui.enabled": "true", "spark.ui.showConsoleProgress": "false"},
+    )
     yield session
     session.stop()

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from lakewarden.domain.failures import classify, is_retryable
-from lakewarden.optimizer.failures import cause_chain, describe_failure
+from lakewarden.domain.failures import classify, diagnose, is_retryable
+from lakewarden.optimizer.failures import cause_chain, describe_failure, diagnose_failure
 from lakewarden.protocol import FailureKind
 
 if TYPE_CHECKING:
@@ -93,6 +93,10 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     missing = _raised(lambda: jvm.java.io.FileInputStream(str(tmp_path / "nowhere" / "x.parquet")))
     message, kind = describe_failure(missing)
     assert kind is TRANSIENT and message.startswith("FileNotFoundException: ") and "nowhere/x.parquet" in message
+    diagnosis = diagnose_failure(missing)
+    assert diagnosis.error_class == "java.io.FileNotFoundException"
+    assert diagnosis.root_cause is not None and diagnosis.root_cause.startswith("FileNotFoundException: ")
+    assert diagnosis.hint is not None and diagnosis.hint.startswith("A file the task read is gone")
 
     bad_number = _raised(lambda: jvm.java.lang.Long.parseLong("twelve"))
     assert describe_failure(bad_number) == ('NumberFormatException: For input string: "twelve"', FINAL)
@@ -111,3 +115,51 @@ def test_real_jvm_failures(spark: SparkSession, tmp_path: Path) -> None:
     assert message == (
         "ValidationException: Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)"
     )
+
+
+IOE = "org.apache.iceberg.exceptions"
+
+
+@pytest.mark.parametrize(
+    ("chain", "root_cause", "hint"),
+    [
+        (
+            [(f"{IOE}.CommitFailedException", "Cannot commit: stale")],
+            "CommitFailedException: Cannot commit: stale",
+            "A writer",
+        ),
+        (
+            [
+                ("org.apache.spark.SparkException", "Job aborted"),
+                (f"{IOE}.NotFoundException", "File does not exist: /x"),
+            ],
+            "NotFoundException: File does not exist: /x",
+            "A file the task read is gone",
+        ),
+        ([("java.lang.OutOfMemoryError", "Java heap space")], "OutOfMemoryError: Java heap space", "Spark ran out"),
+        (  # an executor lost to memory: only its message says so
+            [("org.apache.spark.SparkException", "Container killed by YARN for exceeding memory limits")],
+            "SparkException: Container killed by YARN for exceeding memory limits",
+            "Spark ran out of memory",
+        ),
+        (  # a Python exception is listed with its base classes: its own class is named
+            [("python:StalePlan", "snapshot 7 is gone"), ("python:RuntimeError", "snapshot 7 is gone")],
+            "StalePlan: snapshot 7 is gone",
+            "The table changed under the plan",
+        ),
+        (
+            [("java.lang.IllegalStateException", "something odd\n\tat Foo.bar")],
+            "IllegalStateException: something odd",
+            None,
+        ),
+    ],
+)
+def test_failures_are_diagnosed(chain: list[tuple[str, str]], root_cause: str, hint: str | None) -> None:
+    diagnosis = diagnose(chain)
+    assert diagnosis["root_cause"] == root_cause
+    assert diagnosis["error_class"] is not None and diagnosis["error_class"].endswith(root_cause.split(":")[0])
+    if hint is None:
+        assert diagnosis["hint"] is None
+    else:
+        assert (diagnosis["hint"] or "").startswith(hint)
+    assert diagnose([]) == {"error_class": None, "root_cause": None, "hint": None}

@@ -104,10 +104,21 @@ def test_balanced_policy_picks_the_least_recently_optimized(client: TestClient) 
     make_pending(ctx, recent, last_minor_optimizing_at=now - timedelta(minutes=1))
     make_pending(ctx, old, last_minor_optimizing_at=now - timedelta(days=1))
     picked = ctx.dispatcher._pick_table("default")
-    assert picked is not None and picked.name.table == "old"
+    assert picked is not None and picked[0].name.table == "old"
+    why = picked[1]  # the policy's numbers for the table picked and for the runner-up, kept with its process
+    assert (why["policy"], why["candidates"]) == ("balanced", 2)
+    assert why["chosen"]["table"] == "c.db.old" and why["runner_up"]["table"] == "c.db.recent"
+    assert 86_000 < why["chosen"]["seconds_since_optimized"] < 86_500
+    assert 50 < why["runner_up"]["seconds_since_optimized"] < 120
+    assert (
+        why["reason"].startswith("balanced: last optimized 86")
+        and "runner-up c.db.recent last optimized" in why["reason"]
+    )
     make_pending(ctx, never)
     picked = ctx.dispatcher._pick_table("default")
-    assert picked is not None and picked.name.table == "never"
+    assert picked is not None and picked[0].name.table == "never"
+    assert picked[1]["chosen"]["seconds_since_optimized"] is None
+    assert picked[1]["reason"].startswith("balanced: never optimized, ahead of 2 other(s)")
 
 
 def test_quota_policy_picks_the_lowest_share_of_quota_used(client: TestClient) -> None:
@@ -127,7 +138,22 @@ def test_quota_policy_picks_the_lowest_share_of_quota_used(client: TestClient) -
     make_pending(ctx, busy)
     make_pending(ctx, idle)
     picked = ctx.dispatcher._pick_table("default")
-    assert picked is not None and picked.name.table == "idle"  # 0% used beats 67%
+    assert picked is not None and picked[0].name.table == "idle"  # 0% used beats 67%
+    why = picked[1]
+    assert why["chosen"] == {
+        "table": "c.db.idle",
+        "quota": 0.1,
+        "used_seconds": 0.0,
+        "quota_share_used": 0.0,
+        "seconds_since_optimized": None,
+    }
+    runner_up = why["runner_up"]
+    assert runner_up["table"] == "c.db.busy" and runner_up["quota"] == 0.5
+    assert 1199 < runner_up["used_seconds"] < 1202 and 0.666 < runner_up["quota_share_used"] < 0.668
+    assert why["reason"] == (
+        "quota: used 0.0% of its quota in the last hour, ahead of 1 other(s); "
+        "runner-up c.db.busy used 66.7% of its quota in the last hour"
+    )
 
 
 def test_min_plan_interval_holds_a_table_back(client: TestClient) -> None:
@@ -264,6 +290,24 @@ def test_a_conflict_is_retried_after_the_base_backoff_each_time(client: TestClie
         assert timedelta(seconds=4) < wait <= timedelta(seconds=6)
         end_backoff(ctx, pid)
     assert poll(client, token)["attempt"] == 4
+
+
+def test_a_failure_is_diagnosed_on_its_task_and_its_process(client: TestClient) -> None:
+    _, pid, token = one_task_optimizing(client, **{"self-optimizing.execute.num-retries": "0"})
+    assert poll(client, token)["attempt"] == 1
+    diagnosis = {"error_class": "java.lang.OutOfMemoryError", "root_cause": "OutOfMemoryError: Java heap space"}
+    diagnosis["hint"] = "Spark ran out of memory"
+    fail_task(client, token, pid, 1, "OutOfMemoryError: Java heap space", failure="transient", diagnosis=diagnosis)
+    process = client.get(f"/api/v1/processes/{pid}").json()
+    assert process["status"] == "failed"
+    assert process["tasks"][0]["diagnosis"] == diagnosis
+    assert process["diagnosis"] == diagnosis  # the task that failed the process
+    too_long = {**diagnosis, "hint": "x" * 1001}
+    refused = client.post(
+        "/api/v1/optimizer/complete",
+        json={"token": token, "process_id": pid, "task_id": 1, "attempt": 1, "error": "e", "diagnosis": too_long},
+    )
+    assert refused.status_code == 400 and "diagnosis.hint" in refused.text
 
 
 def test_a_final_failure_is_not_retried(client: TestClient) -> None:

@@ -145,9 +145,20 @@ class DatabaseCollector(Collector):
             totals = stats.process_totals(session)
             load = stats.group_load(session)
             catalogs = stats.catalog_health(session)
+            group_usage = stats.group_usage(session)
         yield from self._tables(tables)
         yield from self._processes(totals)
         yield from self._groups(load, tables)
+        group_cost = CounterMetricFamily(
+            "lakewarden_group_cost", "What the group's ended processes cost (the server's currency)", labels=["group"]
+        )
+        group_cpu = CounterMetricFamily(
+            "lakewarden_group_spark_cpu_seconds", "Spark executor CPU time of the group's processes", labels=["group"]
+        )
+        for group, usage in sorted(group_usage.items()):
+            group_cost.add_metric([group], float(usage["cost"]))
+            group_cpu.add_metric([group], usage["spark_cpu_ms"] / 1000.0)
+        yield from (group_cost, group_cpu)
         health = GaugeMetricFamily(
             "lakewarden_catalog_healthy", "1 when the catalog's last listing worked", labels=["catalog"]
         )
@@ -197,8 +208,8 @@ class DatabaseCollector(Collector):
             )
             for key in MAINTENANCE_TOTALS
         }
-        per_action: dict[tuple[str, str], int] = {}
-        per_table: dict[tuple[str, ...], int] = {}
+        per_action: dict[tuple[str, str], float] = {}
+        per_table: dict[tuple[str, ...], float] = {}
         for row in totals:
             labels = [row.catalog, row.database, row.table]
             processes.add_metric([*labels, row.action, row.type, row.status], float(row.count))
@@ -221,6 +232,32 @@ class DatabaseCollector(Collector):
         for (action, field), value in per_action.items():
             maintenance[field].add_metric([action], float(value))
         yield from (processes, seconds, *moved.values(), *maintenance.values())
+        yield from DatabaseCollector._usage(totals)
+
+    @staticmethod
+    def _usage(totals: list[stats.ProcessTotals]) -> Iterator[Metric]:
+        """What Spark measured of every ended process (whatever its status: a failed one ran too), and its cost."""
+        labels = [*TABLE, "action"]
+        families = {
+            field: CounterMetricFamily(f"lakewarden_{name}", text, labels=labels)
+            for field, name, text in (
+                ("spark_cpu_ms", "spark_cpu_seconds", "Spark executor CPU time of processes"),
+                ("spark_run_ms", "spark_core_seconds", "Spark executor run time (a core held) of processes"),
+                ("spark_read_bytes", "spark_read_bytes", "Bytes Spark read for processes"),
+                ("spark_written_bytes", "spark_written_bytes", "Bytes Spark wrote for processes"),
+                ("spark_tasks", "spark_tasks", "Spark tasks run for processes"),
+                ("cost", "process_cost", "What processes cost at their group's price (the server's currency)"),
+            )
+        }
+        per_key: dict[tuple[str, ...], float] = {}
+        for row in totals:
+            for field in families:
+                key = (row.catalog, row.database, row.table, row.action, field)
+                per_key[key] = per_key.get(key, 0) + row.sums.get(field, 0)
+        for summed, value in per_key.items():
+            scale = 1000.0 if summed[-1].endswith("_ms") else 1.0
+            families[summed[-1]].add_metric(list(summed[:-1]), value / scale)
+        yield from families.values()
 
     @staticmethod
     def _groups(

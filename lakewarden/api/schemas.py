@@ -97,6 +97,12 @@ class GroupRead(_Read):
     container_error: str | None = Field(
         None, description="Why the group's container cannot keep its optimizers running (it retries with back-off)"
     )
+    usage: dict[str, float] = Field(
+        default_factory=dict,
+        description="What its ended processes cost: Spark's figures (spark_cpu_ms, spark_run_ms, "
+        "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
+    )
+    currency: str = ""
 
 
 class TableBrief(_Read):
@@ -146,6 +152,12 @@ class TableRead(TableBrief):
     last_major_optimizing_at: datetime | None
     last_full_optimizing_at: datetime | None
     maintenance: list[MaintenanceRead] = Field(description="Each maintenance action: enabled, and what blocks it")
+    usage: dict[str, float] = Field(
+        default_factory=dict,
+        description="What its ended processes cost: Spark's figures (spark_cpu_ms, spark_run_ms, "
+        "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
+    )
+    currency: str = ""
 
 
 class Health(_Read):

@@ -22,7 +22,7 @@ from lakewarden.cli._common import (
     table_path,
 )
 from lakewarden.cli.client import local_token
-from lakewarden.cli.processes import process_app, result_text
+from lakewarden.cli.processes import process_app, result_text, usage_text
 from lakewarden.cli.security import grant_app, principal_app, token_app
 from lakewarden.domain.errors import LakewardenError
 
@@ -261,10 +261,17 @@ def group_list(server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = False) -> No
         render.emit_json(items)
         return
     rows = [
-        [g["name"], g["container"], g["table_count"], ", ".join(f"{k}={v}" for k, v in sorted(g["properties"].items()))]
+        [
+            g["name"],
+            g["container"],
+            g["table_count"],
+            f"{g['usage'].get('spark_cpu_ms', 0) / 1000:.1f}",
+            f"{g['usage'].get('cost', 0):.4f} {g['currency']}".rstrip(),
+            ", ".join(f"{k}={v}" for k, v in sorted(g["properties"].items())),
+        ]
         for g in items
     ]
-    render.table("resource groups", ["name", "container", "tables", "properties"], rows)
+    render.table("resource groups", ["name", "container", "tables", "spark cpu s", "cost", "properties"], rows)
 
 
 @group_app.command("show")
@@ -276,6 +283,7 @@ def group_show(name: str, server: ServerOpt = DEFAULT_SERVER, json_: JsonOpt = F
         render.emit_json({**group, "optimizers": optimizers})
         return
     pairs = [(k, group[k]) for k in ("name", "container", "table_count")]
+    pairs.append(("cost of its processes", usage_text(group["usage"], group["currency"]) or "nothing yet"))
     if group.get("container_error"):
         pairs.append(("container error", group["container_error"]))
     render.key_values(f"resource group {name}", pairs + sorted(group["properties"].items()))
@@ -367,6 +375,7 @@ def table_show(
             "refresh_error",
         )
     ]
+    pairs.append(("cost of its processes", usage_text(item["usage"], item["currency"]) or "nothing yet"))
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))

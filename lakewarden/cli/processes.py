@@ -35,13 +35,36 @@ def result_text(process: dict[str, Any]) -> str:
         return text
     parts = []
     for key, value in summary.items():
-        if isinstance(value, bool) or not isinstance(value, int) or not value or key.endswith(("_ms", "_id")):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not value
+            or key.endswith(("_ms", "_id"))
+            or key.startswith("spark_")
+        ):
             continue
         shown = render.human_bytes(value) if "bytes" in key else str(value)
         parts.append(f"{key.replace('_', ' ')} {shown}")
     if summary.get("dry_run"):
         parts.insert(0, "dry run:")
     return ", ".join(parts)
+
+
+def usage_text(usage: dict[str, Any] | None, currency: str = "") -> str:
+    """What Spark measured, in a few words: CPU and core time, bytes written, Spark tasks, and the cost."""
+    if not usage or not usage.get("tasks", usage.get("spark_tasks")):
+        return ""
+
+    def get(name: str) -> float:
+        return float(usage.get(name, usage.get(f"spark_{name}", 0)) or 0)
+
+    parts = [
+        f"cpu {get('cpu_ms') / 1000:.1f}s",
+        f"cores {get('run_ms') / 1000:.1f}s",
+        f"wrote {render.human_bytes(get('written_bytes'))}",
+        f"{int(get('tasks'))} spark tasks",
+    ]
+    return ", ".join(parts) + f"; cost {get('cost'):.6f} {currency}".rstrip()
 
 
 @process_app.command("list")
@@ -68,11 +91,23 @@ def process_list(
             p["start_time"],
             p["duration_ms"],
             result_text(p),
+            f"{p['usage']['cost']:.6f}" if p["usage"].get("tasks") else "",
             p["fail_reason"] or "",
         ]
         for p in items
     ]
-    columns = ["id", "table", "action", "type", "status", "start", "ms", "result", "error"]
+    columns = [
+        "id",
+        "table",
+        "action",
+        "type",
+        "status",
+        "start",
+        "ms",
+        "result",
+        f"cost {items[0]['currency'] if items else ''}".rstrip(),
+        "error",
+    ]
     render.table("processes", columns, rows)
 
 
@@ -95,8 +130,15 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
         "fail_reason",
     )
     summary = item["summary"]
-    scalars = [(k, v) for k, v in summary.items() if not isinstance(v, list)]
-    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + scalars)
+    scalars = [(k, v) for k, v in summary.items() if not isinstance(v, list | dict) and not k.startswith("spark_")]
+    spark = [("spark", usage_text(item["usage"], item["currency"]))] if item["usage"].get("tasks") else []
+    why = [("why this table", item["scheduling"]["reason"])] if item.get("scheduling") else []
+    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + why + spark + scalars)
+    if item.get("diagnosis"):
+        d = item["diagnosis"]
+        render.key_values(
+            "failure", [("class", d["error_class"]), ("root cause", d["root_cause"]), ("hint", d["hint"])]
+        )
     changes = [[label, path] for key, label in FILE_CHANGES for path in summary.get(key, [])]
     if changes:
         render.table("files", ["change", "file"], changes)
@@ -109,13 +151,14 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
             t["retry_count"],
             (t["output"] or {}).get("files_in", ""),
             (t["output"] or {}).get("files_out", ""),
-            t["error"] or "",
+            usage_text(t.get("usage")),
+            (t["error"] or "")
+            + (f" (hint: {t['diagnosis']['hint']})" if (t.get("diagnosis") or {}).get("hint") else ""),
         ]
         for t in item["tasks"]
     ]
-    render.table(
-        "tasks", ["task", "status", "partitions", "attempt", "retries", "files in", "files out", "error"], rows
-    )
+    columns = ["task", "status", "partitions", "attempt", "retries", "files in", "files out", "spark", "error"]
+    render.table("tasks", columns, rows)
 
 
 @process_app.command("cancel")

@@ -56,7 +56,18 @@ const fmt = {
   },
   ago(iso) { return iso ? fmt.duration(Date.now() - new Date(iso).getTime()) + " ago" : "never"; },
   pct: (r) => (r === null || r === undefined ? "—" : `${Math.round(r * 100)}%`),
+  cost: (n, currency) => `${Number(n || 0).toFixed(n >= 1 ? 2 : 6)} ${currency || ""}`.trim(),
 };
+
+// what Spark measured of a process, a task or everything a table or group ran (`spark_*` in summed usage)
+function usageText(u, currency) {
+  if (!u) return "";
+  const get = (k) => Number(u[k] ?? u[`spark_${k}`] ?? 0);
+  if (!get("tasks")) return "";
+  return `CPU ${fmt.duration(get("cpu_ms"))} · cores held ${fmt.duration(get("run_ms"))} · read ${fmt.bytes(get("read_bytes"))}` +
+    ` · wrote ${fmt.bytes(get("written_bytes"))} · ${fmt.num(get("tasks"))} Spark tasks · peak memory ${fmt.bytes(get("peak_memory_bytes"))}` +
+    (currency !== undefined ? ` · cost ${fmt.cost(get("cost"), currency)}` : "");
+}
 
 function badge(text) {
   return `<span class="badge ${esc(String(text).replace(/\s+/g, "-"))}">${esc(text)}</span>`;
@@ -95,7 +106,7 @@ function resultText(p) {
     return `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}${deletes}`;
   }
   const parts = Object.entries(s)
-    .filter(([k, v]) => typeof v === "number" && v && !k.endsWith("_ms") && !k.endsWith("_id"))
+    .filter(([k, v]) => typeof v === "number" && v && !k.endsWith("_ms") && !k.endsWith("_id") && !k.startsWith("spark_") && k !== "cost")
     .map(([k, v]) => `${k.replace(/_/g, " ")} ${k.includes("bytes") ? fmt.bytes(v) : fmt.num(v)}`);
   return (s.dry_run ? "dry run: " : "") + parts.join(", ");
 }
@@ -116,7 +127,8 @@ function processRows(processes, withTable) {
     ...(withTable ? [`<a href="#/tables/${tablePath(p.table)}">${esc(p.table)}</a>`] : []),
     esc(p.action), esc(p.type), badge(p.status), esc(p.stage), fmt.time(p.start_time),
     fmt.duration(p.duration_ms ?? (Date.now() - new Date(p.start_time).getTime())),
-    esc(resultText(p)), `<span class="error">${esc(p.fail_reason || "")}</span>`,
+    esc(resultText(p)), p.usage.tasks ? fmt.cost(p.usage.cost, p.currency) : "",
+    `<span class="error">${esc(p.fail_reason || "")}</span>`,
   ]);
 }
 
@@ -150,9 +162,11 @@ function overviewPage() {
         card("maintenance", "Maintenance", `${fmt.num(m.files_deleted + m.delete_files_removed + m.data_files_deleted)} files`,
              `${fmt.bytes(m.bytes_freed)} freed · ${fmt.num(m.snapshots_expired)} snapshots expired · ${fmt.num(m.tags_created)} tags`),
         card("catalogs", "Catalogs", fmt.num(o.catalogs.total), `${fmt.num(o.catalogs.unhealthy)} unhealthy`),
+        card("cost", "Cost of processes", fmt.cost(o.usage.cost, o.currency),
+             `Spark CPU ${fmt.duration(o.usage.spark_cpu_ms)} · cores held ${fmt.duration(o.usage.spark_run_ms)} · wrote ${fmt.bytes(o.usage.spark_written_bytes)}`),
       ].join("");
       root.querySelector("#running").innerHTML = grid(
-        ["id", "table", "action", "type", "status", "stage", "start", "duration", "result", "error"],
+        ["id", "table", "action", "type", "status", "stage", "start", "duration", "result", "cost#", "error"],
         processRows(running, true), (i) => `data-process-id="${running[i].process_id}"`);
     },
   };
@@ -274,6 +288,7 @@ function tablePage(catalog, database, table, tab = "overview") {
           ["last refreshed", fmt.time(t.last_refreshed_at)], ["refresh error", `<span class="error">${esc(t.refresh_error || "")}</span>`],
           ["last minor / major / full", [t.last_minor_optimizing_at, t.last_major_optimizing_at, t.last_full_optimizing_at].map(fmt.time).join(" · ")],
           ["full optimizing clusters by", esc(e.clustering || "— (bin-pack)")],
+          ["cost of its processes", esc(usageText(t.usage, t.currency) || "nothing yet")],
         ])}</div><div><h2 style="margin-top:0">Why ${esc(t.status)}</h2>
           <p>verdict: <b>${esc(e.type || "nothing to optimize")}</b> · evaluated ${fmt.ago(t.evaluated_at)}</p>
           <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul>
@@ -305,12 +320,16 @@ function tablePage(catalog, database, table, tab = "overview") {
             fmt.num(Number(s.summary["total-records"] || 0))])) + `<h2>Timeline</h2>${timeline}`;
       } else if (tab === "processes") {
         const processes = await api(`/processes?table=${encodeURIComponent(identifier)}&limit=50`);
-        target.innerHTML = grid(["id", "action", "type", "status", "stage", "start", "duration", "result", "error"],
+        target.innerHTML = grid(["id", "action", "type", "status", "stage", "start", "duration", "result", "cost#", "error"],
           processRows(processes, false), (i) => `data-process-id="${processes[i].process_id}"`) +
           processes.filter((p) => p.tasks.length).slice(0, 10).map((p) => `<h2>Process ${p.process_id}: tasks</h2>` +
-            grid(["task", "status", "partitions", "attempt#", "optimizer", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),
+            (p.scheduling ? `<p class="muted" data-why="${p.process_id}">why this table: ${esc(p.scheduling.reason)}</p>` : "") +
+            (p.diagnosis ? `<p class="error" data-diagnosis="${p.process_id}">${esc(p.diagnosis.root_cause)}` +
+              `${p.diagnosis.hint ? `<br><b>hint:</b> ${esc(p.diagnosis.hint)}` : ""}</p>` : "") +
+            grid(["task", "status", "partitions", "attempt#", "optimizer", "spark", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),
               esc(k.partitions.join(", ")), k.attempt, `<span class="mono">${esc(k.optimizer || "")}</span>`,
-              `<span class="error">${esc(k.error || "")}</span>`])) + fileChanges(p)).join("");
+              esc(usageText(k.usage)), `<span class="error">${esc(k.error || "")}</span>` +
+              (k.diagnosis?.hint ? `<br><span class="muted">hint: ${esc(k.diagnosis.hint)}</span>` : "")])) + fileChanges(p)).join("");
       } else if (tab === "config") {
         target.innerHTML = `<p class="muted">Effective configuration: built-in defaults &lt; the catalog's table.* &lt; table properties</p>` +
           kv(Object.entries(t.config).map(([k, v]) => [k, `<span class="mono">${esc(v)}</span>`]));
@@ -386,6 +405,7 @@ function groupsPage() {
         const threads = optimizers[i].reduce((n, o) => n + o.threads, 0);
         element.querySelector('[data-field="summary"]').textContent =
           `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}` +
+          ` · cost ${fmt.cost(group.usage.cost, group.currency)} (Spark CPU ${fmt.duration(group.usage.spark_cpu_ms || 0)})` +
           (group.container_error ? ` · container error: ${group.container_error}` : "");
         element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "spark application", "registered", "last heartbeat"],
           optimizers[i].map((o) => [`<span class="mono">${esc(o.optimizer_id)}</span>`, o.threads, esc(o.host || ""),
@@ -415,13 +435,13 @@ function processesPage() {
       const [running, recent] = await Promise.all([api("/processes?status=running&limit=200"),
         api(`/processes?limit=50${action ? `&action=${encodeURIComponent(action)}` : ""}`)]);
       root.querySelector("#running").innerHTML = grid(
-        ["id", "table", "group", "action", "type", "stage", "duration", "threads#", "input#", ""],
+        ["id", "table", "group", "action", "type", "stage", "duration", "threads#", "input#", "cost#", ""],
         running.map((p) => [`<span class="mono">${p.process_id}</span>`, `<a href="#/tables/${tablePath(p.table)}">${esc(p.table)}</a>`,
           esc(p.group), esc(p.action), esc(p.type), esc(p.stage), fmt.duration(Date.now() - new Date(p.start_time).getTime()),
-          p.threads_in_use, fmt.bytes(p.input_bytes), `<button class="secondary" data-cancel="${p.process_id}">Cancel</button>`]),
+          p.threads_in_use, fmt.bytes(p.input_bytes), p.usage.tasks ? fmt.cost(p.usage.cost, p.currency) : "", `<button class="secondary" data-cancel="${p.process_id}">Cancel</button>`]),
         (i) => `data-process-id="${running[i].process_id}" data-action="${esc(running[i].action)}"`);
       root.querySelector("#recent").innerHTML = grid(
-        ["id", "table", "action", "type", "status", "stage", "start", "duration", "result", "error"],
+        ["id", "table", "action", "type", "status", "stage", "start", "duration", "result", "cost#", "error"],
         processRows(recent, true), (i) => `data-process-id="${recent[i].process_id}" data-action="${esc(recent[i].action)}"`);
     },
   };

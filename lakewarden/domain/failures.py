@@ -107,3 +107,79 @@ def classify(chain: Sequence[tuple[str, str]]) -> FailureKind:
 def is_retryable(chain: Sequence[tuple[str, str]]) -> bool:
     """Whether a failure with this cause chain may pass on a retry."""
     return classify(chain) is not FailureKind.FINAL
+
+
+MAX_ROOT_CAUSE = 1000
+# what to do about the common failures, by the classes (and messages) in the chain; the first rule that
+# matches gives the hint
+_MEMORY = re.compile(r"OutOfMemory|Java heap space|GC overhead limit|Container killed .* memory|exceeding memory")
+_HINTS: tuple[tuple[frozenset[str], re.Pattern[str] | None, str], ...] = (
+    (
+        STALE_PLAN,
+        None,
+        "The table changed under the plan (a writer rewrote or deleted the planned files): nothing was committed; "
+        "the table is evaluated and planned again on its new snapshot.",
+    ),
+    (
+        frozenset({"java.lang.OutOfMemoryError"}),
+        _MEMORY,
+        "Spark ran out of memory: give the group's optimizers more (spark.driver.memory / spark.executor.memory "
+        "in its properties) or plan smaller tasks (self-optimizing.max-task-size-bytes).",
+    ),
+    (
+        frozenset({"org.apache.iceberg.exceptions.NotFoundException", "java.io.FileNotFoundException"})
+        | frozenset({"java.nio.file.NoSuchFileException"}),
+        None,
+        "A file the task read is gone: something else removed it (expire-snapshots or orphan cleanup run by "
+        "another tool, or a writer's own rewrite). The retry plans on the table's current state; if it repeats, "
+        "check what else deletes files of this table.",
+    ),
+    (
+        frozenset({"java.nio.file.AccessDeniedException", "org.apache.iceberg.exceptions.ForbiddenException"})
+        | frozenset({"org.apache.iceberg.exceptions.NotAuthorizedException"}),
+        None,
+        "Permission denied: the optimizer's credentials cannot read or write the table's storage or catalog.",
+    ),
+    (
+        frozenset({"java.net.ConnectException", "java.net.SocketTimeoutException", "python:Py4JNetworkError"})
+        | frozenset({"org.apache.iceberg.exceptions.ServiceUnavailableException", "python:ConnectionError"}),
+        None,
+        "Storage, the catalog or the Spark JVM could not be reached: retried with back-off; if it repeats, "
+        "check the optimizer's network and its Spark driver.",
+    ),
+    (
+        frozenset({"org.apache.iceberg.exceptions.NoSuchTableException"}),
+        None,
+        "The table is gone from its catalog (dropped or renamed): the explorer disposes of it at its next listing.",
+    ),
+)
+_CONFLICT_HINT = (
+    "A writer committed a conflicting change while the task ran: retried after the base back-off. If it repeats, "
+    "tasks run longer than the gap between the writer's commits: plan smaller tasks "
+    "(self-optimizing.max-task-size-bytes) or more threads, so each finishes sooner."
+)
+
+
+def diagnose(chain: Sequence[tuple[str, str]]) -> dict[str, str | None]:
+    """The failure's class (its innermost cause's), its root cause as one line, and a hint for the common ones."""
+    if not chain:
+        return {"error_class": None, "root_cause": None, "hint": None}
+    java = [(name, message) for name, message in chain if not name.startswith("python:")]
+    if java:
+        name, message = java[-1]
+    else:  # a Python exception is listed with its base classes after it: the innermost one's own class
+        at = len(chain) - 1
+        while at > 0 and chain[at - 1][1] == chain[at][1]:
+            at -= 1
+        name, message = chain[at]
+    name = name.removeprefix("python:")
+    line = next((part.strip() for part in (message or "").splitlines() if part.strip()), "")
+    hint = _CONFLICT_HINT if classify(chain) is FailureKind.CONFLICT else None
+    if hint is None:
+        for names, pattern, text in _HINTS:
+            named = any(n in names for n, _ in chain)
+            if named or (pattern is not None and any(pattern.search(m or "") for _, m in chain)):
+                hint = text
+                break
+    root_cause = f"{name.rsplit('.', 1)[-1]}: {line}"[:MAX_ROOT_CAUSE]
+    return {"error_class": name, "root_cause": root_cause, "hint": hint}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 
+from lakewarden.domain.costs import validate_prices
 from lakewarden.domain.errors import InvalidField
 
 # Letters, digits, '_' and '-', 1 to 64 characters, starting with a letter or digit.
@@ -36,3 +37,4 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
             minimum = 1 if key == "parallelism" else 0
             if not value.isdigit() or int(value) < minimum:
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
+    validate_prices(properties)

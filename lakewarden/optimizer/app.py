@@ -20,9 +20,17 @@ from types import FrameType
 from typing import Any
 
 from lakewarden.optimizer.client import OptimizerClient, ProtocolError
-from lakewarden.optimizer.failures import describe_failure
+from lakewarden.optimizer.failures import describe_failure, diagnose_failure
 from lakewarden.optimizer.rewrite import TaskRevoked
-from lakewarden.protocol import Assignment, FailureKind, SparkApplication, TaskKey, TaskResult
+from lakewarden.protocol import (
+    Assignment,
+    FailureDiagnosis,
+    FailureKind,
+    SparkApplication,
+    SparkUsage,
+    TaskKey,
+    TaskResult,
+)
 from lakewarden.spark.session import submitted
 
 log = logging.getLogger(__name__)
@@ -156,6 +164,7 @@ class Optimizer:
             )
             output: TaskResult | None = None
             error: str | None = None
+            diagnosis: FailureDiagnosis | None = None
             failure = FailureKind.TRANSIENT
             key = TaskKey(process_id=task.process_id, task_id=task.task_id, attempt=task.attempt)
             with self._tasks_lock:
@@ -164,6 +173,7 @@ class Optimizer:
                 output = execute_task(spark, task, token, gate=self._gate(token, task, key))
             except Exception as exc:
                 error, failure = describe_failure(exc)
+                diagnosis = diagnose_failure(exc)
                 log.warning(
                     "thread %d: task failed (%s): %s\n%s",
                     thread_id,
@@ -179,13 +189,26 @@ class Optimizer:
             if revoked:  # the server no longer expects a report of it
                 log.info("thread %d: task %s.%s stopped: it was revoked", thread_id, task.process_id, task.task_id)
                 continue
+            usage = self._usage(spark, task)
             try:
-                self.client.complete(token, task, output, error, failure)
+                self.client.complete(token, task, output, error, failure, usage=usage, diagnosis=diagnosis)
                 self.completed += 1
             except ProtocolError as exc:
                 log.warning("thread %d: completion refused: %s", thread_id, exc)
             except Exception as exc:  # the server stayed away: the keeper will hand the task out again
                 log.warning("thread %d: could not report task %s.%s: %s", thread_id, task.process_id, task.task_id, exc)
+
+    @staticmethod
+    def _usage(spark: Any, task: Assignment) -> SparkUsage | None:
+        """What Spark measured of the attempt; None when it cannot be read (the report goes without it)."""
+        from lakewarden.optimizer.executor import job_group
+        from lakewarden.optimizer.usage import job_group_usage
+
+        try:
+            return job_group_usage(spark, job_group(task))
+        except Exception as exc:
+            log.warning("could not read the Spark usage of task %s.%s: %s", task.process_id, task.task_id, exc)
+            return None
 
     def run(self) -> None:
         from lakewarden.spark.session import build_spark_session

@@ -10,10 +10,12 @@ import httpx
 from lakewarden.protocol import (
     Assignment,
     Completion,
+    FailureDiagnosis,
     FailureKind,
     Registered,
     Registration,
     SparkApplication,
+    SparkUsage,
     TaskKey,
     TaskResult,
     Touch,
@@ -123,14 +125,19 @@ class OptimizerClient:
         error: str | None,
         failure: FailureKind = FailureKind.TRANSIENT,
         retry_seconds: float = 300.0,
+        usage: SparkUsage | None = None,
+        diagnosis: FailureDiagnosis | None = None,
     ) -> None:
         """Report the result; while the server is unreachable (e.g. restarting), keep trying.
 
         The work is done and committed: losing its report would leave the task ACKED until the
         execute timeout. A refusal (4xx) is final and raised at once. With an error, `failure` says
-        whether and when running the task again may pass.
+        whether and when running the task again may pass. `usage` is what Spark measured of the attempt;
+        `diagnosis` explains an error.
         """
-        body = Completion(token=token, **_ref(task), output=output, error=error, failure=failure)
+        body = Completion(
+            token=token, **_ref(task), output=output, error=error, failure=failure, usage=usage, diagnosis=diagnosis
+        )
         payload = body.model_dump(mode="json", exclude_none=True)
         deadline = time.monotonic() + retry_seconds
         pause = 0.5

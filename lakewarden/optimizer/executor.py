@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 
 def job_group(task: Assignment) -> str:
-    """The Spark job group a task's jobs run in (what canceling the task cancels)."""
-    return f"lakewarden-{task.process_id}-{task.task_id}"
+    """The Spark job group an attempt of a task runs its jobs in: what canceling the task cancels, and whose
+    stages its usage is added up from (optimizer/usage.py)."""
+    return f"lakewarden-{task.process_id}-{task.task_id}-{task.attempt}"
 
 
 def execute_task(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakewarden.domain.failures import classify
-from lakewarden.protocol import FailureKind
+from lakewarden.domain.failures import classify, diagnose
+from lakewarden.protocol import FailureDiagnosis, FailureKind
 
 MAX_MESSAGE = 4000
 MAX_CAUSES = 20
@@ -70,3 +70,8 @@ def describe_failure(exc: BaseException) -> tuple[str, FailureKind]:
     else:
         text = f"{type(exc).__name__}: {exc}"
     return text[:MAX_MESSAGE], classify(chain)
+
+
+def diagnose_failure(exc: BaseException) -> FailureDiagnosis:
+    """The failure's class, its root cause line and, for the common ones, a hint (domain/failures.diagnose)."""
+    return FailureDiagnosis(**diagnose(cause_chain(exc)))

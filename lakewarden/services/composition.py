@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from lakewarden.config import Config
+from lakewarden.domain.costs import Price
 from lakewarden.domain.processes import Action
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.auth import AuthService, load_secret_key
@@ -66,6 +67,12 @@ def maintenance_schedules(config: Config) -> dict[Action, tuple[bool, timedelta]
         Action.REWRITE_MANIFESTS: ams.rewrite_manifests,
     }
     return {action: (schedule.enabled, schedule.interval) for action, schedule in schedules.items()}
+
+
+def price_of(config: Config) -> Price:
+    """The server's default price of Spark's work (a group's properties may set its own)."""
+    cost = config.ams.cost
+    return Price(core_hour=cost.core_hour, gb_written=cost.gb_written, currency=cost.currency)
 
 
 @dataclass
@@ -158,7 +165,9 @@ class ServerRuntime:
             evaluator=evaluator,
             explorer=explorer,
             engine=engine,
-            dispatcher=TaskDispatcher(db, engine, work_ready, auth, node_url=ha.node_url or server_url),
+            dispatcher=TaskDispatcher(
+                db, engine, work_ready, auth, node_url=ha.node_url or server_url, price=price_of(config)
+            ),
             keeper=OptimizerKeeper(
                 db,
                 timeouts.heart_beat_timeout,

@@ -15,14 +15,16 @@ import logging
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.costs import Price, add_usage
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import BLOCKS_OPTIMIZING
-from lakewarden.domain.scheduling import Candidate, next_table, thread_cap
+from lakewarden.domain.scheduling import Candidate, ranked, thread_cap, why_first
 from lakewarden.domain.security import Grant, Privilege, optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
 from lakewarden.domain.tables import TableStatus
@@ -34,6 +36,7 @@ from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import ResourceGroupRow, TaskRow
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,10 @@ class TaskDispatcher:
         work_ready: WakeSignal | None = None,
         auth: AuthService | None = None,
         node_url: str | None = None,
+        price: Price | None = None,
     ) -> None:
         self.db = db
+        self.price = price or Price()  # the server's default; a group's properties may set its own
         # lakewarden's own catalogs are reached at the node that hands the task out (with high availability
         # the stored URI is the node that seeded the catalog, which may be gone)
         self.node_url = node_url
@@ -84,8 +89,8 @@ class TaskDispatcher:
         with self._lock(group):
             assignment = self._next_planned(group, token, thread_id)
             if assignment is None:
-                candidate = self._pick_table(group)
-                if candidate is not None and self.engine.start_optimizing(candidate, group):
+                picked = self._pick_table(group)
+                if picked is not None and self.engine.start_optimizing(picked[0], group, scheduling=picked[1]):
                     assignment = self._next_planned(group, token, thread_id)
             return assignment
 
@@ -154,9 +159,10 @@ class TaskDispatcher:
         properties["token"] = cached[1]
         return properties
 
-    def _pick_table(self, group: str) -> TableRecord | None:
+    def _pick_table(self, group: str) -> tuple[TableRecord, dict[str, Any]] | None:
         """The next PENDING table of the group by its scheduling policy, past its min-plan-interval and not
-        blocked by a maintenance process that must not run beside optimizing."""
+        blocked by a maintenance process that must not run beside optimizing; with why it goes first (the
+        policy's numbers for it and for the runner-up)."""
         now = utcnow()
         with self.db.read() as session:
             policy = store.group_policy(session, group)
@@ -184,8 +190,8 @@ class TaskDispatcher:
                     else 0.0
                 )
                 candidates.append(Candidate(rec, str(rec.name), config.quota, used, max(times, default=0.0)))
-        chosen = next_table(policy, candidates)
-        return None if chosen is None else chosen.table
+        order = ranked(policy, candidates)
+        return (order[0].table, why_first(policy, order, now.timestamp())) if order else None
 
     # ---- ack and complete
 
@@ -237,6 +243,7 @@ class TaskDispatcher:
         output = None if done.output is None else done.output.model_dump(mode="json")
         with self.db.write() as session:
             store.touch_optimizer(session, done.token)
+            usage = {} if done.usage is None else {"usage": self._usage(session, done.process_id, done)}
             if not any(
                 store.transition_task(
                     session,
@@ -249,7 +256,9 @@ class TaskDispatcher:
                     output=output,
                     error=done.error,
                     failure=done.failure.value if done.error else None,
+                    diagnosis=done.diagnosis.model_dump() if done.error and done.diagnosis else None,
                     ended_at=utcnow(),
+                    **usage,
                 )
                 for running in (TaskStatus.ACKED, TaskStatus.COMMITTING)
             ):
@@ -257,6 +266,16 @@ class TaskDispatcher:
                     f"task {done.process_id}.{done.task_id} attempt {done.attempt} is not running on this optimizer"
                 )
         self.engine.settle(done.process_id)
+
+    def _usage(self, session: Session, process_id: int, done: Completion) -> dict[str, Any] | None:
+        """The task's usage with this attempt's added, costed at its group's price now."""
+        assert done.usage is not None
+        task = session.get(TaskRow, (process_id, done.task_id))
+        if task is None:
+            return None
+        group = session.get(ResourceGroupRow, store.get_process(session, process_id).group_name)
+        price = self.price.for_group(group.properties if group is not None else {})
+        return add_usage(task.usage, done.usage, price)
 
 
 def _quota(session: Session, table_id: int) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.costs import total_usage, usage_summary
 from lakewarden.domain.errors import Conflict, NothingToDo
 from lakewarden.domain.evaluator import OptimizingType
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -93,9 +94,10 @@ class ProcessEngine:
         if store.running_processes(session, table_id=rec.runtime.table_id, action=action):
             raise Conflict(f"a {action} process is already running on {rec.name}")
 
-    def start_optimizing(self, rec: TableRecord, group: str) -> bool:
+    def start_optimizing(self, rec: TableRecord, group: str, scheduling: dict[str, Any] | None = None) -> bool:
         """Plan a PENDING table's self-optimizing on its current snapshot: PENDING -> PLANNING -> the
-        optimizing status of the planned type, or back to IDLE when there is nothing to plan."""
+        optimizing status of the planned type, or back to IDLE when there is nothing to plan. `scheduling`
+        (why the group's policy picked the table) is kept in the process's summary."""
         table_id = rec.runtime.table_id
         with self.db.write() as session:
             if not runtime_store.transition_table(
@@ -104,7 +106,7 @@ class ProcessEngine:
                 return False
             spec = catalog_store.spec_of(catalog_store.get_catalog(session, rec.identifier.catalog_name))
         try:
-            planned = self._plan_optimizing(rec, spec, group)
+            planned = self._plan_optimizing(rec, spec, group, scheduling)
         except Exception as exc:
             log.warning("planning %s failed: %s", rec.name, exc)
             planned = None
@@ -119,7 +121,9 @@ class ProcessEngine:
         log.info("planned %s: process %s (%s)", rec.name, process_id, kind.label)
         return True
 
-    def _plan_optimizing(self, rec: TableRecord, spec: CatalogSpec, group: str) -> tuple[int, OptimizingType] | None:
+    def _plan_optimizing(
+        self, rec: TableRecord, spec: CatalogSpec, group: str, scheduling: dict[str, Any] | None = None
+    ) -> tuple[int, OptimizingType] | None:
         """The process and its tasks are written in one transaction."""
         factory = self.registry.factory(Action.OPTIMIZING, rec.identifier.format)
         try:
@@ -128,6 +132,8 @@ class ProcessEngine:
             return None
         with self.db.write() as session:
             process = store.create_process(session, rec, group, Action.OPTIMIZING, plan)
+            if scheduling is not None:
+                process.summary = {**process.summary, "scheduling": scheduling}
             return process.process_id, OptimizingType[plan.type.upper()]
 
     # ---- settling
@@ -169,10 +175,10 @@ class ProcessEngine:
                 return
             if final is not None:
                 reason = f"task {final.task_id} failed with an error no retry can change (not retried): {final.error}"
-                self._end(session, process, ProcessStatus.FAILED, reason)
+                self._end(session, process, ProcessStatus.FAILED, reason, final.diagnosis)
             elif failed:
                 reason = f"task {failed[0].task_id} failed {failed[0].retry_count + 1} time(s): {failed[0].error}"
-                self._end(session, process, ProcessStatus.FAILED, reason)
+                self._end(session, process, ProcessStatus.FAILED, reason, failed[0].diagnosis)
             elif all(t.status == TaskStatus.SUCCESS for t in tasks):
                 self._end(session, process, ProcessStatus.SUCCESS, None)
             else:
@@ -186,7 +192,15 @@ class ProcessEngine:
                 raise Conflict(f"process {process_id} is {process.status}, not running")
             self._end(session, process, ProcessStatus.CANCELED, reason)
 
-    def _end(self, session: Session, process: ProcessRow, status: ProcessStatus, reason: str | None) -> None:
+    def _end(
+        self,
+        session: Session,
+        process: ProcessRow,
+        status: ProcessStatus,
+        reason: str | None,
+        diagnosis: dict[str, Any] | None = None,
+    ) -> None:
+        """End the process: its summary gets its tasks' results and usage, and a failure's diagnosis."""
         tasks = store.tasks_of(session, process.process_id)
         for task in tasks:
             if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
@@ -207,7 +221,14 @@ class ProcessEngine:
         ]
         ended = utcnow()
         duration_ms = int((ended - as_utc(process.plan_time)).total_seconds() * 1000)
-        summary = {**(process.summary or {}), **factory.summarize(results), "duration_ms": duration_ms}
+        summary = {
+            **(process.summary or {}),
+            **factory.summarize(results),
+            **usage_summary(total_usage([t.usage for t in tasks])),
+            "duration_ms": duration_ms,
+        }
+        if diagnosis:
+            summary["failure"] = diagnosis
         store.transition_process(
             session,
             process.process_id,

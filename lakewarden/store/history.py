@@ -62,7 +62,7 @@ def _fold_totals(session: Session, process_ids: list[int]) -> None:
             row = session.get(PrunedProcessTotals, key)
             assert row is not None
         row.count += totals.count
-        row.sums = {f: int(row.sums.get(f, 0)) + totals.sums[f] for f in stats.RESULT_FIELDS}
+        row.sums = {f: stats.number(row.sums.get(f, 0)) + totals.sums[f] for f in stats.RESULT_FIELDS}
 
 
 def prune_timeline(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:

@@ -142,6 +142,10 @@ class TaskRow(Base):
     # a retried task is not handed out before this (back-off)
     retry_after: Mapped[datetime | None]
     cost_bytes: Mapped[int] = mapped_column(BigInteger)
+    # what Spark measured of its attempts, added up, and their cost (domain/costs.py)
+    usage: Mapped[dict[str, Any] | None]
+    # with an error: its class, root cause line and a hint (protocol.FailureDiagnosis)
+    diagnosis: Mapped[dict[str, Any] | None]
     # handed out only once every task of a lower stage of the process has succeeded
     stage: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     scheduled_at: Mapped[datetime | None]

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.costs import COST, USAGE_FIELDS
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.store.models import (
     CatalogRow,
@@ -40,6 +41,8 @@ RESULT_FIELDS = (
     "tags_created",
     "manifests_rewritten",
     "orphan_files_found",
+    *USAGE_FIELDS,
+    COST,
 )
 
 
@@ -52,13 +55,15 @@ class ProcessTotals:
     type: str
     status: str
     count: int
-    sums: dict[str, int]
+    sums: dict[str, float]  # whole numbers but the cost
 
 
-def process_totals(session: Session, process_ids: list[int] | None = None) -> list[ProcessTotals]:
+def process_totals(
+    session: Session, process_ids: list[int] | None = None, table: tuple[str, str, str] | None = None
+) -> list[ProcessTotals]:
     """Processes counted, and their results summed, per table, action, type and status: those kept and those
-    pruned from history (store/history.py), or only the given ones."""
-    sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_integer()), 0) for f in RESULT_FIELDS]
+    pruned from history (store/history.py), of every table or of one; or only the given processes."""
+    sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_float()), 0) for f in RESULT_FIELDS]
     keys = (
         ProcessRow.catalog_name,
         ProcessRow.db_name,
@@ -70,20 +75,71 @@ def process_totals(session: Session, process_ids: list[int] | None = None) -> li
     query = select(*keys, func.count(), *sums).group_by(*keys)
     if process_ids is not None:
         query = query.where(ProcessRow.process_id.in_(process_ids))
+    pruned = select(PrunedProcessTotals)
+    if table is not None:
+        query = query.where(*(column == value for column, value in zip(keys[:3], table, strict=True)))
+        pruned = pruned.where(
+            PrunedProcessTotals.catalog_name == table[0],
+            PrunedProcessTotals.db_name == table[1],
+            PrunedProcessTotals.table_name == table[2],
+        )
     totals: dict[tuple[str, ...], ProcessTotals] = {}
     for r in session.execute(query):
         totals[tuple(r[:6])] = ProcessTotals(
-            r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), dict(zip(RESULT_FIELDS, map(int, r[7:]), strict=True))
+            r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), dict(zip(RESULT_FIELDS, map(number, r[7:]), strict=True))
         )
     if process_ids is not None:
         return list(totals.values())
-    for p in session.scalars(select(PrunedProcessTotals)):
+    for p in session.scalars(pruned):
         key = (p.catalog_name, p.db_name, p.table_name, p.action, p.type, p.status)
         kept = totals.get(key)
         count = p.count + (kept.count if kept else 0)
-        summed = {f: int(p.sums.get(f, 0)) + (kept.sums[f] if kept else 0) for f in RESULT_FIELDS}
+        summed = {f: number(p.sums.get(f, 0)) + (kept.sums[f] if kept else 0) for f in RESULT_FIELDS}
         totals[key] = ProcessTotals(*key, count, summed)
     return list(totals.values())
+
+
+USAGE = (*USAGE_FIELDS, COST)
+
+
+def usage_of(totals: list[ProcessTotals]) -> dict[str, float]:
+    """What processes cost together: Spark's figures (`spark_*`) and their cost."""
+    usage: dict[str, float] = dict.fromkeys(USAGE, 0)
+    for row in totals:
+        for field in USAGE:
+            usage[field] += row.sums.get(field, 0)
+    return usage
+
+
+def group_usage(session: Session) -> dict[str, dict[str, float]]:
+    """What each group's ended processes cost: those kept by the group that ran them, those pruned from history
+    by the group their table is in now (pruned totals are kept per table)."""
+    sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_float()), 0) for f in USAGE]
+    per_group: dict[str, dict[str, float]] = {}
+    kept = select(ProcessRow.group_name, *sums).where(ProcessRow.end_time.is_not(None))
+    for r in session.execute(kept.group_by(ProcessRow.group_name)):
+        per_group[r[0]] = dict(zip(USAGE, map(number, r[1:]), strict=True))
+    pruned = (
+        select(PrunedProcessTotals.sums, TableRuntimeRow.optimizing_group)
+        .join(
+            TableIdentifierRow,
+            (TableIdentifierRow.catalog_name == PrunedProcessTotals.catalog_name)
+            & (TableIdentifierRow.db_name == PrunedProcessTotals.db_name)
+            & (TableIdentifierRow.table_name == PrunedProcessTotals.table_name),
+        )
+        .join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
+    )
+    for sums_of, group in session.execute(pruned):
+        usage = per_group.setdefault(group, dict.fromkeys(USAGE, 0))
+        for field in USAGE:
+            usage[field] += number(sums_of.get(field, 0))
+    return per_group
+
+
+def number(value: Any) -> float:
+    """A sum as JSON and the metrics like it: whole numbers as ints."""
+    as_float = float(value or 0)
+    return int(as_float) if as_float.is_integer() else as_float
 
 
 def table_status_counts(session: Session) -> dict[int, int]:

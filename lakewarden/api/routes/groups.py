@@ -16,13 +16,16 @@ from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.domain.security import optimizer_id
 from lakewarden.store import groups as store
 from lakewarden.store import processes as optimizer_store
+from lakewarden.store import stats
 from lakewarden.store.models import ResourceGroupRow
 
 router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 
-def _read(row: ResourceGroupRow, table_count: int, ctx: ServerContext) -> GroupRead:
+def _read(
+    row: ResourceGroupRow, table_count: int, ctx: ServerContext, usage: dict[str, dict[str, float]] | None = None
+) -> GroupRead:
     return GroupRead(
         name=row.name,
         container=row.container,
@@ -31,6 +34,8 @@ def _read(row: ResourceGroupRow, table_count: int, ctx: ServerContext) -> GroupR
         created_at=row.created_at,
         updated_at=row.updated_at,
         container_error=None if ctx.maintainer is None else ctx.maintainer.errors.get(row.name),
+        usage=(usage or {}).get(row.name, dict.fromkeys(stats.USAGE, 0)),
+        currency=ctx.config.ams.cost.currency,
     )
 
 
@@ -45,13 +50,15 @@ def create_group(body: GroupCreate, ctx: Ctx) -> GroupRead:
 def list_groups(ctx: Ctx) -> list[GroupRead]:
     with ctx.db.read() as session:
         counts = store.table_counts(session)
-        return [_read(row, counts.get(row.name, 0), ctx) for row in store.list_groups(session)]
+        usage = stats.group_usage(session)
+        return [_read(row, counts.get(row.name, 0), ctx, usage) for row in store.list_groups(session)]
 
 
 @router.get("/{name}", response_model=GroupRead)
 def get_group(name: str, ctx: Ctx) -> GroupRead:
     with ctx.db.read() as session:
-        return _read(store.get_group(session, name), store.table_counts(session).get(name, 0), ctx)
+        row = store.get_group(session, name)
+        return _read(row, store.table_counts(session).get(name, 0), ctx, stats.group_usage(session))
 
 
 @router.put("/{name}", response_model=GroupRead)

@@ -23,6 +23,10 @@ class Overview(BaseModel):
     optimizing: dict[str, int] = Field(description="processes running and succeeded; files and bytes in and out")
     maintenance: dict[str, Any] = Field(description="processes per action; files deleted, bytes freed, …")
     optimizers: dict[str, int] = Field(description="optimizers, threads, busy and idle threads, queued tasks")
+    usage: dict[str, float] = Field(
+        description="What ended processes cost: Spark's figures (spark_cpu_ms, spark_run_ms, …) and `cost`"
+    )
+    currency: str
 
 
 @router.get("/overview", response_model=Overview)
@@ -56,7 +60,7 @@ def overview(ctx: Ctx) -> Overview:
         if row.status == "success":
             fields = ("files_in", "files_out", "bytes_in", "bytes_out") if target is optimizing else MAINTENANCE_TOTALS
             for field in fields:
-                target[field] += row.sums.get(field, 0)
+                target[field] += int(row.sums.get(field, 0))
     maintenance["by_action"] = per_action
     threads = sum(g.threads for g in load.values())
     busy = sum(g.busy for g in load.values())
@@ -72,4 +76,6 @@ def overview(ctx: Ctx) -> Overview:
             "idle": max(0, threads - busy),
             "queued_tasks": sum(g.queued for g in load.values()),
         },
+        usage=stats.usage_of(totals),
+        currency=ctx.config.ams.cost.currency,
     )

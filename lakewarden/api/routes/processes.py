@@ -12,6 +12,7 @@ from pydantic import Field
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import ID_MAX, _Read
+from lakewarden.domain.costs import total_usage
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
@@ -46,6 +47,13 @@ class TaskRead(_Read):
     )
     retryable: bool | None = Field(description="With an error: whether a retry may pass (else not retried)")
     retry_after: datetime | None = Field(description="A retried task waits until then (back-off)")
+    usage: dict[str, Any] | None = Field(
+        description="What Spark measured of its attempts (failed ones included), added up, and their cost"
+    )
+    diagnosis: dict[str, Any] | None = Field(
+        description="With an error: its class (error_class), its root cause as one line, and a hint for the "
+        "common ones (a conflict with a concurrent writer, a missing file, out of memory, …)"
+    )
 
 
 class ProcessRead(_Read):
@@ -64,6 +72,18 @@ class ProcessRead(_Read):
     stage: str = Field(description="Where a running process is: its tasks by state; else its status")
     threads_in_use: int = Field(description="Optimizer threads its tasks hold now")
     input_bytes: int = Field(description="Bytes its tasks read (planned cost)")
+    usage: dict[str, Any] = Field(
+        description="What Spark measured of its tasks' attempts so far (executor CPU and run time, bytes and "
+        "records read and written, peak execution memory, Spark tasks) and their cost at the group's price"
+    )
+    currency: str = Field(description="What `cost` is counted in (the server's `cost.currency`)")
+    scheduling: dict[str, Any] | None = Field(
+        description="Self-optimizing: why the group's policy picked this table — the policy's numbers for it and "
+        "the runner-up (quota share used, seconds since last optimized) and a sentence"
+    )
+    diagnosis: dict[str, Any] | None = Field(
+        description="A failed process: the diagnosis of the task that failed it (class, root cause, hint)"
+    )
     tasks: list[TaskRead]
 
 
@@ -77,7 +97,7 @@ def _stage(process: ProcessRow, tasks: list[TaskRow]) -> str:
     return ", ".join(parts) or "settling"
 
 
-def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
+def _read(process: ProcessRow, tasks: list[TaskRow], currency: str) -> ProcessRead:
     end = process.end_time
     return ProcessRead(
         process_id=process.process_id,
@@ -95,6 +115,10 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
         stage=_stage(process, tasks),
         threads_in_use=sum(1 for t in tasks if t.status in TASK_ACTIVE),
         input_bytes=sum(t.cost_bytes for t in tasks),
+        usage=total_usage([t.usage for t in tasks]),
+        currency=currency,
+        scheduling=(process.summary or {}).get("scheduling"),
+        diagnosis=(process.summary or {}).get("failure"),
         tasks=[
             TaskRead(
                 task_id=t.task_id,
@@ -112,6 +136,8 @@ def _read(process: ProcessRow, tasks: list[TaskRow]) -> ProcessRead:
                 failure=t.failure,
                 retryable=None if t.failure is None else t.failure != FailureKind.FINAL,
                 retry_after=t.retry_after,
+                usage=t.usage,
+                diagnosis=t.diagnosis,
             )
             for t in tasks
         ],
@@ -137,13 +163,14 @@ def list_processes(
             table_id = table_store.get_table(session, TableIdentifier.parse(table)).runtime.table_id
         processes = store.list_processes(session, table_id, limit, action=action, status=status)
         tasks = store.tasks_of_each(session, [p.process_id for p in processes])
-        return [_read(p, tasks[p.process_id]) for p in processes]
+        return [_read(p, tasks[p.process_id], ctx.config.ams.cost.currency) for p in processes]
 
 
 @router.get("/{process_id}", response_model=ProcessRead)
 def get_process(process_id: ProcessId, ctx: Ctx) -> ProcessRead:
     with ctx.db.read() as session:
-        return _read(store.get_process(session, process_id), store.tasks_of(session, process_id))
+        process, tasks = store.get_process(session, process_id), store.tasks_of(session, process_id)
+        return _read(process, tasks, ctx.config.ams.cost.currency)
 
 
 @router.post("/{process_id}/cancel", response_model=ProcessRead, **OPERATOR)

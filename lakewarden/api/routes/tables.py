@@ -19,6 +19,7 @@ from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.services.catalog_access import catalog_for
 from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import stats
 from lakewarden.store import tables as store
 from lakewarden.store.tables import TableRecord
 
@@ -65,6 +66,10 @@ def list_tables(
     return [TableBrief(**_brief_fields(rec)) for rec in records]
 
 
+def _key(rec: TableRecord) -> tuple[str, str, str]:
+    return rec.identifier.catalog_name, rec.identifier.db_name, rec.identifier.table_name
+
+
 def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
     backoff = ctx.trigger.backoff(session, rec)
     return TableRead(
@@ -90,6 +95,8 @@ def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
             )
             for m in maintenance_states(rec.runtime.config)
         ],
+        usage=stats.usage_of(stats.process_totals(session, table=_key(rec))),
+        currency=ctx.config.ams.cost.currency,
     )
 
 
