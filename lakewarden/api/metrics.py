@@ -146,7 +146,9 @@ class DatabaseCollector(Collector):
             load = stats.group_load(session)
             catalogs = stats.catalog_health(session)
             group_usage = stats.group_usage(session)
+            failing = stats.failures_in_a_row(session)
         yield from self._tables(tables)
+        yield from self._alerting(tables, failing)
         yield from self._processes(totals)
         yield from self._groups(load, tables)
         group_cost = CounterMetricFamily(
@@ -167,7 +169,32 @@ class DatabaseCollector(Collector):
         yield health
 
     @staticmethod
-    def _tables(tables: list[tuple[str, str, str, int, str, dict[str, Any]]]) -> Iterator[Metric]:
+    def _alerting(tables: list[stats.TableGauge], failing: dict[tuple[str, str, str, str], int]) -> Iterator[Metric]:
+        """What a human should look at (deploy/prometheus/alerts.yml): how long each table has been in its status
+        (pending for hours: no thread got to it), and actions failing in a row on a table."""
+        now = time.time()
+        since = GaugeMetricFamily(
+            "lakewarden_table_status_seconds",
+            "Seconds the table has been in its current status",
+            labels=[*TABLE, "status", "group"],
+        )
+        for t in tables:
+            since.add_metric(
+                [t.catalog, t.database, t.table, TableStatus(t.status_code).label, t.group],
+                max(0.0, now - t.status_since.timestamp()),
+            )
+        streaks = GaugeMetricFamily(
+            "lakewarden_table_failures_in_a_row",
+            f"Newest processes of the action that failed in a row (up to {stats.FAILURES_LOOKED_AT}); tables whose "
+            "newest process of the action failed only",
+            labels=[*TABLE, "action"],
+        )
+        for key, count in sorted(failing.items()):
+            streaks.add_metric(list(key), float(count))
+        yield from (since, streaks)
+
+    @staticmethod
+    def _tables(tables: list[stats.TableGauge]) -> Iterator[Metric]:
         status = GaugeMetricFamily(
             "lakewarden_table_status", "1 for the status the table is in", labels=[*TABLE, "status"]
         )
@@ -175,8 +202,9 @@ class DatabaseCollector(Collector):
             "lakewarden_table_files", "Live files of the current snapshot", labels=[*TABLE, "content"]
         )
         size = GaugeMetricFamily("lakewarden_table_size_bytes", "Bytes of the current snapshot's files", labels=TABLE)
-        for catalog, database, table, code, _group, summary in tables:
-            status.add_metric([catalog, database, table, TableStatus(code).label], 1.0)
+        for t in tables:
+            catalog, database, table, summary = t.catalog, t.database, t.table, t.summary
+            status.add_metric([catalog, database, table, TableStatus(t.status_code).label], 1.0)
             files.add_metric([catalog, database, table, "data"], float(summary.get("data-files", 0)))
             files.add_metric([catalog, database, table, "delete"], float(summary.get("delete-files", 0)))
             size.add_metric([catalog, database, table], float(summary.get("files-size-bytes", 0)))
@@ -260,26 +288,30 @@ class DatabaseCollector(Collector):
         yield from families.values()
 
     @staticmethod
-    def _groups(
-        load: dict[str, stats.GroupLoad], tables: list[tuple[str, str, str, int, str, dict[str, Any]]]
-    ) -> Iterator[Metric]:
+    def _groups(load: dict[str, stats.GroupLoad], tables: list[stats.TableGauge]) -> Iterator[Metric]:
         threads = GaugeMetricFamily("lakewarden_group_threads", "Optimizer threads of the group", labels=["group"])
         busy = GaugeMetricFamily("lakewarden_group_threads_busy", "Threads running a task", labels=["group"])
         queued = GaugeMetricFamily(
             "lakewarden_group_queued_tasks", "Planned tasks waiting for a thread", labels=["group"]
         )
         pending = GaugeMetricFamily("lakewarden_group_pending_tables", "Tables waiting to be planned", labels=["group"])
+        optimizers = GaugeMetricFamily("lakewarden_group_optimizers", "Live optimizers of the group", labels=["group"])
+        managed = GaugeMetricFamily("lakewarden_group_tables", "Tables the group optimizes", labels=["group"])
         waiting: dict[str, int] = {}
-        for *_, code, group, _summary in tables:
-            if code == TableStatus.PENDING:
-                waiting[group] = waiting.get(group, 0) + 1
-        for group in sorted(set(load) | set(waiting)):
+        counted: dict[str, int] = {}
+        for t in tables:
+            counted[t.group] = counted.get(t.group, 0) + 1
+            if t.status_code == TableStatus.PENDING:
+                waiting[t.group] = waiting.get(t.group, 0) + 1
+        for group in sorted(set(load) | set(counted)):
             g = load.get(group, stats.GroupLoad(0, 0, 0, 0))
             threads.add_metric([group], float(g.threads))
             busy.add_metric([group], float(g.busy))
             queued.add_metric([group], float(g.queued))
             pending.add_metric([group], float(waiting.get(group, 0)))
-        yield from (threads, busy, queued, pending)
+            optimizers.add_metric([group], float(g.optimizers))
+            managed.add_metric([group], float(counted.get(group, 0)))
+        yield from (threads, busy, queued, pending, optimizers, managed)
 
 
 def api_latency(registry: CollectorRegistry) -> Histogram:

@@ -7,6 +7,7 @@ the numbers survive restarts and agree across whatever reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.domain.costs import COST, USAGE_FIELDS
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
+from lakewarden.store.database import as_utc
 from lakewarden.store.models import (
     CatalogRow,
     OptimizerRow,
@@ -147,8 +149,19 @@ def table_status_counts(session: Session) -> dict[int, int]:
     return {int(code): int(n) for code, n in session.execute(query)}
 
 
-def table_gauges(session: Session) -> list[tuple[str, str, str, int, str, dict[str, Any]]]:
-    """(catalog, database, table, status code, group, summary) of every managed table."""
+@dataclass(frozen=True)
+class TableGauge:
+    catalog: str
+    database: str
+    table: str
+    status_code: int
+    group: str
+    summary: dict[str, Any]
+    status_since: datetime
+
+
+def table_gauges(session: Session) -> list[TableGauge]:
+    """What the metrics show of every managed table."""
     query = select(
         TableIdentifierRow.catalog_name,
         TableIdentifierRow.db_name,
@@ -156,8 +169,46 @@ def table_gauges(session: Session) -> list[tuple[str, str, str, int, str, dict[s
         TableRuntimeRow.status_code,
         TableRuntimeRow.optimizing_group,
         TableRuntimeRow.summary,
+        TableRuntimeRow.status_changed_at,
     ).join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
-    return [(r[0], r[1], r[2], int(r[3]), r[4], r[5] or {}) for r in session.execute(query)]
+    return [TableGauge(r[0], r[1], r[2], int(r[3]), r[4], r[5] or {}, as_utc(r[6])) for r in session.execute(query)]
+
+
+FAILURES_LOOKED_AT = 20  # failures in a row are counted over a table's newest processes of each action
+
+
+def failures_in_a_row(session: Session) -> dict[tuple[str, str, str, str], int]:
+    """Per (catalog, database, table, action): how many of its newest ended processes failed in a row (up to
+    FAILURES_LOOKED_AT); only those whose newest ended process failed."""
+    newest_first = (
+        func.row_number()
+        .over(partition_by=(ProcessRow.table_id, ProcessRow.action), order_by=ProcessRow.process_id.desc())
+        .label("n")
+    )
+    ended = (
+        select(
+            ProcessRow.catalog_name,
+            ProcessRow.db_name,
+            ProcessRow.table_name,
+            ProcessRow.action,
+            ProcessRow.status,
+            newest_first,
+        )
+        .where(ProcessRow.status.in_([s.value for s in ProcessStatus if s != ProcessStatus.RUNNING]))
+        .subquery()
+    )
+    rows = session.execute(select(ended).where(ended.c.n <= FAILURES_LOOKED_AT).order_by(ended.c.n))
+    streaks: dict[tuple[str, str, str, str], int] = {}
+    broken: set[tuple[str, str, str, str]] = set()
+    for catalog, database, table, action, status, _ in rows:
+        key = (catalog, database, table, action)
+        if key in broken:
+            continue
+        if status == ProcessStatus.FAILED:
+            streaks[key] = streaks.get(key, 0) + 1
+        else:
+            broken.add(key)
+    return streaks
 
 
 @dataclass(frozen=True)
