@@ -175,6 +175,10 @@ class Retention(_Model):
     keep_count: int = Field(alias="keep-count", ge=1)
 
 
+class Sampling(Retention):
+    interval: Duration = Field(description="At most one sample per table (group) this often")
+
+
 class OptimizerLogsConfig(_Model):
     """The local optimizers' logs (<data-dir>/optimizers): a log past `max-size` is rotated, `backups` older
     copies kept; a log (or copy) not written for `keep-time` is deleted."""
@@ -188,6 +192,9 @@ RETENTIONS: dict[str, dict[str, Any]] = {
     "processes": {"keep-time": timedelta(days=30), "keep-count": 100},  # per table and action
     "timeline": {"keep-time": timedelta(days=30), "keep-count": 1000},  # per table
     "events": {"keep-time": timedelta(days=7), "keep-count": 100_000},  # in all
+    # samples for the dashboard's charts: per table, per group
+    "table-shapes": {"keep-time": timedelta(days=30), "keep-count": 2000, "interval": timedelta(minutes=5)},
+    "group-load": {"keep-time": timedelta(days=7), "keep-count": 10_080, "interval": timedelta(minutes=1)},
 }
 
 
@@ -202,6 +209,10 @@ class HistoryConfig(_Model):
     processes: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["processes"]))
     timeline: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["timeline"]))
     events: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["events"]))
+    # a table's shape is sampled when the evaluator sees a change, at most every `interval`; a group's load
+    # every `interval`
+    table_shapes: Sampling = Field(default_factory=lambda: Sampling(**RETENTIONS["table-shapes"]), alias="table-shapes")
+    group_load: Sampling = Field(default_factory=lambda: Sampling(**RETENTIONS["group-load"]), alias="group-load")
     optimizer_logs: OptimizerLogsConfig = Field(default_factory=OptimizerLogsConfig, alias="optimizer-logs")
 
     @model_validator(mode="before")

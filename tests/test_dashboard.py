@@ -115,12 +115,27 @@ class Page:
             self.css('#sign-in input[name="password"]').send_keys(password)
         self.css('#sign-in button[type="submit"]').click()
 
+    def chart(self, selector: str, label: str) -> list[dict[str, Any]] | None:
+        """The points of a chart's dataset, as Chart.js holds them; None while the chart or the dataset is missing."""
+        script = (
+            "const canvas = document.querySelector(arguments[0]);"
+            "const chart = canvas && Chart.getChart(canvas);"
+            "const set = chart && chart.data.datasets.find((d) => d.label === arguments[1]);"
+            "return set && set.data.length ? set.data.map((p) => ({x: p.x, y: p.y})) : null;"
+        )
+        found = self.driver.execute_script(script, selector, label)
+        return list(found) if found else None
+
     def screenshot(self, name: str) -> None:
         assert self.driver.save_screenshot(str(OUTPUT / "dashboard" / f"{name}.png"))
 
 
 def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spark: SparkSession, browser: Any) -> None:
-    extra = "  evaluator: {interval: 1s, recheck-interval: 1s}\n  optimizer: {heart-beat-timeout: 20s}\n"
+    extra = (
+        "  evaluator: {interval: 1s, recheck-interval: 1s}\n  optimizer: {heart-beat-timeout: 20s}\n"
+        # every change sampled for the charts, the groups' load every second
+        "  history: {table-shapes: {interval: 0s}, group-load: {interval: 1s}}\n"
+    )
     with started_server(tmp_path, extra=extra) as server:
         api: httpx.Client = open_lake(server, spark)
         spark.sql(
@@ -226,9 +241,35 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.css('nav a[data-nav="processes"]').click()
         page.wait_text('#recent tr[data-action="optimizing"]', "local.db.clicks", timeout=180)
         page.wait_text("#recent", "success", timeout=180)
+        # the timeline (Gantt) of recent processes: a bar for the process, in the row of its group and table
+        bars = wait_for("the timeline's bar", lambda: page.chart("#timeline", "optimizing"))
+        assert bars[0]["y"] == "default · local.db.clicks" and bars[0]["x"][0] < bars[0]["x"][1]
         page.screenshot("processes")
+
+        # the table's shape over time: files before and after, the process shaded on the same axis
+        page.open("#/tables/local/db/clicks/history")
+        data = wait_for("two samples", lambda: len(page.chart("#history-files", "data files") or []) >= 3, timeout=60)
+        assert data
+        files = [point["y"] for point in page.chart("#history-files", "data files") or []]
+        assert 8 in files and files[-1] == 2  # 8 small files, then one per partition
+        bands = page.driver.execute_script(
+            "const chart = Chart.getChart(document.querySelector('#history-files'));"
+            "return Array.from(chart.options.plugins.processBands.items, (band) => String(band.label));"
+        )
+        assert any(str(band).startswith("minor #") for band in bands), bands
+        page.wait_text("#history-note", "processes shaded")
+        page.screenshot("table-history")
+
+        # a group's load over time
+        page.css('nav a[data-nav="groups"]').click()
+        busy = wait_for(
+            "the load chart", lambda: page.chart('[data-group="default"] [data-field="load-chart"]', "threads")
+        )
+        assert max(point["y"] for point in busy) >= 1  # the optimizer's thread
+        page.screenshot("groups-load")
         page.open("#/")
         page.wait_text("#card-files .value", "→")
+        page.wait_text("#card-cost", "USD")  # what the processes cost
         wait_for("files optimized", lambda: page.text("#card-files .value") not in ("", "0 → 0"), timeout=30)
         page.screenshot("overview-after")
         assert api.post("/resource-groups/default/scale", json={"instances": 0}).status_code == 200

@@ -24,10 +24,12 @@ from lakewarden.services.leadership import Leadership
 from lakewarden.services.metadata_files import MetadataFiles
 from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
+from lakewarden.store import processes as processes_store
 from lakewarden.store import stats
 from lakewarden.store.database import Database
 
 TABLE = ["catalog", "database", "table"]
+FAILURES_LOOKED_AT = 20  # failures in a row are counted over a table's newest processes of each action
 OPTIMIZING_RESULTS = {"files_in": "files", "files_out": "files", "bytes_in": "bytes", "bytes_out": "bytes"}
 
 
@@ -146,7 +148,7 @@ class DatabaseCollector(Collector):
             load = stats.group_load(session)
             catalogs = stats.catalog_health(session)
             group_usage = stats.group_usage(session)
-            failing = stats.failures_in_a_row(session)
+            failing = processes_store.failure_streaks(session, [a.value for a in Action], depth=FAILURES_LOOKED_AT)
         yield from self._tables(tables)
         yield from self._alerting(tables, failing)
         yield from self._processes(totals)
@@ -169,7 +171,7 @@ class DatabaseCollector(Collector):
         yield health
 
     @staticmethod
-    def _alerting(tables: list[stats.TableGauge], failing: dict[tuple[str, str, str, str], int]) -> Iterator[Metric]:
+    def _alerting(tables: list[stats.TableGauge], failing: dict[tuple[int, str], tuple[int, Any]]) -> Iterator[Metric]:
         """What a human should look at (deploy/prometheus/alerts.yml): how long each table has been in its status
         (pending for hours: no thread got to it), and actions failing in a row on a table."""
         now = time.time()
@@ -185,12 +187,14 @@ class DatabaseCollector(Collector):
             )
         streaks = GaugeMetricFamily(
             "lakewarden_table_failures_in_a_row",
-            f"Newest processes of the action that failed in a row (up to {stats.FAILURES_LOOKED_AT}); tables whose "
+            f"Newest processes of the action that failed in a row (up to {FAILURES_LOOKED_AT}); tables whose "
             "newest process of the action failed only",
             labels=[*TABLE, "action"],
         )
-        for key, count in sorted(failing.items()):
-            streaks.add_metric(list(key), float(count))
+        names = {t.table_id: [t.catalog, t.database, t.table] for t in tables}
+        for (table_id, action), (count, _) in sorted(failing.items()):
+            if table_id in names:
+                streaks.add_metric([*names[table_id], action], float(count))
         yield from (since, streaks)
 
     @staticmethod

@@ -36,7 +36,7 @@ from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.events import EventDispatcher, OutboxTail
 from lakewarden.services.explorer import TableExplorer
-from lakewarden.services.history import HistoryKeeper
+from lakewarden.services.history import HistoryKeeper, LoadSampler
 from lakewarden.services.keeper import OptimizerKeeper
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.loop import LoopService, WakeSignal
@@ -97,6 +97,7 @@ class ServerRuntime:
     scans: ScanPlanning  # the REST catalog's server-side scan planning
     read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
     history: HistoryKeeper  # prunes old processes, timeline entries and events; rotates optimizer logs
+    load_sampler: LoadSampler  # samples each group's load for the dashboard's charts
     background: bool = True
 
     @classmethod
@@ -128,6 +129,7 @@ class ServerRuntime:
             metadata=metadata,
             on_pending=work_ready.notify,
             cache=manifests,
+            shape_interval=config.ams.history.table_shapes.interval,
         )
         refresh = config.ams.refresh_external_catalogs
         explorer = TableExplorer(
@@ -186,6 +188,7 @@ class ServerRuntime:
             scans=scans,
             read_ahead=read_ahead,
             history=HistoryKeeper(db, config.ams.history, config.data_dir / OPTIMIZER_LOGS),
+            load_sampler=LoadSampler(db, config.ams.history.group_load.interval.total_seconds()),
         )
         runtime.leadership.on_elected = runtime._lead
         runtime.leadership.on_deposed = runtime._follow
@@ -193,7 +196,15 @@ class ServerRuntime:
 
     @property
     def loops(self) -> list[LoopService]:
-        return [self.explorer, self.evaluator, self.keeper, self.maintainer, self.trigger, self.history]
+        return [
+            self.explorer,
+            self.evaluator,
+            self.keeper,
+            self.maintainer,
+            self.trigger,
+            self.history,
+            self.load_sampler,
+        ]
 
     def start(self, background: bool = True) -> None:
         """Join the election (one node: lead at once); tests that drive the loops themselves only recover."""

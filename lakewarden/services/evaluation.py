@@ -30,8 +30,10 @@ from lakewarden.services.loop import LoopService
 from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import runtime as runtime_store
+from lakewarden.store import shapes
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.shapes import shape_of
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
@@ -69,8 +71,11 @@ class TableEvaluator(LoopService):
         metadata: MetadataService | None = None,
         on_pending: Callable[[], None] | None = None,
         cache: ManifestCache | None = None,
+        shape_interval: timedelta | None = None,
     ) -> None:
         super().__init__(interval_seconds)
+        # a table's shape is sampled for the charts on a change, at most this often (store/shapes.py)
+        self.shape_interval = shape_interval
         self.db = db
         self.metadata = metadata  # internal catalogs' tables are read from it in-process
         self.thread_count = thread_count
@@ -179,6 +184,9 @@ class TableEvaluator(LoopService):
             for rec, document in verdicts:
                 table_id = rec.runtime.table_id
                 runtime_store.save_evaluation(session, table_id, document["snapshot_id"], document)
+                shape = shape_of(document, rec.runtime.summary or {})
+                if shape is not None and self.shape_interval is not None:
+                    shapes.sample_table_shape(session, table_id, shape, self.shape_interval)
                 if document["type"] is not None:
                     turned = runtime_store.transition_table(session, table_id, TableStatus.IDLE, TableStatus.PENDING)
                 else:

@@ -1,4 +1,4 @@
-"""The history keeper: what the server keeps of the past stays bounded (`ams.history`).
+"""The history keeper: what the server keeps of the past stays bounded (`ams.history`); the load sampler.
 
 Every `expire-interval`, on the leader: ended processes with their tasks, the commit timeline and the event
 outbox are pruned by age and by count (store/history.py says what is always kept), in short transactions;
@@ -18,10 +18,17 @@ from stat import S_ISREG
 from lakewarden.config import HistoryConfig, Retention
 from lakewarden.services.loop import LoopService
 from lakewarden.store import history as store
+from lakewarden.store import shapes, stats
 from lakewarden.store.database import Database, utcnow
 
 log = logging.getLogger(__name__)
-PRUNE = {"processes": store.prune_processes, "timeline": store.prune_timeline, "events": store.prune_events}
+PRUNE = {
+    "processes": store.prune_processes,
+    "timeline": store.prune_timeline,
+    "events": store.prune_events,
+    "table-shapes": shapes.prune_table_shapes,
+    "group-load": shapes.prune_group_loads,
+}
 KINDS = tuple(PRUNE)
 
 
@@ -47,7 +54,7 @@ class HistoryKeeper(LoopService):
         deleted = dict.fromkeys(KINDS, 0)
         started = time.monotonic()
         for kind in KINDS:
-            retention: Retention = getattr(self.config, kind)
+            retention: Retention = getattr(self.config, kind.replace("-", "_"))
             while not self.stopping:
                 with self.db.write() as session:
                     count = PRUNE[kind](session, now - retention.keep_time, retention.keep_count)
@@ -93,3 +100,18 @@ class HistoryKeeper(LoopService):
         with path.open("r+b") as file:  # the writer opened it to append: its next line starts the file again
             file.truncate(0)
         self.logs_rotated += 1
+
+
+class LoadSampler(LoopService):
+    """Every `history.group-load` interval, on the leader: each group's optimizers, threads, busy threads, queued
+    tasks and pending tables, one sample per group (store/shapes.py), for the group page's chart."""
+
+    name = "load-sampler"
+
+    def __init__(self, db: Database, interval_seconds: float) -> None:
+        super().__init__(interval_seconds)
+        self.db = db
+
+    def run_once(self) -> None:
+        with self.db.write() as session:
+            shapes.sample_group_load(session, stats.group_load(session), stats.pending_tables(session))

@@ -169,6 +169,40 @@ class PrunedProcessTotals(Base):
     sums: Mapped[dict[str, Any]]  # stats.RESULT_FIELDS summed
 
 
+class TableShapeRow(Base):
+    """A table's shape when it was sampled (store/shapes.py): on a change, at most every `history.table-shapes`
+    interval, so its health can be plotted over time."""
+
+    __tablename__ = "table_shape"
+    __table_args__ = (Index("ix_table_shape_table", "table_id", "sample_id"),)
+
+    sample_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    table_id: Mapped[int] = mapped_column(Integer)
+    sampled_at: Mapped[datetime]
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    data_files: Mapped[int] = mapped_column(BigInteger)
+    delete_files: Mapped[int] = mapped_column(BigInteger)
+    small_files: Mapped[int] = mapped_column(BigInteger)
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    health: Mapped[str] = mapped_column(String(16))
+
+
+class GroupLoadRow(Base):
+    """A resource group's load when it was sampled (every `history.group-load` interval, by the leader)."""
+
+    __tablename__ = "group_load"
+    __table_args__ = (Index("ix_group_load_group", "group_name", "sample_id"),)
+
+    sample_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    group_name: Mapped[str] = mapped_column(String(64))
+    sampled_at: Mapped[datetime]
+    optimizers: Mapped[int] = mapped_column(Integer)
+    threads: Mapped[int] = mapped_column(Integer)
+    busy: Mapped[int] = mapped_column(Integer)
+    queued: Mapped[int] = mapped_column(Integer)
+    pending_tables: Mapped[int] = mapped_column(Integer)
+
+
 class NamespaceRow(Base):
     """A namespace of an internal catalog; levels joined by the unit separator (as in REST paths)."""
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.domain.costs import COST, USAGE_FIELDS
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
+from lakewarden.domain.tables import TableStatus
 from lakewarden.store.database import as_utc
 from lakewarden.store.models import (
     CatalogRow,
@@ -151,6 +152,7 @@ def table_status_counts(session: Session) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class TableGauge:
+    table_id: int
     catalog: str
     database: str
     table: str
@@ -163,6 +165,7 @@ class TableGauge:
 def table_gauges(session: Session) -> list[TableGauge]:
     """What the metrics show of every managed table."""
     query = select(
+        TableIdentifierRow.table_id,
         TableIdentifierRow.catalog_name,
         TableIdentifierRow.db_name,
         TableIdentifierRow.table_name,
@@ -171,44 +174,10 @@ def table_gauges(session: Session) -> list[TableGauge]:
         TableRuntimeRow.summary,
         TableRuntimeRow.status_changed_at,
     ).join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
-    return [TableGauge(r[0], r[1], r[2], int(r[3]), r[4], r[5] or {}, as_utc(r[6])) for r in session.execute(query)]
-
-
-FAILURES_LOOKED_AT = 20  # failures in a row are counted over a table's newest processes of each action
-
-
-def failures_in_a_row(session: Session) -> dict[tuple[str, str, str, str], int]:
-    """Per (catalog, database, table, action): how many of its newest ended processes failed in a row (up to
-    FAILURES_LOOKED_AT); only those whose newest ended process failed."""
-    newest_first = (
-        func.row_number()
-        .over(partition_by=(ProcessRow.table_id, ProcessRow.action), order_by=ProcessRow.process_id.desc())
-        .label("n")
-    )
-    ended = (
-        select(
-            ProcessRow.catalog_name,
-            ProcessRow.db_name,
-            ProcessRow.table_name,
-            ProcessRow.action,
-            ProcessRow.status,
-            newest_first,
-        )
-        .where(ProcessRow.status.in_([s.value for s in ProcessStatus if s != ProcessStatus.RUNNING]))
-        .subquery()
-    )
-    rows = session.execute(select(ended).where(ended.c.n <= FAILURES_LOOKED_AT).order_by(ended.c.n))
-    streaks: dict[tuple[str, str, str, str], int] = {}
-    broken: set[tuple[str, str, str, str]] = set()
-    for catalog, database, table, action, status, _ in rows:
-        key = (catalog, database, table, action)
-        if key in broken:
-            continue
-        if status == ProcessStatus.FAILED:
-            streaks[key] = streaks.get(key, 0) + 1
-        else:
-            broken.add(key)
-    return streaks
+    return [
+        TableGauge(int(r[0]), r[1], r[2], r[3], int(r[4]), r[5], r[6] or {}, as_utc(r[7]))
+        for r in session.execute(query)
+    ]
 
 
 @dataclass(frozen=True)
@@ -241,6 +210,16 @@ def group_load(session: Session) -> dict[str, GroupLoad]:
         )
         for g in groups
     }
+
+
+def pending_tables(session: Session) -> dict[str, int]:
+    """Pending tables per group."""
+    query = (
+        select(TableRuntimeRow.optimizing_group, func.count())
+        .where(TableRuntimeRow.status_code == int(TableStatus.PENDING))
+        .group_by(TableRuntimeRow.optimizing_group)
+    )
+    return {group: int(n) for group, n in session.execute(query)}
 
 
 def catalog_health(session: Session) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import Field
 
 from lakewarden.api.auth import OPERATOR
@@ -16,7 +16,7 @@ from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.domain.security import optimizer_id
 from lakewarden.store import groups as store
 from lakewarden.store import processes as optimizer_store
-from lakewarden.store import stats
+from lakewarden.store import shapes, stats
 from lakewarden.store.models import ResourceGroupRow
 
 router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
@@ -132,6 +132,33 @@ def group_optimizers(name: str, ctx: Ctx) -> list[OptimizerRead]:
                 spark_ui_url=(o.properties or {}).get("spark_ui_url"),
             )
             for o in optimizer_store.list_optimizers(session, name)
+        ]
+
+
+class GroupLoadRead(_Read):
+    sampled_at: datetime
+    optimizers: int
+    threads: int
+    busy: int = Field(description="Threads running a task")
+    queued: int = Field(description="Planned tasks waiting for a thread")
+    pending_tables: int
+
+
+@router.get("/{name}/history", response_model=list[GroupLoadRead])
+def group_history(name: str, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=20000)] = 1440) -> list[GroupLoadRead]:
+    """The group's load as sampled over time (every `history.group-load` interval), oldest first."""
+    with ctx.db.read() as session:
+        store.get_group(session, name)  # 404 for an unknown group
+        return [
+            GroupLoadRead(
+                sampled_at=s.sampled_at,
+                optimizers=s.optimizers,
+                threads=s.threads,
+                busy=s.busy,
+                queued=s.queued,
+                pending_tables=s.pending_tables,
+            )
+            for s in shapes.group_loads(session, name, limit)
         ]
 
 

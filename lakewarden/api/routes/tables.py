@@ -19,8 +19,11 @@ from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.services.catalog_access import catalog_for
 from lakewarden.store import catalogs as catalog_store
-from lakewarden.store import stats
+from lakewarden.store import processes as process_store
+from lakewarden.store import shapes, stats
 from lakewarden.store import tables as store
+from lakewarden.store.database import as_utc
+from lakewarden.store.models import TableShapeRow
 from lakewarden.store.tables import TableRecord
 
 router = APIRouter(prefix="/tables", tags=["tables"])
@@ -246,4 +249,79 @@ def _file(entry: Any, content: str) -> FileRead:
         size_bytes=entry.size,
         records=entry.records,
         sequence_number=entry.sequence,
+    )
+
+
+class ShapeRead(BaseModel):
+    sampled_at: datetime
+    snapshot_id: int | None
+    data_files: int
+    delete_files: int
+    small_files: int = Field(description="Data files the evaluator counted small (fragments and undersized)")
+    total_bytes: int
+    average_file_bytes: int = Field(description="Bytes per live file, data and delete files together")
+    small_file_ratio: float | None
+    delete_file_ratio: float | None
+    health: str
+
+
+class ProcessMark(BaseModel):
+    process_id: int
+    action: str
+    type: str
+    status: str
+    start_time: datetime
+    end_time: datetime | None
+
+
+class TableHistory(BaseModel):
+    samples: list[ShapeRead] = Field(description="The table's shape over time, oldest first")
+    processes: list[ProcessMark] = Field(description="Its processes since the oldest sample, oldest first")
+
+
+@router.get("/{catalog}/{database}/{table}/history", response_model=TableHistory)
+def table_history(
+    catalog: str, database: str, table: str, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=10000)] = 500
+) -> TableHistory:
+    """The table's shape as sampled over time (on a change, at most every `history.table-shapes` interval) and the
+    processes that ran meanwhile: what optimizing and maintenance did to it, at a glance."""
+    with ctx.db.read() as session:
+        rec = store.get_table(session, TableIdentifier(catalog, database, table))
+        samples = shapes.table_shapes(session, rec.runtime.table_id, limit)
+        since = as_utc(samples[0].sampled_at) if samples else None
+        processes = [
+            p
+            for p in process_store.list_processes(session, rec.runtime.table_id, limit=1000)
+            if since is None or as_utc(p.end_time or p.plan_time) >= since
+        ]
+    return TableHistory(
+        samples=[_shape(s) for s in samples],
+        processes=[
+            ProcessMark(
+                process_id=p.process_id,
+                action=p.action,
+                type=p.type,
+                status=p.status,
+                start_time=p.plan_time,
+                end_time=p.end_time,
+            )
+            for p in reversed(processes)
+        ],
+    )
+
+
+def _shape(s: TableShapeRow) -> ShapeRead:
+    files = s.data_files + s.delete_files
+    health = TableHealth.of({"data_files": s.data_files, "small_files": s.small_files, "delete_files": s.delete_files})
+    return ShapeRead(
+        sampled_at=s.sampled_at,
+        snapshot_id=s.snapshot_id,
+        data_files=s.data_files,
+        delete_files=s.delete_files,
+        small_files=s.small_files,
+        total_bytes=s.total_bytes,
+        average_file_bytes=s.total_bytes // files if files else 0,
+        small_file_ratio=health.small_file_ratio,
+        delete_file_ratio=health.delete_file_ratio,
+        health=s.health,
     )

@@ -1,0 +1,134 @@
+"""Samples over time for the dashboard's charts: each table's shape and each group's load. Flush, never commit.
+
+A table's shape is sampled when the evaluator records a verdict that differs from the newest sample (another
+snapshot, or another health), at most once per interval: a change inside the interval waits for the next
+verdict after it (the evaluator rechecks idle and pending tables every `recheck-interval`), so the newest state
+is always sampled soon, and a table committing every second costs one row per interval. A group's load is
+sampled by the leader every interval. Both are pruned by age and count, the newest of each table (group) kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.tables import TableHealth
+from lakewarden.store.database import as_utc, utcnow
+from lakewarden.store.models import GroupLoadRow, TableShapeRow
+from lakewarden.store.stats import GroupLoad
+
+
+@dataclass(frozen=True)
+class Shape:
+    snapshot_id: int | None
+    data_files: int
+    delete_files: int
+    small_files: int
+    total_bytes: int
+    health: str
+
+
+def shape_of(evaluation: dict[str, Any], summary: dict[str, Any]) -> Shape | None:
+    """A table's shape from the evaluator's verdict (files, small files, health) and its snapshot summary
+    (bytes); None when the verdict counted no files (it failed, or a property is invalid)."""
+    if "data_files" not in evaluation:
+        return None
+    return Shape(
+        snapshot_id=evaluation.get("snapshot_id"),
+        data_files=int(evaluation["data_files"]),
+        delete_files=int(evaluation.get("delete_files", 0)),
+        small_files=int(evaluation.get("small_files", 0)),
+        total_bytes=int(summary.get("files-size-bytes", 0) or 0),
+        health=TableHealth.of(evaluation).label,
+    )
+
+
+def sample_table_shape(session: Session, table_id: int, shape: Shape, interval: timedelta) -> bool:
+    """Records the shape unless it is the newest sample's, or the newest is younger than `interval`."""
+    newest = session.scalars(
+        select(TableShapeRow).where(TableShapeRow.table_id == table_id).order_by(TableShapeRow.sample_id.desc())
+    ).first()
+    now = utcnow()
+    if newest is not None:
+        same = (newest.snapshot_id, newest.health, newest.data_files, newest.delete_files) == (
+            shape.snapshot_id,
+            shape.health,
+            shape.data_files,
+            shape.delete_files,
+        )
+        if same or now - as_utc(newest.sampled_at) < interval:
+            return False
+    session.add(TableShapeRow(table_id=table_id, sampled_at=now, **shape.__dict__))
+    session.flush()
+    return True
+
+
+def table_shapes(session: Session, table_id: int, limit: int) -> list[TableShapeRow]:
+    """The table's newest `limit` samples, oldest first."""
+    query = (
+        select(TableShapeRow)
+        .where(TableShapeRow.table_id == table_id)
+        .order_by(TableShapeRow.sample_id.desc())
+        .limit(limit)
+    )
+    return list(reversed(session.scalars(query).all()))
+
+
+def sample_group_load(session: Session, load: dict[str, GroupLoad], pending: dict[str, int]) -> int:
+    now = utcnow()
+    for group, g in sorted(load.items()):
+        session.add(
+            GroupLoadRow(
+                group_name=group,
+                sampled_at=now,
+                optimizers=g.optimizers,
+                threads=g.threads,
+                busy=g.busy,
+                queued=g.queued,
+                pending_tables=pending.get(group, 0),
+            )
+        )
+    session.flush()
+    return len(load)
+
+
+def group_loads(session: Session, group: str, limit: int) -> list[GroupLoadRow]:
+    """The group's newest `limit` samples, oldest first."""
+    query = (
+        select(GroupLoadRow)
+        .where(GroupLoadRow.group_name == group)
+        .order_by(GroupLoadRow.sample_id.desc())
+        .limit(limit)
+    )
+    return list(reversed(session.scalars(query).all()))
+
+
+def prune_table_shapes(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
+    """Deletes samples taken before `before` or beyond the newest `keep_count` of their table; the newest of each
+    table is always kept."""
+    return _prune(session, TableShapeRow, TableShapeRow.table_id, before, keep_count, batch)
+
+
+def prune_group_loads(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
+    return _prune(session, GroupLoadRow, GroupLoadRow.group_name, before, keep_count, batch)
+
+
+def _prune(
+    session: Session, row: type[TableShapeRow] | type[GroupLoadRow], owner: Any, before: datetime, keep: int, batch: int
+) -> int:
+    newest_first = func.row_number().over(partition_by=owner, order_by=row.sample_id.desc())
+    ranked = select(row.sample_id, row.sampled_at, newest_first.label("n")).subquery()
+    old = (
+        select(ranked.c.sample_id)
+        .where(ranked.c.n > 1, or_(ranked.c.sampled_at < before, ranked.c.n > keep))
+        .order_by(ranked.c.sample_id)
+        .limit(batch)
+    )
+    ids = list(session.scalars(old))
+    if ids:
+        session.execute(delete(row).where(row.sample_id.in_(ids)))
+    return len(ids)
