@@ -227,6 +227,17 @@ class HistoryConfig(_Model):
         return data
 
 
+class CommitQueueConfig(_Model):
+    """The internal catalogs' commits take turns per table, in a bounded line (services/commit_queue.py);
+    `enabled: false` lets every commit stage at once, retrying on a lost swap (how it was before; for comparison)."""
+
+    enabled: bool = True
+
+    max_waiting_per_table: int = Field(8, alias="max-waiting-per-table", ge=0)
+    max_waiting: int = Field(32, alias="max-waiting", ge=0)
+    max_wait: Duration = Field(timedelta(seconds=10), alias="max-wait")
+
+
 class MetadataCacheConfig(_Model):
     """The internal catalogs' parsed metadata files and loadTable bodies (services/metadata_files.py), up to
     `max-size`: each table's current metadata stays while it is used; a commit drops the version it replaced."""
@@ -261,6 +272,7 @@ class AmsConfig(_Model):
     metadata_cache: MetadataCacheConfig = Field(default_factory=MetadataCacheConfig, alias="metadata-cache")
     history: HistoryConfig = Field(default_factory=HistoryConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
+    commit_queue: CommitQueueConfig = Field(default_factory=CommitQueueConfig, alias="commit-queue")
     # maintenance actions, with Amoro's names and intervals
     expire_snapshots: ActionSchedule = _schedule("expire-snapshots")
     clean_orphan_files: ActionSchedule = _schedule("clean-orphan-files")

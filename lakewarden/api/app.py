@@ -20,6 +20,7 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import (
+    CommitQueueCollector,
     DatabaseCollector,
     HistoryCollector,
     LatencyMiddleware,
@@ -28,7 +29,7 @@ from lakewarden.api.metrics import (
     ScanPlanningCollector,
     api_latency,
 )
-from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, JavaPathDecoding
+from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
 from lakewarden.api.routes import (
     catalogs,
     events,
@@ -46,6 +47,7 @@ from lakewarden.api.routing import PrefixRouter
 from lakewarden.api.schemas import Health, NodeRead
 from lakewarden.config import Config
 from lakewarden.domain.errors import Forbidden
+from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.composition import ServerRuntime
 from lakewarden.store.database import utcnow
 
@@ -92,6 +94,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             NodeCollector(runtime.leadership),
             HistoryCollector(runtime.history),
             MetadataCacheCollector(runtime.metadata.files),
+            CommitQueueCollector(runtime.metadata.queue),
             ScanPlanningCollector(runtime.scans, runtime.read_ahead),
         ]
         for collector in collectors:
@@ -139,6 +142,8 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
     app.add_middleware(IdempotencyKeys)  # inside JavaPathDecoding: it keys on the decoded path
+    # outside IdempotencyKeys: a commit shed for a full line is never remembered as its key's answer
+    app.add_middleware(CommitShedding, queue_of=lambda: _commit_queue(app))
     app.add_middleware(JavaPathDecoding)
     app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
     ssl = config.ams.http_server.ssl
@@ -165,3 +170,9 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
 
     app.mount("/dashboard", StaticFiles(directory=DASHBOARD, html=True), name="dashboard")
     return app
+
+
+def _commit_queue(app: FastAPI) -> CommitQueue | None:
+    """The running server's commit queue (None before the server is built)."""
+    context = getattr(app.state, "context", None)
+    return None if context is None else context.metadata.queue

@@ -33,6 +33,7 @@ from lakewarden.domain.errors import (
     NotAuthorized,
     NotFound,
     NotLeader,
+    Overloaded,
     StorageUnavailable,
     TooManyRequests,
     Unprocessable,
@@ -47,6 +48,7 @@ _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
     Forbidden: (403, "ForbiddenException"),
     TooManyRequests: (429, "TooManyRequestsException"),
     NotLeader: (503, "ServiceUnavailableException"),
+    Overloaded: (503, "ServiceUnavailableException"),
     StorageUnavailable: (503, "ServiceUnavailableException"),
     NoSuchNamespace: (404, "NoSuchNamespaceException"),
     NoSuchTable: (404, "NoSuchTableException"),
@@ -105,7 +107,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         415: "The request body is not JSON",
         422: "Well-formed but contradicting itself",
         429: "Too many failed logins from this address or for this name: wait for Retry-After",
-        503: "Not available now (no leader, storage unreachable): ask again after Retry-After",
+        503: "Not available now (no leader, storage unreachable, too many commits waiting): ask again after "
+        "Retry-After",
     }.items()
 }
 
@@ -129,7 +132,7 @@ def install(app: FastAPI) -> None:
                 response = error_response(code, str(exc), type_)
                 if isinstance(exc, NotAuthorized):
                     response.headers["WWW-Authenticate"] = 'Bearer realm="lakewarden"'
-                elif isinstance(exc, TooManyRequests):
+                elif isinstance(exc, TooManyRequests | Overloaded):
                     response.headers["Retry-After"] = str(exc.retry_after_seconds)
                 elif isinstance(exc, NotLeader):
                     response.headers["Retry-After"] = "1"

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
+from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.metadata_files import MetadataFiles
@@ -91,6 +92,26 @@ class MetadataCacheCollector(Collector):
             "lakewarden_metadata_cache_items", "Metadata files and bodies kept", value=len(self.lru)
         )
         yield CounterMetricFamily("lakewarden_metadata_cache_evictions", "Items evicted", value=self.lru.evictions)
+
+
+class CommitQueueCollector(Collector):
+    """The line commits to one table wait in on this node (services/commit_queue.py)."""
+
+    def __init__(self, queue: CommitQueue) -> None:
+        self.queue = queue
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "lakewarden_commit_queue_waiting", "Commits waiting for their table's turn", value=self.queue.waiting
+        )
+        yield CounterMetricFamily(
+            "lakewarden_commit_queue_served", "Commits that had their turn", value=self.queue.served
+        )
+        yield CounterMetricFamily(
+            "lakewarden_commit_queue_refused",
+            "Commits refused with 503 (the line was full, or they waited past max-wait)",
+            value=self.queue.refused,
+        )
 
 
 class ScanPlanningCollector(Collector):

@@ -1,17 +1,25 @@
-"""ASGI middleware of the server: request bodies bounded, every change recorded in the audit log, and the
-REST catalog's paths decoded as Java clients encode them."""
+"""ASGI middleware of the server: request bodies bounded, every change recorded in the audit log, the REST
+catalog's paths decoded as Java clients encode them, and commits shed cheaply when their table's line is full."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_plus
 
 import anyio
+from starlette.requests import Request
 
+from lakewarden.api.auth import caller
+from lakewarden.api.errors import error_response
 from lakewarden.api.metrics import StatusOf, _template
+from lakewarden.domain.errors import LakewardenError
+from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.store import security as store
 from lakewarden.store.database import Database
+from lakewarden.store.metadata import SEP
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -147,3 +155,44 @@ class AuditLog:
                 store.audit(session, principal, action, target, {"status": status, **params}, address)
 
         await anyio.to_thread.run_sync(record)
+
+
+# a commit to one table (POST .../namespaces/{namespace}/tables/{table}), once JavaPathDecoding decoded the path
+_COMMIT = re.compile(r"^/iceberg/v1/(?P<prefix>[^/]+)/namespaces/(?P<namespace>[^/]+)/tables/(?P<table>[^/]+)$")
+
+
+class CommitShedding:
+    """A commit that would find its table's line full (services/commit_queue.py) is refused here, before its body
+    is read and parsed and before it reaches a route: under a burst the refusals stay cheap, and the commits in
+    line keep the server's time. Only a caller the server authenticates is refused this way (an unknown one goes
+    on, to be refused as such); the line is checked again at the route, which refuses what this let through."""
+
+    def __init__(self, app: Any, queue_of: Callable[[], CommitQueue | None]) -> None:
+        self.app = app
+        self.queue_of = queue_of
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            found = _COMMIT.match(scope["path"])
+            queue = self.queue_of() if found else None
+            if found and queue is not None:
+                key = (found["prefix"], *found["namespace"].split(SEP), found["table"])
+                if queue.full(key) and _authenticated(Request(scope)):
+                    queue.refused += 1
+                    response = error_response(
+                        503,
+                        f"too many commits are waiting for {'.'.join(key)}: try again shortly",
+                        "ServiceUnavailableException",
+                    )
+                    response.headers["Retry-After"] = "1"
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def _authenticated(request: Request) -> bool:
+    try:
+        caller(request)
+    except LakewardenError:
+        return False
+    return True

@@ -62,6 +62,14 @@ class StorageUnavailable(LakewardenError):
     """The storage behind a catalog cannot give what was asked (STS refused or unreachable) (503)."""
 
 
+class Overloaded(LakewardenError):
+    """More work is waiting than the server takes on; nothing of this request was done: retry later (503)."""
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class TooManyRequests(LakewardenError):
     """Too many failed attempts from this client; try again later (429)."""
 

@@ -31,6 +31,7 @@ from lakewarden.domain.processes import Action
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
+from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.containers import OPTIMIZER_LOGS, ResourceMaintainer
 from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.evaluation import TableEvaluator
@@ -118,7 +119,11 @@ class ServerRuntime:
         if written is not None:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
-        metadata = MetadataService(db, config.ams.metadata_cache.max_size)
+        line = config.ams.commit_queue
+        queue = CommitQueue(
+            line.max_waiting_per_table, line.max_waiting, line.max_wait.total_seconds(), enabled=line.enabled
+        )
+        metadata = MetadataService(db, config.ams.metadata_cache.max_size, queue)
         manifests = ManifestCache(config.ams.manifest_cache.max_size)  # shared by the evaluator and scan planning
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(

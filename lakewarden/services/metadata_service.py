@@ -49,6 +49,7 @@ from lakewarden.metadata.table_metadata import (
     purge_files,
     write_metadata,
 )
+from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.credentials import CredentialVendor
 from lakewarden.services.metadata_files import DEFAULT_MAX_BYTES as DEFAULT_METADATA_CACHE_BYTES
 from lakewarden.services.metadata_files import NO_CONFIG, MetadataFiles
@@ -155,8 +156,15 @@ def _check_properties(properties: dict[str, str]) -> None:
 
 
 class MetadataService:
-    def __init__(self, db: Database, metadata_cache_bytes: int = DEFAULT_METADATA_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        db: Database,
+        metadata_cache_bytes: int = DEFAULT_METADATA_CACHE_BYTES,
+        queue: CommitQueue | None = None,
+    ) -> None:
         self.db = db
+        # the commit routes take a table's turn in this line before they commit (services/commit_queue.py)
+        self.queue = queue or CommitQueue()
         self._subscribers: list[Subscriber] = []
         self._purges = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-purge")
         self.files = MetadataFiles(metadata_cache_bytes)  # parsed metadata files and loadTable bodies, kept

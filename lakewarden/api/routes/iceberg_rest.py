@@ -345,7 +345,7 @@ def table_exists(prefix: str, namespace: str, table: str, svc: Service) -> Respo
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}")
-def commit_table(
+async def commit_table(
     prefix: str,
     namespace: str,
     table: str,
@@ -354,9 +354,17 @@ def commit_table(
     request: Request,
     user_agent: Annotated[str | None, Header()] = None,
 ) -> Response:
+    """The table's turn is taken on the event loop (services/commit_queue.py), then the commit runs on a worker
+    thread."""
     client = request.headers.get("x-client-version") or user_agent
-    loaded = svc.commit_table(prefix, _ns(namespace), table, body.requirements, body.updates, client)
-    return Response(svc.response_body(loaded), media_type="application/json")
+    ns = _ns(namespace)
+    async with svc.queue.turn((prefix, *store.levels(ns), table)):
+        answer = await run_in_threadpool(_commit, svc, prefix, ns, table, body, client)
+    return Response(answer, media_type="application/json")
+
+
+def _commit(svc: MetadataService, prefix: str, ns: str, table: str, body: CommitTable, client: str | None) -> bytes:
+    return svc.response_body(svc.commit_table(prefix, ns, table, body.requirements, body.updates, client))
 
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
@@ -382,7 +390,9 @@ def rename_table(prefix: str, body: RenameTable, svc: Service, me: Caller) -> Re
 
 
 @router.post("/{prefix}/transactions/commit", status_code=204)
-def commit_transaction(prefix: str, body: CommitTransaction, svc: Service, request: Request, me: Caller) -> Response:
+async def commit_transaction(
+    prefix: str, body: CommitTransaction, svc: Service, request: Request, me: Caller
+) -> Response:
     """Several tables, atomically: all their pointers swap in one database transaction, or none does."""
     for change in body.table_changes:
         require_catalog(me, prefix, tuple(change.identifier.namespace), change.identifier.name, Privilege.WRITE)
@@ -390,9 +400,9 @@ def commit_transaction(prefix: str, body: CommitTransaction, svc: Service, reque
     if len(set(names)) != len(names):
         raise InvalidField("table-changes", "name each table once")
     changes = [Change(ns, n, c.requirements, c.updates) for (ns, n), c in zip(names, body.table_changes, strict=True)]
-    svc.commit_transaction(
-        prefix, changes, request.headers.get("x-client-version") or request.headers.get("user-agent")
-    )
+    client = request.headers.get("x-client-version") or request.headers.get("user-agent")
+    async with svc.queue.turns([(prefix, *store.levels(ns), n) for ns, n in names]):
+        await run_in_threadpool(svc.commit_transaction, prefix, changes, client)
     return Response(status_code=204)
 
 
