@@ -26,8 +26,8 @@ PRUNE = {
     "processes": store.prune_processes,
     "timeline": store.prune_timeline,
     "events": store.prune_events,
-    "table-shapes": shapes.prune_table_shapes,
-    "group-load": shapes.prune_group_loads,
+    "table-shapes": store.prune_table_shapes,
+    "group-load": store.prune_group_loads,
 }
 KINDS = tuple(PRUNE)
 

@@ -1,5 +1,5 @@
 """Pruning the server's history (services/history.py): ended processes with their tasks, the commit timeline and
-the event outbox, each by age and by count.
+the event outbox, the charts' samples, each by age and by count.
 
 What is never deleted: a process that has not ended; the newest process of each action on a table (the
 maintenance schedule and its back-off read them: store/processes.last_plan_times, failure_streaks); the newest
@@ -13,13 +13,22 @@ is worked off in short transactions that leave room for the commits of the REST 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.store import stats
-from lakewarden.store.models import CommitRow, EventRow, ProcessRow, PrunedProcessTotals, TaskRow
+from lakewarden.store.models import (
+    CommitRow,
+    EventRow,
+    GroupLoadRow,
+    ProcessRow,
+    PrunedProcessTotals,
+    TableShapeRow,
+    TaskRow,
+)
 
 TOTALS_KEY = ("catalog_name", "db_name", "table_name", "action", "type", "status")
 ENDED = [ProcessStatus.SUCCESS.value, ProcessStatus.FAILED.value, ProcessStatus.CANCELED.value]
@@ -68,20 +77,39 @@ def _fold_totals(session: Session, process_ids: list[int]) -> None:
 def prune_timeline(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
     """Deletes timeline entries committed before `before` or beyond the newest `keep_count` of their table, the
     newest of each table always kept; returns how many were deleted."""
-    newest_first = func.row_number().over(
-        partition_by=(CommitRow.catalog_name, CommitRow.namespace, CommitRow.table_name),
-        order_by=CommitRow.commit_id.desc(),
-    )
-    ranked = select(CommitRow.commit_id, CommitRow.committed_at, newest_first.label("n")).subquery()
+    owner = (CommitRow.catalog_name, CommitRow.namespace, CommitRow.table_name)
+    return _prune_ranked(session, CommitRow.commit_id, CommitRow.committed_at, owner, before, keep_count, batch)
+
+
+def prune_table_shapes(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
+    """Deletes the charts' samples of table shapes (store/shapes.py) taken before `before` or beyond the newest
+    `keep_count` of their table; the newest of each table is always kept."""
+    row = TableShapeRow
+    return _prune_ranked(session, row.sample_id, row.sampled_at, (row.table_id,), before, keep_count, batch)
+
+
+def prune_group_loads(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
+    """The same for the samples of each group's load."""
+    row = GroupLoadRow
+    return _prune_ranked(session, row.sample_id, row.sampled_at, (row.group_name,), before, keep_count, batch)
+
+
+def _prune_ranked(
+    session: Session, key: Any, at: Any, owner: tuple[Any, ...], before: datetime, keep_count: int, batch: int
+) -> int:
+    """Deletes up to `batch` rows (by their id column `key`) whose time `at` is before `before` or that are beyond
+    the newest `keep_count` of their `owner`; the newest of each owner stays."""
+    newest_first = func.row_number().over(partition_by=owner, order_by=key.desc())
+    ranked = select(key.label("id"), at.label("at"), newest_first.label("n")).subquery()
     old = (
-        select(ranked.c.commit_id)
-        .where(ranked.c.n > 1, or_(ranked.c.committed_at < before, ranked.c.n > keep_count))
-        .order_by(ranked.c.commit_id)
+        select(ranked.c.id)
+        .where(ranked.c.n > 1, or_(ranked.c.at < before, ranked.c.n > keep_count))
+        .order_by(ranked.c.id)
         .limit(batch)
     )
     ids = list(session.scalars(old))
     if ids:
-        session.execute(delete(CommitRow).where(CommitRow.commit_id.in_(ids)))
+        session.execute(delete(key.class_).where(key.in_(ids)))
     return len(ids)
 
 

@@ -4,16 +4,17 @@ A table's shape is sampled when the evaluator records a verdict that differs fro
 snapshot, or another health), at most once per interval: a change inside the interval waits for the next
 verdict after it (the evaluator rechecks idle and pending tables every `recheck-interval`), so the newest state
 is always sampled soon, and a table committing every second costs one row per interval. A group's load is
-sampled by the leader every interval. Both are pruned by age and count, the newest of each table (group) kept.
+sampled by the leader every interval. Both are pruned by age and count
+(store/history.py), the newest of each table (group) kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.tables import TableHealth
@@ -105,30 +106,3 @@ def group_loads(session: Session, group: str, limit: int) -> list[GroupLoadRow]:
         .limit(limit)
     )
     return list(reversed(session.scalars(query).all()))
-
-
-def prune_table_shapes(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
-    """Deletes samples taken before `before` or beyond the newest `keep_count` of their table; the newest of each
-    table is always kept."""
-    return _prune(session, TableShapeRow, TableShapeRow.table_id, before, keep_count, batch)
-
-
-def prune_group_loads(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
-    return _prune(session, GroupLoadRow, GroupLoadRow.group_name, before, keep_count, batch)
-
-
-def _prune(
-    session: Session, row: type[TableShapeRow] | type[GroupLoadRow], owner: Any, before: datetime, keep: int, batch: int
-) -> int:
-    newest_first = func.row_number().over(partition_by=owner, order_by=row.sample_id.desc())
-    ranked = select(row.sample_id, row.sampled_at, newest_first.label("n")).subquery()
-    old = (
-        select(ranked.c.sample_id)
-        .where(ranked.c.n > 1, or_(ranked.c.sampled_at < before, ranked.c.n > keep))
-        .order_by(ranked.c.sample_id)
-        .limit(batch)
-    )
-    ids = list(session.scalars(old))
-    if ids:
-        session.execute(delete(row).where(row.sample_id.in_(ids)))
-    return len(ids)
