@@ -56,6 +56,7 @@ def test_a_shape_is_sampled_on_a_change_at_most_once_per_interval(client: TestCl
         (2, 2, 0, "good"),
     ]
     first = history["samples"][0]
+    assert first["sampled_at"].endswith("+00:00")  # UTC, also where SQLite hands back naive times
     assert first["average_file_bytes"] == 1024 and first["small_file_ratio"] == 1.0 and first["delete_file_ratio"] == 0
     assert history["processes"] == []
     assert client.get("/api/v1/tables/c/db/nope/history").status_code == 404
@@ -81,7 +82,7 @@ def test_each_group_load_is_sampled_and_served(client: TestClient) -> None:
     ctx.load_sampler.run_once()
     ctx.load_sampler.run_once()
     samples = client.get("/api/v1/resource-groups/default/history").json()
-    assert len(samples) == 2
+    assert len(samples) == 2 and samples[0]["sampled_at"].endswith("+00:00")
     assert {k: samples[-1][k] for k in ("optimizers", "threads", "busy", "queued", "pending_tables")} == {
         "optimizers": 1,
         "threads": 2,

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import ID_MAX, MaintenanceRead, TableBrief, TableRead
+from lakewarden.api.schemas import ID_MAX, MaintenanceRead, TableBrief, TableRead, _Read
 from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import maintenance_states
 from lakewarden.domain.processes import Action
@@ -252,7 +252,7 @@ def _file(entry: Any, content: str) -> FileRead:
     )
 
 
-class ShapeRead(BaseModel):
+class ShapeRead(_Read):
     sampled_at: datetime
     snapshot_id: int | None
     data_files: int
@@ -265,7 +265,7 @@ class ShapeRead(BaseModel):
     health: str
 
 
-class ProcessMark(BaseModel):
+class ProcessMark(_Read):
     process_id: int
     action: str
     type: str
@@ -274,7 +274,7 @@ class ProcessMark(BaseModel):
     end_time: datetime | None
 
 
-class TableHistory(BaseModel):
+class TableHistory(_Read):
     samples: list[ShapeRead] = Field(description="The table's shape over time, oldest first")
     processes: list[ProcessMark] = Field(description="Its processes since the oldest sample, oldest first")
 
