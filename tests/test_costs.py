@@ -138,7 +138,9 @@ def test_a_compaction_records_what_spark_measured_and_what_it_cost(server: Serve
     (task,) = process["tasks"]
     usage = task["usage"]
     # exactly what the Spark UI shows for the task's job group
-    shown = ui_figures(spark, f"lakewarden-{process['process_id']}-{task['task_id']}-{task['attempt']}")
+    # the attempt's own job group: its optimizer (by its digest), process, task and attempt
+    group = f"lakewarden-{task['optimizer']}-{process['process_id']}-{task['task_id']}-{task['attempt']}"
+    shown = ui_figures(spark, group)
     assert usage["cpu_ms"] == shown["cpu_ns"] // 1_000_000 > 0
     assert usage["run_ms"] == shown["run_ms"] > 0
     assert usage["written_bytes"] == shown["written_bytes"] > 0

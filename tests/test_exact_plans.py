@@ -356,7 +356,7 @@ def test_the_groups_of_a_task_run_at_once_in_its_job_group_and_a_failure_leaves_
         execute_task(spark, work, "test", gate=revoked)
     assert set((location / "data").rglob("*.parquet")) == on_disk  # every group's files are gone again
     # the group rewrites ran on threads of their own, in the task's job group (what canceling it cancels)
-    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(job_group(work))
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(job_group(work, "test"))
     assert len(jobs) >= 3
 
     (result,) = run(spark, catalog, planned)

@@ -168,7 +168,7 @@ class Optimizer:
             failure = FailureKind.TRANSIENT
             key = TaskKey(process_id=task.process_id, task_id=task.task_id, attempt=task.attempt)
             with self._tasks_lock:
-                self._running[key] = job_group(task)
+                self._running[key] = job_group(task, token)
             try:
                 output = execute_task(spark, task, token, gate=self._gate(token, task, key))
             except Exception as exc:
@@ -189,7 +189,7 @@ class Optimizer:
             if revoked:  # the server no longer expects a report of it
                 log.info("thread %d: task %s.%s stopped: it was revoked", thread_id, task.process_id, task.task_id)
                 continue
-            usage = self._usage(spark, task)
+            usage = self._usage(spark, task, token)
             try:
                 self.client.complete(token, task, output, error, failure, usage=usage, diagnosis=diagnosis)
                 self.completed += 1
@@ -199,13 +199,13 @@ class Optimizer:
                 log.warning("thread %d: could not report task %s.%s: %s", thread_id, task.process_id, task.task_id, exc)
 
     @staticmethod
-    def _usage(spark: Any, task: Assignment) -> SparkUsage | None:
+    def _usage(spark: Any, task: Assignment, token: str) -> SparkUsage | None:
         """What Spark measured of the attempt; None when it cannot be read (the report goes without it)."""
         from lakewarden.optimizer.executor import job_group
         from lakewarden.optimizer.usage import job_group_usage
 
         try:
-            return job_group_usage(spark, job_group(task))
+            return job_group_usage(spark, job_group(task, token))
         except Exception as exc:
             log.warning("could not read the Spark usage of task %s.%s: %s", task.process_id, task.task_id, exc)
             return None

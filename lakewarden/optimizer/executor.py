@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.security import optimizer_id
 from lakewarden.optimizer.maintenance import run_maintenance
 from lakewarden.optimizer.rewrite import run_optimizing
 from lakewarden.protocol import Assignment, OptimizingInput, TaskResult
@@ -16,10 +17,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def job_group(task: Assignment) -> str:
+def job_group(task: Assignment, optimizer: str) -> str:
     """The Spark job group an attempt of a task runs its jobs in: what canceling the task cancels, and whose
-    stages its usage is added up from (optimizer/usage.py)."""
-    return f"lakewarden-{task.process_id}-{task.task_id}-{task.attempt}"
+    stages its usage is added up from (optimizer/usage.py). It names the optimizer (`optimizer` is its token,
+    shown by its digest): a Spark application may outlive the server's numbering (a new system database
+    starts its process ids again), and an old group of the same numbers would be counted too."""
+    return f"lakewarden-{optimizer_id(optimizer)}-{task.process_id}-{task.task_id}-{task.attempt}"
 
 
 def execute_task(
@@ -43,7 +46,7 @@ def execute_task(
     name = f"{spark_name}.{work.table}"
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
     # interrupt running Spark tasks when the group is canceled: a canceled process stops at once
-    spark.sparkContext.setJobGroup(job_group(task), f"{work.action} {name}", interruptOnCancel=True)
+    spark.sparkContext.setJobGroup(job_group(task, optimizer), f"{work.action} {name}", interruptOnCancel=True)
     properties = {
         "lakewarden.optimizer": optimizer,
         "lakewarden.process-id": str(task.process_id),

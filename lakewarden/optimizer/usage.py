@@ -32,7 +32,7 @@ def job_group_usage(spark: SparkSession, group: str) -> SparkUsage:
     store = context.statusStore()
     gateway: Any = sc._gateway
     top = gateway.new_array(gateway.jvm.double, 1)
-    top[0] = 1.0  # the distribution of a stage's task metrics at its 100th percentile: the largest task's
+    top[0] = 1.0  # a stage's task metrics at their 100th percentile: the figures of its largest task
     job_ids = sc.statusTracker().getJobIdsForGroup(group)
     stage_ids: set[int] = set()
     for job_id in job_ids:
@@ -81,7 +81,7 @@ def _of_stage(stage: Any) -> SparkUsage:
 
 
 def _seq(scala_seq: Any) -> list[Any]:
-    """A Scala Seq's elements, through its Java view."""
+    """A Scala Seq's elements, through its iterator."""
     iterator = scala_seq.iterator()
     items = []
     while iterator.hasNext():
