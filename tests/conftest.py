@@ -109,7 +109,12 @@ def spark() -> Iterator[SparkSession]:
         app_name="lakewarden-tests",
         driver_memory="2g",
         master="local[2]",
-        extra_conf={"spark.ui.enabled": "true", "spark.ui.showConsoleProgress": "false"},
+        extra_conf={
+            "spark.ui.enabled": "true",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",  # the driver and its web UI listen on loopback only
+        },
     )
     yield session
     session.stop()

@@ -33,10 +33,10 @@ from lakewarden.services.auth import AuthService
 from lakewarden.services.loop import WakeSignal
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
-from lakewarden.store.models import ResourceGroupRow, TaskRow
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
@@ -270,12 +270,11 @@ class TaskDispatcher:
     def _usage(self, session: Session, process_id: int, done: Completion) -> dict[str, Any] | None:
         """The task's usage with this attempt's added, costed at its group's price now."""
         assert done.usage is not None
-        task = session.get(TaskRow, (process_id, done.task_id))
-        if task is None:
+        found = store.task_usage(session, process_id, done.task_id)
+        if found is None:
             return None
-        group = session.get(ResourceGroupRow, store.get_process(session, process_id).group_name)
-        price = self.price.for_group(group.properties if group is not None else {})
-        return add_usage(task.usage, done.usage, price)
+        kept, group = found
+        return add_usage(kept, done.usage, self.price.for_group(group_store.group_properties(session, group)))
 
 
 def _quota(session: Session, table_id: int) -> float:

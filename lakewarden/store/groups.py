@@ -29,6 +29,12 @@ def get_group(session: Session, name: str) -> ResourceGroupRow:
     return row
 
 
+def group_properties(session: Session, name: str) -> dict[str, str]:
+    """The group's properties; none for a group that is gone."""
+    row = session.get(ResourceGroupRow, name)
+    return dict(row.properties) if row is not None else {}
+
+
 def group_exists(session: Session, name: str) -> bool:
     return session.get(ResourceGroupRow, name) is not None
 

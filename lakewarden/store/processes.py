@@ -187,6 +187,16 @@ def get_process(session: Session, process_id: int) -> ProcessRow:
     return row
 
 
+def task_usage(session: Session, process_id: int, task_id: int) -> tuple[dict[str, Any] | None, str] | None:
+    """A task's kept usage and its process's group; None for a task that is gone."""
+    found = session.execute(
+        select(TaskRow.usage, ProcessRow.group_name)
+        .join(ProcessRow, ProcessRow.process_id == TaskRow.process_id)
+        .where(TaskRow.process_id == process_id, TaskRow.task_id == task_id)
+    ).first()
+    return None if found is None else (found[0], found[1])
+
+
 def tasks_of(session: Session, process_id: int) -> list[TaskRow]:
     return list(session.scalars(select(TaskRow).where(TaskRow.process_id == process_id).order_by(TaskRow.task_id)))
 
