@@ -98,6 +98,9 @@ class OptimizerConfig(_Model):
     # a task failed in a way a retry may pass waits task-retry-backoff * 2^retries (at most the max) first
     task_retry_backoff: Duration = Field(timedelta(seconds=5), alias="task-retry-backoff")
     task_retry_backoff_max: Duration = Field(timedelta(minutes=5), alias="task-retry-backoff-max")
+    # optimizer threads' polls that may wait for a task at once on this node (each holds one of the server's
+    # worker threads while it waits); past them a poll looks once and asks its optimizer to come back later
+    max_long_polls: int = Field(16, alias="max-long-polls", ge=0)
 
 
 class EvaluatorConfig(_Model):

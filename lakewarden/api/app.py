@@ -24,6 +24,7 @@ from lakewarden.api.metrics import (
     DatabaseCollector,
     HistoryCollector,
     LatencyMiddleware,
+    LongPollCollector,
     MetadataCacheCollector,
     NodeCollector,
     ScanPlanningCollector,
@@ -95,6 +96,7 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             HistoryCollector(runtime.history),
             MetadataCacheCollector(runtime.metadata.files),
             CommitQueueCollector(runtime.metadata.queue),
+            LongPollCollector(runtime.dispatcher),
             ScanPlanningCollector(runtime.scans, runtime.read_ahead),
         ]
         for collector in collectors:

@@ -20,6 +20,7 @@ from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.services.commit_queue import CommitQueue
+from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.metadata_files import MetadataFiles
@@ -111,6 +112,24 @@ class CommitQueueCollector(Collector):
             "lakewarden_commit_queue_refused",
             "Commits refused with 503 (the line was full, or they waited past max-wait)",
             value=self.queue.refused,
+        )
+
+
+class LongPollCollector(Collector):
+    """Optimizer threads' polls waiting for a task on this node, and those that could not wait
+    (ams.optimizer.max-long-polls were waiting already)."""
+
+    def __init__(self, dispatcher: TaskDispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "lakewarden_optimizer_polls_waiting", "Optimizer polls waiting for a task", value=self.dispatcher.long_polls
+        )
+        yield CounterMetricFamily(
+            "lakewarden_optimizer_polls_turned_away",
+            "Optimizer polls answered at once with Retry-After: max-long-polls were waiting",
+            value=self.dispatcher.polls_turned_away,
         )
 
 

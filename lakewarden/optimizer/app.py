@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from lakewarden.optimizer.client import OptimizerClient, ProtocolError
+from lakewarden.optimizer.client import OptimizerClient, PollLater, ProtocolError
 from lakewarden.optimizer.failures import describe_failure, diagnose_failure
 from lakewarden.optimizer.rewrite import TaskRevoked
 from lakewarden.protocol import (
@@ -143,6 +143,9 @@ class Optimizer:
             token = self.token
             try:
                 task = self.client.poll(token, thread_id)
+            except PollLater as later:  # the server's long polls are all taken: no task now, come back later
+                self.stop.wait(later.seconds)
+                continue
             except Exception as exc:
                 log.warning("thread %d: poll failed: %s", thread_id, exc)
                 self.stop.wait(2.0)

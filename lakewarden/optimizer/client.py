@@ -33,7 +33,16 @@ class Unavailable(ProtocolError):
     """No server answered, or none had a leader (503 from each): worth asking again shortly."""
 
 
+class PollLater(Exception):
+    """The server had no task and too many polls waiting to let this one wait: poll again in `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"poll again in {seconds:g} s")
+        self.seconds = seconds
+
+
 RETRYABLE = (httpx.TransportError, Unavailable)
+POLL_LATER_MAX_SECONDS = 30.0
 
 
 class OptimizerClient:
@@ -97,8 +106,18 @@ class OptimizerClient:
         self._post("/unregister", {"token": token})
 
     def poll(self, token: str, thread_id: int) -> Assignment | None:
-        result = self._post("/poll", {"token": token, "thread_id": thread_id})
-        return None if result is None else Assignment.model_validate(result)
+        """A task, or None when none came within the poll's wait. Raises PollLater when the server asks for a
+        pause first (no task, and it could not let this poll wait)."""
+        body = {"token": token, "thread_id": thread_id}
+        response = self._send("/poll", body, {"Authorization": f"Bearer {token}"})
+        if response.status_code >= 400:
+            raise ProtocolError(response.status_code, _message(response))
+        if response.status_code == 204:
+            later = response.headers.get("Retry-After", "")
+            if later.isdigit():
+                raise PollLater(min(max(1.0, float(later)), POLL_LATER_MAX_SECONDS))
+            return None
+        return Assignment.model_validate(response.json())
 
     def ack(self, token: str, task: Assignment, retry_seconds: float = 60.0) -> None:
         """Ack; while the server is unreachable (restarting), keep trying: an ack whose answer was lost may

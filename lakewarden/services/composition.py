@@ -173,7 +173,13 @@ class ServerRuntime:
             explorer=explorer,
             engine=engine,
             dispatcher=TaskDispatcher(
-                db, engine, work_ready, auth, node_url=ha.node_url or server_url, price=price_of(config)
+                db,
+                engine,
+                work_ready,
+                auth,
+                node_url=ha.node_url or server_url,
+                price=price_of(config),
+                max_long_polls=timeouts.max_long_polls,
             ),
             keeper=OptimizerKeeper(
                 db,

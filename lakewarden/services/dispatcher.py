@@ -12,10 +12,11 @@ settled by the process engine (services/process_engine.py).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
@@ -46,6 +47,14 @@ log = logging.getLogger(__name__)
 CATALOG_TOKEN_TTL = timedelta(days=1)
 
 
+class Polled(NamedTuple):
+    """A poll's answer: the task handed out, if any, and when there is none and the poll could not wait,
+    how many seconds its optimizer should let pass before it polls again."""
+
+    assignment: Assignment | None
+    retry_after: int | None = None
+
+
 class TaskDispatcher:
     def __init__(
         self,
@@ -55,6 +64,7 @@ class TaskDispatcher:
         auth: AuthService | None = None,
         node_url: str | None = None,
         price: Price | None = None,
+        max_long_polls: int = 16,
     ) -> None:
         self.db = db
         self.price = price or Price()  # the server's default; a group's properties may set its own
@@ -67,6 +77,12 @@ class TaskDispatcher:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._catalog_tokens: dict[tuple[str, str], tuple[float, str]] = {}
+        # each waiting poll holds one of the server's worker threads: at most max_long_polls wait at once, so
+        # that optimizers cannot take every thread from the REST catalog and the API
+        self.max_long_polls = max_long_polls
+        self.long_polls = 0  # waiting now
+        self.polls_turned_away = 0  # answered at once because max_long_polls were waiting
+        self._long_polls_guard = threading.Lock()
 
     def _lock(self, group: str) -> threading.Lock:
         with self._guard:
@@ -74,7 +90,28 @@ class TaskDispatcher:
 
     # ---- poll
 
-    def poll(self, token: str, thread_id: int, timeout_seconds: float) -> Assignment | None:
+    def poll(self, token: str, thread_id: int, timeout_seconds: float) -> Polled:
+        """A task for this optimizer thread, waiting up to `timeout_seconds` for one. When max_long_polls
+        polls are waiting already, this one looks once and, finding nothing, asks to be repeated after the
+        time it would have waited."""
+        if timeout_seconds <= 0:
+            return Polled(self._poll(token, thread_id, 0.0))
+        with self._long_polls_guard:
+            waits = self.long_polls < self.max_long_polls
+            if waits:
+                self.long_polls += 1
+            else:
+                self.polls_turned_away += 1
+        if not waits:
+            assignment = self._poll(token, thread_id, 0.0)
+            return Polled(assignment, None if assignment is not None else max(1, math.ceil(timeout_seconds)))
+        try:
+            return Polled(self._poll(token, thread_id, timeout_seconds))
+        finally:
+            with self._long_polls_guard:
+                self.long_polls -= 1
+
+    def _poll(self, token: str, thread_id: int, timeout_seconds: float) -> Assignment | None:
         deadline = time.monotonic() + timeout_seconds
         while True:
             with self.db.read() as session:

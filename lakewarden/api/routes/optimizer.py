@@ -91,12 +91,22 @@ def unregister(body: TokenRef, ctx: Ctx, principal: Caller) -> Response:
 
 
 @router.post(
-    "/poll", response_model=Assignment, responses={204: {"description": "no task within the timeout"}}, **OPTIMIZER
+    "/poll",
+    response_model=Assignment,
+    responses={
+        204: {
+            "description": "no task within the timeout; with Retry-After when the node had too many polls waiting "
+            "to let this one wait: poll again after that many seconds"
+        }
+    },
+    **OPTIMIZER,
 )
 def poll(body: PollRequest, ctx: Ctx, principal: Caller) -> Any:
     _own(principal, body.token)
-    assignment = ctx.dispatcher.poll(body.token, body.thread_id, body.timeout_seconds)
-    return Response(status_code=204) if assignment is None else assignment
+    assignment, retry_after = ctx.dispatcher.poll(body.token, body.thread_id, body.timeout_seconds)
+    if assignment is not None:
+        return assignment
+    return Response(status_code=204, headers={"Retry-After": str(retry_after)} if retry_after else None)
 
 
 @router.post("/ack", status_code=204, **OPTIMIZER)
