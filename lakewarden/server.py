@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -22,6 +23,15 @@ def _exit_cleanly(_signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _freeze_heap() -> None:
+    """The modules and the services built at start are ~300,000 objects that live as long as the process. Left
+    in the garbage collector's oldest generation, every full collection walks them all (~150 ms here), and one
+    fell inside a request every few dozen requests that allocate much (a scan plan parsing a 1,000-entry
+    manifest: 0.05 s became 0.2 s). Frozen, they are left out of every collection."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(config: Config, log_level: str = "info") -> None:
     configure_logging(log_level.upper())
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler that
@@ -35,7 +45,7 @@ def serve(config: Config, log_level: str = "info") -> None:
     sys.setswitchinterval(float(os.environ.get("LAKEWARDEN_SWITCH_INTERVAL", "0.0005")))
     ssl = config.ams.http_server.ssl
     uvicorn.run(
-        create_app(config),
+        create_app(config, on_started=_freeze_heap),
         host=config.ams.server_bind_host,
         port=config.ams.http_server.bind_port,
         log_level=log_level,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated
@@ -44,7 +44,7 @@ from lakewarden.api.routes import (
     security,
     tables,
 )
-from lakewarden.api.routing import PrefixRouter
+from lakewarden.api.routing import PrefixRouter, prepare_routes
 from lakewarden.api.schemas import Health, NodeRead
 from lakewarden.config import Config
 from lakewarden.domain.errors import Forbidden
@@ -79,8 +79,9 @@ def nodes(ctx: Annotated[ServerContext, Depends(server_context)]) -> list[NodeRe
     return [NodeRead.model_validate(n, from_attributes=True) for n in ctx.leadership.nodes()]
 
 
-def create_app(config: Config, start_services: bool = True) -> FastAPI:
-    """Build the server. `start_services=False` leaves background loops stopped (tests drive them)."""
+def create_app(config: Config, start_services: bool = True, on_started: Callable[[], None] | None = None) -> FastAPI:
+    """Build the server. `start_services=False` leaves background loops stopped (tests drive them);
+    `on_started` runs once everything is built, right before the first request is taken."""
     host = config.ams.server_bind_host
     scheme = "https" if config.ams.http_server.ssl is not None else "http"
     server_url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{config.ams.http_server.bind_port}"
@@ -103,6 +104,9 @@ def create_app(config: Config, start_services: bool = True) -> FastAPI:
             metrics_registry.register(collector)
         app.state.context = runtime
         runtime.start(background=start_services)
+        prepare_routes(app, (api.prefix, catalog.prefix))
+        if on_started is not None:
+            on_started()
         log.info("lakewarden %s serving; system database %s", __version__, runtime.db.engine.url.render_as_string())
         try:
             yield

@@ -10,9 +10,10 @@ used to pass the whole management API first: about a third of a cached loadTable
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from starlette._utils import get_route_path  # what FastAPI and Starlette match routes against
 from starlette.routing import Match
 
@@ -34,3 +35,15 @@ class PrefixRouter(APIRouter):
             if path != self.prefix and not path.startswith(self._under):
                 return Match.NONE, {}
         return super().matches(scope)
+
+
+def prepare_routes(app: FastAPI, prefixes: Iterable[str]) -> None:
+    """FastAPI prepares a router's routes (their parameters' and answers' models) the first time a request is
+    matched against them, and the first request under a prefix paid for all of its routes: 0.1-0.5 s for the
+    REST catalog's. Matching, once at start, a path under each prefix that no route takes prepares every route
+    on the way before the server takes requests."""
+    for prefix in prefixes:
+        path = f"{prefix}/\x00prepare"  # no route takes a NUL
+        scope = {"type": "http", "method": "GET", "path": path, "root_path": "", "headers": [], "query_string": b""}
+        for route in app.router.routes:
+            route.matches(scope)
