@@ -169,3 +169,42 @@ def test_a_full_line_answers_503_with_retry_after_and_writes_nothing(
         assert client.post("/iceberg/v1/lake/transactions/commit", json=transaction).status_code == 503
     metrics = client.get("/metrics").text
     assert "lakewarden_commit_queue_refused_total 3.0" in metrics
+
+
+def test_retry_after_follows_the_pressure_on_the_table() -> None:
+    """200 polite clients on a table that commits 10 a second: with Retry-After fixed at 1 s, 190 of them
+    would be refused every second; following the pressure, the refusals fall to a fraction of that, every
+    client still gets its turn, and once the burst is over a refusal asks for 1 s again."""
+    now = [0.0]
+    queue = CommitQueue(max_waiting_per_table=1, max_waiting=10, max_wait_seconds=10, clock=lambda: now[0])
+
+    async def test() -> None:
+        due = dict.fromkeys(range(200), 0.0)  # client -> when it comes back
+        refusals: list[int] = []
+        hints: list[int] = []
+        for _ in range(60):
+            arriving = sorted(c for c, t in due.items() if t <= now[0])
+            served = arriving[:10]  # the table takes 10 a second
+            for _ in served:
+                async with queue.turn("t"):
+                    pass
+            for client in served:
+                del due[client]
+            refused = arriving[10:]
+            for client in refused:
+                hints.append(queue.refuse("t"))
+                due[client] = now[0] + hints[-1]
+            refusals.append(len(refused))
+            now[0] += 1.0
+        assert not due  # everyone committed within the minute
+        assert refusals[0] == 190
+        assert sum(refusals[5:15]) < 190 * 10 / 3, refusals  # a third of the refusals at most once it adapted
+        assert max(hints) <= 10 and max(hints) > 3
+        now[0] += 5.0
+        queue.refuse("t")
+        now[0] += 5.0
+        assert queue.refuse("t") <= 2  # the burst is over: back towards 1 s
+        now[0] += 1.0
+        assert queue.refuse("t") == 1
+
+    run(test)

@@ -178,13 +178,13 @@ class CommitShedding:
             if found and queue is not None:
                 key = (found["prefix"], *found["namespace"].split(SEP), found["table"])
                 if queue.full(key) and _authenticated(Request(scope)):
-                    queue.refused += 1
+                    retry_after = queue.refuse(key)
                     response = error_response(
                         503,
                         f"too many commits are waiting for {'.'.join(key)}: try again shortly",
                         "ServiceUnavailableException",
                     )
-                    response.headers["Retry-After"] = "1"
+                    response.headers["Retry-After"] = str(retry_after)
                     await response(scope, receive, send)
                     return
         await self.app(scope, receive, send)

@@ -15,17 +15,39 @@ none waits longer than `max-wait`. Past any bound the commit is refused at once 
 (nothing of it was written): under a burst of ten times what the table can take, clients back off instead of
 piling up until they time out, and the commits in line keep the worker threads to themselves. A client that
 goes away while waiting leaves the line; one whose turn came passes it on.
+
+`Retry-After` follows the pressure on the table, so that refusals do not take the server's time from the
+commits: if N clients keep coming back while the table commits at μ a second, telling them to come back at
+different times over about 2N/μ seconds brings them back at about the rate the table takes. Per table, the
+refusals and commits of each second are counted; the clients being refused are estimated as the refusals in
+one mean wait, the window becomes the mean of the last one and 2 x (that estimate / μ), between 1 second and
+`max-wait`, and successive refusals are told 1, 2, ... up to the window's seconds in turn (so they do not all
+come back in the same second).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from lakewarden.domain.errors import Overloaded
+
+
+@dataclass
+class _Pressure:
+    """One table's refusals and commits in the current second, and the Retry-After they lead to."""
+
+    second: float
+    refused: int = 0
+    served: int = 0
+    window: float = 1.0  # refusals are told to come back in 1 .. window seconds, in turn
+    turn: int = 0
 
 
 class CommitQueue:
@@ -37,6 +59,7 @@ class CommitQueue:
         max_waiting: int = 32,
         max_wait_seconds: float = 10.0,
         enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.enabled = enabled  # off: no turns, no line (every commit stages at once and retries a lost swap)
         self.max_waiting_per_table = max_waiting_per_table
@@ -46,6 +69,8 @@ class CommitQueue:
         self.waiting = 0
         self.refused = 0  # commits refused since start (the line was full, or they waited too long)
         self.served = 0
+        self._clock = clock
+        self._pressure: dict[Any, _Pressure] = {}
 
     @asynccontextmanager
     async def turn(self, key: Any) -> AsyncIterator[None]:
@@ -61,11 +86,10 @@ class CommitQueue:
             line.append(ticket)
         else:
             if self.full(key):
-                self.refused += 1
                 raise Overloaded(
                     f"too many commits are waiting for {_name(key)} ({len(line) - 1} on it, {self.waiting} in all): "
                     "try again shortly",
-                    retry_after_seconds=1,
+                    retry_after_seconds=self.refuse(key),
                 )
             line.append(ticket)
             self.waiting += 1
@@ -75,10 +99,9 @@ class CommitQueue:
                 if not ticket.done():  # leave the line: nobody's turn is skipped
                     line.remove(ticket)
                     if isinstance(exc, TimeoutError):
-                        self.refused += 1
                         raise Overloaded(
                             f"the commit waited {self.max_wait:g}s for its turn on {_name(key)}: try again shortly",
-                            retry_after_seconds=1,
+                            retry_after_seconds=self.refuse(key),
                         ) from None
                     raise
                 if not isinstance(exc, TimeoutError):  # gone just as its turn came: pass the turn on
@@ -98,9 +121,37 @@ class CommitQueue:
             return False
         return len(line) - 1 >= self.max_waiting_per_table or self.waiting >= self.max_waiting
 
+    def refuse(self, key: Any) -> int:
+        """Counts a commit to the table refused; answers the seconds it should wait before it comes back."""
+        self.refused += 1
+        pressure = self._now(key)
+        pressure.refused += 1
+        pressure.turn += 1
+        return 1 + pressure.turn % math.ceil(pressure.window)
+
+    def _now(self, key: Any) -> _Pressure:
+        """The table's counts for the current second (a second that ended sets the next Retry-After)."""
+        now = self._clock()
+        pressure = self._pressure.get(key)
+        if pressure is None:
+            if len(self._pressure) > 4 * max(1, self.max_waiting):  # tables no longer under pressure
+                for other in [k for k, p in self._pressure.items() if now - p.second > 60 and k not in self._lines]:
+                    del self._pressure[other]
+            pressure = self._pressure[key] = _Pressure(now)
+        elapsed = now - pressure.second
+        if elapsed >= 1.0:
+            # the clients refused in one mean wait; spread over twice the time the table takes to serve them (a
+            # second with no commit counts as one commit)
+            clients = pressure.refused / elapsed * (math.ceil(pressure.window) + 1) / 2
+            wanted = 2 * clients / max(pressure.served / elapsed, 1.0)
+            pressure.window = min(max(1.0, (pressure.window + wanted) / 2), max(1.0, self.max_wait))
+            pressure.second, pressure.refused, pressure.served = now, 0, 0
+        return pressure
+
     def _release(self, key: Any, line: deque[asyncio.Future[None]]) -> None:
         line.popleft()
         self.served += 1
+        self._now(key).served += 1
         if line:
             line[0].set_result(None)
         else:
