@@ -19,18 +19,16 @@ from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.idempotency import IdempotencyKeys
-from lakewarden.api.metrics import (
+from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
+from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
+from lakewarden.api.node_metrics import (
     CommitQueueCollector,
-    DatabaseCollector,
     HistoryCollector,
-    LatencyMiddleware,
     LongPollCollector,
     MetadataCacheCollector,
     NodeCollector,
     ScanPlanningCollector,
-    api_latency,
 )
-from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
 from lakewarden.api.routes import (
     catalogs,
     events,

@@ -77,13 +77,18 @@ class OptimizerClient:
         assert failure is not None
         raise failure
 
-    def _post(self, path: str, body: dict[str, Any], bearer: str | None = None) -> Any:
-        """POST as the optimizer (its own token, from the body) or, registering, with the credential."""
+    def _answer(self, path: str, body: dict[str, Any], bearer: str | None = None) -> httpx.Response:
+        """POST as the optimizer (its own token, from the body) or, registering, with the credential; a refusal
+        is raised as ProtocolError."""
         bearer = bearer or body.get("token")
         headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
         response = self._send(path, body, headers)
         if response.status_code >= 400:
             raise ProtocolError(response.status_code, _message(response))
+        return response
+
+    def _post(self, path: str, body: dict[str, Any], bearer: str | None = None) -> Any:
+        response = self._answer(path, body, bearer)
         return None if response.status_code == 204 else response.json()
 
     def register(
@@ -108,10 +113,7 @@ class OptimizerClient:
     def poll(self, token: str, thread_id: int) -> Assignment | None:
         """A task, or None when none came within the poll's wait. Raises PollLater when the server asks for a
         pause first (no task, and it could not let this poll wait)."""
-        body = {"token": token, "thread_id": thread_id}
-        response = self._send("/poll", body, {"Authorization": f"Bearer {token}"})
-        if response.status_code >= 400:
-            raise ProtocolError(response.status_code, _message(response))
+        response = self._answer("/poll", {"token": token, "thread_id": thread_id})
         if response.status_code == 204:
             later = response.headers.get("Retry-After", "")
             if later.isdigit():

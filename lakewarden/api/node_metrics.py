@@ -1,0 +1,160 @@
+"""Prometheus metrics of this node's services, read from them at scrape time: leadership, history pruning, the
+metadata and manifest caches, the commit line, optimizers' waiting polls and scan planning (what the system
+database says is in api/metrics.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from lakewarden.services.commit_queue import CommitQueue
+from lakewarden.services.dispatcher import TaskDispatcher
+from lakewarden.services.history import HistoryKeeper
+from lakewarden.services.leadership import Leadership
+from lakewarden.services.metadata_files import MetadataFiles
+from lakewarden.services.read_ahead import ManifestReadAhead
+from lakewarden.services.scan_planning import ScanPlanning
+
+
+class NodeCollector(Collector):
+    """This node's part in high availability: every node exports its own (scrape each node)."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def collect(self) -> Iterator[Metric]:
+        leader = GaugeMetricFamily("lakewarden_node_leader", "1 while this node leads, else 0", labels=["node"])
+        leader.add_metric([self.leadership.url], 1.0 if self.leadership.is_leader else 0.0)
+        yield leader
+        epoch = self.leadership.epoch
+        if self.leadership.enabled and epoch is not None:
+            yield GaugeMetricFamily("lakewarden_leader_epoch", "The fencing token this node leads with", value=epoch)
+
+
+class HistoryCollector(Collector):
+    """What the history keeper pruned and rotated on this node since it started (services/history.py)."""
+
+    def __init__(self, history: HistoryKeeper) -> None:
+        self.history = history
+
+    def collect(self) -> Iterator[Metric]:
+        pruned = CounterMetricFamily(
+            "lakewarden_history_pruned", "Rows deleted from history by retention (ams.history)", labels=["kind"]
+        )
+        for kind, count in self.history.pruned.items():
+            pruned.add_metric([kind], float(count))
+        yield pruned
+        logs = CounterMetricFamily(
+            "lakewarden_optimizer_logs", "Optimizer log files rotated and deleted", labels=["operation"]
+        )
+        logs.add_metric(["rotated"], float(self.history.logs_rotated))
+        logs.add_metric(["deleted"], float(self.history.logs_deleted))
+        yield logs
+
+
+class MetadataCacheCollector(Collector):
+    """The REST catalog's cache of parsed metadata files and loadTable bodies on this node
+    (services/metadata_files.py)."""
+
+    def __init__(self, files: MetadataFiles) -> None:
+        self.lru = files.lru
+
+    def collect(self) -> Iterator[Metric]:
+        lookups = CounterMetricFamily(
+            "lakewarden_metadata_cache_lookups", "Lookups of the metadata cache", labels=["result"]
+        )
+        lookups.add_metric(["hit"], self.lru.hits)
+        lookups.add_metric(["miss"], self.lru.misses)
+        yield lookups
+        yield GaugeMetricFamily("lakewarden_metadata_cache_bytes", "Estimated bytes kept", value=self.lru.bytes)
+        yield GaugeMetricFamily(
+            "lakewarden_metadata_cache_max_bytes", "The bound (metadata-cache.max-size)", value=self.lru.max_bytes
+        )
+        yield GaugeMetricFamily(
+            "lakewarden_metadata_cache_items", "Metadata files and bodies kept", value=len(self.lru)
+        )
+        yield CounterMetricFamily("lakewarden_metadata_cache_evictions", "Items evicted", value=self.lru.evictions)
+
+
+class CommitQueueCollector(Collector):
+    """The line commits to one table wait in on this node (services/commit_queue.py)."""
+
+    def __init__(self, queue: CommitQueue) -> None:
+        self.queue = queue
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "lakewarden_commit_queue_waiting", "Commits waiting for their table's turn", value=self.queue.waiting
+        )
+        yield CounterMetricFamily(
+            "lakewarden_commit_queue_served", "Commits that had their turn", value=self.queue.served
+        )
+        yield CounterMetricFamily(
+            "lakewarden_commit_queue_refused",
+            "Commits refused with 503 (the line was full, or they waited past max-wait)",
+            value=self.queue.refused,
+        )
+
+
+class LongPollCollector(Collector):
+    """Optimizer threads' polls waiting for a task on this node, and those that could not wait
+    (ams.optimizer.max-long-polls were waiting already)."""
+
+    def __init__(self, dispatcher: TaskDispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "lakewarden_optimizer_polls_waiting", "Optimizer polls waiting for a task", value=self.dispatcher.long_polls
+        )
+        yield CounterMetricFamily(
+            "lakewarden_optimizer_polls_turned_away",
+            "Optimizer polls answered at once with Retry-After: max-long-polls were waiting",
+            value=self.dispatcher.polls_turned_away,
+        )
+
+
+class ScanPlanningCollector(Collector):
+    """The REST catalog's scan planning on this node (its cache of results, the plans it holds) and the
+    node's manifest cache, which planning shares with the evaluator."""
+
+    def __init__(self, planning: ScanPlanning, read_ahead: ManifestReadAhead) -> None:
+        self.planning = planning
+        self.read_ahead = read_ahead
+
+    def collect(self) -> Iterator[Metric]:
+        planning = self.planning
+        results = CounterMetricFamily(
+            "lakewarden_scan_planning_cache_lookups",
+            "Lookups of scan planning's cache of planning results",
+            labels=["cache", "result"],
+        )
+        results.add_metric(["results", "hit"], planning.results.hits)
+        results.add_metric(["results", "miss"], planning.results.misses)
+        yield results
+        yield GaugeMetricFamily(
+            "lakewarden_scan_planning_open_plans", "Plans whose tasks are kept for clients", value=planning.open_plans
+        )
+        yield CounterMetricFamily(
+            "lakewarden_scan_planning_read_ahead_manifests",
+            "Manifests parsed ahead of any plan, as commits landed",
+            value=self.read_ahead.manifests_read,
+        )
+        cache = planning.cache
+        lookups = CounterMetricFamily(
+            "lakewarden_manifest_cache_lookups",
+            "Lookups of the manifest cache, by part (lists, entries, views, summaries)",
+            labels=["part", "result"],
+        )
+        for part, hits in cache.hits.items():
+            lookups.add_metric([part, "hit"], hits)
+            lookups.add_metric([part, "miss"], cache.misses[part])
+        yield lookups
+        yield GaugeMetricFamily("lakewarden_manifest_cache_bytes", "Estimated bytes kept", value=cache.bytes)
+        yield GaugeMetricFamily(
+            "lakewarden_manifest_cache_max_bytes", "The bound (manifest-cache.max-size)", value=cache.max_bytes
+        )
+        yield GaugeMetricFamily("lakewarden_manifest_cache_items", "Parts kept", value=len(cache))
+        yield CounterMetricFamily("lakewarden_manifest_cache_evictions", "Parts evicted", value=cache.evictions)
