@@ -12,10 +12,18 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadataV2, TableMetadataV3
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import SetPropertiesUpdate, UpgradeFormatVersionUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    SetPropertiesUpdate,
+    SetSnapshotRefUpdate,
+    UpgradeFormatVersionUpdate,
+)
+from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.types import LongType, NestedField
 
+from lakewarden.metadata import table_metadata
 from lakewarden.metadata.table_metadata import apply_updates, metadata_json, new_metadata, write_metadata
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
@@ -57,6 +65,53 @@ def test_v3_metadata_files_are_written_and_read_back(tmp_path: Path) -> None:
     assert json.loads(metadata_json(created)) == raw
     with pytest.raises(FileExistsError):  # metadata files never change
         write_metadata(io, location, created)
+
+
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_many_snapshots_are_written_as_pyiceberg_writes_them_each_serialised_once(
+    tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metadata: Any = _table(tmp_path, version)
+    versions = []
+    for i in range(1, 41):
+        snapshot = Snapshot(
+            snapshot_id=i,
+            parent_snapshot_id=i - 1 if i > 1 else None,
+            sequence_number=i,
+            timestamp_ms=1_700_000_000_000 + i,
+            manifest_list=f"{tmp_path}/metadata/snap-{i}.avro",
+            summary=Summary(Operation.APPEND, **{"added-records": str(i), "note": 'a "quoted" \\ value'}),
+            schema_id=0,
+            **({"first_row_id": i * 10, "added_rows": 10} if version == "3" else {}),
+        )
+        update = SetSnapshotRefUpdate(
+            ref_name="main",
+            type="branch",
+            snapshot_id=i,
+            max_ref_age_ms=None,
+            max_snapshot_age_ms=None,
+            min_snapshots_to_keep=None,
+        )
+        metadata = apply_updates(metadata, [AddSnapshotUpdate(snapshot=snapshot), update], f"/m/{i}.json")
+        versions.append(metadata)
+    made: list[int] = []
+    serialise = Snapshot.model_dump_json
+
+    def counted(self: Snapshot, **kwargs: Any) -> str:
+        made.append(self.snapshot_id)
+        return serialise(self, **kwargs)
+
+    monkeypatch.setattr(Snapshot, "model_dump_json", counted)
+    for metadata in versions[table_metadata.SPLICED_FROM - 2 :]:
+        text = metadata_json(metadata)
+        # the same JSON value as one serialisation of the whole metadata, read back to the same model
+        assert json.loads(text) == json.loads(IcebergBaseModel.model_dump_json(metadata))
+        location = f"{tmp_path}/{len(metadata.snapshots)}.metadata.json"
+        Path(location).write_text(text)
+        assert FromInputFile.table_metadata(load_file_io({}, str(tmp_path)).new_input(location)) == metadata
+    # each snapshot's JSON was made once by metadata_json (the others counted are the whole-metadata dumps':
+    # pydantic serialises nested models without calling their model_dump_json)
+    assert sorted(made) == list(range(1, 41))
 
 
 def test_manifests_read_like_pyiceberg_with_schemas_resolved_once(tmp_path: Path) -> None:

@@ -48,8 +48,8 @@ class MetadataFiles:
         self._keep(location, metadata, len(text))
         return metadata
 
-    def _keep(self, location: str, metadata: TableMetadata, json_length: int) -> None:
-        self.lru.put(("metadata", location), metadata, json_length * METADATA_BYTES_PER_JSON_BYTE)
+    def _keep(self, location: str, metadata: TableMetadata, json_length: int, per_byte: int = 0) -> None:
+        self.lru.put(("metadata", location), metadata, json_length * (METADATA_BYTES_PER_JSON_BYTE + per_byte))
 
     def written(self, location: str, metadata: TableMetadata, text: str, replaced: str | None = None) -> None:
         """A metadata file just written by a commit, and its JSON: kept without reading it back; the version it
@@ -57,7 +57,8 @@ class MetadataFiles:
         if replaced is not None and replaced != location:
             for key in (("metadata", replaced), ("body", replaced), ("body", replaced + REFS)):
                 self.lru.pop(key)
-        self._keep(location, metadata, len(text))
+        # a version the server serialised also holds its snapshots' JSON (for the next commit's metadata_json)
+        self._keep(location, metadata, len(text), per_byte=1)
         self._remember_body(location, text)
 
     def response_body(
