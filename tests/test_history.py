@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,10 +17,13 @@ from sqlalchemy import select
 
 from lakewarden.api.context import ServerContext
 from lakewarden.config import HistoryConfig
+from lakewarden.domain.states import ProcessStatus
 from lakewarden.services.history import HistoryKeeper
+from lakewarden.store import processes as store
 from lakewarden.store.models import CommitRow, EventRow, ProcessRow, TaskRow
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
+RUNNING = ProcessStatus.RUNNING
 
 
 def _process(table_id: int, action: str, status: str, days_ago: float, files_in: int = 0) -> ProcessRow:
@@ -75,11 +79,14 @@ def test_processes_are_pruned_by_age_and_count_keeping_the_newest_and_the_runnin
     ids = []
     with ctx.db.write() as session:
         for n, (table, action, status, days) in enumerate(layout):
-            row = _process(table, action, status, days, files_in=10 + n)
+            row = _process(table, action, "running", days, files_in=10 + n)
             session.add(row)
             session.flush()
             session.add(_task(row.process_id))
             ids.append(row.process_id)
+            if status != "running":  # ended as the engine ends processes: counted in the running totals
+                end = {"end_time": row.plan_time}
+                assert store.transition_process(session, row.process_id, RUNNING, ProcessStatus(status), **end)
     counted = _metric(client, "lakewarden_processes_total{")
     files_in = _metric(client, 'lakewarden_optimizing_files_in_total{catalog="lake"')
     assert counted == len(layout)
@@ -100,6 +107,36 @@ def test_processes_are_pruned_by_age_and_count_keeping_the_newest_and_the_runnin
     assert overview["optimizing"]["succeeded"] == 5 and overview["optimizing"]["failed"] == 1
     assert keeper.prune(NOW)["processes"] == 0  # nothing left to prune
     assert _metric(client, "lakewarden_processes_total{") == counted
+
+
+def test_processes_ending_at_once_are_each_counted_once(client: TestClient) -> None:
+    """Two transactions end processes of the same table and kind at once: the second waits for the first's new
+    totals row (PostgreSQL: its insert meets the first's key; SQLite: the write lock), then adds to it."""
+    ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
+    with ctx.db.write() as session:
+        rows = [_process(7, "optimizing", "running", 1, files_in=n) for n in (3, 4)]
+        session.add_all(rows)
+    first, second = (row.process_id for row in rows)
+    began = threading.Event()
+    ended: list[bool] = []
+
+    def end_second() -> None:
+        began.wait()
+        with ctx.db.write() as session:
+            ended.append(store.transition_process(session, second, RUNNING, ProcessStatus.SUCCESS, end_time=NOW))
+
+    thread = threading.Thread(target=end_second)
+    thread.start()
+    with ctx.db.write() as session:
+        assert store.transition_process(session, first, RUNNING, ProcessStatus.SUCCESS, end_time=NOW)
+        began.set()
+        time.sleep(0.5)  # the other transaction reaches the totals meanwhile
+    thread.join()
+    assert ended == [True]
+    with ctx.db.write() as session:  # a process ends once: ending it again changes nothing
+        assert not store.transition_process(session, first, RUNNING, ProcessStatus.SUCCESS, end_time=NOW)
+    overview = client.get("/api/v1/overview").json()
+    assert overview["optimizing"]["succeeded"] == 2 and overview["optimizing"]["files_in"] == 7
 
 
 def test_timeline_and_events_are_pruned_keeping_each_tables_newest(client: TestClient) -> None:

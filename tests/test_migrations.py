@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
 
 from lakewarden.config import Config
-from lakewarden.store.database import Database, migration_heads
+from lakewarden.store.database import Database, alembic_config, migration_heads
 from lakewarden.store.models import Base
 
 
@@ -23,5 +27,72 @@ def test_models_match_migrations(config: Config) -> None:
         with db.engine.connect() as conn:
             diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == []
+    finally:
+        db.dispose()
+
+
+def _alembic(db: Database, *step: str) -> None:
+    with db.engine.begin() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        getattr(command, step[0])(cfg, step[1])
+
+
+def test_process_totals_take_over_the_pruned_totals_and_the_ended_processes(config: Config) -> None:
+    """0016: the running totals start as what pruning had folded (by the table's group now) plus every ended
+    process still kept; running processes are not in them; the downgrade gives the pruned part back."""
+    db = Database(config.database_url)
+    try:
+        _alembic(db, "upgrade", "0015")
+        keys = "catalog_name, db_name, table_name, action, type, status"
+        process = (
+            f"INSERT INTO optimizing_process (table_id, {keys}, group_name, plan_time, summary) "
+            "VALUES (1, 'lake', 'db', 't', 'optimizing', 'minor', :status, :group_name, CURRENT_TIMESTAMP, :summary)"
+        )
+        with db.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO catalog_meta (name, type, properties, health, created_at, updated_at) "
+                    "VALUES ('lake', 'internal', '{}', 'ok', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO table_identifier (table_id, catalog_name, db_name, table_name, format, created_at) "
+                    "VALUES (1, 'lake', 'db', 't', 'iceberg', CURRENT_TIMESTAMP)"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO table_runtime "
+                    "(table_id, status_code, status_changed_at, optimizing_group, config, summary) "
+                    "VALUES (1, 700, CURRENT_TIMESTAMP, 'now', '{}', '{}')"
+                )
+            )
+            conn.execute(
+                text(
+                    f"INSERT INTO pruned_process_totals ({keys}, count, sums) "
+                    "VALUES ('lake', 'db', 't', 'optimizing', 'minor', 'success', 3, :sums)"
+                ),
+                {"sums": json.dumps({"files_in": 30, "cost": 0.5})},
+            )
+            for status, group, files_in in (("success", "a", 5), ("success", "b", 7), ("running", "a", 100)):
+                summary = json.dumps({"files_in": files_in, "scheduling": {"why": "x"}})
+                conn.execute(text(process), {"status": status, "group_name": group, "summary": summary})
+        _alembic(db, "upgrade", "head")
+        query = "SELECT group_name, count, sums FROM process_totals ORDER BY group_name"
+        with db.engine.connect() as conn:
+            rows = [(g, n, json.loads(s) if isinstance(s, str) else s) for g, n, s in conn.execute(text(query))]
+        assert rows == [
+            ("a", 1, {"files_in": 5}),
+            ("b", 1, {"files_in": 7}),
+            ("now", 3, {"files_in": 30, "cost": 0.5}),
+        ]
+        _alembic(db, "downgrade", "0015")
+        with db.engine.connect() as conn:
+            back = conn.execute(text("SELECT status, count, sums FROM pruned_process_totals")).all()
+        assert [(s, n, json.loads(j) if isinstance(j, str) else j) for s, n, j in back] == [
+            ("success", 3, {"files_in": 30, "cost": 0.5})
+        ]
     finally:
         db.dispose()

@@ -19,18 +19,15 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.states import ProcessStatus
-from lakewarden.store import stats
 from lakewarden.store.models import (
     CommitRow,
     EventRow,
     GroupLoadRow,
     ProcessRow,
-    PrunedProcessTotals,
     TableShapeRow,
     TaskRow,
 )
 
-TOTALS_KEY = ("catalog_name", "db_name", "table_name", "action", "type", "status")
 ENDED = [ProcessStatus.SUCCESS.value, ProcessStatus.FAILED.value, ProcessStatus.CANCELED.value]
 
 
@@ -53,25 +50,10 @@ def prune_processes(session: Session, before: datetime, keep_count: int, batch: 
         .limit(batch)
     )
     ids = list(session.scalars(old))
-    if ids:
-        _fold_totals(session, ids)
+    if ids:  # what they counted stays in the running totals they were added to when they ended (store/stats.py)
         session.execute(delete(TaskRow).where(TaskRow.process_id.in_(ids)))
         session.execute(delete(ProcessRow).where(ProcessRow.process_id.in_(ids)))
     return len(ids)
-
-
-def _fold_totals(session: Session, process_ids: list[int]) -> None:
-    """Adds what the processes counted to the pruned totals (only the leader prunes: no concurrent writer)."""
-    for totals in stats.process_totals(session, process_ids):
-        key = (totals.catalog, totals.database, totals.table, totals.action, totals.type, totals.status)
-        row = session.get(PrunedProcessTotals, key)
-        if row is None:
-            session.add(PrunedProcessTotals(**dict(zip(TOTALS_KEY, key, strict=True)), count=0, sums={}))
-            session.flush()
-            row = session.get(PrunedProcessTotals, key)
-            assert row is not None
-        row.count += totals.count
-        row.sums = {f: stats.number(row.sums.get(f, 0)) + totals.sums[f] for f in stats.RESULT_FIELDS}
 
 
 def prune_timeline(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:

@@ -153,11 +153,13 @@ class TaskRow(Base):
     ended_at: Mapped[datetime | None]
 
 
-class PrunedProcessTotals(Base):
-    """What pruned processes counted (store/history.py), per table, action, type and status: the metrics' counters
-    add it to the processes still kept, so they never go down when history is pruned."""
+class ProcessTotalsRow(Base):
+    """What ended processes counted, per table, action, type, status and the group that ran them: added to as each
+    process ends (store/processes.transition_process), so that the overview, the metrics and the cost figures
+    read these rows and the running processes only, whatever history is kept, and never go down when history
+    is pruned (store/history.py)."""
 
-    __tablename__ = "pruned_process_totals"
+    __tablename__ = "process_totals"
 
     catalog_name: Mapped[str] = mapped_column(String(64), primary_key=True)
     db_name: Mapped[str] = mapped_column(String(255), primary_key=True)
@@ -165,6 +167,7 @@ class PrunedProcessTotals(Base):
     action: Mapped[str] = mapped_column(String(32), primary_key=True)
     type: Mapped[str] = mapped_column(String(16), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(64), primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
     sums: Mapped[dict[str, Any]]  # stats.RESULT_FIELDS summed
 

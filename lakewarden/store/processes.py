@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, aliased
 from lakewarden.domain.errors import NotFound
 from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.states import TASK_ACTIVE, TASK_RUNNING, ProcessStatus, TaskStatus, check_process, check_task
+from lakewarden.store import stats
 from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import OptimizerRow, ProcessRow, ResourceGroupRow, TaskRow
 from lakewarden.store.tables import TableRecord
@@ -337,6 +338,8 @@ def transition_task(
 def transition_process(
     session: Session, process_id: int, expected: ProcessStatus, new: ProcessStatus, **fields: Any
 ) -> bool:
+    """Moves the process from `expected` to `new` (False if it was not in `expected`); a process that ends is added to
+    its running totals in the same transaction."""
     check_process(expected, new)
     result = session.execute(
         update(ProcessRow)
@@ -345,7 +348,10 @@ def transition_process(
         .execution_options(synchronize_session=False)
     )
     session.flush()
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    moved = bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    if moved and new is not ProcessStatus.RUNNING:
+        stats.count_ended(session, process_id)
+    return moved
 
 
 def task_seconds_since(session: Session, table_id: int, since: datetime) -> float:

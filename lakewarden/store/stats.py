@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.costs import COST, USAGE_FIELDS
@@ -21,7 +22,7 @@ from lakewarden.store.models import (
     CatalogRow,
     OptimizerRow,
     ProcessRow,
-    PrunedProcessTotals,
+    ProcessTotalsRow,
     ResourceGroupRow,
     TableIdentifierRow,
     TableRuntimeRow,
@@ -61,45 +62,60 @@ class ProcessTotals:
     sums: dict[str, float]  # whole numbers but the cost
 
 
-def process_totals(
-    session: Session, process_ids: list[int] | None = None, table: tuple[str, str, str] | None = None
-) -> list[ProcessTotals]:
-    """Processes counted, and their results summed, per table, action, type and status: those kept and those
-    pruned from history (store/history.py), of every table or of one; or only the given processes."""
+TOTALS_KEY = ("catalog_name", "db_name", "table_name", "action", "type", "status")
+
+
+def process_totals(session: Session, table: tuple[str, str, str] | None = None) -> list[ProcessTotals]:
+    """Processes counted, and their results summed, per table, action, type and status, of every table or of one:
+    those ended (from their running totals, however many are kept in history) and those running. Reads as many
+    rows as there are keys and running processes, not processes ever run."""
+    keys = tuple(getattr(ProcessRow, key) for key in TOTALS_KEY)
     sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_float()), 0) for f in RESULT_FIELDS]
-    keys = (
-        ProcessRow.catalog_name,
-        ProcessRow.db_name,
-        ProcessRow.table_name,
-        ProcessRow.action,
-        ProcessRow.type,
-        ProcessRow.status,
-    )
-    query = select(*keys, func.count(), *sums).group_by(*keys)
-    if process_ids is not None:
-        query = query.where(ProcessRow.process_id.in_(process_ids))
-    pruned = select(PrunedProcessTotals)
+    running = select(*keys, func.count(), *sums).where(ProcessRow.status == ProcessStatus.RUNNING.value)
+    ended = select(ProcessTotalsRow)
     if table is not None:
-        query = query.where(*(column == value for column, value in zip(keys[:3], table, strict=True)))
-        pruned = pruned.where(
-            PrunedProcessTotals.catalog_name == table[0],
-            PrunedProcessTotals.db_name == table[1],
-            PrunedProcessTotals.table_name == table[2],
+        running = running.where(*(column == value for column, value in zip(keys[:3], table, strict=True)))
+        ended = ended.where(
+            ProcessTotalsRow.catalog_name == table[0],
+            ProcessTotalsRow.db_name == table[1],
+            ProcessTotalsRow.table_name == table[2],
         )
     totals: dict[tuple[str, ...], ProcessTotals] = {}
-    for r in session.execute(query):
+    for r in session.execute(running.group_by(*keys)):
         totals[tuple(r[:6])] = ProcessTotals(
             r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), dict(zip(RESULT_FIELDS, map(number, r[7:]), strict=True))
         )
-    if process_ids is not None:
-        return list(totals.values())
-    for p in session.scalars(pruned):
+    for p in session.scalars(ended):  # one row per group that ran the table's processes of a kind
         key = (p.catalog_name, p.db_name, p.table_name, p.action, p.type, p.status)
-        kept = totals.get(key)
-        count = p.count + (kept.count if kept else 0)
-        summed = {f: number(p.sums.get(f, 0)) + (kept.sums[f] if kept else 0) for f in RESULT_FIELDS}
+        known = totals.get(key)
+        count = p.count + (known.count if known else 0)
+        summed = {f: number(p.sums.get(f, 0)) + (known.sums[f] if known else 0) for f in RESULT_FIELDS}
         totals[key] = ProcessTotals(*key, count, summed)
     return list(totals.values())
+
+
+def count_ended(session: Session, process_id: int) -> None:
+    """Adds an ended process (its count and its summary's results) to its running totals. Called in the
+    transaction that ends it; the totals row is locked meanwhile (PostgreSQL; SQLite has one writer)."""
+    row = session.execute(
+        select(*(getattr(ProcessRow, key) for key in TOTALS_KEY), ProcessRow.group_name, ProcessRow.summary).where(
+            ProcessRow.process_id == process_id
+        )
+    ).one()
+    key = dict(zip((*TOTALS_KEY, "group_name"), row[:7], strict=True))
+    query = select(ProcessTotalsRow).filter_by(**key).with_for_update()
+    totals = session.scalars(query).first()
+    if totals is None:
+        try:
+            with session.begin_nested():  # another transaction may be adding the same row
+                session.add(ProcessTotalsRow(**key, count=0, sums={}))
+        except IntegrityError:
+            pass
+        totals = session.scalars(query).one()
+    summary = row[7] or {}
+    totals.count += 1
+    totals.sums = {f: number(totals.sums.get(f, 0)) + number(summary.get(f, 0)) for f in RESULT_FIELDS}
+    session.flush()
 
 
 USAGE = (*USAGE_FIELDS, COST)
@@ -115,24 +131,9 @@ def usage_of(totals: list[ProcessTotals]) -> dict[str, float]:
 
 
 def group_usage(session: Session) -> dict[str, dict[str, float]]:
-    """What each group's ended processes cost: those kept by the group that ran them, those pruned from history
-    by the group their table is in now (pruned totals are kept per table)."""
-    sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_float()), 0) for f in USAGE]
+    """What each group's ended processes cost, by the group that ran them."""
     per_group: dict[str, dict[str, float]] = {}
-    kept = select(ProcessRow.group_name, *sums).where(ProcessRow.end_time.is_not(None))
-    for r in session.execute(kept.group_by(ProcessRow.group_name)):
-        per_group[r[0]] = dict(zip(USAGE, map(number, r[1:]), strict=True))
-    pruned = (
-        select(PrunedProcessTotals.sums, TableRuntimeRow.optimizing_group)
-        .join(
-            TableIdentifierRow,
-            (TableIdentifierRow.catalog_name == PrunedProcessTotals.catalog_name)
-            & (TableIdentifierRow.db_name == PrunedProcessTotals.db_name)
-            & (TableIdentifierRow.table_name == PrunedProcessTotals.table_name),
-        )
-        .join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
-    )
-    for sums_of, group in session.execute(pruned):
+    for group, sums_of in session.execute(select(ProcessTotalsRow.group_name, ProcessTotalsRow.sums)):
         usage = per_group.setdefault(group, dict.fromkeys(USAGE, 0))
         for field in USAGE:
             usage[field] += number(sums_of.get(field, 0))
