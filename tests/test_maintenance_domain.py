@@ -195,7 +195,7 @@ def test_the_trigger_backs_off_a_failing_action_and_shows_it(client: TestClient,
     from lakewarden.metadata.catalogs import open_catalog
     from lakewarden.store import processes as process_store
     from lakewarden.store import tables as table_store
-    from lakewarden.store.models import ProcessRow, TaskRow
+    from lakewarden.store.models import ProcessRow, ProcessStreakRow, TaskRow
 
     ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
     iceberg = open_catalog(sql_catalog, initialize=True)
@@ -216,22 +216,25 @@ def test_the_trigger_backs_off_a_failing_action_and_shows_it(client: TestClient,
             ids = [p.process_id for p in session.query(ProcessRow).filter(ProcessRow.table_id == rec.runtime.table_id)]
             session.query(TaskRow).filter(TaskRow.process_id.in_(ids)).delete()
             session.query(ProcessRow).filter(ProcessRow.process_id.in_(ids)).delete()
-            for status, age in statuses_and_ages:
+            session.query(ProcessStreakRow).filter(ProcessStreakRow.table_id == rec.runtime.table_id).delete()
+            for status, age in statuses_and_ages:  # each ended as the engine ends processes, oldest first
                 planned = datetime.now(UTC) - timedelta(minutes=age)
-                session.add(
-                    ProcessRow(
-                        table_id=rec.runtime.table_id,
-                        catalog_name=name.catalog,
-                        db_name="db",
-                        table_name="t",
-                        group_name="default",
-                        action=Action.CLEAN_ORPHAN_FILES.value,
-                        type="scheduled",
-                        status=status.value,
-                        plan_time=planned,
-                        end_time=planned,
-                        summary={},
-                    )
+                row = ProcessRow(
+                    table_id=rec.runtime.table_id,
+                    catalog_name=name.catalog,
+                    db_name="db",
+                    table_name="t",
+                    group_name="default",
+                    action=Action.CLEAN_ORPHAN_FILES.value,
+                    type="scheduled",
+                    status=ProcessStatus.RUNNING.value,
+                    plan_time=planned,
+                    summary={},
+                )
+                session.add(row)
+                session.flush()
+                assert process_store.transition_process(
+                    session, row.process_id, ProcessStatus.RUNNING, status, end_time=planned
                 )
 
     def created() -> bool:

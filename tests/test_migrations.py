@@ -40,7 +40,8 @@ def _alembic(db: Database, *step: str) -> None:
 
 def test_process_totals_take_over_the_pruned_totals_and_the_ended_processes(config: Config) -> None:
     """0016: the running totals start as what pruning had folded (by the table's group now) plus every ended
-    process still kept; running processes are not in them; the downgrade gives the pruned part back."""
+    process still kept; running processes are not in them; each table's failures in a row start from the kept
+    processes; the downgrade gives the pruned part back."""
     db = Database(config.database_url)
     try:
         _alembic(db, "upgrade", "0015")
@@ -76,18 +77,28 @@ def test_process_totals_take_over_the_pruned_totals_and_the_ended_processes(conf
                 ),
                 {"sums": json.dumps({"files_in": 30, "cost": 0.5})},
             )
-            for status, group, files_in in (("success", "a", 5), ("success", "b", 7), ("running", "a", 100)):
+            ran = (
+                ("failed", "a", 1),
+                ("success", "a", 5),
+                ("failed", "b", 7),
+                ("failed", "a", 2),
+                ("running", "a", 100),
+            )
+            for status, group, files_in in ran:
                 summary = json.dumps({"files_in": files_in, "scheduling": {"why": "x"}})
                 conn.execute(text(process), {"status": status, "group_name": group, "summary": summary})
         _alembic(db, "upgrade", "head")
-        query = "SELECT group_name, count, sums FROM process_totals ORDER BY group_name"
+        query = "SELECT group_name, status, count, sums FROM process_totals ORDER BY group_name, status"
         with db.engine.connect() as conn:
-            rows = [(g, n, json.loads(s) if isinstance(s, str) else s) for g, n, s in conn.execute(text(query))]
+            rows = [(g, st, n, json.loads(s) if isinstance(s, str) else s) for g, st, n, s in conn.execute(text(query))]
+            streak = conn.execute(text("SELECT table_id, action, failed_in_a_row FROM process_streak")).all()
         assert rows == [
-            ("a", 1, {"files_in": 5}),
-            ("b", 1, {"files_in": 7}),
-            ("now", 3, {"files_in": 30, "cost": 0.5}),
+            ("a", "failed", 2, {"files_in": 3}),
+            ("a", "success", 1, {"files_in": 5}),
+            ("b", "failed", 1, {"files_in": 7}),
+            ("now", "success", 3, {"files_in": 30, "cost": 0.5}),
         ]
+        assert [tuple(r) for r in streak] == [(1, "optimizing", 2)]  # failed, failed after the success
         _alembic(db, "downgrade", "0015")
         with db.engine.connect() as conn:
             back = conn.execute(text("SELECT status, count, sums FROM pruned_process_totals")).all()

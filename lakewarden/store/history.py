@@ -2,7 +2,7 @@
 the event outbox, the charts' samples, each by age and by count.
 
 What is never deleted: a process that has not ended; the newest process of each action on a table (the
-maintenance schedule and its back-off read them: store/processes.last_plan_times, failure_streaks); the newest
+maintenance schedule reads them: store/processes.last_plan_times); the newest
 timeline entry of each table; the newest event (ids are the rowids on SQLite: deleting the largest would let
 the next insert reuse it, and readers follow events by id).
 

@@ -172,6 +172,19 @@ class ProcessTotalsRow(Base):
     sums: Mapped[dict[str, Any]]  # stats.RESULT_FIELDS summed
 
 
+class ProcessStreakRow(Base):
+    """How a table's newest ended processes of an action went: how many failed in a row (0 once one did not
+    fail) and when the newest was planned. Kept as processes end (store/stats.count_ended), so that the
+    maintenance back-off and the failure alerts read one row per table and action, whatever history is kept."""
+
+    __tablename__ = "process_streak"
+
+    table_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    action: Mapped[str] = mapped_column(String(32), primary_key=True)
+    failed_in_a_row: Mapped[int] = mapped_column(Integer)
+    newest_planned_at: Mapped[datetime]
+
+
 class TableShapeRow(Base):
     """A table's shape when it was sampled (store/shapes.py): on a change, at most every `history.table-shapes`
     interval, so its health can be plotted over time."""

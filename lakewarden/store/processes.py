@@ -14,7 +14,7 @@ from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.states import TASK_ACTIVE, TASK_RUNNING, ProcessStatus, TaskStatus, check_process, check_task
 from lakewarden.store import stats
 from lakewarden.store.database import as_utc, utcnow
-from lakewarden.store.models import OptimizerRow, ProcessRow, ResourceGroupRow, TaskRow
+from lakewarden.store.models import OptimizerRow, ProcessRow, ProcessStreakRow, ResourceGroupRow, TaskRow
 from lakewarden.store.tables import TableRecord
 
 # ---- optimizers
@@ -281,33 +281,15 @@ def last_plan_times(session: Session) -> dict[tuple[int, str], datetime]:
 def failure_streaks(
     session: Session, actions: list[str], table_id: int | None = None, depth: int = 8
 ) -> dict[tuple[int, str], tuple[int, datetime]]:
-    """Per (table, action) whose newest process failed: how many of its newest processes failed in a row (up to
-    `depth`), and when the newest was planned."""
-    newest_first = func.row_number().over(
-        partition_by=(ProcessRow.table_id, ProcessRow.action), order_by=ProcessRow.process_id.desc()
-    )
-    ranked = select(
-        ProcessRow.table_id, ProcessRow.action, ProcessRow.status, ProcessRow.plan_time, newest_first.label("n")
-    ).where(ProcessRow.action.in_(actions), ProcessRow.status != ProcessStatus.RUNNING.value)
+    """Per (table, action) whose newest ended process failed: how many of its newest ended processes failed in a
+    row (up to `depth`), and when the newest was planned."""
+    query = select(ProcessStreakRow).where(ProcessStreakRow.action.in_(actions), ProcessStreakRow.failed_in_a_row > 0)
     if table_id is not None:
-        ranked = ranked.where(ProcessRow.table_id == table_id)
-    recent = ranked.subquery()
-    rows = session.execute(
-        select(recent).where(recent.c.n <= depth).order_by(recent.c.table_id, recent.c.action, recent.c.n)
-    )
-    streaks: dict[tuple[int, str], tuple[int, datetime]] = {}
-    ended: set[tuple[int, str]] = set()
-    for table, action, status, planned, n in rows:
-        key = (table, action)
-        if key in ended:
-            continue
-        if status != ProcessStatus.FAILED.value:
-            ended.add(key)
-        elif n == 1:
-            streaks[key] = (1, as_utc(planned))
-        else:
-            streaks[key] = (streaks[key][0] + 1, streaks[key][1])
-    return streaks
+        query = query.where(ProcessStreakRow.table_id == table_id)
+    return {
+        (r.table_id, r.action): (min(r.failed_in_a_row, depth), as_utc(r.newest_planned_at))
+        for r in session.scalars(query)
+    }
 
 
 def transition_task(
