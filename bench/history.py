@@ -30,11 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import admin_token, line_charts, running_server, write
 from lakewarden.config import HistoryConfig
+from lakewarden.domain.states import ProcessStatus
 from lakewarden.services.history import HistoryKeeper
+from lakewarden.store import processes as store
 from lakewarden.store.database import Database
 from lakewarden.store.models import CommitRow, EventRow, ProcessRow, TaskRow
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
+RUNNING = ProcessStatus.RUNNING
 CONFIG = (
     "  history: {expire-interval: 1000d}\n"  # the bench drives the pruning with its simulated clock
     "containers: [{name: outside, container-impl: external}]\n"  # no optimizer: nothing else runs
@@ -97,10 +100,9 @@ def hour_of_activity(db: Database, hour: int, tables: int, commit_minutes: int) 
                     "group_name": "default",
                     "action": action,
                     "type": kind,
-                    "status": "success",
+                    "status": "running",  # ended below as the process engine ends processes
                     "target_snapshot_id": hour,
                     "plan_time": base + timedelta(minutes=30),
-                    "end_time": base + timedelta(minutes=31),
                     "summary": {"duration_ms": 60_000, "files_in": 8, "files_out": 1, "bytes_in": 8 << 20},
                 }
             )
@@ -130,6 +132,10 @@ def hour_of_activity(db: Database, hour: int, tables: int, commit_minutes: int) 
         session.execute(
             insert(TaskRow), [{**t, "process_id": pid} for pid, ts in zip(ids, tasks, strict=True) for t in ts]
         )
+        for pid in ids:  # each counted in its running totals as it ends
+            store.transition_process(
+                session, pid, RUNNING, ProcessStatus.SUCCESS, end_time=base + timedelta(minutes=31)
+            )
 
 
 def database_bytes(data_dir: Path) -> int:
