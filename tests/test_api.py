@@ -173,3 +173,19 @@ def test_spec_round_trip(sql_catalog: CatalogSpec, client: TestClient) -> None:
         "/api/v1/catalogs", json={"name": sql_catalog.name, "type": "sql", "properties": dict(sql_catalog.properties)}
     )
     assert created.json()["properties"] == dict(sql_catalog.properties)
+
+
+def test_a_key_whose_request_still_runs_is_told_to_retry_it(client: TestClient) -> None:
+    """The spec's 503 (wait and retry), documented on every route that takes Idempotency-Key: the retry then
+    gets the first request's answer."""
+    from datetime import timedelta
+
+    from lakewarden.store import idempotency
+
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    key, path = "017f22e2-79b0-7cc3-98c4-dc0c0c0739ff", "/iceberg/v1/lake/namespaces"
+    with ctx.db.write() as session:  # a request with the key has begun and not yet answered
+        assert idempotency.claim(session, key, "admin", "POST", path, timedelta(minutes=2)) is None
+    answer = client.post(path, json={"namespace": ["x"]}, headers={"Idempotency-Key": key})
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+    assert "still running" in answer.json()["error"]["message"]

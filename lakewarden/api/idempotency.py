@@ -5,7 +5,11 @@ the first answer, not a conflict, and nothing happens twice. The key (a UUID) is
 database before the request runs; its final answer (2xx, and the deterministic 4xx: 400, 404, 406, 409,
 422) is kept for IDEMPOTENCY_LIFETIME, advertised in `/v1/config`, and replayed to the same caller for the
 same method and path. Other answers (401, 403, 429, 5xx) are not final: the claim is dropped and a retry
-runs again. The same key for another operation is a 422; a key whose request still runs is a 409.
+runs again. The same key for another operation is a 400 (BadRequest); a key whose request still runs is a
+503 with Retry-After: the spec documents both statuses on every route that takes a key, and 503 tells the
+client what to do (retry the same request shortly, to get the first one's answer). The IETF draft on the
+header suggests 422 and 409 instead; neither is documented on most of the spec's routes, and a 409 on a commit
+is CommitFailedException to Iceberg's clients, which refresh and try a new commit.
 """
 
 from __future__ import annotations
@@ -78,10 +82,10 @@ class IdempotencyKeys:
             status, content_type, body, same = found
             if not same:
                 message = "Idempotency-Key: this key was used for another request; use a new key per operation"
-                await error_response(422, message)(scope, receive, send)
+                await error_response(400, message)(scope, receive, send)
             elif status is None:
                 message = "Idempotency-Key: a request with this key is still running; retry shortly"
-                response = error_response(409, message)
+                response = error_response(503, message)
                 response.headers["Retry-After"] = "1"
                 await response(scope, receive, send)
             else:
