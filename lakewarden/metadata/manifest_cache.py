@@ -9,13 +9,16 @@ plain file records: metadata/files.py); and, for scan planning, a manifest's liv
 merged into one (`summary`), for setting a whole manifest aside (metadata/scan_planning.py). Each part is
 evicted on its own: the evaluator's small records outlive the entries they were made from.
 
-Sizes are estimates: parsed entries take about ENTRY_BYTES_PER_AVRO_BYTE times the size of their Avro
-file (tests/test_manifest_cache.py measures it with tracemalloc, narrow and wide tables).
+Sizes are estimates: a parsed entry takes about ENTRY_BYTES, plus METRIC_BYTES per column its data file has
+metrics for (tests/test_manifest_cache.py measures it with tracemalloc: narrow and wide tables, manifests of
+one entry and of hundreds). Before reading, a manifest's Avro size times ENTRY_BYTES_PER_AVRO_BYTE bounds
+what its entries will take (read-ahead budgets with it): the Avro header, which carries the schemas, makes
+a manifest of a few entries cost far less than its size suggests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pyiceberg.conversions import from_bytes, to_bytes
@@ -32,6 +35,8 @@ from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
 DEFAULT_MAX_BYTES = 1024**3
 ENTRY_BYTES_PER_AVRO_BYTE = 16
+ENTRY_BYTES = 3_000  # a parsed entry with its data file, without column metrics
+METRIC_BYTES = 200  # per column with metrics (sizes, counts, bounds) in an entry
 MANIFEST_FILE_BYTES = 1_500  # one ManifestFile of a manifest list, with its partition summaries
 SUMMARY_BYTES = 2_000
 PARTS = ("lists", "entries", "views", "summaries")
@@ -77,7 +82,7 @@ class ManifestCache:
         kept: tuple[ManifestEntry, ...] | None = self._get("entries", key)
         if kept is None:
             kept = tuple(manifest_entries(io, manifest, discard_deleted=False, read_version=3))
-            self._lru.put(key, kept, _entries_weight(manifest, len(kept)))
+            self._lru.put(key, kept, _entries_weight(kept))
         return kept
 
     def view(
@@ -126,8 +131,14 @@ class ManifestCache:
         return len(self._lru)
 
 
-def _entries_weight(manifest: ManifestFile, count: int) -> int:
-    return max(manifest.manifest_length * ENTRY_BYTES_PER_AVRO_BYTE, count * 500, 1_000)
+def _entries_weight(kept: Sequence[ManifestEntry]) -> int:
+    """What parsed entries take, by their count and the columns with metrics in the first (one writer wrote a
+    manifest: its entries carry the same metrics)."""
+    if not kept:
+        return 1_000
+    first = kept[0].data_file
+    columns = max(len(first.value_counts or {}), len(first.lower_bounds or {}), len(first.column_sizes or {}))
+    return max(1_000, len(kept) * (ENTRY_BYTES + METRIC_BYTES * columns))
 
 
 def _merged_metrics(files: list[DataFile], schema: Schema, field_ids: frozenset[int]) -> DataFile | None:
