@@ -9,7 +9,7 @@
       refresh-external-catalogs: {interval: 3min, thread-count: 10}
       optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
                   task-retry-backoff: 5s, task-retry-backoff-max: 5min}
-      evaluator: {interval: 10s, thread-count: 4, recheck-interval: 1min}
+      evaluator: {interval: 10s, thread-count: 4, recheck-interval: null}  # null: at triggers only
       manifest-cache: {max-size: 1GiB}  # parsed manifests, for the evaluator and scan planning
       metadata-cache: {max-size: 256MiB}  # parsed metadata files and loadTable bodies of the REST catalog
       scan-planning: {sync-timeout: 30s, plan-ttl: 10min, read-ahead: true}
@@ -104,12 +104,14 @@ class OptimizerConfig(_Model):
 
 
 class EvaluatorConfig(_Model):
-    """How often tables are evaluated (a changed snapshot is evaluated on the next pass; others are
-    re-checked after `recheck-interval`, since minor and full triggers are also time-based)."""
+    """How often the evaluator looks for due tables (`interval`). A table is due when its snapshot or its
+    configuration changed, or when its last verdict said a time-based trigger (minor or full interval) can
+    fire, a process of it ended, or a chart's sample waits; `recheck-interval`, when set, also re-evaluates
+    every table at least that often (off by default: a table that does not change is not read)."""
 
     interval: Duration = timedelta(seconds=10)
     thread_count: int = Field(4, alias="thread-count", ge=1, le=64)
-    recheck_interval: Duration = Field(timedelta(minutes=1), alias="recheck-interval")
+    recheck_interval: Duration | None = Field(None, alias="recheck-interval")
 
 
 class ActionSchedule(_Model):

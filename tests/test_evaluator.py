@@ -322,3 +322,26 @@ def test_a_partition_whose_rewrite_could_not_reduce_its_files_waits_for_them_to_
     # a new file in the partition: planned again
     (changed,) = group_by_partition([*files, data("f1", 1)], [])
     assert evaluate_table(1, [changed], cfg, OptimizingClock(NOW), marks).type is OptimizingType.FULL
+
+
+def test_a_verdict_says_when_a_time_based_trigger_can_next_change_it() -> None:
+    """The evaluator reads a table that does not change only then (services/evaluation.py)."""
+    waiting = [data("f1", 1), data("f2", 1)]  # two fragments, under minor.trigger.file-count
+    clock = OptimizingClock(NOW, last_minor_ms=NOW - HOUR // 2, last_full_ms=NOW - HOUR)
+    table = evaluate_table(1, group_by_partition(waiting, []), config(), clock)
+    assert table.type is None and table.next_trigger_ms == NOW + HOUR // 2 + 1  # minor.trigger.interval 1h
+    assert table.summary()["next_trigger_ms"] == table.next_trigger_ms
+    # a full interval that passes first is the next trigger; one already passed is not (it has fired)
+    cfg = config(**{"full.trigger.interval": str(HOUR + 10)})
+    assert evaluate_table(1, group_by_partition(waiting, []), cfg, clock).next_trigger_ms == NOW + 11
+    passed = OptimizingClock(NOW, last_minor_ms=NOW - HOUR // 2, last_full_ms=NOW - 2 * HOUR)
+    fired = evaluate_table(1, group_by_partition(waiting, []), cfg, passed)
+    assert fired.type is OptimizingType.FULL and fired.next_trigger_ms is None
+    # nothing that time can trigger: a lone fragment, a table already pending on the interval, the interval off
+    lone = evaluate_table(1, group_by_partition([data("f1", 1)], []), config(), clock)
+    assert lone.next_trigger_ms is None
+    due = OptimizingClock(NOW, last_minor_ms=NOW - 2 * HOUR)
+    pending = evaluate_table(1, group_by_partition(waiting, []), config(), due)
+    assert pending.type is OptimizingType.MINOR and pending.next_trigger_ms is None
+    off = config(**{"minor.trigger.interval": "-1"})
+    assert evaluate_table(1, group_by_partition(waiting, []), off, clock).next_trigger_ms is None

@@ -36,18 +36,20 @@ def test_a_shape_is_sampled_on_a_change_at_most_once_per_interval(client: TestCl
     rec.runtime.summary = {"files-size-bytes": 8 * 1024}
     interval = timedelta(minutes=5)
 
-    def sample(document: dict[str, Any]) -> bool:
+    def sample(document: dict[str, Any]) -> shapes.Sampling:
         shape = shapes.shape_of(document, rec.runtime.summary)
         assert shape is not None
         with ctx.db.write() as session:
             return shapes.sample_table_shape(session, rec.runtime.table_id, shape, interval)
 
-    assert sample(verdict(1, data=8, small=8))  # the first
-    assert not sample(verdict(1, data=8, small=8))  # the same shape: nothing new
-    assert not sample(verdict(2, data=2, small=0))  # a change inside the interval waits
+    assert sample(verdict(1, data=8, small=8)).sampled  # the first
+    assert sample(verdict(1, data=8, small=8)) == shapes.Sampling(False)  # the same shape: nothing new
+    waits = sample(verdict(2, data=2, small=0))  # a change inside the interval waits for the interval's end
+    assert not waits.sampled and waits.deferred_until is not None
+    assert abs(waits.deferred_until - (utcnow() + interval)) < timedelta(seconds=30)
     with ctx.db.write() as session:  # ... until the interval has passed since the newest sample
         session.execute(update(TableShapeRow).values(sampled_at=utcnow() - interval - timedelta(seconds=1)))
-    assert sample(verdict(2, data=2, small=0))
+    assert sample(verdict(2, data=2, small=0)).sampled
     assert shapes.shape_of({"snapshot_id": 3, "type": None, "reasons": ["evaluation failed"]}, {}) is None
 
     history = client.get("/api/v1/tables/c/db/t/history").json()

@@ -67,6 +67,8 @@ class PartitionEvaluation:
     type: OptimizingType | None = None
     reasons: list[str] = field(default_factory=list)
     full_interval_reached: bool = False
+    # when minor.trigger.interval will have passed for small files that wait for it (epoch ms), if any do
+    minor_due_ms: int | None = None
     fragment_files: int = 0
     fragment_bytes: int = 0
     # undersized segments that only bin-packing can decide for
@@ -420,11 +422,10 @@ def _decide(
                 "optimizing"
             )
         elif small:
-            wait = (
-                f"; minor.trigger.interval due in {_duration(interval - since_minor)}"
-                if small > 1 and interval >= 0
-                else ""
-            )
+            wait = ""
+            if small > 1 and interval >= 0:
+                wait = f"; minor.trigger.interval due in {_duration(interval - since_minor)}"
+                r.minor_due_ms = clock.last_minor_ms + interval + 1
             r.reasons.append(f"{small_text} < minor.trigger.file-count {config.minor_trigger_file_count}{wait}")
     if r.combine_position_segments:
         r.type = OptimizingType.MINOR
@@ -447,6 +448,9 @@ class TableEvaluation:
     filtered: bool = False
     # how full optimizing orders its rows (domain/clustering.py), if it does
     clustering: str | None = None
+    # the first moment a time-based trigger (minor or full interval) could change this verdict with no new
+    # snapshot (epoch ms); None: only a new snapshot or configuration can
+    next_trigger_ms: int | None = None
 
     @property
     def pending(self) -> list[PartitionEvaluation]:
@@ -471,6 +475,7 @@ class TableEvaluation:
             ),
             "delete_files": len({d.path for p in self.partitions if p.files for d in p.files.delete_files}),
             "clustering": self.clustering,
+            "next_trigger_ms": self.next_trigger_ms,
         }
 
 
@@ -492,15 +497,20 @@ def evaluate_table(
     ]
     pending = [p for p in evaluated if p.type is not None]
     label = clustering.label if clustering is not None else None
+    due = [p.minor_due_ms for p in evaluated if p.minor_due_ms is not None]
+    full_every = config.full_trigger_interval_ms
+    if evaluated and full_every >= 0 and not evaluated[0].full_interval_reached:
+        due.append(clock.last_full_ms + full_every + 1)
+    next_trigger = min(due, default=None)
     if not pending:
         idle = "no partition needs optimizing" if evaluated else "the table has no data files"
         if evaluated and clustering is not None and evaluated[0].full_interval_reached:
             idle += f": full.trigger.interval has passed, and every partition is clustered by {clustering.label}"
-        return TableEvaluation(snapshot_id, None, evaluated, [idle], bool(config.filter), label)
+        return TableEvaluation(snapshot_id, None, evaluated, [idle], bool(config.filter), label, next_trigger)
     heaviest = max(p.type for p in pending if p.type is not None)
     counts = {t: sum(1 for p in pending if p.type is t) for t in OptimizingType}
     parts = ", ".join(f"{n} {t.label}" for t, n in sorted(counts.items(), reverse=True) if n)
     reasons = [f"{len(pending)} of {len(evaluated)} partition(s) need optimizing ({parts})"]
     if config.filter:
         reasons.append(f"only files that may match self-optimizing.filter ({config.filter}) are considered")
-    return TableEvaluation(snapshot_id, heaviest, evaluated, reasons, bool(config.filter), label)
+    return TableEvaluation(snapshot_id, heaviest, evaluated, reasons, bool(config.filter), label, next_trigger)

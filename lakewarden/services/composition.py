@@ -130,7 +130,7 @@ class ServerRuntime:
             db,
             evaluating.interval.total_seconds(),
             evaluating.thread_count,
-            evaluating.recheck_interval.total_seconds(),
+            None if evaluating.recheck_interval is None else evaluating.recheck_interval.total_seconds(),
             metadata=metadata,
             on_pending=work_ready.notify,
             cache=manifests,

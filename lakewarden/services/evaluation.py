@@ -1,4 +1,6 @@
-"""The evaluator service: re-evaluates tables whose snapshot changed (or whose time triggers may have fired).
+"""The evaluator service: re-evaluates tables whose snapshot or configuration changed, and those whose time
+triggers can now fire (`table_runtime.next_evaluation_at`, set from each verdict): a table that does not change
+is not read again until then.
 
 A verdict with something to optimize turns an IDLE table PENDING; a verdict with nothing turns a
 PENDING table IDLE. Both are compare-and-swaps, so a table another service moved meanwhile
@@ -14,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakewarden.domain.errors import InvalidField
@@ -39,6 +41,7 @@ from lakewarden.store.tables import TableRecord
 log = logging.getLogger(__name__)
 MAX_PARTITIONS_SHOWN = 200
 BATCH = 200  # tables evaluated, then stored in one transaction
+RETRY_FAILED = timedelta(minutes=1)  # a failed evaluation (an unreachable store, a broken file) is tried again
 
 
 def _ms(moment: datetime | None) -> int:
@@ -67,7 +70,7 @@ class TableEvaluator(LoopService):
         db: Database,
         interval_seconds: float,
         thread_count: int,
-        recheck_seconds: float = 60.0,
+        recheck_seconds: float | None = None,
         metadata: MetadataService | None = None,
         on_pending: Callable[[], None] | None = None,
         cache: ManifestCache | None = None,
@@ -79,8 +82,9 @@ class TableEvaluator(LoopService):
         self.db = db
         self.metadata = metadata  # internal catalogs' tables are read from it in-process
         self.thread_count = thread_count
-        # time-based triggers (minor/full intervals) can fire without a new snapshot: look again this often
-        self.recheck = timedelta(seconds=recheck_seconds)
+        # a table that does not change is evaluated again when its verdict says a time-based trigger can fire
+        # (next_evaluation_at), and at the latest after `recheck` when one is configured
+        self.recheck = None if recheck_seconds is None else timedelta(seconds=recheck_seconds)
         self.cache = cache if cache is not None else ManifestCache()  # the server's, shared with scan planning
         self.on_pending = on_pending  # called when a table turns pending (wakes the optimizers' polls)
 
@@ -94,12 +98,12 @@ class TableEvaluator(LoopService):
         # without a new snapshot (a commit of schema, tags, unrelated properties) cannot change it
         if (runtime.evaluation or {}).get("config_hash") != _config_hash(runtime.config):
             return True
-        return now - as_utc(runtime.evaluated_at) >= self.recheck
+        return runtime.next_evaluation_at is not None and as_utc(runtime.next_evaluation_at) <= now
 
     def run_once(self) -> None:
         now = utcnow()
         with self.db.read() as session:
-            candidates = table_store.due_for_evaluation(session, now - self.recheck)
+            candidates = table_store.due_for_evaluation(session, now)
             due = [rec for rec in candidates if self._due(rec, now)]
             specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
         by_catalog: dict[str, list[TableRecord]] = defaultdict(list)
@@ -166,6 +170,7 @@ class TableEvaluator(LoopService):
         except Exception as exc:
             log.warning("evaluating %s failed: %s", rec.name, exc)
             document = {
+                "failed": True,  # tried again after RETRY_FAILED
                 "snapshot_id": snapshot_id,
                 "type": None,
                 "partitions": [],
@@ -177,16 +182,31 @@ class TableEvaluator(LoopService):
         document["config_hash"] = _config_hash(runtime.config)
         return document
 
+    def _next_evaluation(self, document: dict[str, Any], deferred_shape: datetime | None) -> datetime | None:
+        """When to evaluate the table again if neither its snapshot nor its configuration changes: when a minor
+        or full interval passes, a failed evaluation's retry, a deferred chart sample, the configured ceiling."""
+        now = utcnow()
+        moments = [moment for moment in (deferred_shape,) if moment is not None]
+        if document.get("next_trigger_ms") is not None:
+            moments.append(datetime.fromtimestamp(document["next_trigger_ms"] / 1000, UTC))
+        if document.get("failed"):
+            moments.append(now + RETRY_FAILED)
+        if self.recheck is not None:
+            moments.append(now + self.recheck)
+        return min(moments, default=None)
+
     def _record(self, verdicts: list[tuple[TableRecord, dict[str, Any]]]) -> None:
         """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE."""
         moved: list[tuple[TableRecord, dict[str, Any]]] = []
         with self.db.write() as session:
             for rec, document in verdicts:
                 table_id = rec.runtime.table_id
-                runtime_store.save_evaluation(session, table_id, document["snapshot_id"], document)
                 shape = shape_of(document, rec.runtime.summary or {})
+                deferred = None
                 if shape is not None and self.shape_interval is not None:
-                    shapes.sample_table_shape(session, table_id, shape, self.shape_interval)
+                    deferred = shapes.sample_table_shape(session, table_id, shape, self.shape_interval).deferred_until
+                again = self._next_evaluation(document, deferred)
+                runtime_store.save_evaluation(session, table_id, document["snapshot_id"], document, again)
                 if document["type"] is not None:
                     turned = runtime_store.transition_table(session, table_id, TableStatus.IDLE, TableStatus.PENDING)
                 else:

@@ -67,6 +67,7 @@ class SelfOptimizingFactory(ProcessFactory):
         tasks = process_store.tasks_of(session, process.process_id)
         fields: dict[str, Any] = {
             "optimizing_process_id": None,
+            "next_evaluation_at": utcnow(),
             "unreduced": _unreduced(tasks, runtime),
             "clustered": _clustered(tasks, runtime),
         }
@@ -95,7 +96,12 @@ class SelfOptimizingFactory(ProcessFactory):
                 rec.runtime.optimizing_process_id not in running
             ):
                 runtime_store.transition_table(
-                    session, rec.runtime.table_id, status, TableStatus.IDLE, optimizing_process_id=None
+                    session,
+                    rec.runtime.table_id,
+                    status,
+                    TableStatus.IDLE,
+                    optimizing_process_id=None,
+                    next_evaluation_at=utcnow(),
                 )
                 done.append(f"{rec.name}: its process is over, idle again")
         return done

@@ -73,6 +73,9 @@ class TableRuntimeRow(Base):
     evaluated_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     evaluated_at: Mapped[datetime | None]
     evaluation: Mapped[dict[str, Any] | None]
+    # when the verdict may change with no new snapshot or configuration (a minor or full interval passes, a
+    # process ends, a chart's sample is due); None: only a new snapshot or configuration changes it
+    next_evaluation_at: Mapped[datetime | None] = mapped_column(index=True)
     last_minor_optimizing_at: Mapped[datetime | None]
     last_major_optimizing_at: Mapped[datetime | None]
     last_full_optimizing_at: Mapped[datetime | None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import update
@@ -26,11 +27,23 @@ def transition_table(session: Session, table_id: int, expected: TableStatus, new
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-def save_evaluation(session: Session, table_id: int, snapshot_id: int | None, evaluation: dict[str, Any]) -> None:
+def save_evaluation(
+    session: Session,
+    table_id: int,
+    snapshot_id: int | None,
+    evaluation: dict[str, Any],
+    next_evaluation_at: datetime | None = None,
+) -> None:
+    """The verdict on `snapshot_id`, and when to evaluate again if nothing else changes (None: never)."""
     session.execute(
         update(TableRuntimeRow)
         .where(TableRuntimeRow.table_id == table_id)
-        .values(evaluated_snapshot_id=snapshot_id, evaluated_at=utcnow(), evaluation=evaluation)
+        .values(
+            evaluated_snapshot_id=snapshot_id,
+            evaluated_at=utcnow(),
+            evaluation=evaluation,
+            next_evaluation_at=next_evaluation_at,
+        )
         .execution_options(synchronize_session=False)
     )
     session.flush()

@@ -1,8 +1,8 @@
 """Samples over time for the dashboard's charts: each table's shape and each group's load. Flush, never commit.
 
 A table's shape is sampled when the evaluator records a verdict that differs from the newest sample (another
-snapshot, or another health), at most once per interval: a change inside the interval waits for the next
-verdict after it (the evaluator rechecks idle and pending tables every `recheck-interval`), so the newest state
+snapshot, or another health), at most once per interval: a change inside the interval is deferred, and the
+evaluator looks at the table again when the interval is over (`Sampling.deferred_until`), so the newest state
 is always sampled soon, and a table committing every second costs one row per interval. A group's load is
 sampled by the leader every interval. Both are pruned by age and count
 (store/history.py), the newest of each table (group) kept.
@@ -11,7 +11,7 @@ sampled by the leader every interval. Both are pruned by age and count
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -48,7 +48,13 @@ def shape_of(evaluation: dict[str, Any], summary: dict[str, Any]) -> Shape | Non
     )
 
 
-def sample_table_shape(session: Session, table_id: int, shape: Shape, interval: timedelta) -> bool:
+@dataclass(frozen=True)
+class Sampling:
+    sampled: bool
+    deferred_until: datetime | None = None  # a change inside the interval: when it may be sampled
+
+
+def sample_table_shape(session: Session, table_id: int, shape: Shape, interval: timedelta) -> Sampling:
     """Records the shape unless it is the newest sample's, or the newest is younger than `interval`."""
     newest = session.scalars(
         select(TableShapeRow).where(TableShapeRow.table_id == table_id).order_by(TableShapeRow.sample_id.desc())
@@ -61,11 +67,13 @@ def sample_table_shape(session: Session, table_id: int, shape: Shape, interval: 
             shape.data_files,
             shape.delete_files,
         )
-        if same or now - as_utc(newest.sampled_at) < interval:
-            return False
+        if same:
+            return Sampling(False)
+        if now - as_utc(newest.sampled_at) < interval:
+            return Sampling(False, as_utc(newest.sampled_at) + interval)
     session.add(TableShapeRow(table_id=table_id, sampled_at=now, **shape.__dict__))
     session.flush()
-    return True
+    return Sampling(True)
 
 
 def table_shapes(session: Session, table_id: int, limit: int) -> list[TableShapeRow]:

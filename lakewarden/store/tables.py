@@ -90,15 +90,16 @@ def add_table(
     return TableRecord(ident, runtime)
 
 
-def due_for_evaluation(session: Session, recheck_before: datetime) -> list[TableRecord]:
-    """IDLE and PENDING tables never evaluated, evaluated on another snapshot than their current one,
-    or not since `recheck_before` (a changed configuration clears `evaluated_at`)."""
+def due_for_evaluation(session: Session, now: datetime) -> list[TableRecord]:
+    """IDLE and PENDING tables never evaluated (a changed configuration clears `evaluated_at`), evaluated on
+    another snapshot than their current one, or whose `next_evaluation_at` has come: a table that does not
+    change is not read again until a time-based trigger can fire."""
     runtime = TableRuntimeRow
     query = _query().where(
         runtime.status_code.in_([TableStatus.IDLE.value, TableStatus.PENDING.value]),
         or_(
             runtime.evaluated_at.is_(None),
-            runtime.evaluated_at < recheck_before,
+            runtime.next_evaluation_at <= now,
             runtime.evaluated_snapshot_id.is_distinct_from(runtime.current_snapshot_id),
         ),
     )
