@@ -21,6 +21,12 @@ from typing import Any
 import httpx
 
 RESULTS = Path(__file__).parent / "results"
+# a server with its internal catalog `lake` and no optimizer (`running_server`'s config): the server alone
+LAKE_ALONE = (
+    "catalogs: [{name: lake, type: internal}]\n"
+    "containers: [{name: outside, container-impl: external}]\n"
+    "resource-groups: [{name: default, container: outside}]\n"
+)
 
 
 def machine() -> dict[str, Any]:

@@ -42,14 +42,9 @@ from pyiceberg.table.metadata import TableMetadataUtil
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import admin_token, line_charts, running_server, write
+from bench.common import LAKE_ALONE, admin_token, line_charts, running_server, write
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
-CONFIG = (
-    "catalogs: [{name: lake, type: internal}]\n"
-    "containers: [{name: outside, container-impl: external}]\n"  # no optimizer: the server alone
-    "resource-groups: [{name: default, container: outside}]\n"
-)
 TABLE_ROUTE = 'route="/iceberg/v1/{prefix}/namespaces/{namespace}/tables/{table}",'
 
 
@@ -234,7 +229,7 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=40)
     parser.add_argument("--appends", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, CONFIG) as root:
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, LAKE_ALONE) as root:
         rows = measure(args, tmp, root)
     write("snapshot_growth", {"commits_per_size": args.commits, "rows": rows})
     x = [r["snapshots"] for r in rows]

@@ -48,6 +48,18 @@ def _totals_table(name: str, grouped: bool) -> Any:
     )
 
 
+def _create_totals(name: str, grouped: bool) -> None:
+    lengths = {"catalog_name": 64, "db_name": 255, "table_name": 255, "action": 32, "type": 16, "status": 16}
+    if grouped:
+        lengths["group_name"] = 64
+    op.create_table(
+        name,
+        *(sa.Column(column, sa.String(length), primary_key=True) for column, length in lengths.items()),
+        sa.Column("count", sa.BigInteger(), nullable=False),
+        sa.Column("sums", sa.JSON(), nullable=False),
+    )
+
+
 def _add(into: dict[tuple[str, ...], list[Any]], key: tuple[str, ...], count: int, sums: dict[str, Any]) -> None:
     entry = into.setdefault(key, [0, {}])
     entry[0] += count
@@ -57,18 +69,7 @@ def _add(into: dict[tuple[str, ...], list[Any]], key: tuple[str, ...], count: in
 
 
 def upgrade() -> None:
-    op.create_table(
-        "process_totals",
-        sa.Column("catalog_name", sa.String(64), primary_key=True),
-        sa.Column("db_name", sa.String(255), primary_key=True),
-        sa.Column("table_name", sa.String(255), primary_key=True),
-        sa.Column("action", sa.String(32), primary_key=True),
-        sa.Column("type", sa.String(16), primary_key=True),
-        sa.Column("status", sa.String(16), primary_key=True),
-        sa.Column("group_name", sa.String(64), primary_key=True),
-        sa.Column("count", sa.BigInteger(), nullable=False),
-        sa.Column("sums", sa.JSON(), nullable=False),
-    )
+    _create_totals("process_totals", grouped=True)
     bind = op.get_bind()
     totals: dict[tuple[str, ...], list[Any]] = {}
     pruned = _totals_table("pruned_process_totals", grouped=False)
@@ -111,17 +112,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("process_streak")
-    op.create_table(
-        "pruned_process_totals",
-        sa.Column("catalog_name", sa.String(64), primary_key=True),
-        sa.Column("db_name", sa.String(255), primary_key=True),
-        sa.Column("table_name", sa.String(255), primary_key=True),
-        sa.Column("action", sa.String(32), primary_key=True),
-        sa.Column("type", sa.String(16), primary_key=True),
-        sa.Column("status", sa.String(16), primary_key=True),
-        sa.Column("count", sa.BigInteger(), nullable=False),
-        sa.Column("sums", sa.JSON(), nullable=False),
-    )
+    _create_totals("pruned_process_totals", grouped=False)
     bind = op.get_bind()
     totals: dict[tuple[str, ...], list[Any]] = {}
     table = _totals_table("process_totals", grouped=True)
