@@ -206,6 +206,9 @@ def test_malformed_requests_get_the_spec_error_body(server: ServerProcess) -> No
     error(server.http.get(f"{base}/lake/namespaces/nope"), 404, "NoSuchNamespaceException")
     error(server.http.get(f"{base}/lake/namespaces/db/tables/nope"), 404, "NoSuchTableException")
     error(server.http.post(f"{base}/lake/namespaces", json={"namespace": "db"}), 400, "BadRequestException")
+    # the spec documents no 404 on creating a namespace: an unknown prefix is a bad request naming it
+    unknown = error(server.http.post(f"{base}/nope/namespaces", json={"namespace": ["db"]}), 400, "BadRequestException")
+    assert unknown["message"].startswith("prefix: warehouse 'nope'")
     error(server.http.post(f"{base}/lake/namespaces", json={"namespace": ["db"]}), 409, "AlreadyExistsException")
     error(
         server.http.post(f"{base}/lake/namespaces/db/tables", json={"name": "x", "schema": {"type": "nope"}}),

@@ -23,7 +23,7 @@ from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.api.schemas import ClientBody
-from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, Unprocessable, Unsupported
+from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, NoSuchWarehouse, Unprocessable, Unsupported
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
 from lakewarden.services.metadata_service import Delegation, LoadedTable, MetadataService
@@ -233,6 +233,10 @@ def list_namespaces(
 @router.post("/{prefix}/namespaces")
 def create_namespace(prefix: str, body: CreateNamespace, svc: Service, me: Caller) -> dict[str, Any]:
     require_catalog(me, prefix, tuple(body.namespace[:-1]) or None, None, Privilege.WRITE)
+    try:
+        svc.catalog(prefix)
+    except NoSuchWarehouse as exc:  # the spec documents no 404 here (every other route has one): a bad request
+        raise InvalidField("prefix", str(exc)) from exc
     svc.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
     return {"namespace": body.namespace, "properties": body.properties}
 
