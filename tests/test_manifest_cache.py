@@ -152,7 +152,43 @@ def test_a_replaced_snapshots_list_is_forgotten_and_its_manifests_stay(catalog: 
     for manifest in old:
         cache.entries(table.io, manifest)
     new = cache.manifests(table.io, current)
-    cache.forget_list(parent.manifest_list)
+    cache.forget_replaced(parent.manifest_list, new)
     assert ("list", parent.manifest_list) not in cache._lru and ("list", current.manifest_list) in cache._lru
     assert all(cache.holds(m) for m in old) and len(new) == len(old) + 1
-    cache.forget_list(parent.manifest_list)  # twice: nothing to do
+    cache.forget_replaced(parent.manifest_list, new)  # twice: nothing to do
+
+
+def test_manifests_merged_away_by_a_commit_are_forgotten(catalog: SqlCatalog) -> None:
+    """An append that merges manifests (as Java's writers do past commit.manifest.min-count-to-merge) leaves the
+    old ones to no current snapshot: their entries and file records go with the replaced list."""
+    table = _table(catalog, "merged", columns=1, files=4, per_commit=1)
+    cache = ManifestCache()
+    before = table.current_snapshot()
+    old = cache.manifests(table.io, before)
+    snapshot_files(table, cache)  # the entries and the evaluator's records of every manifest
+    with table.transaction() as tx:
+        tx.set_properties({"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"})
+    table = catalog.load_table("db.merged")
+    with table.transaction() as tx, tx.update_snapshot().merge_append() as append:
+        template = next(iter(cache.entries(table.io, old[0]))).data_file
+        extra = DataFile.from_args(
+            **{
+                **{
+                    k: getattr(template, k)
+                    for k in ("content", "file_format", "partition", "record_count", "file_size_in_bytes")
+                },
+                "file_path": f"{table.location()}/data/merged-extra.parquet",
+            }
+        )
+        extra.spec_id = 0
+        append.append_data_file(extra)
+    table = catalog.load_table("db.merged")
+    after = table.current_snapshot()
+    assert after is not None and after.parent_snapshot_id == before.snapshot_id
+    merged = cache.manifests(table.io, after)
+    assert len(merged) < len(old)  # the appends' manifests were merged into fewer
+    cache.forget_replaced(before.manifest_list, merged)
+    named = {m.manifest_path for m in merged}
+    gone = [m for m in old if m.manifest_path not in named]
+    assert gone and not any(cache.holds(m) for m in gone)
+    assert not any(("view", "files", m.manifest_path) in cache._lru for m in gone)

@@ -66,11 +66,20 @@ class ManifestCache:
             self._lru.put(key, kept, MANIFEST_FILE_BYTES * max(1, len(kept)))
         return kept
 
-    def forget_list(self, manifest_list: str) -> None:
-        """Drops a manifest list that is no longer any table's current one (a commit replaced its snapshot): its
-        manifests' entries stay, shared by path with the new list. Each list holds every manifest of its snapshot,
-        so keeping every version's list of a table that commits often would cost the square of its manifests."""
-        self._lru.pop(("list", manifest_list))
+    def forget_replaced(self, replaced_list: str, current: Sequence[ManifestFile]) -> None:
+        """Drops a manifest list that is no longer any table's current one (a commit replaced its snapshot), and
+        the entries and file records of its manifests that the `current` list does not name (merged or rewritten
+        away): they belong to no current snapshot any more (a scan of an older one reads them again). Manifests
+        shared with the current list stay. Each list holds every manifest of its snapshot, so keeping every
+        version's list of a table that commits often would cost the square of its manifests."""
+        listed: list[ManifestFile] | None = self._lru.pop(("list", replaced_list))
+        if listed is None:
+            return
+        named = {manifest.manifest_path for manifest in current}
+        for manifest in listed:
+            if manifest.manifest_path not in named:
+                self._lru.pop(("entries", manifest.manifest_path))
+                self._lru.pop(("view", "files", manifest.manifest_path))
 
     def holds(self, manifest: ManifestFile) -> bool:
         """Whether the manifest's entries are kept (not a lookup: nothing counted, nothing refreshed)."""

@@ -82,9 +82,10 @@ class ManifestReadAhead:
             parent = (
                 None if snapshot.parent_snapshot_id is None else metadata.snapshot_by_id(snapshot.parent_snapshot_id)
             )
+            current = self.cache.manifests(io, snapshot)
             if parent is not None:
-                self.cache.forget_list(parent.manifest_list)
-            missing = [m for m in self.cache.manifests(io, snapshot) if not self.cache.holds(m)]
+                self.cache.forget_replaced(parent.manifest_list, current)
+            missing = [m for m in current if not self.cache.holds(m)]
             weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
             if weight > budget:
                 return 0
