@@ -6,15 +6,18 @@ spread over `--tables` tables by `--writers` pyiceberg threads and `--spark-writ
 SparkSession with Iceberg's REST catalog pointed at the server; `INSERT INTO`), each writer on its own tables
 (each append: a data file, a manifest, a manifest list, a new metadata file and the pointer's
 compare-and-swap). After each sample every table's snapshots but the newest `--keep-snapshots` are expired
-(a REST `remove-snapshots` commit, as lakewarden's expire-snapshots would), and appends merge manifests past
-100 (as Java's do): the tables' own metadata stops growing, so memory that still grows would be the server's.
+(a REST `remove-snapshots` commit, as lakewarden's expire-snapshots would), each table's data files are compacted
+into one (Spark's `rewrite_data_files`, as lakewarden's self-optimizing would; `--no-compact` leaves them), and
+appends merge manifests past 100 (as Java's do): the tables' own metadata stops growing, so memory that still
+grows would be the server's. (Without compaction each table's current manifests name every file it was ever
+appended, and the manifest cache keeps them, as it should: they are live metadata.)
 Every `--sample` commits the bench records the server's resident memory (/proc), its caches'
 sizes (`lakewarden_metadata_cache_bytes`, `lakewarden_manifest_cache_bytes`), the server's time per commit in that
 window (from its own request-duration histogram, so the client's parsing is not counted) and the client's.
 Results and a plot (memory and latency against commits) land in bench/results/commit_soak.*.
 
     .venv/bin/python bench/commit_soak.py [--commits 10000] [--tables 10] [--writers 2] [--spark-writers 2]
-        [--sample 500] [--keep-snapshots 100] [--cache-mib N]
+        [--sample 500] [--keep-snapshots 100] [--no-compact] [--cache-mib N]
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ def main() -> None:
         default=100,
         help="after each sample, expire each table's snapshots but the newest N, as lakewarden's expire-snapshots "
         "would (0: keep all)",
+    )
+    parser.add_argument(
+        "--no-compact",
+        dest="compact",
+        action="store_false",
+        help="leave the data files as written (by default, after each sample, each table's are rewritten into one)",
     )
     parser.add_argument(
         "--cache-mib", type=int, default=None, help="bound both metadata caches (MiB; default: the server's defaults)"
@@ -151,8 +160,8 @@ def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
             counted("spark", started)
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(args.writers)]
+    spark = soak_spark(root, token) if args.spark_writers or args.compact else None
     if args.spark_writers:
-        spark = soak_spark(root, token)
         threads += [
             threading.Thread(target=spark_writer, args=(args.writers + w, spark)) for w in range(args.spark_writers)
         ]
@@ -195,6 +204,8 @@ def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
         )
         before, last_client, last_done, started = now, client, commits, time.monotonic()
         next_sample = commits + args.sample
+        if args.compact:
+            failures.extend(compact(spark, args.tables))
         if args.keep_snapshots:
             expire(root, token, args.tables, args.keep_snapshots)
         if not any(t.is_alive() for t in threads):
@@ -210,6 +221,7 @@ def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
         "spark_writers": args.spark_writers,
         "cache_mib": args.cache_mib,
         "keep_snapshots": args.keep_snapshots,
+        "compact": args.compact,
         "failures": failures[:20],
         "failure_count": len(failures),
         "samples": samples,
@@ -223,6 +235,19 @@ def soak(args: argparse.Namespace, tmp: str, root: str) -> None:
     )
     write("commit_soak", result)
     plot(samples)
+
+
+def compact(spark: Any, tables: int) -> list[str]:
+    """Each table's data files rewritten into one, by Spark (its commit retries a race with the writers)."""
+    failed = []
+    for t in range(tables):
+        try:
+            spark.sql(
+                f"CALL lake.system.rewrite_data_files(table => 'soak.t{t}', options => map('rewrite-all', 'true'))"
+            )
+        except Exception as exc:
+            failed.append(f"compaction: {type(exc).__name__}: {str(exc)[:300]}")
+    return failed
 
 
 def expire(root: str, token: str, tables: int, keep: int) -> None:

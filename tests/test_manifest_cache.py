@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,49 @@ def test_manifests_merged_away_by_a_commit_are_forgotten(catalog: SqlCatalog) ->
     gone = [m for m in old if m.manifest_path not in named]
     assert gone and not any(cache.holds(m) for m in gone)
     assert not any(("view", "files", m.manifest_path) in cache._lru for m in gone)
+
+
+def test_a_burst_of_commits_forgets_the_list_read_before_it(catalog: SqlCatalog) -> None:
+    """Read-ahead reads a burst of commits once, at its newest snapshot, whose parent's list was never read (nor
+    is the evaluator's last read the parent): the list noted last goes instead (`note_current`), or every list
+    read would stay until evicted."""
+    table = _table(catalog, "burst", columns=1, files=5, per_commit=1)
+    snapshots = list(table.snapshots())
+    earlier, newest = snapshots[1], snapshots[-1]
+    cache = ManifestCache()
+    cache.note_current(table.location(), earlier, cache.manifests(table.io, earlier))
+    assert ("list", earlier.manifest_list) in cache._lru
+    current = cache.manifests(table.io, newest)
+    parent = table.snapshot_by_id(newest.parent_snapshot_id)
+    cache.forget_replaced(parent.manifest_list, current)  # the parent's list was never read: nothing goes
+    assert ("list", earlier.manifest_list) in cache._lru
+    cache.note_current(table.location(), newest, current)
+    assert ("list", earlier.manifest_list) not in cache._lru and ("list", newest.manifest_list) in cache._lru
+    cache.note_current(table.location(), newest, current)  # the same snapshot again: its list stays
+    assert ("list", newest.manifest_list) in cache._lru
+    stale = cache.manifests(table.io, earlier)  # a reader of stale metadata: the newer note stays
+    cache.note_current(table.location(), earlier, stale)
+    assert ("list", newest.manifest_list) in cache._lru
+
+
+def test_the_evaluators_reads_forget_the_list_it_read_before(catalog: SqlCatalog) -> None:
+    """Each look at a table's current files notes its list: the list of the look before goes."""
+    table = _table(catalog, "looks", columns=1, files=2, per_commit=1)
+    cache = ManifestCache()
+    first = table.current_snapshot()
+    snapshot_files(table, cache)
+    for _ in range(2):
+        with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+            template = next(iter(cache.entries(table.io, cache.manifests(table.io, first)[0]))).data_file
+            extra = DataFile.from_args(
+                **{k: getattr(template, k) for k in ("content", "file_format", "partition", "record_count")},
+                file_size_in_bytes=10,
+                file_path=f"{table.location()}/data/looks-{uuid.uuid4().hex}.parquet",
+            )
+            extra.spec_id = 0
+            append.append_data_file(extra)
+        table = catalog.load_table("db.looks")
+    files = snapshot_files(table, cache)
+    assert len(files.data) == 4
+    assert ("list", first.manifest_list) not in cache._lru
+    assert ("list", table.current_snapshot().manifest_list) in cache._lru

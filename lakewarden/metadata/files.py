@@ -150,7 +150,9 @@ def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = N
     reader = _Reader(table)
     data: list[DataFile] = []
     deletes: list[DeleteFile] = []
-    for manifest in cache.manifests(table.io, snapshot):
+    manifests = cache.manifests(table.io, snapshot)
+    cache.note_current(table.location(), snapshot, manifests)
+    for manifest in manifests:
         contents = cache.view(table.io, manifest, "files", reader.read, _weight)
         if predicate:
             rejected = {k for k, rec in contents.records.items() if not accept(k, rec)}

@@ -39,6 +39,7 @@ ENTRY_BYTES = 3_000  # a parsed entry with its data file, without column metrics
 METRIC_BYTES = 200  # per column with metrics (sizes, counts, bounds) in an entry
 MANIFEST_FILE_BYTES = 1_500  # one ManifestFile of a manifest list, with its partition summaries
 SUMMARY_BYTES = 2_000
+NOTED_BYTES = 300  # a table's noted current manifest list: its key and path
 PARTS = ("lists", "entries", "views", "summaries")
 T = TypeVar("T")
 
@@ -80,6 +81,24 @@ class ManifestCache:
             if manifest.manifest_path not in named:
                 self._lru.pop(("entries", manifest.manifest_path))
                 self._lru.pop(("view", "files", manifest.manifest_path))
+
+    def note_current(self, table: str, snapshot: Snapshot, current: Sequence[ManifestFile]) -> None:
+        """Notes `snapshot` (whose manifest list names `current`) as the current one of the table at location
+        `table`, and forgets the list noted before it with `forget_replaced`. Every reader of a table's current
+        snapshot notes it (the evaluator, planning, read-ahead): each reads the table at moments of its own
+        (read-ahead reads a burst of commits once, at the newest), so the list replaced by the one it reads is
+        seldom the one it read before; without the note each list read would stay until evicted. A snapshot
+        older than the noted one (a reader of stale metadata) changes nothing. The note is kept in the cache,
+        bounded with it."""
+        key = ("noted", table)
+        order = (snapshot.sequence_number or 0, snapshot.timestamp_ms)
+        before: tuple[tuple[int, int], str] | None = self._lru.get(key)
+        if before is not None:
+            if before[0] > order:
+                return
+            if before[1] != snapshot.manifest_list:
+                self.forget_replaced(before[1], current)
+        self._lru.put(key, (order, snapshot.manifest_list), NOTED_BYTES)
 
     def holds(self, manifest: ManifestFile) -> bool:
         """Whether the manifest's entries are kept (not a lookup: nothing counted, nothing refreshed)."""

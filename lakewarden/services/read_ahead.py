@@ -4,7 +4,8 @@ the table's manifests parsed.
 
 - As commits land: subscribed to the metadata service's events, a commit to an internal catalog has its
   new snapshot's manifests parsed in a thread of its own (a burst of commits to one table is read once,
-  at its newest metadata), and the manifest list of the snapshot it replaced is dropped. A table whose
+  at its newest metadata), and the manifest lists it replaced are dropped: its parent's and the one read
+  ahead last (`ManifestCache.note_current`). A table whose
   manifests would take more than 1/READ_AHEAD_SHARE of the cache is left for the plans that ask for it.
 - At start (`warm`): the current manifests of the internal tables committed most recently, newest first,
   until they would fill 1/WARM_SHARE of the cache, as databases reload their buffer pools.
@@ -85,6 +86,7 @@ class ManifestReadAhead:
             current = self.cache.manifests(io, snapshot)
             if parent is not None:
                 self.cache.forget_replaced(parent.manifest_list, current)
+            self.cache.note_current(metadata.location, snapshot, current)
             missing = [m for m in current if not self.cache.holds(m)]
             weight = sum(m.manifest_length for m in missing) * ENTRY_BYTES_PER_AVRO_BYTE
             if weight > budget:
