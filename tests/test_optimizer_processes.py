@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lakewarden.services.containers import descendants
 from tests.helpers import PROPS, checksum, open_lake, running_optimizer, wait_for
 from tests.servers import ServerProcess, cli
 
@@ -90,6 +91,57 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
     spark.sql("REFRESH TABLE local.db.k")
     assert checksum(spark, "local.db.k") == before
     assert spark.sql("SELECT count(*) FROM local.db.k.files").first()[0] < 12  # type: ignore[index]
+
+
+def test_an_optimizer_whose_spark_jvm_dies_leaves_and_fails_no_task(server: ServerProcess, spark: SparkSession) -> None:
+    """Only the optimizer's Spark JVM is killed, mid-task: its Python must not live on without it, failing
+    every task it polls (found by the chaos harness, tests/chaos.py). It leaves the server and exits; the task
+    goes back to planned with no retry counted, and another optimizer finishes it."""
+    api = open_lake(server, spark)
+    spark.sql(f"CREATE TABLE local.db.j (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
+    for i in range(12):
+        spark.sql(f"INSERT INTO local.db.j SELECT id, 'a', repeat('x', 50) FROM range({i * 20000}, {(i + 1) * 20000})")
+    before = checksum(spark, "local.db.j")
+    api.post("/catalogs/local/refresh")
+    wait_for("pending", lambda: api.get("/tables/local/db/j").json()["status"] == "pending")
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "LAKEWARDEN_TOKEN": server.token},
+    )
+    try:
+
+        def acked() -> dict[str, Any] | None:
+            for process in api.get("/processes").json():
+                if any(t["status"] == "acked" for t in process["tasks"]):
+                    return dict(process)
+            return None
+
+        process = wait_for("the task to be acked", acked, timeout=120)
+        (jvm,) = [pid for pid, name in descendants(victim.pid) if name == "java"]
+        os.kill(jvm, signal.SIGKILL)
+        assert victim.wait(timeout=30) == 1  # it noticed and left, well before the heartbeat timeout
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+    task = wait_for(
+        "the task to be planned again",
+        lambda: (t := api.get(f"/processes/{process['process_id']}").json()["tasks"][0])["status"] == "planned" and t,
+        timeout=30,
+    )
+    assert task["retry_count"] == 0 and task["error"] is None, task  # not counted as the task's failure
+    assert api.get("/resource-groups/default/optimizers").json() == []  # it unregistered
+    with running_optimizer(server, spark):
+        done = wait_for(
+            "the process to end",
+            lambda: (p := api.get(f"/processes/{process['process_id']}").json())["status"] != "running" and p,
+        )
+    assert done["status"] == "success", done
+    spark.sql("REFRESH TABLE local.db.j")
+    assert checksum(spark, "local.db.j") == before
 
 
 def test_server_killed_mid_task_leaves_nothing_stuck(server: ServerProcess, spark: SparkSession) -> None:

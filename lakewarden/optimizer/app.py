@@ -97,16 +97,23 @@ class Optimizer:
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
 
-    def _follow_parent(self, parent: int) -> None:
-        """Under spark-submit the driver JVM is the parent; if it is gone (killed, its server died), nothing
-        this process holds can run or commit: leave the server at once (it hands the tasks out again) and exit,
-        rather than poll forever without a JVM."""
-        while os.getppid() == parent:
+    def _follow_spark(self, gone: Callable[[], bool], what: str) -> None:
+        """Exits once `gone()` says this process's Spark JVM died (killed, out of memory; under spark-submit the
+        JVM is the parent, otherwise PySpark's child). Nothing this process holds can run or commit without it:
+        it leaves the server at once (which hands its tasks out again, no retry counted against them) and exits
+        with an error, so that its container starts a fresh optimizer, rather than failing every task it polls."""
+        while not gone():
             time.sleep(1.0)
-        log.warning("the Spark driver JVM (pid %d) is gone: exiting", parent)
+        log.warning("the Spark JVM (%s) is gone: exiting", what)
         with contextlib.suppress(Exception):
             self.client.unregister(self.token)
         os._exit(1)
+
+    @staticmethod
+    def _jvm_exited(spark: Any) -> bool:
+        """Whether the Spark JVM PySpark started for this process exited (False when PySpark did not start it)."""
+        proc = getattr(spark.sparkContext._gateway, "proc", None)
+        return proc is not None and proc.poll() is not None
 
     def _revoke(self, spark: Any, key: TaskKey) -> None:
         """The server took the task back (its process was canceled): stop its Spark jobs; it commits nothing."""
@@ -192,6 +199,11 @@ class Optimizer:
             if revoked:  # the server no longer expects a report of it
                 log.info("thread %d: task %s.%s stopped: it was revoked", thread_id, task.process_id, task.task_id)
                 continue
+            if error is not None and self._jvm_exited(spark):  # not the task's failure: the process exits
+                log.warning(
+                    "thread %d: task %s.%s not reported: Spark is gone", thread_id, task.process_id, task.task_id
+                )
+                return
             usage = self._usage(spark, task, token)
             try:
                 self.client.complete(token, task, output, error, failure, usage=usage, diagnosis=diagnosis)
@@ -234,7 +246,11 @@ class Optimizer:
         self._register()  # once Spark is up: the server records which application this optimizer is
         threads = [threading.Thread(target=self._heartbeat, args=(spark,), name="heartbeat", daemon=True)]
         if submitted():  # spark-submit's JVM is this process's parent: when it dies, so does the optimizer
-            threading.Thread(target=self._follow_parent, args=(os.getppid(),), name="parent", daemon=True).start()
+            parent = os.getppid()
+            watch: tuple[Callable[[], bool], str] = (lambda: os.getppid() != parent, f"the parent, pid {parent}")
+        else:
+            watch = (lambda: self._jvm_exited(spark), "PySpark's child")
+        threading.Thread(target=self._follow_spark, args=watch, name="spark-watch", daemon=True).start()
         threads += [
             threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)
         ]

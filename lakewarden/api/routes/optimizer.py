@@ -82,8 +82,8 @@ def touch(body: Touch, ctx: Ctx, principal: Caller) -> Touched:
 
 @router.post("/unregister", status_code=204, **OPTIMIZER)
 def unregister(body: TokenRef, ctx: Ctx, principal: Caller) -> Response:
-    _own(principal, body.token)
     """An optimizer leaving cleanly; whatever it still held goes back to PLANNED at once."""
+    _own(principal, body.token)
     with ctx.db.write() as session:
         store.get_optimizer(session, body.token)
     ctx.keeper.release(lost_tokens={body.token})
