@@ -1,0 +1,127 @@
+"""Randomized faults over many seeded schedules (tests/chaos.py; the suite's tests/test_chaos.py runs two).
+
+One real `lakewarden server` (SQLite system database, its embedded `local` SQL catalog and internal `lake`
+catalog, one optimizer of its local container) lives across the schedules; each schedule makes its own three
+tables, writes to them from Spark and pyiceberg while lakewarden optimizes and maintains them and faults strike
+(SIGKILL/SIGSTOP of the server, a restart, SIGKILL/SIGSTOP of the optimizer or of its Spark JVM alone, a
+table's storage refusing every write for a moment), then settles and checks: rows equal the writers' model,
+no live file deleted, no orphan left after lakewarden's cleanup, every process ended within two timeouts.
+
+Prints one line per schedule and the seed of each failure (`--first-seed N --schedules 1` replays one);
+results and a plot land in bench/results/chaos.*. Runs are additive: `--first-seed` lets several runs cover
+the seeds 1..500 between them.
+
+    .venv/bin/python bench/chaos.py [--schedules 500] [--first-seed 1] [--ops 8] [--faults 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import RESULTS, bar_chart, in_temporary_dir, write
+from tests.chaos import FAULTS, chaos_lake, run_schedule
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--schedules", type=int, default=500)
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--ops", type=int, default=8, help="operations per writer (three writers)")
+    parser.add_argument("--faults", type=int, default=3, help="faults per schedule")
+    parser.add_argument("--append", action="store_true", help="add to bench/results/chaos.json's totals")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore", UserWarning)  # pyiceberg's notes on the writers' threads
+    in_temporary_dir(lambda tmp: run(tmp, args))
+
+
+def run(tmp: Path, args: argparse.Namespace) -> None:
+    from lakewarden.spark.session import build_spark_session
+
+    os.environ.setdefault("LAKEWARDEN_SPARK_LOG_LEVEL", "ERROR")
+    spark = build_spark_session(
+        app_name="lakewarden-chaos",
+        driver_memory="2g",
+        master="local[2]",
+        extra_conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
+    )
+    seeds = range(args.first_seed, args.first_seed + args.schedules)
+    outcomes: list[dict[str, Any]] = []
+    started = time.monotonic()
+    try:
+        with chaos_lake(tmp, spark) as lake:
+            for seed in seeds:
+                outcome = run_schedule(lake, seed, ops=args.ops, faults=args.faults)
+                verdict = "ok  " if outcome.passed else "FAIL"
+                print(
+                    f"{verdict} seed {seed:4d} {outcome.seconds:5.0f}s ops {outcome.ops} processes {outcome.processes}"
+                    f" faults {outcome.faults}",
+                    flush=True,
+                )
+                for problem in outcome.problems:
+                    print(f"     {problem}", flush=True)
+                outcomes.append(
+                    {
+                        "seed": seed,
+                        "passed": outcome.passed,
+                        "seconds": round(outcome.seconds, 1),
+                        "faults": outcome.faults,
+                        "ops": outcome.ops,
+                        "processes": outcome.processes,
+                        "problems": outcome.problems,
+                    }
+                )
+    finally:
+        spark.stop()
+    if args.append and (RESULTS / "chaos.json").exists():
+        earlier = json.loads((RESULTS / "chaos.json").read_text())["schedules"]
+        seen = {o["seed"] for o in outcomes}
+        outcomes = [o for o in earlier if o["seed"] not in seen] + outcomes
+    report(outcomes, time.monotonic() - started)
+
+
+def report(outcomes: list[dict[str, Any]], seconds: float) -> None:
+    failed = [o["seed"] for o in outcomes if not o["passed"]]
+    faults = Counter(f.split(" ")[0] for o in outcomes for f in o["faults"])
+    ops: Counter[str] = Counter()
+    processes: Counter[str] = Counter()
+    for o in outcomes:
+        ops.update(o["ops"])
+        processes.update(o["processes"])
+    print(
+        f"\n{len(outcomes)} schedules, {len(outcomes) - len(failed)} passed, {len(failed)} failed"
+        f"{' (seeds ' + ', '.join(map(str, failed)) + ')' if failed else ''}; this run {seconds / 60:.0f} min"
+    )
+    print(f"faults: {dict(faults)}")
+    print(f"writers' operations: {dict(ops)}; lakewarden's processes: {dict(processes)}")
+    write(
+        "chaos",
+        {
+            "schedules": outcomes,
+            "totals": {
+                "schedules": len(outcomes),
+                "failed_seeds": failed,
+                "faults": dict(faults),
+                "operations": dict(ops),
+                "processes": dict(processes),
+            },
+        },
+    )
+    bar_chart(
+        "chaos",
+        f"{len(outcomes)} seeded schedules, {len(failed)} failed: faults injected",
+        {fault: float(faults.get(fault, 0)) for fault in FAULTS},
+        "faults",
+    )
+
+
+if __name__ == "__main__":
+    main()
