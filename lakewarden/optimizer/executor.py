@@ -45,6 +45,10 @@ def execute_task(
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(jss)
     name = f"{spark_name}.{work.table}"
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
+    # Spark's catalog may hand out a table it cached (cache-enabled, 30 s) while other writers committed: the
+    # task must see the table as it is now. Above all orphan cleanup: a stale table's reachable files omit what
+    # was committed since, its newest metadata file among them, which it would delete.
+    table.refresh()
     # interrupt running Spark tasks when the group is canceled: a canceled process stops at once
     spark.sparkContext.setJobGroup(job_group(task, optimizer), f"{work.action} {name}", interruptOnCancel=True)
     properties = {
