@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, bar_chart, in_temporary_dir, write
-from tests.chaos import FAULTS, chaos_lake, run_schedule
+from tests.chaos import FAULTS, Outcome, chaos_lake, run_schedule
 
 
 def main() -> None:
@@ -59,7 +59,10 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
     try:
         with chaos_lake(tmp, spark) as lake:
             for seed in seeds:
-                outcome = run_schedule(lake, seed, ops=args.ops, faults=args.faults)
+                try:
+                    outcome = run_schedule(lake, seed, ops=args.ops, faults=args.faults)
+                except Exception as exc:  # the schedule could not even run (its tables not made, …)
+                    outcome = Outcome(seed, problems=[f"the schedule broke off: {type(exc).__name__}: {exc}"])
                 verdict = "ok  " if outcome.passed else "FAIL"
                 print(
                     f"{verdict} seed {seed:4d} {outcome.seconds:5.0f}s ops {outcome.ops} processes {outcome.processes}"

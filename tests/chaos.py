@@ -252,8 +252,11 @@ class Schedule:
             writer.join()
         self._writing.clear()
         faults.join()
-        self.settle()
-        self.check()
+        try:
+            self.settle()
+            self.check()
+        except Exception as exc:  # a check that could not even run (a table that cannot be loaded, …)
+            self.problem(f"the checks broke off: {type(exc).__name__}: {str(exc)[:400]}")
         self.outcome.seconds = time.monotonic() - started
         return self.outcome
 
@@ -576,7 +579,10 @@ class Schedule:
                 continue
             if found != model:
                 self.problem(f"{table}: rows differ from the model: {_diff(model, found)}")
-            self._check_files(table)
+            try:
+                self._check_files(table)
+            except Exception as exc:  # e.g. its metadata file is gone: the table cannot be loaded
+                self.problem(f"{table}: the file checks broke off: {type(exc).__name__}: {str(exc)[:400]}")
 
     def _check_files(self, table: str) -> None:
         """Live files all exist; after lakewarden's orphan cleanup (no minimum age), nothing else is there."""
