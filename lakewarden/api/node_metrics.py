@@ -5,6 +5,7 @@ database says is in api/metrics.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -16,6 +17,24 @@ from lakewarden.services.leadership import Leadership
 from lakewarden.services.metadata_files import MetadataFiles
 from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
+
+
+class _Bounded(Protocol):
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    def __len__(self) -> int: ...
+
+
+def _sizes(prefix: str, setting: str, items: str, cache: _Bounded) -> Iterator[Metric]:
+    """What a cache bounded by bytes exports besides its lookups: its size, bound, items and evictions."""
+    yield GaugeMetricFamily(f"{prefix}_bytes", "Estimated bytes kept", value=cache.bytes)
+    yield GaugeMetricFamily(f"{prefix}_max_bytes", f"The bound ({setting})", value=cache.max_bytes)
+    yield GaugeMetricFamily(f"{prefix}_items", f"{items} kept", value=len(cache))
+    yield CounterMetricFamily(f"{prefix}_evictions", f"{items} evicted", value=cache.evictions)
 
 
 class NodeCollector(Collector):
@@ -68,14 +87,7 @@ class MetadataCacheCollector(Collector):
         lookups.add_metric(["hit"], self.lru.hits)
         lookups.add_metric(["miss"], self.lru.misses)
         yield lookups
-        yield GaugeMetricFamily("lakewarden_metadata_cache_bytes", "Estimated bytes kept", value=self.lru.bytes)
-        yield GaugeMetricFamily(
-            "lakewarden_metadata_cache_max_bytes", "The bound (metadata-cache.max-size)", value=self.lru.max_bytes
-        )
-        yield GaugeMetricFamily(
-            "lakewarden_metadata_cache_items", "Metadata files and bodies kept", value=len(self.lru)
-        )
-        yield CounterMetricFamily("lakewarden_metadata_cache_evictions", "Items evicted", value=self.lru.evictions)
+        yield from _sizes("lakewarden_metadata_cache", "metadata-cache.max-size", "Metadata files and bodies", self.lru)
 
 
 class CommitQueueCollector(Collector):
@@ -152,9 +164,4 @@ class ScanPlanningCollector(Collector):
             lookups.add_metric([part, "hit"], hits)
             lookups.add_metric([part, "miss"], cache.misses[part])
         yield lookups
-        yield GaugeMetricFamily("lakewarden_manifest_cache_bytes", "Estimated bytes kept", value=cache.bytes)
-        yield GaugeMetricFamily(
-            "lakewarden_manifest_cache_max_bytes", "The bound (manifest-cache.max-size)", value=cache.max_bytes
-        )
-        yield GaugeMetricFamily("lakewarden_manifest_cache_items", "Parts kept", value=len(cache))
-        yield CounterMetricFamily("lakewarden_manifest_cache_evictions", "Parts evicted", value=cache.evictions)
+        yield from _sizes("lakewarden_manifest_cache", "manifest-cache.max-size", "Parts", cache)

@@ -333,7 +333,27 @@ def transition_process(
     moved = bool(result.rowcount == 1)  # type: ignore[attr-defined]
     if moved and new is not ProcessStatus.RUNNING:
         stats.count_ended(session, process_id)
+        _count_streak(session, process_id)
     return moved
+
+
+def _count_streak(session: Session, process_id: int) -> None:
+    """Adds an ended process to its table's streak of the action (failures in a row; `failure_streaks`)."""
+    table_id, action, status, planned = session.execute(
+        select(ProcessRow.table_id, ProcessRow.action, ProcessRow.status, ProcessRow.plan_time).where(
+            ProcessRow.process_id == process_id
+        )
+    ).one()
+    streak = stats.locked_row(
+        session,
+        ProcessStreakRow,
+        {"table_id": table_id, "action": action},
+        failed_in_a_row=0,
+        newest_planned_at=planned,
+    )
+    streak.failed_in_a_row = streak.failed_in_a_row + 1 if status == ProcessStatus.FAILED.value else 0
+    streak.newest_planned_at = planned
+    session.flush()
 
 
 def task_seconds_since(session: Session, table_id: int, since: datetime) -> float:

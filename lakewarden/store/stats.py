@@ -97,36 +97,22 @@ def process_totals(session: Session, table: tuple[str, str, str] | None = None) 
 
 
 def count_ended(session: Session, process_id: int) -> None:
-    """Adds an ended process to its running totals (its count and its summary's results) and to its table's
-    streak of the action. Called in the transaction that ends it; the rows are locked meanwhile (PostgreSQL;
-    SQLite has one writer)."""
+    """Adds an ended process to its running totals (its count and its summary's results). Called in the
+    transaction that ends it; the row is locked meanwhile (PostgreSQL; SQLite has one writer)."""
     row = session.execute(
-        select(
-            *(getattr(ProcessRow, key) for key in TOTALS_KEY),
-            ProcessRow.group_name,
-            ProcessRow.summary,
-            ProcessRow.table_id,
-            ProcessRow.plan_time,
-        ).where(ProcessRow.process_id == process_id)
+        select(*(getattr(ProcessRow, key) for key in TOTALS_KEY), ProcessRow.group_name, ProcessRow.summary).where(
+            ProcessRow.process_id == process_id
+        )
     ).one()
     key = dict(zip((*TOTALS_KEY, "group_name"), row[:7], strict=True))
-    totals = _locked(session, ProcessTotalsRow, key, count=0, sums={})
+    totals = locked_row(session, ProcessTotalsRow, key, count=0, sums={})
     summary = row[7] or {}
     totals.count += 1
     totals.sums = {f: number(totals.sums.get(f, 0)) + number(summary.get(f, 0)) for f in RESULT_FIELDS}
-    streak = _locked(
-        session,
-        ProcessStreakRow,
-        {"table_id": row[8], "action": key["action"]},
-        failed_in_a_row=0,
-        newest_planned_at=row[9],
-    )
-    streak.failed_in_a_row = streak.failed_in_a_row + 1 if key["status"] == ProcessStatus.FAILED.value else 0
-    streak.newest_planned_at = row[9]
     session.flush()
 
 
-def _locked(session: Session, model: type[RowT], key: dict[str, Any], **initial: Any) -> RowT:
+def locked_row(session: Session, model: type[RowT], key: dict[str, Any], **initial: Any) -> RowT:
     """The row of `model` with primary key `key`, locked for this transaction; made with `initial` if missing."""
     query = select(model).filter_by(**key).with_for_update()
     found = session.scalars(query).first()

@@ -234,10 +234,9 @@ def list_namespaces(
 def create_namespace(prefix: str, body: CreateNamespace, svc: Service, me: Caller) -> dict[str, Any]:
     require_catalog(me, prefix, tuple(body.namespace[:-1]) or None, None, Privilege.WRITE)
     try:
-        svc.catalog(prefix)
+        svc.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
     except NoSuchWarehouse as exc:  # the spec documents no 404 here (every other route has one): a bad request
         raise InvalidField("prefix", str(exc)) from exc
-    svc.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
     return {"namespace": body.namespace, "properties": body.properties}
 
 
