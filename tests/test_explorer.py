@@ -5,11 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.spark.session import configure_catalogs
+from tests.servers import ServerProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,14 +75,15 @@ def test_explorer_discovers_updates_and_disposes(
     assert shown["config"]["self-optimizing.target-size"] == "134217728"
     assert shown["metadata_location"].endswith(".metadata.json")
 
-    # nothing changed: nothing updated
-    assert refresh(client, c)["updated"] == []
+    # nothing changed: nothing updated, and no table read (the SQL catalog lists each table's metadata location)
+    unchanged = refresh(client, c)
+    assert unchanged["updated"] == [] and unchanged["loaded"] == 0 and unchanged["tables"] == 3
 
     # a commit moves the metadata location: the runtime follows
     spark.sql(f"INSERT INTO {c}.db.events VALUES (4, TIMESTAMP '2026-01-04 10:00:00', 'y')")
     spark.sql(f"ALTER TABLE {c}.db.plain SET TBLPROPERTIES ('self-optimizing.target-size'='1048576')")
     result = refresh(client, c)
-    assert sorted(result["updated"]) == [f"{c}.db.events", f"{c}.db.plain"]
+    assert sorted(result["updated"]) == [f"{c}.db.events", f"{c}.db.plain"] and result["loaded"] == 2
     assert client.get(f"/api/v1/tables/{c}/db/events").json()["data_files"] == 4
     plain = client.get(f"/api/v1/tables/{c}/db/plain").json()
     assert plain["config"]["self-optimizing.target-size"] == "1048576"
@@ -88,6 +94,20 @@ def test_explorer_discovers_updates_and_disposes(
     assert result["disposed"] == [f"{c}.db.plain"]
     assert listed(client, catalog=c) == [f"{c}.db.events", f"{c}.db.inner.deep"]
     assert client.get(f"/api/v1/tables/{c}/db/plain").status_code == 404
+
+    # a table whose metadata could not be read is read again at the next pass, though its location did not move
+    spark.sql(f"CREATE TABLE {c}.db.flaky (id BIGINT) USING iceberg")
+    row = spark.sql(f"SELECT file FROM {c}.db.flaky.metadata_log_entries").first()
+    assert row is not None
+    metadata = Path(str(row[0]).removeprefix("file:"))
+    metadata.rename(metadata.with_name("hidden"))
+    result = refresh(client, c)
+    assert result["added"] == [f"{c}.db.flaky"] and result["loaded"] == 1
+    assert client.get(f"/api/v1/tables/{c}/db/flaky").json()["refresh_error"]
+    metadata.with_name("hidden").rename(metadata)
+    result = refresh(client, c)
+    assert result["updated"] == [f"{c}.db.flaky"] and result["loaded"] == 1
+    assert client.get(f"/api/v1/tables/{c}/db/flaky").json()["refresh_error"] is None
 
 
 def test_unreachable_catalog_keeps_its_tables(
@@ -168,3 +188,24 @@ def test_removing_a_catalog_forgets_its_tables_only(
     assert client.delete(f"/api/v1/catalogs/{c}").status_code == 204
     assert listed(client) == []
     assert spark.sql(f"SELECT count(*) FROM {c}.db.t").collect()[0][0] == 2  # the data is untouched
+
+
+def test_an_internal_catalog_is_listed_from_its_pointers(server: ServerProcess) -> None:
+    """lakewarden's own catalog lists every table's metadata location in one read: a pass over unchanged tables
+    reads none of them, nested namespaces included, and drops none."""
+    catalog = RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake", token=server.token)
+    catalog.create_namespace("outer")
+    catalog.create_namespace(("outer", "inner"))
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    catalog.create_table("outer.a", schema)
+    nested = catalog.create_table(("outer", "inner", "b"), schema)
+    api = server.api()
+    first = api.post("/catalogs/lake/refresh").json()
+    assert first["tables"] == 2 and first["disposed"] == [], first
+    again = api.post("/catalogs/lake/refresh").json()
+    assert (again["tables"], again["loaded"], again["added"], again["disposed"]) == (2, 0, [], []), again
+    nested.append(pa.table({"id": pa.array([1], pa.int64())}))
+    moved = api.post("/catalogs/lake/refresh").json()
+    # the commit's own event may have refreshed the table already: then nothing is left to read
+    assert moved["loaded"] in (0, 1) and moved["disposed"] == [], moved
+    assert api.get("/tables/lake/outer.inner/b").json()["summary"]["records"] == 1

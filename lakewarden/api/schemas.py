@@ -73,6 +73,10 @@ class RefreshRead(_Read):
     added: list[str]
     updated: list[str]
     disposed: list[str]
+    loaded: int = Field(
+        description="Tables whose metadata was read: every listed one, or only the new, moved and failing ones where "
+        "the catalog lists each table's metadata location (SQL and internal catalogs)"
+    )
     duration_ms: int
 
 

@@ -7,8 +7,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.errors import InvalidField
@@ -110,6 +113,31 @@ def list_tables(catalog: Catalog, table_filter: TableFilter) -> Iterator[tuple[s
                 name = identifier[-1]
                 if table_filter.accepts_table(database, name):
                     yield database, name
+
+
+def table_locations(catalog: Any, table_filter: TableFilter) -> dict[tuple[str, str], str] | None:
+    """(database, table) -> current metadata location of every table the filters accept, in one read, where the
+    catalog keeps them together: Iceberg's SQL (JDBC) catalog, in its `iceberg_tables` table, and lakewarden's
+    internal catalog. With them a refresh loads only the tables whose location moved. None when the catalog
+    cannot tell (REST, Hive, Glue, ...): each table is then loaded to learn its location."""
+    if isinstance(catalog, SqlCatalog):
+        query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == catalog.name
+        )
+        views = getattr(catalog, "_iceberg_type_filter", lambda: None)()  # pyiceberg's: views share the table
+        if views is not None:
+            query = query.where(views)
+        with Session(catalog.engine) as session:
+            rows = session.execute(query).all()
+    elif hasattr(catalog, "table_locations"):
+        rows = catalog.table_locations()
+    else:
+        return None
+    return {
+        (database, name): location
+        for database, name, location in rows
+        if location and table_filter.accepts_database(database) and table_filter.accepts_table(database, name)
+    }
 
 
 def _int(summary: dict[str, str], key: str) -> int:

@@ -33,6 +33,11 @@ class InProcessCatalog:
         with self.service.db.read() as session:
             return [(*namespace, t) for t in store.list_pointers(session, self.name, store.key(namespace))]
 
+    def table_locations(self) -> list[tuple[str, str, str]]:
+        """Every table's database, name and metadata location (metadata/catalogs.py `table_locations`)."""
+        with self.service.db.read() as session:
+            return store.pointer_locations(session, self.name)
+
     def load_table(self, identifier: tuple[str, ...]) -> Table:
         try:
             return self.service.table(self.name, store.key(identifier[:-1]), identifier[-1])

@@ -2,7 +2,10 @@
 
 Each pass lists every catalog with pyiceberg, applies its database and table filters, adds the
 tables it has not seen, refreshes the runtime of tables whose metadata location moved, and disposes
-tables that are gone. A catalog whose listing fails keeps all its tables: it is marked unhealthy
+tables that are gone. Where the catalog keeps every table's metadata location together (Iceberg's SQL
+catalog, lakewarden's internal one) one read lists them all, and only the tables that are new, moved or
+failed to load last time are loaded: a pass over a catalog whose tables do not change reads no metadata.
+A catalog whose listing fails keeps all its tables: it is marked unhealthy
 with the error instead, because a failed listing says nothing about what exists.
 """
 
@@ -20,7 +23,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
-from lakewarden.metadata.catalogs import list_tables, snapshot_of
+from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locations
 from lakewarden.services.catalog_access import InProcessCatalog, catalog_for
 from lakewarden.services.loop import LoopService
 from lakewarden.services.metadata_service import MetadataService
@@ -40,6 +43,7 @@ class RefreshResult:
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     disposed: list[str] = field(default_factory=list)
+    loaded: int = 0  # tables whose metadata was read
     duration_ms: int = 0
 
 
@@ -65,6 +69,7 @@ class TableExplorer(LoopService):
         self.thread_count = thread_count
         self.on_change = on_change  # called after a refresh that added or changed tables
         self._locks: dict[str, threading.Lock] = {}
+        self._defaults: dict[str, str] = {}  # per catalog: its table defaults at its last full load
         self._locks_guard = threading.Lock()
 
     def run_once(self) -> None:
@@ -93,10 +98,18 @@ class TableExplorer(LoopService):
         with self.db.read() as session:
             spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog_name))
         result = RefreshResult(catalog_name)
+        table_filter = TableFilter.of(spec)
         try:
             with catalog_for(spec, self.metadata) as catalog:
-                listed = {TableIdentifier(catalog_name, db, t) for db, t in list_tables(catalog, TableFilter.of(spec))}
-                snapshots = self._load_all(catalog, sorted(listed))
+                locations = table_locations(catalog, table_filter)
+                if locations is None:  # the catalog cannot tell where each table is: each is loaded
+                    listed = {TableIdentifier(catalog_name, db, t) for db, t in list_tables(catalog, table_filter)}
+                    wanted = listed
+                else:
+                    listed = {TableIdentifier(catalog_name, db, t) for db, t in locations}
+                    wanted = self._moved(spec, listed, locations)
+                snapshots = self._load_all(catalog, sorted(wanted))
+                result.loaded = len(wanted)
         except Exception as exc:  # any failure to list: keep every table, report the catalog unhealthy
             result.health, result.error = "unhealthy", _describe(exc)
             with self.db.write() as session:
@@ -109,6 +122,24 @@ class TableExplorer(LoopService):
             self.on_change()
         return result
 
+    def _moved(
+        self, spec: CatalogSpec, listed: set[TableIdentifier], locations: dict[tuple[str, str], str]
+    ) -> set[TableIdentifier]:
+        """Of the listed tables, those to load: new ones, those whose metadata location moved, and those whose last
+        load failed. All of them when the catalog's table defaults changed since the last pass (a table's
+        configuration is its properties over those defaults)."""
+        defaults = repr(sorted(spec.table_defaults.items()))
+        if self._defaults.get(spec.name) != defaults:
+            self._defaults[spec.name] = defaults
+            return listed
+        with self.db.read() as session:
+            known = table_store.table_locations(session, spec.name)
+        return {
+            name
+            for name in listed
+            if (found := known.get(name)) is None or found[1] or found[0] != locations[(name.database, name.table)]
+        }
+
     def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
         """Refresh only the named tables (a change announced by an event): no listing of the catalog."""
         with self._lock(catalog_name):
@@ -120,6 +151,7 @@ class TableExplorer(LoopService):
             result = RefreshResult(catalog_name)
             with catalog_for(spec, self.metadata) as catalog:
                 snapshots = self._load_all(catalog, sorted(wanted))
+            result.loaded = len(wanted)
             present = {name for name, snap in snapshots.items() if snap is not None}
             self._apply(spec, present, snapshots, result, scope=names)
             result.duration_ms = int((time.monotonic() - started) * 1000)

@@ -145,6 +145,15 @@ def list_pointers(session: Session, catalog: str, namespace: str) -> list[str]:
     return sorted(session.scalars(query))
 
 
+def pointer_locations(session: Session, catalog: str) -> list[tuple[str, str, str]]:
+    """Every table of an internal catalog: database (its namespace's levels joined by dots), name, metadata
+    location."""
+    query = select(IcebergTableRow.namespace, IcebergTableRow.table_name, IcebergTableRow.metadata_location).where(
+        IcebergTableRow.catalog_name == catalog
+    )
+    return [(".".join(levels(namespace)), name, location) for namespace, name, location in session.execute(query)]
+
+
 def recent_pointers(session: Session, limit: int) -> list[tuple[str, list[str], str, str]]:
     """The internal tables committed most recently: catalog, namespace levels, name, metadata location."""
     query = select(IcebergTableRow).order_by(IcebergTableRow.updated_at.desc()).limit(limit)

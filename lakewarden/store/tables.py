@@ -106,6 +106,24 @@ def due_for_evaluation(session: Session, now: datetime) -> list[TableRecord]:
     return [TableRecord(ident, rt) for ident, rt in session.execute(query)]
 
 
+def table_locations(session: Session, catalog: str) -> dict[TableIdentifier, tuple[str | None, bool]]:
+    """Per managed table of the catalog: its recorded metadata location, and whether its last refresh failed."""
+    query = (
+        select(
+            TableIdentifierRow.db_name,
+            TableIdentifierRow.table_name,
+            TableRuntimeRow.metadata_location,
+            TableRuntimeRow.refresh_error,
+        )
+        .join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
+        .where(TableIdentifierRow.catalog_name == catalog)
+    )
+    return {
+        TableIdentifier(catalog, database, name): (location, error is not None)
+        for database, name, location, error in session.execute(query)
+    }
+
+
 def record_table_snapshot(
     session: Session, runtime: TableRuntimeRow, snapshot: TableSnapshot, group: str, config: dict[str, str]
 ) -> None:
