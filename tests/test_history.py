@@ -11,6 +11,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -259,3 +260,34 @@ def test_log_rotation_touches_only_the_logs_themselves(tmp_path: Path) -> None:
     keeper.rotate_logs()
     assert outside.read_bytes() == b"x" * 10_000 and (logs / "linked.log").is_symlink() and (logs / "sub.log").is_dir()
     assert keeper.logs_rotated == 0 and keeper.logs_deleted == 0
+
+
+def test_each_service_counts_its_cpu_time(client: TestClient) -> None:
+    """lakewarden_service_cpu_seconds_total: a service's passes on its own thread, and what other threads do in
+    its `charged()` (the evaluator's and explorer's pools, events refreshing tables)."""
+    ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
+    before = _metric(client, 'lakewarden_service_cpu_seconds_total{service="table-evaluator"}')
+    worker = threading.Thread(target=lambda: _burn(ctx.evaluator, 0.2))
+    worker.start()
+    worker.join()
+    assert _metric(client, 'lakewarden_service_cpu_seconds_total{service="table-evaluator"}') >= before + 0.15
+    # a pass on the loop's own thread
+    history = ctx.history
+    history.interval_seconds = 0.05
+    passes = history.cpu_seconds
+    history.start()
+    try:
+        deadline = time.monotonic() + 30
+        while history.cpu_seconds == passes and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        history.stop()
+    assert history.cpu_seconds > passes
+    assert _metric(client, 'lakewarden_service_cpu_seconds_total{service="history-keeper"}') == history.cpu_seconds
+
+
+def _burn(service: Any, seconds: float) -> None:
+    with service.charged():
+        until = time.thread_time() + seconds
+        while time.thread_time() < until:
+            pass

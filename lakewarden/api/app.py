@@ -28,6 +28,7 @@ from lakewarden.api.node_metrics import (
     MetadataCacheCollector,
     NodeCollector,
     ScanPlanningCollector,
+    ServiceCpuCollector,
 )
 from lakewarden.api.routes import (
     catalogs,
@@ -97,6 +98,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
             CommitQueueCollector(runtime.metadata.queue),
             LongPollCollector(runtime.dispatcher),
             ScanPlanningCollector(runtime.scans, runtime.read_ahead),
+            ServiceCpuCollector(runtime.loops),
         ]
         for collector in collectors:
             metrics_registry.register(collector)

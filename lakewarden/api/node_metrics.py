@@ -1,10 +1,10 @@
 """Prometheus metrics of this node's services, read from them at scrape time: leadership, history pruning, the
-metadata and manifest caches, the commit line, optimizers' waiting polls and scan planning (what the system
-database says is in api/metrics.py)."""
+metadata and manifest caches, the commit line, optimizers' waiting polls, scan planning and the background
+services' CPU time (what the system database says is in api/metrics.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -14,6 +14,7 @@ from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.leadership import Leadership
+from lakewarden.services.loop import LoopService
 from lakewarden.services.metadata_files import MetadataFiles
 from lakewarden.services.read_ahead import ManifestReadAhead
 from lakewarden.services.scan_planning import ScanPlanning
@@ -35,6 +36,22 @@ def _sizes(prefix: str, setting: str, items: str, cache: _Bounded) -> Iterator[M
     yield GaugeMetricFamily(f"{prefix}_max_bytes", f"The bound ({setting})", value=cache.max_bytes)
     yield GaugeMetricFamily(f"{prefix}_items", f"{items} kept", value=len(cache))
     yield CounterMetricFamily(f"{prefix}_evictions", f"{items} evicted", value=cache.evictions)
+
+
+class ServiceCpuCollector(Collector):
+    """CPU time each background service of this node spent (services/loop.py `charged`): its passes and the work
+    of its thread pools."""
+
+    def __init__(self, services: Sequence[LoopService]) -> None:
+        self.services = services
+
+    def collect(self) -> Iterator[Metric]:
+        spent = CounterMetricFamily(
+            "lakewarden_service_cpu_seconds", "CPU seconds a background service spent on this node", labels=["service"]
+        )
+        for service in self.services:
+            spent.add_metric([service.name], service.cpu_seconds)
+        yield spent
 
 
 class NodeCollector(Collector):

@@ -122,10 +122,18 @@ class TableEvaluator(LoopService):
                             return
                         batch = records[start : start + BATCH]
                         self._record(
-                            list(zip(batch, pool.map(lambda rec: self._verdict(catalog, rec), batch), strict=True))
+                            list(
+                                zip(
+                                    batch, pool.map(lambda rec: self._charged_verdict(catalog, rec), batch), strict=True
+                                )
+                            )
                         )
             except Exception as exc:
                 log.warning("cannot evaluate the tables of catalog %s: %s", catalog_name, exc)
+
+    def _charged_verdict(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
+        with self.charged():  # on a thread of the pool
+            return self._verdict(catalog, rec)
 
     def evaluate(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
         """Evaluate one table now and move it between IDLE and PENDING accordingly."""

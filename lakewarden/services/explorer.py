@@ -141,8 +141,9 @@ class TableExplorer(LoopService):
         }
 
     def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
-        """Refresh only the named tables (a change announced by an event): no listing of the catalog."""
-        with self._lock(catalog_name):
+        """Refresh only the named tables (a change announced by an event, on the events' thread): no listing of
+        the catalog."""
+        with self.charged(), self._lock(catalog_name):
             started = time.monotonic()
             with self.db.read() as session:
                 spec = catalog_store.spec_of(catalog_store.get_catalog(session, catalog_name))
@@ -172,10 +173,14 @@ class TableExplorer(LoopService):
             except Exception as exc:
                 return _describe(exc)
 
+        def charged_load(name: TableIdentifier) -> TableSnapshot | str | None:
+            with self.charged():  # on a thread of the pool
+                return load(name)
+
         if len(names) <= 1 or isinstance(catalog, InProcessCatalog):  # no I/O to overlap
             return {name: load(name) for name in names}
         with ThreadPoolExecutor(max_workers=min(self.thread_count, len(names)), thread_name_prefix="explorer") as pool:
-            return dict(zip(names, pool.map(load, names), strict=True))
+            return dict(zip(names, pool.map(charged_load, names), strict=True))
 
     def _apply(
         self,

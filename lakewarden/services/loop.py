@@ -3,6 +3,10 @@
 A pass that raises is logged and the loop goes on; a pass that overruns its interval is
 warned about; `stop()` interrupts the sleep at once; `wake()` runs the next pass now.
 Tests call `run_once()` directly instead of sleeping.
+
+Each service counts the CPU time it spends (`cpu_seconds`, exported as
+`lakewarden_service_cpu_seconds_total`): its passes, and the work its thread pools or other threads do for it
+inside `charged()`.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +28,19 @@ class LoopService:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.cpu_seconds = 0.0
+        self._cpu_lock = threading.Lock()
+
+    @contextmanager
+    def charged(self) -> Iterator[None]:
+        """Counts the CPU time the calling thread spends in the block as this service's."""
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            spent = time.thread_time() - started
+            with self._cpu_lock:
+                self.cpu_seconds += spent
 
     def run_once(self) -> None:
         raise NotImplementedError
@@ -53,7 +72,8 @@ class LoopService:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                self.run_once()
+                with self.charged():
+                    self.run_once()
             except Exception:
                 log.exception("%s pass failed; continuing", self.name)
             elapsed = time.monotonic() - started
