@@ -137,7 +137,9 @@ class TableExplorer(LoopService):
         return {
             name
             for name in listed
-            if (found := known.get(name)) is None or found[1] or found[0] != locations[(name.database, name.table)]
+            if (found := known.get(name)) is None
+            or found.failed
+            or found.metadata_location != locations[(name.database, name.table)]
         }
 
     def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
@@ -193,14 +195,14 @@ class TableExplorer(LoopService):
         """Make the managed tables match `listed`; with `scope`, only the tables named there are considered."""
         defaults = spec.table_defaults
         with self.db.write() as session:
-            current = {rec.name: rec for rec in table_store.list_tables(session, catalog=spec.name)}
-            if scope is not None:
-                current = {name: rec for name, rec in current.items() if name in scope}
-            for name in sorted(set(current) - listed):
-                table_store.dispose_table(session, current[name].identifier.table_id)
+            known = table_store.table_locations(session, spec.name, scope)
+            for name in sorted(set(known) - listed):
+                table_store.dispose_table(session, known[name].table_id)
                 result.disposed.append(str(name))
-            for name in sorted(listed):
-                loaded = snapshots.get(name)
+            # only the tables loaded now can change: their records are read, not the whole catalog's
+            current = table_store.tables_by_id(session, [known[n].table_id for n in snapshots if n in known])
+            for name in sorted(listed & set(snapshots)):
+                loaded = snapshots[name]
                 record = current.get(name)
                 if isinstance(loaded, TableSnapshot):
                     config = effective_config(defaults, loaded.properties)
