@@ -11,6 +11,8 @@ with the error instead, because a failed listing says nothing about what exists.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
@@ -69,7 +71,6 @@ class TableExplorer(LoopService):
         self.thread_count = thread_count
         self.on_change = on_change  # called after a refresh that added or changed tables
         self._locks: dict[str, threading.Lock] = {}
-        self._defaults: dict[str, str] = {}  # per catalog: its table defaults at its last full load
         self._locks_guard = threading.Lock()
 
     def run_once(self) -> None:
@@ -102,12 +103,13 @@ class TableExplorer(LoopService):
         try:
             with catalog_for(spec, self.metadata) as catalog:
                 locations = table_locations(catalog, table_filter)
+                defaults: str | None = None
                 if locations is None:  # the catalog cannot tell where each table is: each is loaded
                     listed = {TableIdentifier(catalog_name, db, t) for db, t in list_tables(catalog, table_filter)}
                     wanted = listed
                 else:
                     listed = {TableIdentifier(catalog_name, db, t) for db, t in locations}
-                    wanted = self._moved(spec, listed, locations)
+                    wanted, defaults = self._moved(spec, listed, locations)
                 snapshots = self._load_all(catalog, sorted(wanted))
                 result.loaded = len(wanted)
         except Exception as exc:  # any failure to list: keep every table, report the catalog unhealthy
@@ -117,30 +119,31 @@ class TableExplorer(LoopService):
             return result
         # A table that vanished between listing and loading is gone as well.
         listed -= {name for name, snap in snapshots.items() if snap is None}
-        self._apply(spec, listed, snapshots, result)
+        self._apply(spec, listed, snapshots, result, loaded_defaults=defaults)
         if (result.added or result.updated) and self.on_change is not None:
             self.on_change()
         return result
 
     def _moved(
         self, spec: CatalogSpec, listed: set[TableIdentifier], locations: dict[tuple[str, str], str]
-    ) -> set[TableIdentifier]:
+    ) -> tuple[set[TableIdentifier], str | None]:
         """Of the listed tables, those to load: new ones, those whose metadata location moved, and those whose last
-        load failed. All of them when the catalog's table defaults changed since the last pass (a table's
-        configuration is its properties over those defaults)."""
-        defaults = repr(sorted(spec.table_defaults.items()))
-        if self._defaults.get(spec.name) != defaults:
-            self._defaults[spec.name] = defaults
-            return listed
+        load failed; all of them when the catalog's table defaults changed since every table was last loaded (a
+        table's configuration is its properties over those defaults). With the defaults' fingerprint to record
+        when all are loaded."""
+        defaults = hashlib.sha256(json.dumps(spec.table_defaults, sort_keys=True).encode()).hexdigest()
         with self.db.read() as session:
+            if catalog_store.get_catalog(session, spec.name).loaded_defaults != defaults:
+                return listed, defaults
             known = table_store.table_locations(session, spec.name)
-        return {
+        moved = {
             name
             for name in listed
             if (found := known.get(name)) is None
             or found.failed
             or found.metadata_location != locations[(name.database, name.table)]
         }
+        return moved, None
 
     def refresh_tables(self, catalog_name: str, names: set[TableIdentifier]) -> RefreshResult:
         """Refresh only the named tables (a change announced by an event, on the events' thread): no listing of
@@ -191,6 +194,7 @@ class TableExplorer(LoopService):
         snapshots: dict[TableIdentifier, TableSnapshot | str | None],
         result: RefreshResult,
         scope: set[TableIdentifier] | None = None,
+        loaded_defaults: str | None = None,
     ) -> None:
         """Make the managed tables match `listed`; with `scope`, only the tables named there are considered."""
         defaults = spec.table_defaults
@@ -224,7 +228,7 @@ class TableExplorer(LoopService):
                         result.added.append(str(name))
                     table_store.record_table_error(session, record.runtime, loaded)
             if scope is None:
-                catalog_store.record_refresh(session, spec.name, None)
+                catalog_store.record_refresh(session, spec.name, None, loaded_defaults)
         result.tables = len(listed)
         if result.added or result.disposed:
             log.info("catalog %s: %d added, %d disposed", spec.name, len(result.added), len(result.disposed))

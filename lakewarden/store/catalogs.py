@@ -93,8 +93,12 @@ def delete_catalog(session: Session, name: str) -> None:
     session.flush()
 
 
-def record_refresh(session: Session, name: str, error: str | None) -> CatalogRow:
+def record_refresh(session: Session, name: str, error: str | None, loaded_defaults: str | None = None) -> CatalogRow:
+    """The outcome of a listing; `loaded_defaults`: the fingerprint of the table defaults it loaded every table
+    with (kept until the next such refresh)."""
     row = get_catalog(session, name)
+    if loaded_defaults is not None:
+        row.loaded_defaults = loaded_defaults
     row.health = "unhealthy" if error else "healthy"
     row.last_error = error
     row.last_refresh_at = utcnow()
