@@ -189,3 +189,38 @@ def test_a_key_whose_request_still_runs_is_told_to_retry_it(client: TestClient) 
     answer = client.post(path, json={"namespace": ["x"]}, headers={"Idempotency-Key": key})
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
     assert "still running" in answer.json()["error"]["message"]
+
+
+def test_tables_are_filtered_and_paged_by_the_server(client: TestClient, tmp_path: Path) -> None:
+    """`name` (a part of catalog.database.table, any case; LIKE's wildcards taken literally) and `after` (keyset
+    paging: the page after that table), as the dashboard's Tables page asks for them."""
+    from lakewarden.domain.tables import TableIdentifier
+    from lakewarden.store import tables as table_store
+
+    assert client.post("/api/v1/catalogs", json=_sql(tmp_path)).status_code == 201
+    names = [("db", f"t{i:02d}") for i in range(12)] + [("db", "under_score"), ("ops.inner", "Events")]
+    with client.app.state.context.db.write() as session:  # type: ignore[attr-defined]
+        for database, table in names:
+            table_store.add_table(session, TableIdentifier("lake", database, table), "default", {})
+    every = [t["identifier"] for t in client.get("/api/v1/tables", params={"limit": 100}).json()]
+    assert every == sorted(every) and len(every) == 14
+
+    def page(**params: Any) -> list[str]:
+        response = client.get("/api/v1/tables", params=params)
+        assert response.status_code == 200, response.text
+        return [t["identifier"] for t in response.json()]
+
+    assert page(name="EVENTS") == ["lake.ops.inner.Events"]
+    assert page(name="db.t1") == ["lake.db.t10", "lake.db.t11"]
+    assert page(name="_") == ["lake.db.under_score"]  # not LIKE's any-character
+    assert page(name="%") == []
+    walked, after = [], None
+    while True:
+        got = page(limit=5, **({"after": after} if after else {}))
+        walked += got
+        if len(got) < 5:
+            break
+        after = got[-1]
+    assert walked == every
+    assert page(after="lake.db.t10", name="t1") == ["lake.db.t11"]
+    assert "after" in _error(client.get("/api/v1/tables", params={"after": "no-dots"}), 400)

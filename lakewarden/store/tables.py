@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Select, delete, or_, select
+from sqlalchemy import Select, delete, func, literal, or_, select, tuple_
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -38,8 +38,20 @@ def list_tables(
     group: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    name: str | None = None,
+    after: TableIdentifier | None = None,
 ) -> list[TableRecord]:
+    """Managed tables by catalog, database and table name, filtered; `name`: a part of `catalog.database.table`
+    (any case); `after`: the page after that table (keyset paging: as quick at the end of a million tables as at
+    the start, where an `offset` walks every row before it)."""
     query = _query()
+    if name:
+        pattern = "%" + name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        full = TableIdentifierRow.catalog_name + "." + TableIdentifierRow.db_name + "." + TableIdentifierRow.table_name
+        query = query.where(func.lower(full).like(pattern, escape="\\"))
+    if after is not None:
+        key = tuple_(TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name)
+        query = query.where(key > tuple_(literal(after.catalog), literal(after.database), literal(after.table)))
     if catalog is not None:
         query = query.where(TableIdentifierRow.catalog_name == catalog)
     if database is not None:

@@ -62,10 +62,31 @@ def list_tables(
     group: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
     offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
+    name: Annotated[
+        str | None,
+        Query(max_length=255, description="Only tables whose catalog.database.table contains this (any case)"),
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=1024,
+            description="catalog.database.table: the page after that table (the last of the page before); "
+            "as quick deep into many tables as at the start, unlike offset",
+        ),
+    ] = None,
 ) -> list[TableBrief]:
+    """Managed tables in the order of their names, a page at a time."""
     wanted = TableStatus.parse(status) if status is not None else None
+    start = None
+    if after is not None:
+        try:
+            start = TableIdentifier.parse(after)
+        except InvalidField as exc:
+            raise InvalidField("after", exc.problem) from exc
     with ctx.db.read() as session:
-        records = store.list_tables(session, catalog, database, wanted, group, limit=limit, offset=offset)
+        records = store.list_tables(
+            session, catalog, database, wanted, group, limit=limit, offset=offset, name=name, after=start
+        )
     return [TableBrief(**_brief_fields(rec)) for rec in records]
 
 
