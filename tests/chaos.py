@@ -334,7 +334,8 @@ class Schedule:
             after = {k: v for k, v in rows.items() if k % modulus != rest}
             sql = f"DELETE FROM {table} WHERE id % {modulus} = {rest}"
         else:  # some of the ids exist (updated), some are new (inserted)
-            start = rng.choice(sorted(rows)) - rng.randint(0, 50)
+            # ids stay >= 0: SQL's % keeps the sign of a negative id, Python's does not (the model uses Python's)
+            start = max(0, rng.choice(sorted(rows)) - rng.randint(0, 50))
             count = rng.randint(20, 200)
             after.update(dict.fromkeys(range(start, start + count), tag))
             sql = (

@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from lakewarden.services.containers import ContainerError, Instance, SparkContainer
+from lakewarden.services.containers import ContainerError, Instance, ResourceMaintainer, SparkContainer
 from lakewarden.spark.submit import MAVEN_PACKAGES
 from lakewarden.store import processes as store
 from tests.servers import LAKEWARDEN
@@ -157,3 +158,39 @@ def test_setup_spark_prints_the_arguments_for_each_deploy_mode_and_refuses_other
     assert maven.returncode == 0, maven.stderr
     words = shlex.split(maven.stdout.strip().splitlines()[-1])
     assert words[:2] == ["--packages", ",".join(MAVEN_PACKAGES)] and words[-1].endswith("cli/submitted.py")
+
+
+def test_an_optimizer_that_registered_and_died_is_replaced_at_once(client: TestClient, tmp_path: Path) -> None:
+    """Back-off is for optimizers that cannot start (a failing submission): one that registered with the server
+    and then died (killed, its JVM lost) is replaced at the next pass, or its tasks wait minutes for nothing
+    (found by the chaos harness: after a few kills the back-off had grown to minutes)."""
+    ctx = ctx_of(client)
+    maintainer = ResourceMaintainer(ctx.db, ctx.config, "http://127.0.0.1:1")
+    started: list[Instance] = []
+
+    class StandIn:  # starts a process that only waits, as a container starts an optimizer
+        def start(self, group: str, properties: dict[str, str]) -> Instance:
+            process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+            started.append(Instance(f"stand-in-{len(started)}", group, process, tmp_path / "log"))
+            return started[-1]
+
+    stand_in: Any = StandIn()
+    try:
+        maintainer._scale("default", stand_in, {}, 1)
+        body = {"group": "default", "parallelism": 1, "resource_id": "stand-in-0"}
+        assert client.post("/api/v1/optimizer/register", json=body).status_code == 200
+        maintainer._scale("default", stand_in, {}, 1)
+        assert started[0].registered
+        started[0].process.kill()
+        started[0].process.wait()
+        maintainer._scale("default", stand_in, {}, 1)
+        assert len(started) == 2 and "default" not in maintainer.errors  # replaced at once
+        started[1].process.kill()  # dies young, never registered: a failing start, backed off
+        started[1].process.wait()
+        maintainer._scale("default", stand_in, {}, 1)
+        assert len(started) == 2 and "next try in" in maintainer.errors["default"]
+    finally:
+        for instance in started:
+            if instance.process.poll() is None:
+                instance.process.kill()
+                instance.process.wait()

@@ -80,6 +80,8 @@ class Instance:
     driver_in_child: bool = False
     # the driver runs on the cluster (deploy mode cluster): no signal reaches it, only the server's request
     driver_remote: bool = False
+    # it registered with the server: it started well, so its end is no sign of a failing submission
+    registered: bool = False
 
     @property
     def alive(self) -> bool:
@@ -365,6 +367,7 @@ class ResourceMaintainer(LoopService):
     def _scale(self, group: str, container: LocalContainer | None, properties: dict[str, str], wanted: int) -> None:
         instances = self.instances.setdefault(group, [])
         now = time.monotonic()
+        self._note_registered([i for i in instances if not i.registered])
         for gone in [i for i in instances if not i.alive]:
             lived = now - gone.started_at
             message = (
@@ -373,9 +376,11 @@ class ResourceMaintainer(LoopService):
             )
             log.warning("group %s: %s", group, message)
             instances.remove(gone)
-            if lived < HEALTHY_SECONDS:  # died young: the submission or the application fails, back off
+            # died young before it ever registered: the submission or the application fails, back off. One that
+            # registered and then died (killed, its JVM lost, out of memory) is replaced at once: its tasks wait
+            if lived < HEALTHY_SECONDS and not gone.registered:
                 self._failed(group, message)
-        if any(now - i.started_at >= HEALTHY_SECONDS for i in instances):
+        if any(now - i.started_at >= HEALTHY_SECONDS or i.registered for i in instances):
             self.errors.pop(group, None)
             self._backoff.pop(group, None)
         while container is not None and len(instances) < wanted and now >= self._retry_at.get(group, 0.0):
@@ -389,6 +394,15 @@ class ResourceMaintainer(LoopService):
             self._release(instances.pop())
         if wanted == 0:
             self.errors.pop(group, None)
+
+    def _note_registered(self, instances: list[Instance]) -> None:
+        """Marks the instances whose optimizer has registered with the server (alive or not by now)."""
+        if not instances:
+            return
+        with self.db.read() as session:
+            known = process_store.registered_resources(session, [i.resource_id for i in instances])
+        for instance in instances:
+            instance.registered = instance.resource_id in known
 
     def _failed(self, group: str, message: str) -> None:
         backoff = min(max(2 * self._backoff.get(group, 5.0), 10.0), 300.0)

@@ -87,6 +87,12 @@ def touch_optimizer(session: Session, token: str) -> OptimizerRow:
 LEAVE = "asked_to_leave_at"  # in OptimizerRow.properties: when its container asked it to leave
 
 
+def registered_resources(session: Session, resource_ids: list[str]) -> set[str]:
+    """Which of these container resources have an optimizer registered now."""
+    query = select(OptimizerRow.resource_id).where(OptimizerRow.resource_id.in_(resource_ids))
+    return {resource for resource in session.scalars(query) if resource is not None}
+
+
 def ask_to_leave(session: Session, resource_id: str) -> int:
     """Ask the optimizers of a container's resource to leave at their next heartbeat; how many there are."""
     rows = list(session.scalars(select(OptimizerRow).where(OptimizerRow.resource_id == resource_id)))
