@@ -198,8 +198,12 @@ class TableExplorer(LoopService):
     ) -> None:
         """Make the managed tables match `listed`; with `scope`, only the tables named there are considered."""
         defaults = spec.table_defaults
-        with self.db.write() as session:
+        # what lakewarden knows is read first, outside the write transaction: reading a million tables' locations
+        # under the write lock would hold up every other writer (commits) meanwhile. The catalog's lock keeps
+        # other refreshes of it out.
+        with self.db.read() as session:
             known = table_store.table_locations(session, spec.name, scope)
+        with self.db.write() as session:
             for name in sorted(set(known) - listed):
                 table_store.dispose_table(session, known[name].table_id)
                 result.disposed.append(str(name))

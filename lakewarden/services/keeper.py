@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session
 
 from lakewarden.domain.states import TASK_RUNNING, TaskStatus
 from lakewarden.services.loop import LoopService
 from lakewarden.store import processes as store
 from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +48,27 @@ class OptimizerKeeper(LoopService):
         self.release()
 
     def release(self, lost_tokens: set[str] | None = None) -> int:
-        """Release what is overdue (and whatever `lost_tokens` hold); returns how many tasks went back to PLANNED."""
+        """Release what is overdue (and whatever `lost_tokens` hold); returns how many tasks went back to PLANNED.
+        The usual pass finds nothing and takes no write lock (which would queue behind other writers)."""
         now = utcnow()
+        with self.db.read() as session:
+            overdue = bool(self._lost(session, now, lost_tokens)) or any(
+                self._why(task, [], now) for task in store.active_tasks(session)
+            )
+        if not overdue:
+            return 0
         released = 0
         with self.db.write() as session:
-            lost = [
-                row.token
-                for row in store.list_optimizers(session)
-                if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout or row.token in (lost_tokens or ())
-            ]
+            lost = self._lost(session, now, lost_tokens)
             for task in store.active_tasks(session):
-                status = TaskStatus(task.status)
-                if task.optimizer_token in lost:
-                    why = "its optimizer was lost"
-                elif (
-                    status is TaskStatus.SCHEDULED
-                    and task.scheduled_at
-                    and now - as_utc(task.scheduled_at) > self.ack_timeout
-                ):
-                    why = "it was not acked in time"
-                elif status in TASK_RUNNING and task.acked_at and now - as_utc(task.acked_at) > self.execute_timeout:
-                    why = "it ran past the execute timeout"
-                else:
+                why = self._why(task, lost, now)
+                if why is None:
                     continue
                 if store.transition_task(
                     session,
                     task.process_id,
                     task.task_id,
-                    status,
+                    TaskStatus(task.status),
                     TaskStatus.PLANNED,
                     expected_attempt=task.attempt,
                     optimizer_token=None,
@@ -88,3 +84,22 @@ class OptimizerKeeper(LoopService):
         if released and self.on_released is not None:
             self.on_released()
         return released
+
+    def _lost(self, session: Session, now: datetime, lost_tokens: set[str] | None) -> list[str]:
+        """The optimizers that missed their heartbeat, and those `lost_tokens` names."""
+        return [
+            row.token
+            for row in store.list_optimizers(session)
+            if now - as_utc(row.last_heartbeat_at) > self.heartbeat_timeout or row.token in (lost_tokens or ())
+        ]
+
+    def _why(self, task: TaskRow, lost: list[str], now: datetime) -> str | None:
+        """Why an active task goes back to PLANNED now, if it does."""
+        status = TaskStatus(task.status)
+        if task.optimizer_token in lost:
+            return "its optimizer was lost"
+        if status is TaskStatus.SCHEDULED and task.scheduled_at and now - as_utc(task.scheduled_at) > self.ack_timeout:
+            return "it was not acked in time"
+        if status in TASK_RUNNING and task.acked_at and now - as_utc(task.acked_at) > self.execute_timeout:
+            return "it ran past the execute timeout"
+        return None
