@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import shutil
 import socket
 import statistics
@@ -186,3 +187,61 @@ def _save(fig: Any, name: str) -> Path:
     plt.close(fig)
     print(f"plot written to {path}")
     return path
+
+
+def append_snapshot(
+    io: Any, metadata: Any, spec: Any, schema: Any, manifest: str, manifest_list: str, files: list[Any], seed: int
+) -> Any:
+    """`metadata` with one more snapshot appending `files` (pyiceberg DataFiles): their manifest written at
+    `manifest`, and a manifest list at `manifest_list` naming it and the parent's manifests (generated tables for
+    the benches, written without a catalog)."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, write_manifest, write_manifest_list
+    from pyiceberg.table.refs import SnapshotRefType
+    from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+    from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate
+
+    from lakewarden.metadata.table_metadata import apply_updates
+
+    parent = metadata.current_snapshot()
+    snapshot_id = random.Random(seed).getrandbits(62)
+    sequence = metadata.last_sequence_number + 1
+    with write_manifest(2, spec, schema, io.new_output(manifest), snapshot_id, "deflate") as writer:
+        for data in files:
+            writer.add_entry(
+                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data)
+            )
+    manifests = [writer.to_manifest_file(), *(parent.manifests(io) if parent else [])]
+    parent_id = parent.snapshot_id if parent else None
+    with write_manifest_list(2, io.new_output(manifest_list), snapshot_id, parent_id, sequence, "deflate") as out:
+        out.add_manifests(manifests)
+    before = parent.summary.additional_properties if parent and parent.summary else {}
+    total = len(files) + int(before.get("total-data-files", 0))
+    size = sum(f.file_size_in_bytes for f in files) + int(before.get("total-files-size", 0))
+    records = sum(f.record_count for f in files) + int(before.get("total-records", 0))
+    snapshot = Snapshot(
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=sequence,
+        timestamp_ms=int(time.time() * 1000),
+        manifest_list=manifest_list,
+        schema_id=0,
+        summary=Summary(
+            Operation.APPEND,
+            **{
+                "added-data-files": str(len(files)),
+                "total-data-files": str(total),
+                "total-delete-files": "0",
+                "total-records": str(records),
+                "total-files-size": str(size),
+            },
+        ),
+    )
+    ref = SetSnapshotRefUpdate(
+        ref_name="main",
+        type=SnapshotRefType.BRANCH,
+        snapshot_id=snapshot_id,
+        max_ref_age_ms=None,
+        max_snapshot_age_ms=None,
+        min_snapshots_to_keep=None,
+    )
+    return apply_updates(metadata, [AddSnapshotUpdate(snapshot=snapshot), ref])

@@ -25,31 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from pyiceberg.io import load_file_io
-from pyiceberg.manifest import (
-    DataFile,
-    DataFileContent,
-    FileFormat,
-    ManifestEntry,
-    ManifestEntryStatus,
-    write_manifest,
-    write_manifest_list,
-)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate, TableUpdate
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import bar_chart, write
+from bench.common import append_snapshot, bar_chart, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config
-from lakewarden.metadata.table_metadata import apply_updates, new_metadata, write_metadata
+from lakewarden.metadata.table_metadata import new_metadata, write_metadata
 from lakewarden.services.evaluation import TableEvaluator, _config_hash
 from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import catalogs as catalog_store
@@ -65,14 +54,11 @@ SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=Identi
 def _commit(io: Any, location: str, metadata: Any, files: int, seed: int) -> tuple[Any, int]:
     """A fast append of `files` small data files: a manifest, a manifest list, the metadata updated."""
     rng = random.Random(seed)
-    parent = metadata.current_snapshot()
-    snapshot_id = rng.getrandbits(62)
-    sequence = metadata.last_sequence_number + 1
-    manifest_path = f"{location}/metadata/{uuid.uuid4()}-m0.avro"
-    with write_manifest(2, SPEC, SCHEMA, io.new_output(manifest_path), snapshot_id, "deflate") as writer:
-        for k in range(files):
-            day = f"d{k % 2}"
-            data = DataFile.from_args(
+    data = []
+    for k in range(files):
+        day = f"d{k % 2}"
+        data.append(
+            DataFile.from_args(
                 content=DataFileContent.DATA,
                 file_path=f"{location}/data/day={day}/{uuid.uuid4()}.parquet",
                 file_format=FileFormat.PARQUET,
@@ -81,42 +67,11 @@ def _commit(io: Any, location: str, metadata: Any, files: int, seed: int) -> tup
                 file_size_in_bytes=rng.randint(4_000, 400_000),
                 spec_id=0,
             )
-            writer.add_entry(
-                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data)
-            )
-    manifests = [writer.to_manifest_file(), *(parent.manifests(io) if parent else [])]
-    list_path = f"{location}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
-    parent_id = parent.snapshot_id if parent else None
-    with write_manifest_list(2, io.new_output(list_path), snapshot_id, parent_id, sequence, "deflate") as lists:
-        lists.add_manifests(manifests)
-    total = files + (int(parent.summary["total-data-files"] or 0) if parent and parent.summary else 0)
-    snapshot = Snapshot(
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent_id,
-        sequence_number=sequence,
-        timestamp_ms=int(time.time() * 1000),
-        manifest_list=list_path,
-        schema_id=0,
-        summary=Summary(
-            Operation.APPEND,
-            **{
-                "added-data-files": str(files),
-                "total-data-files": str(total),
-                "total-delete-files": "0",
-                "total-records": str(total * 100),
-            },
-        ),
-    )
-    ref = SetSnapshotRefUpdate(
-        ref_name="main",
-        type=SnapshotRefType.BRANCH,
-        snapshot_id=snapshot_id,
-        max_ref_age_ms=None,
-        max_snapshot_age_ms=None,
-        min_snapshots_to_keep=None,
-    )
-    updates: list[TableUpdate] = [AddSnapshotUpdate(snapshot=snapshot), ref]
-    return apply_updates(metadata, updates), snapshot_id
+        )
+    manifest = f"{location}/metadata/{uuid.uuid4()}-m0.avro"
+    manifest_list = f"{location}/metadata/snap-{uuid.uuid4()}.avro"
+    updated = append_snapshot(io, metadata, SPEC, SCHEMA, manifest, manifest_list, data, seed)
+    return updated, int(updated.current_snapshot_id)
 
 
 def build(args: tuple[str, int, int, int]) -> list[tuple[int, str, int]]:

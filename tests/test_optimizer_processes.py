@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
 from lakewarden.services.containers import descendants
@@ -46,31 +47,47 @@ def test_local_container_scales_out_and_releases(server: ServerProcess) -> None:
     assert bad.returncode != 0
 
 
-def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: SparkSession) -> None:
+def pending_table(server: ServerProcess, spark: SparkSession, name: str) -> tuple[httpx.Client, tuple[int, int]]:
+    """local.db.<name>: 12 small appends, pending; the API client and the table's checksum."""
     api = open_lake(server, spark)
-    spark.sql(f"CREATE TABLE local.db.k (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
+    spark.sql(f"CREATE TABLE local.db.{name} (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
     for i in range(12):
-        spark.sql(f"INSERT INTO local.db.k SELECT id, 'a', repeat('x', 50) FROM range({i * 20000}, {(i + 1) * 20000})")
-    before = checksum(spark, "local.db.k")
+        rows = f"range({i * 20000}, {(i + 1) * 20000})"
+        spark.sql(f"INSERT INTO local.db.{name} SELECT id, 'a', repeat('x', 50) FROM {rows}")
+    before = checksum(spark, f"local.db.{name}")
     api.post("/catalogs/local/refresh")
-    wait_for("pending", lambda: api.get("/tables/local/db/k").json()["status"] == "pending")
+    wait_for("pending", lambda: api.get(f"/tables/local/db/{name}").json()["status"] == "pending")
+    return api, before
 
-    victim = subprocess.Popen(
+
+def optimizer_process(server: ServerProcess) -> subprocess.Popen[bytes]:
+    """A `lakewarden optimizer` in a session of its own (its JVM with it), registered with the admin's token."""
+    return subprocess.Popen(
         [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         env={**os.environ, "LAKEWARDEN_TOKEN": server.token},  # an operator's (here the admin's) token registers
     )
+
+
+def acked_process(api: httpx.Client) -> dict[str, Any]:
+    """The first process with a task acked by an optimizer (waited for)."""
+
+    def acked() -> dict[str, Any] | None:
+        for process in api.get("/processes").json():
+            if any(t["status"] == "acked" for t in process["tasks"]):
+                return dict(process)
+        return None
+
+    return dict(wait_for("the task to be acked", acked, timeout=120))
+
+
+def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: SparkSession) -> None:
+    api, before = pending_table(server, spark, "k")
+    victim = optimizer_process(server)
     try:
-
-        def acked() -> dict[str, Any] | None:
-            for process in api.get("/processes").json():
-                if any(t["status"] == "acked" for t in process["tasks"]):
-                    return dict(process)
-            return None
-
-        process = wait_for("the task to be acked", acked, timeout=120)
+        process = acked_process(api)
     finally:
         os.killpg(victim.pid, signal.SIGKILL)  # the optimizer and its JVM, mid-task
         victim.wait()
@@ -97,29 +114,10 @@ def test_an_optimizer_whose_spark_jvm_dies_leaves_and_fails_no_task(server: Serv
     """Only the optimizer's Spark JVM is killed, mid-task: its Python must not live on without it, failing
     every task it polls (found by the chaos harness, tests/chaos.py). It leaves the server and exits; the task
     goes back to planned with no retry counted, and another optimizer finishes it."""
-    api = open_lake(server, spark)
-    spark.sql(f"CREATE TABLE local.db.j (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
-    for i in range(12):
-        spark.sql(f"INSERT INTO local.db.j SELECT id, 'a', repeat('x', 50) FROM range({i * 20000}, {(i + 1) * 20000})")
-    before = checksum(spark, "local.db.j")
-    api.post("/catalogs/local/refresh")
-    wait_for("pending", lambda: api.get("/tables/local/db/j").json()["status"] == "pending")
-    victim = subprocess.Popen(
-        [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, "LAKEWARDEN_TOKEN": server.token},
-    )
+    api, before = pending_table(server, spark, "j")
+    victim = optimizer_process(server)
     try:
-
-        def acked() -> dict[str, Any] | None:
-            for process in api.get("/processes").json():
-                if any(t["status"] == "acked" for t in process["tasks"]):
-                    return dict(process)
-            return None
-
-        process = wait_for("the task to be acked", acked, timeout=120)
+        process = acked_process(api)
         (jvm,) = [pid for pid, name in descendants(victim.pid) if name == "java"]
         os.kill(jvm, signal.SIGKILL)
         assert victim.wait(timeout=30) == 1  # it noticed and left, well before the heartbeat timeout

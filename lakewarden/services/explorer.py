@@ -49,6 +49,11 @@ class RefreshResult:
     duration_ms: int = 0
 
 
+def defaults_fingerprint(spec: CatalogSpec) -> str:
+    """What a catalog's table defaults are, in 64 characters: kept with the refresh that loaded every table."""
+    return hashlib.sha256(json.dumps(spec.table_defaults, sort_keys=True).encode()).hexdigest()
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:2000]
@@ -131,7 +136,7 @@ class TableExplorer(LoopService):
         load failed; all of them when the catalog's table defaults changed since every table was last loaded (a
         table's configuration is its properties over those defaults). With the defaults' fingerprint to record
         when all are loaded."""
-        defaults = hashlib.sha256(json.dumps(spec.table_defaults, sort_keys=True).encode()).hexdigest()
+        defaults = defaults_fingerprint(spec)
         with self.db.read() as session:
             if catalog_store.get_catalog(session, spec.name).loaded_defaults != defaults:
                 return listed, defaults

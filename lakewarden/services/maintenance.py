@@ -243,6 +243,8 @@ class MaintenanceTrigger(LoopService):
         self._warned: set[tuple[int, str, str]] = set()
 
     def run_once(self) -> None:
+        if not any(on for on, _ in self.schedules.values()):  # every action off: no table to look at
+            return
         now = utcnow()
         with self.db.read() as session:
             tables = table_store.list_tables(session)
