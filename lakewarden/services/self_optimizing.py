@@ -87,7 +87,8 @@ class SelfOptimizingFactory(ProcessFactory):
         so a table still PLANNING goes back to PENDING. A table optimizing for a process that is no
         longer running goes IDLE."""
         done: list[str] = []
-        for rec in table_store.list_tables(session):
+        stuck = (TableStatus.PLANNING, *OPTIMIZING_STATUS.values(), TableStatus.COMMITTING)
+        for rec in table_store.list_tables(session, statuses=stuck):
             status = TableStatus(rec.runtime.status_code)
             if status is TableStatus.PLANNING:
                 runtime_store.transition_table(session, rec.runtime.table_id, status, TableStatus.PENDING)
