@@ -132,6 +132,18 @@ def demo_server(data_dir: Path, port: int, console: Console) -> Iterator[tuple[s
         log.close()
 
 
+@dataclass
+class _Flag:
+    """Raised by a signal handler; polled by the main loop (no lock anywhere, so a handler cannot deadlock)."""
+
+    raised: bool = False
+
+    def wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.raised and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 class Writer(threading.Thread):
     """Streams small appends and merge-on-read MERGE updates round-robin into the tables."""
 
@@ -278,11 +290,12 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     interrupted = False
     verified: list[tuple[TableStats, bool, str]] = []
     console.print(f"[bold]lakewarden demo[/bold]: data in {data_dir}; starting the server (embedded default)…")
-    # Ctrl-C only asks to stop: raised inside a py4j call, KeyboardInterrupt would break Spark's gateway
-    ctrl_c = threading.Event()
+    # Ctrl-C only asks to stop: raised inside a py4j call, KeyboardInterrupt would break Spark's gateway. It
+    # raises a plain flag: an Event's `set` in a handler can deadlock when a second Ctrl-C lands inside it.
+    ctrl_c = _Flag()
 
     def ask_to_stop(_signum: int, _frame: Any) -> None:
-        ctrl_c.set()
+        ctrl_c.raised = True
 
     signal.signal(signal.SIGINT, ask_to_stop)
     spark_log = data_dir / "spark.log"
@@ -308,13 +321,13 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
                 )
                 stats.append(TableStats(name))
             writer = Writer(spark, stats, options)
-            if not ctrl_c.is_set():  # stopped while starting up: straight to the clean-up
+            if not ctrl_c.raised:  # stopped while starting up: straight to the clean-up
                 writer.start()
             started = time.monotonic()
             next_query = 0
             overview: dict[str, Any] = {}
             with Live(console=console, refresh_per_second=2, transient=False) as live:
-                while (elapsed := time.monotonic() - started) < total and writer.error is None and not ctrl_c.is_set():
+                while (elapsed := time.monotonic() - started) < total and writer.error is None and not ctrl_c.raised:
                     with suppress(httpx.HTTPError):
                         overview = _refresh(api, stats)
                     target = stats[next_query % len(stats)]
@@ -324,7 +337,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
                     next_query += 1
                     live.update(_view(stats, overview, url, elapsed, total, writer))
                     ctrl_c.wait(1.0)
-            interrupted = ctrl_c.is_set()
+            interrupted = ctrl_c.raised
             console.print("stopping the writer…" if not interrupted else "interrupted: stopping the writer…")
             writer.stop.set()
             if writer.is_alive():

@@ -57,6 +57,10 @@ class Optimizer:
         self.resource_id = resource_id
         self.driver_memory = driver_memory
         self.stop = threading.Event()
+        # SIGTERM/SIGINT only raise this plain flag; the main loop turns it into `stop`. A handler must not call
+        # `Event.set`: a second signal landing inside it (a container's release, then the parent's death
+        # signal) re-enters `set` on its non-reentrant lock and the process hangs for good.
+        self.signalled = False
         self.token = ""
         self._token_lock = threading.Lock()
         self.completed = 0
@@ -225,16 +229,15 @@ class Optimizer:
             log.warning("could not read the Spark usage of task %s.%s: %s", task.process_id, task.task_id, exc)
             return None
 
+    def on_signal(self, _signum: int, _frame: FrameType | None) -> None:
+        self.signalled = True  # nothing more: see `signalled`
+
     def run(self) -> None:
         from lakewarden.spark.session import build_spark_session
 
-        def on_signal(_signum: int, _frame: FrameType | None) -> None:
-            log.info("stopping: finishing running tasks")
-            self.stop.set()
-
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, self.on_signal)
+            signal.signal(signal.SIGINT, self.on_signal)
         spark = self.spark or build_spark_session(
             master=self.spark_master,
             app_name=f"lakewarden-optimizer-{self.resource_id or self.group}",
@@ -257,8 +260,10 @@ class Optimizer:
         for thread in threads:
             thread.start()
         try:
-            while not self.stop.is_set():
+            while not self.stop.is_set() and not self.signalled:
                 time.sleep(0.5)
+            if self.signalled:
+                log.info("stopping: finishing running tasks")
         finally:
             self.stop.set()
             for thread in threads[1:]:
