@@ -47,6 +47,7 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
     from lakewarden.spark.session import build_spark_session
 
     os.environ.setdefault("LAKEWARDEN_SPARK_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # this JVM, the server's and the optimizer's: loopback only
     spark = build_spark_session(
         app_name="lakewarden-chaos",
         driver_memory="2g",
