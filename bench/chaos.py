@@ -17,6 +17,8 @@ the seeds 1..500 between them.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -55,6 +57,9 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
         extra_conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
     )
     seeds = range(args.first_seed, args.first_seed + args.schedules)
+    earlier: list[dict[str, Any]] = []
+    if args.append and (RESULTS / "chaos.json").exists():
+        earlier = [o for o in json.loads((RESULTS / "chaos.json").read_text())["schedules"] if o["seed"] not in seeds]
     outcomes: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
@@ -83,46 +88,48 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
                         "problems": outcome.problems,
                     }
                 )
+                save(earlier + outcomes)  # after each schedule: a run stopped part-way keeps what it did
+    except KeyboardInterrupt:
+        print("\ninterrupted: reporting the schedules that finished")
     finally:
         spark.stop()
-    if args.append and (RESULTS / "chaos.json").exists():
-        earlier = json.loads((RESULTS / "chaos.json").read_text())["schedules"]
-        seen = {o["seed"] for o in outcomes}
-        outcomes = [o for o in earlier if o["seed"] not in seen] + outcomes
-    report(outcomes, time.monotonic() - started)
+    report(earlier + outcomes, time.monotonic() - started)
 
 
-def report(outcomes: list[dict[str, Any]], seconds: float) -> None:
-    failed = [o["seed"] for o in outcomes if not o["passed"]]
-    faults = Counter(f.split(" ")[0] for o in outcomes for f in o["faults"])
+def totals(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     ops: Counter[str] = Counter()
     processes: Counter[str] = Counter()
     for o in outcomes:
         ops.update(o["ops"])
         processes.update(o["processes"])
+    return {
+        "schedules": len(outcomes),
+        "failed_seeds": [o["seed"] for o in outcomes if not o["passed"]],
+        "faults": dict(Counter(f.split(" ")[0] for o in outcomes for f in o["faults"])),
+        "operations": dict(ops),
+        "processes": dict(processes),
+    }
+
+
+def save(outcomes: list[dict[str, Any]]) -> None:
+    with contextlib.redirect_stdout(io.StringIO()):  # quietly: the summary at the end says where it went
+        write("chaos", {"schedules": outcomes, "totals": totals(outcomes)})
+
+
+def report(outcomes: list[dict[str, Any]], seconds: float) -> None:
+    summary = totals(outcomes)
+    failed = summary["failed_seeds"]
     print(
         f"\n{len(outcomes)} schedules, {len(outcomes) - len(failed)} passed, {len(failed)} failed"
         f"{' (seeds ' + ', '.join(map(str, failed)) + ')' if failed else ''}; this run {seconds / 60:.0f} min"
     )
-    print(f"faults: {dict(faults)}")
-    print(f"writers' operations: {dict(ops)}; lakewarden's processes: {dict(processes)}")
-    write(
-        "chaos",
-        {
-            "schedules": outcomes,
-            "totals": {
-                "schedules": len(outcomes),
-                "failed_seeds": failed,
-                "faults": dict(faults),
-                "operations": dict(ops),
-                "processes": dict(processes),
-            },
-        },
-    )
+    print(f"faults: {summary['faults']}")
+    print(f"writers' operations: {summary['operations']}; lakewarden's processes: {summary['processes']}")
+    write("chaos", {"schedules": outcomes, "totals": summary})
     bar_chart(
         "chaos",
         f"{len(outcomes)} seeded schedules, {len(failed)} failed: faults injected",
-        {fault: float(faults.get(fault, 0)) for fault in FAULTS},
+        {fault: float(summary["faults"].get(fault, 0)) for fault in FAULTS},
         "faults",
     )
 
