@@ -1,21 +1,18 @@
 """Randomized faults, Jepsen-style: a seeded schedule of writers, lakewarden at work and faults, then checks.
 
 One schedule (`run_schedule`) makes three tables in a namespace of its own and runs, at once:
-- a Spark writer on `local.<ns>.mor` (Iceberg's SQL catalog): appends, and merge-on-read MERGE, UPDATE and
-  DELETE (position deletes);
-- a Spark writer on `local.<ns>.cdc`: upserts as Flink writes them (one RowDelta: an equality-delete file of
-  the keys and a data file of their new versions, tests/cdc.py's recipe) and appends;
-- a pyiceberg writer on `lake.<ns>.stream` (lakewarden's own REST catalog, so server faults hit its commits):
-  appends and copy-on-write deletes (pyiceberg writes no delete files);
+- three writers (tests/chaos_writers.py): Spark's merge-on-read appends, MERGE, UPDATE and DELETE on
+  `local.<ns>.mor`, Flink-style upserts with equality deletes on `local.<ns>.cdc`, pyiceberg's appends and
+  copy-on-write deletes on `lake.<ns>.stream` (lakewarden's own REST catalog, so server faults hit its commits);
 - lakewarden: its evaluator, self-optimizing on its local container's optimizer (a process with its own Spark
   JVM), expiry of snapshots and cleanup of dangling deletes;
 - faults at random moments: SIGKILL of the server (restarted after a pause), SIGSTOP of the server, a clean
   restart, SIGKILL or SIGSTOP of the optimizer (with its JVM) or of its Spark JVM alone, and a table's
   storage failing every write for a moment (`chattr +i`: not even root writes there).
 
-The writers keep a model of each table (its rows by id). An operation that raised is resolved by reading the
-table: it applied entirely or not at all, else that is a failure. Then the schedule settles (faults undone,
-writers done, optimizing and expiry turned off on its tables) and is checked:
+The writers keep a model of each table (its rows by id); an operation that raised must have applied entirely
+or not at all. Then the schedule settles (faults undone, writers done, optimizing and expiry turned off on its
+tables) and is checked:
 1. every process and task of its tables reached a terminal state within two timeouts of the settle;
 2. no live file was deleted: every file every retained snapshot names exists;
 3. each table's rows equal the model, row for row (an append or upsert applied twice, a row lost or
@@ -36,21 +33,19 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.services.containers import descendants
 from lakewarden.spark.session import configure_catalogs
+from tests.chaos_writers import Writers, diff, local_path
 from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
@@ -93,7 +88,6 @@ FAULTS = (
     "kill-optimizer-jvm",
     "storage-fails",
 )
-Rows = dict[int, str]
 
 
 @dataclass
@@ -200,49 +194,21 @@ class Schedule:
         self.lake = lake
         self.seed = seed
         self.rng = random.Random(seed)
-        self.ops = ops
         self.fault_count = faults
         self.ns = f"chaos{seed}"
         self.outcome = Outcome(seed)
-        self.models: dict[str, Rows] = {}
-        self.locations: dict[str, Path] = {}
+        self.writers = Writers(lake.spark, lake.rest, self.ns, seed, ops, self.problem, self._count, 3 * TIMEOUT)
         self._stopped: list[tuple[int, bool]] = []  # (pid, whole group) SIGSTOPped and not yet continued
         self._immutable: list[Path] = []
         self._lock = threading.Lock()
         self._writing = threading.Event()
 
-    # ---- tables
-    def create(self) -> None:
-        spark, props = self.lake.spark, TABLE_PROPERTIES
-        text = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS local.{self.ns}")
-        for name in ("mor", "cdc"):
-            table = f"local.{self.ns}.{name}"
-            spark.sql(f"CREATE TABLE {table} (id BIGINT NOT NULL, v STRING) USING iceberg TBLPROPERTIES ({text})")
-            location = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()
-            assert location is not None
-            self.locations[table] = Path(_local(str(location[1])))
-            self.models[table] = {}
-        self.lake.rest.create_namespace(self.ns)
-        stream = self.lake.rest.create_table(
-            f"{self.ns}.stream", _ARROW_SCHEMA, properties={**props, "write.delete.mode": "copy-on-write"}
-        )
-        self.locations[f"lake.{self.ns}.stream"] = Path(_local(stream.location()))
-        self.models[f"lake.{self.ns}.stream"] = {}
-
     # ---- the run
     def run(self) -> Outcome:
         started = time.monotonic()
-        self.create()
+        self.writers.create(TABLE_PROPERTIES)
         self.lake.api.post("/catalogs/local/refresh")
-        writers = [
-            threading.Thread(target=self._write, args=(name, plan), name=f"chaos-{name}")
-            for name, plan in (
-                ("mor", self._mor_op),
-                ("cdc", self._cdc_op),
-                ("stream", self._stream_op),
-            )
-        ]
+        writers = self.writers.threads()
         self._writing.set()
         for writer in writers:
             writer.start()
@@ -260,16 +226,6 @@ class Schedule:
         self.outcome.seconds = time.monotonic() - started
         return self.outcome
 
-    def _write(self, name: str, op: Callable[[random.Random, int], None]) -> None:
-        rng = random.Random(f"{self.seed}-{name}")
-        for number in range(self.ops):
-            try:
-                op(rng, number)
-            except Exception as exc:  # a writer that cannot even resolve its operation: the schedule fails
-                self.problem(f"{name} op {number}: {type(exc).__name__}: {str(exc)[:300]}")
-                return
-            time.sleep(rng.uniform(0.0, 1.0))
-
     def problem(self, text: str) -> None:
         with self._lock:
             self.outcome.problems.append(text)
@@ -277,159 +233,6 @@ class Schedule:
     def _count(self, key: str) -> None:
         with self._lock:
             self.outcome.ops[key] += 1
-
-    def _apply(self, table: str, after: Rows, attempt: Callable[[], object], read: Callable[[], Rows]) -> None:
-        """Runs one operation whose effect on the model is `after`: if it raised, the table tells whether it
-        applied (all of it) or not (none of it); anything else is a problem."""
-        before = self.models[table]
-        try:
-            attempt()
-        except Exception as exc:
-            self._count("raised")
-            found = self._read_until_answered(read)
-            if found == after:
-                self.models[table] = after
-                self._count("applied")
-            elif found == before:
-                self._count("not applied")
-            else:
-                self.problem(
-                    f"{table}: an operation that raised ({type(exc).__name__}) half applied: {_diff(after, found)}"
-                )
-                self.models[table] = found  # go on from what is there
-            return
-        self.models[table] = after
-        self._count("applied")
-
-    def _read_until_answered(self, read: Callable[[], Rows]) -> Rows:
-        deadline = time.monotonic() + 3 * TIMEOUT
-        while True:
-            try:
-                return read()
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-
-    # ---- the writers' operations
-    def _spark_rows(self, table: str) -> Rows:
-        return {int(r[0]): str(r[1]) for r in self.lake.spark.sql(f"SELECT id, v FROM {table}").collect()}
-
-    def _mor_op(self, rng: random.Random, number: int) -> None:
-        table = f"local.{self.ns}.mor"
-        rows, tag = self.models[table], f"m{number}"
-        kind = "append" if number < 2 or not rows else rng.choice(["append", "append", "update", "delete", "merge"])
-        after = dict(rows)
-        if kind == "append":
-            start = number * 1000
-            count = rng.randint(50, 400)
-            after.update(dict.fromkeys(range(start, start + count), tag))
-            sql = f"INSERT INTO {table} SELECT id, '{tag}' FROM range({start}, {start + count})"
-        elif kind == "update":
-            modulus, rest = rng.randint(2, 7), rng.randint(0, 1)
-            after.update({k: tag for k in rows if k % modulus == rest})
-            sql = f"UPDATE {table} SET v = '{tag}' WHERE id % {modulus} = {rest}"
-        elif kind == "delete":
-            modulus, rest = rng.randint(5, 11), rng.randint(0, 4)
-            after = {k: v for k, v in rows.items() if k % modulus != rest}
-            sql = f"DELETE FROM {table} WHERE id % {modulus} = {rest}"
-        else:  # some of the ids exist (updated), some are new (inserted)
-            # ids stay >= 0: SQL's % keeps the sign of a negative id, Python's does not (the model uses Python's)
-            start = max(0, rng.choice(sorted(rows)) - rng.randint(0, 50))
-            count = rng.randint(20, 200)
-            after.update(dict.fromkeys(range(start, start + count), tag))
-            sql = (
-                f"MERGE INTO {table} t USING (SELECT id, '{tag}' AS v FROM range({start}, {start + count})) s "
-                "ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.v = s.v WHEN NOT MATCHED THEN INSERT *"
-            )
-        self._apply(table, after, lambda: self.lake.spark.sql(sql).collect(), lambda: self._spark_rows(table))
-
-    def _cdc_op(self, rng: random.Random, number: int) -> None:
-        table = f"local.{self.ns}.cdc"
-        rows, tag = self.models[table], f"c{number}"
-        after = dict(rows)
-        if number < 2 or not rows or rng.random() < 0.3:
-            start, count = number * 1000, rng.randint(50, 400)
-            after.update(dict.fromkeys(range(start, start + count), tag))
-            sql = f"INSERT INTO {table} SELECT id, '{tag}' FROM range({start}, {start + count})"
-            self._apply(table, after, lambda: self.lake.spark.sql(sql).collect(), lambda: self._spark_rows(table))
-            return
-        existing = rng.sample(sorted(rows), min(len(rows), rng.randint(5, 60)))
-        fresh = [number * 1000 + 500 + i for i in range(rng.randint(0, 20))]
-        keys = sorted(set(existing) | set(fresh))
-        after.update(dict.fromkeys(keys, tag))
-        self._apply(table, after, lambda: self._upsert(table, keys, tag), lambda: self._spark_rows(table))
-
-    def _upsert(self, table: str, keys: list[int], tag: str) -> None:
-        """As a Flink upsert sink commits: one RowDelta adding an equality delete of the keys and a data file of
-        their new versions (same sequence number, so the delete does not hide them)."""
-        spark = self.lake.spark
-        jvm: Any = spark._jvm
-        java = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-        data_dir = self.locations[table] / "data"
-        ids = pa.array(keys, pa.int64())
-        key_field = pa.field("id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})
-        value_field = pa.field("v", pa.string(), metadata={b"PARQUET:field_id": b"2"})
-        deletes = data_dir / f"eq-{uuid.uuid4().hex}.parquet"
-        pq.write_table(pa.table([ids], pa.schema([key_field])), deletes)
-        data = data_dir / f"up-{uuid.uuid4().hex}.parquet"
-        pq.write_table(pa.table([ids, pa.array([tag] * len(keys))], pa.schema([key_field, value_field])), data)
-        io, spec = java.io(), java.spec()
-        gateway: Any = spark.sparkContext._gateway
-        field_ids = gateway.new_array(jvm.int, 1)
-        field_ids[0] = 1
-        delete_file = (
-            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
-            .ofEqualityDeletes(field_ids)
-            .withPath(str(deletes))
-            .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-            .withFileSizeInBytes(deletes.stat().st_size)
-            .withRecordCount(len(keys))
-            .build()
-        )
-        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-            io.newInputFile(str(data)), jvm.org.apache.iceberg.MetricsConfig.forTable(java)
-        )
-        data_file = (
-            jvm.org.apache.iceberg.DataFiles.builder(spec)
-            .withPath(str(data))
-            .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-            .withFileSizeInBytes(data.stat().st_size)
-            .withMetrics(metrics)
-            .build()
-        )
-        java.newRowDelta().addRows(data_file).addDeletes(delete_file).commit()
-
-    def _stream_rows(self) -> Rows:
-        table = self.lake.rest.load_table(f"{self.ns}.stream")
-        read = table.scan().to_arrow()
-        return dict(zip(read["id"].to_pylist(), read["v"].to_pylist(), strict=True))
-
-    def _stream_op(self, rng: random.Random, number: int) -> None:
-        table_name = f"lake.{self.ns}.stream"
-        rows, tag = self.models[table_name], f"s{number}"
-        after = dict(rows)
-        if number < 2 or not rows or rng.random() < 0.75:
-            start, count = number * 1000, rng.randint(10, 300)
-            after.update(dict.fromkeys(range(start, start + count), tag))
-            batch = pa.table(
-                {"id": pa.array(range(start, start + count), pa.int64()), "v": pa.array([tag] * count)},
-                _ARROW_SCHEMA,
-            )
-
-            def attempt() -> None:
-                self.lake.rest.load_table(f"{self.ns}.stream").append(batch)
-
-        else:  # copy-on-write: the files holding the range are rewritten without it
-            low = rng.choice(sorted(rows))
-            high = low + rng.randint(10, 200)
-            after = {k: v for k, v in rows.items() if not low <= k < high}
-
-            def attempt() -> None:
-                table = self.lake.rest.load_table(f"{self.ns}.stream")
-                table.delete(f"id >= {low} and id < {high}")
-
-        self._apply(table_name, after, attempt, self._stream_rows)  # a 409 (lost race) resolves as not applied
 
     # ---- faults
     def _faults(self) -> None:
@@ -465,7 +268,7 @@ class Schedule:
                     for jvm in jvms:
                         _signal(jvm, signal.SIGKILL)
             elif fault == "storage-fails":
-                location = rng.choice(sorted(self.locations.values()))
+                location = rng.choice(sorted(self.writers.locations.values()))
                 with self._lock:
                     self._immutable.append(location)
                 _immutable(location, True)
@@ -494,7 +297,7 @@ class Schedule:
 
     def _processes(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
-        for table in self.models:
+        for table in self.writers.models:
             catalog, _, name = table.partition(".")
             response = self.lake.api.get("/processes", params={"table": f"{catalog}.{name}", "limit": 10000})
             if response.status_code == 404:  # not yet known to lakewarden
@@ -524,7 +327,7 @@ class Schedule:
             "clean-dangling-delete-files.enabled": "false",
             "clean-orphan-file.min-existing-time-minutes": "0",
         }
-        for table in self.models:
+        for table in self.writers.models:
             if table.startswith("local."):
                 text = ", ".join(f"'{k}'='{v}'" for k, v in off.items())
                 self.lake.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({text})")
@@ -572,14 +375,14 @@ class Schedule:
                     self.problem(
                         f"process {process['process_id']} ended {status} with task {task['task_id']} {task['status']}"
                     )
-        for table, model in self.models.items():
+        for table, model in self.writers.models.items():
             try:
-                found = self._stream_rows() if table.startswith("lake.") else self._spark_rows(table)
+                found = self.writers.rows(table)
             except Exception as exc:  # a file a snapshot names is gone, most likely
                 self.problem(f"{table} cannot be read: {type(exc).__name__}: {str(exc)[:300]}")
                 continue
             if found != model:
-                self.problem(f"{table}: rows differ from the model: {_diff(model, found)}")
+                self.problem(f"{table}: rows differ from the model: {diff(model, found)}")
             try:
                 self._check_files(table)
             except Exception as exc:  # e.g. its metadata file is gone: the table cannot be loaded
@@ -613,7 +416,9 @@ class Schedule:
             self.problem(f"{table}: orphan cleanup changed the table's metadata")
         # Hadoop's local file system keeps a `.<name>.crc` beside what it writes and hides it from listings, as
         # Iceberg's orphan cleanup lists: those are not counted
-        on_disk = {str(p) for p in self.locations[table].rglob("*") if p.is_file() and not p.name.endswith(".crc")}
+        on_disk = {
+            str(p) for p in self.writers.locations[table].rglob("*") if p.is_file() and not p.name.endswith(".crc")
+        }
         left = sorted(on_disk - after)
         if left:
             self.problem(f"{table}: {len(left)} orphan(s) left after cleanup, e.g. {left[0]}")
@@ -637,29 +442,7 @@ class Schedule:
                 named.add(manifest.manifest_path)
                 for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                     named.add(entry.data_file.file_path)
-        return {_local(path) for path in named}
-
-
-def _local(location: str) -> str:
-    """A path of the local file system from a location (`file:/…`, `file:///…` or a plain path)."""
-    return "/" + location.removeprefix("file:").lstrip("/")
-
-
-_ARROW_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-
-
-def _diff(expected: Rows, found: Rows) -> str:
-    missing = sorted(set(expected) - set(found))
-    extra = sorted(set(found) - set(expected))
-    changed = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
-    parts = [
-        f"{len(missing)} missing (e.g. {missing[:3]})" if missing else "",
-        f"{len(extra)} unexpected (e.g. {extra[:3]})" if extra else "",
-        f"{len(changed)} with another value (e.g. {[(k, expected[k], found[k]) for k in changed[:3]]})"
-        if changed
-        else "",
-    ]
-    return "; ".join(p for p in parts if p) or "the same ids and values"
+        return {local_path(path) for path in named}
 
 
 def run_schedule(lake: Lake, seed: int, ops: int = 8, faults: int = 3) -> Outcome:
