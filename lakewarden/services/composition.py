@@ -32,7 +32,7 @@ from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.auth import AuthService, load_secret_key
 from lakewarden.services.bootstrap import ensure_seeds
 from lakewarden.services.commit_queue import CommitQueue
-from lakewarden.services.containers import OPTIMIZER_LOGS, ResourceMaintainer
+from lakewarden.services.containers import OPTIMIZER_LOGS
 from lakewarden.services.dispatcher import TaskDispatcher
 from lakewarden.services.evaluation import TableEvaluator
 from lakewarden.services.events import EventDispatcher, OutboxTail
@@ -46,6 +46,7 @@ from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessRegistry
 from lakewarden.services.read_ahead import ManifestReadAhead
+from lakewarden.services.resource_maintainer import ResourceMaintainer
 from lakewarden.services.scan_planning import ScanPlanning
 from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.views import ViewCatalog

@@ -1,12 +1,11 @@
-"""Containers start and release optimizers for resource groups; the maintainer keeps their count right.
+"""Containers start and release optimizers for resource groups (services/resource_maintainer.py keeps
+their count right).
 
-A resource group whose container is `local` and whose property `instances` is N has N optimizer
-processes kept alive on this machine by the server, as Amoro's ResourceMaintainer does: a process
-that exits is started again, extra ones are released (SIGTERM: they finish their running tasks).
-Each optimizer is told its resource id, and the server stopping (or dying) stops them too.
-Containers are a registry of implementations by name, so others (spark-submit, kubernetes) fit in. An
-`external` container starts nothing: optimizers started outside lakewarden register into its groups, and the
-keeper times them out like any other.
+A `local` container runs each optimizer as a process on this machine; a `spark` container submits it to a
+Spark master with spark-submit. Each optimizer is told its resource id, and the server stopping (or dying)
+stops the ones it started. Containers are a registry of implementations by name (`CONTAINERS`), so others
+(kubernetes) fit in. An `external` container starts nothing: optimizers started outside lakewarden register
+into its groups, and the keeper times them out like any other.
 """
 
 from __future__ import annotations
@@ -27,16 +26,11 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from lakewarden.config import Config, ContainerConfig
-from lakewarden.services.loop import LoopService
-from lakewarden.store import groups as group_store
-from lakewarden.store import processes as process_store
-from lakewarden.store.database import Database
+from lakewarden.config import ContainerConfig
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 # an optimizer that ran this long started fine: its group's errors and back-off are cleared
-HEALTHY_SECONDS = 60.0
 OPTIMIZER_LOGS = "optimizers"  # under the data directory: one log per optimizer a local container started
 
 
@@ -316,113 +310,3 @@ CONTAINERS: dict[str, ContainerFactory] = {
     "local": lambda cfg, url, logs, tokens: LocalContainer(cfg.name, url, logs, dict(cfg.properties), tokens),
     "spark": lambda cfg, url, logs, tokens: SparkContainer(cfg.name, url, logs, dict(cfg.properties), tokens),
 }
-
-
-class ResourceMaintainer(LoopService):
-    name = "resource-maintainer"
-
-    def __init__(
-        self,
-        db: Database,
-        config: Config,
-        server_url: str,
-        registration_token: Callable[[str], str] | None = None,
-        interval_seconds: float = 5.0,
-    ) -> None:
-        super().__init__(interval_seconds)
-        self.db = db
-        self.containers: dict[str, LocalContainer] = {}
-        for container in config.containers:
-            if container.container_impl == "external":  # its optimizers come and go by themselves
-                continue
-            factory = CONTAINERS.get(container.container_impl)
-            if factory is None:
-                log.warning("container %s: unknown container-impl %r", container.name, container.container_impl)
-                continue
-            tokens = registration_token if config.ams.auth.enabled else None
-            built = factory(container, server_url, config.data_dir / OPTIMIZER_LOGS, tokens)
-            ssl = config.ams.http_server.ssl
-            built.trusted_certificate = None if ssl is None else ssl.certfile.expanduser().resolve()
-            self.containers[container.name] = built
-        self.instances: dict[str, list[Instance]] = {}
-        # per group: why its container could not keep its optimizers running (shown on the group), and when
-        # to try again (a failing submission backs off: 10 s doubled per failure, at most 5 min)
-        self.errors: dict[str, str] = {}
-        self._retry_at: dict[str, float] = {}
-        self._backoff: dict[str, float] = {}
-
-    def run_once(self) -> None:
-        with self.db.read() as session:
-            groups = [(g.name, g.container, dict(g.properties)) for g in group_store.list_groups(session)]
-        wanted = {name for name, _, _ in groups}
-        for name in list(self.instances):
-            if name not in wanted:  # the group was deleted
-                self._scale(name, None, {}, 0)
-        for name, container_name, properties in groups:
-            container = self.containers.get(container_name)
-            if container is None or self.stopping:
-                continue
-            self._scale(name, container, properties, int(properties.get("instances", "0") or 0))
-
-    def _scale(self, group: str, container: LocalContainer | None, properties: dict[str, str], wanted: int) -> None:
-        instances = self.instances.setdefault(group, [])
-        now = time.monotonic()
-        self._note_registered([i for i in instances if not i.registered])
-        for gone in [i for i in instances if not i.alive]:
-            lived = now - gone.started_at
-            message = (
-                f"optimizer {gone.resource_id} exited with code {gone.process.returncode} after {lived:.0f}s; "
-                f"see {gone.log_path}"
-            )
-            log.warning("group %s: %s", group, message)
-            instances.remove(gone)
-            # died young before it ever registered: the submission or the application fails, back off. One that
-            # registered and then died (killed, its JVM lost, out of memory) is replaced at once: its tasks wait
-            if lived < HEALTHY_SECONDS and not gone.registered:
-                self._failed(group, message)
-        if any(now - i.started_at >= HEALTHY_SECONDS or i.registered for i in instances):
-            self.errors.pop(group, None)
-            self._backoff.pop(group, None)
-        while container is not None and len(instances) < wanted and now >= self._retry_at.get(group, 0.0):
-            try:
-                instances.append(container.start(group, properties))
-            except (ContainerError, OSError) as exc:
-                log.warning("group %s: cannot start an optimizer: %s", group, exc)
-                self._failed(group, f"cannot start an optimizer: {exc}")
-                break
-        while len(instances) > wanted:
-            self._release(instances.pop())
-        if wanted == 0:
-            self.errors.pop(group, None)
-
-    def _note_registered(self, instances: list[Instance]) -> None:
-        """Marks the instances whose optimizer has registered with the server (alive or not by now)."""
-        if not instances:
-            return
-        with self.db.read() as session:
-            known = process_store.registered_resources(session, [i.resource_id for i in instances])
-        for instance in instances:
-            instance.registered = instance.resource_id in known
-
-    def _failed(self, group: str, message: str) -> None:
-        backoff = min(max(2 * self._backoff.get(group, 5.0), 10.0), 300.0)
-        self._backoff[group] = backoff
-        self._retry_at[group] = time.monotonic() + backoff
-        self.errors[group] = f"{message} (next try in {backoff:.0f}s)"
-
-    def stop(self, timeout: float = 10.0) -> None:
-        super().stop(timeout)
-        for instances in self.instances.values():
-            for instance in instances:
-                self._release(instance)
-        self.instances.clear()
-
-    def _release(self, instance: Instance) -> None:
-        """Its optimizer is asked to leave at its heartbeat (see Instance.release); for a spark container only,
-        whose driver may run where no signal reaches it."""
-
-        def ask() -> None:
-            with self.db.write(any_node=True) as session:  # also as a deposed leader lets its optimizers go
-                process_store.ask_to_leave(session, instance.resource_id)
-
-        instance.release(ask=ask if instance.driver_in_child else None)
