@@ -7,6 +7,7 @@
       database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
       auth: {enabled: true, metrics: token, access-token-ttl: 1h}  # first start: <data-dir>/admin.token
       refresh-external-catalogs: {interval: 3min, thread-count: 10}
+      refresh-internal-catalogs: {interval: 1h}   # a safety net: their changes arrive as events
       optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
                   task-retry-backoff: 5s, task-retry-backoff-max: 5min}
       evaluator: {interval: 10s, thread-count: 4, recheck-interval: null}  # null: at triggers only
@@ -89,6 +90,13 @@ class DatabaseConfig(_Model):
 class RefreshCatalogsConfig(_Model):
     interval: Duration = timedelta(minutes=3)
     thread_count: int = Field(10, alias="thread-count", ge=1, le=256)
+
+
+class RefreshInternalCatalogsConfig(_Model):
+    """An internal catalog's creates, commits and drops reach lakewarden as events; its full sweep is a safety
+    net, run when a node starts leading, when the catalog's table defaults change, and then this often."""
+
+    interval: Duration = timedelta(hours=1)
 
 
 class OptimizerConfig(_Model):
@@ -268,6 +276,9 @@ class AmsConfig(_Model):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     refresh_external_catalogs: RefreshCatalogsConfig = Field(
         default_factory=RefreshCatalogsConfig, alias="refresh-external-catalogs"
+    )
+    refresh_internal_catalogs: RefreshInternalCatalogsConfig = Field(
+        default_factory=RefreshInternalCatalogsConfig, alias="refresh-internal-catalogs"
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)

@@ -139,7 +139,12 @@ class ServerRuntime:
         )
         refresh = config.ams.refresh_external_catalogs
         explorer = TableExplorer(
-            db, refresh.interval.total_seconds(), refresh.thread_count, on_change=evaluator.wake, metadata=metadata
+            db,
+            refresh.interval.total_seconds(),
+            refresh.thread_count,
+            on_change=evaluator.wake,
+            metadata=metadata,
+            internal_interval=config.ams.refresh_internal_catalogs.interval.total_seconds(),
         )
         registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
         timeouts = config.ams.optimizer

@@ -1,0 +1,83 @@
+"""When the explorer sweeps an internal catalog: its changes arrive as events, so the full sweep is a safety
+net (a node's first pass, new table defaults, then every `refresh-internal-catalogs.interval`)."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi.testclient import TestClient
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.services.explorer import TableExplorer
+
+TABLE = {"schema": {"type": "struct", "schema-id": 0, "fields": [
+    {"id": 1, "name": "id", "type": "long", "required": False}
+]}}  # fmt: skip
+
+
+def known(client: TestClient) -> set[str]:
+    return {t["identifier"] for t in client.get("/api/v1/tables", params={"catalog": "lake"}).json()}
+
+
+def create(client: TestClient, name: str) -> None:
+    """A table made through the REST catalog; its event is not handled (no services run in this app)."""
+    created = client.post("/iceberg/v1/lake/namespaces/db/tables", json={"name": name, **TABLE})
+    assert created.status_code == 200, created.text
+
+
+def test_an_internal_catalog_is_swept_first_on_new_defaults_and_then_at_its_interval(client: TestClient) -> None:
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
+    create(client, "a")
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    explorer = TableExplorer(ctx.db, 60, 2, metadata=ctx.metadata, internal_interval=3600)
+
+    explorer.run_once()  # a node's first pass sweeps
+    assert known(client) == {"lake.db.a"}
+    create(client, "b")
+    explorer.run_once()  # within the interval: no sweep (the table's event would have brought it)
+    assert known(client) == {"lake.db.a"}
+
+    # new table defaults: every table's configuration changes, so the catalog is swept (and all of it loaded)
+    changed = client.put("/api/v1/catalogs/lake", json={"properties": {"table.self-optimizing.target-size": "1048576"}})
+    assert changed.status_code == 200, changed.text
+    explorer.run_once()
+    assert known(client) == {"lake.db.a", "lake.db.b"}
+    shown = client.get("/api/v1/tables/lake/db/a").json()
+    assert shown["config"]["self-optimizing.target-size"] == "1048576"
+    create(client, "c")
+    explorer.run_once()  # the defaults were loaded: no sweep again
+    assert "lake.db.c" not in known(client)
+
+    explorer.internal_interval = 0.0  # the interval passed
+    explorer.run_once()
+    assert "lake.db.c" in known(client)
+
+    # a node that starts (or starts leading again) sweeps at once, whatever the interval says
+    explorer.internal_interval = 3600
+    create(client, "d")
+    explorer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "lake.db.d" not in known(client) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        explorer.stop()
+    assert "lake.db.d" in known(client)
+
+
+def test_an_external_catalog_is_swept_every_pass(client: TestClient, sql_catalog: CatalogSpec) -> None:
+    body = {"name": sql_catalog.name, "type": sql_catalog.type, "properties": sql_catalog.properties}
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201
+    outside = SqlCatalog(sql_catalog.name, **sql_catalog.properties)
+    outside.create_namespace("db")
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    explorer = TableExplorer(ctx.db, 60, 2, metadata=ctx.metadata, internal_interval=3600)
+    for name in ("a", "b"):
+        outside.create_table(f"db.{name}", Schema(NestedField(1, "id", LongType(), required=False)))
+        explorer.run_once()
+        listed = {t["identifier"] for t in client.get("/api/v1/tables", params={"catalog": sql_catalog.name}).json()}
+        assert f"{sql_catalog.name}.db.{name}" in listed
