@@ -141,6 +141,7 @@ def main() -> None:
                 runtime.metadata_location, runtime.current_snapshot_id = metadata_location, snapshot_id
                 runtime.evaluated_snapshot_id, runtime.evaluated_at = snapshot_id, utcnow()
                 runtime.evaluation = {**evaluated, "metadata_location": metadata_location}
+                runtime.next_evaluation_at = None  # nothing time-based to wait for
         print(f"registered {len(built):,} tables in {time.perf_counter() - started:.0f} s", flush=True)
 
         picked = sorted(random.Random(7).sample([(i, loc) for i, loc, _ in built], args.changed))

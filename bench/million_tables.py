@@ -226,7 +226,13 @@ class Changes:
                 session.execute(
                     update(TableRuntimeRow)
                     .where(TableRuntimeRow.table_id == i + 1)
-                    .values(metadata_location=path, current_snapshot_id=snapshot_id, last_refreshed_at=now)
+                    # as record_table_snapshot does: the evaluation is due at once
+                    .values(
+                        metadata_location=path,
+                        current_snapshot_id=snapshot_id,
+                        last_refreshed_at=now,
+                        next_evaluation_at=now,
+                    )
                 )
         self.done += len(rows)
 

@@ -8,15 +8,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import update
 
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import ProcessStatus
-from lakewarden.domain.tables import TableIdentifier, TableStatus
+from lakewarden.domain.tables import TableIdentifier, TableSnapshot, TableStatus
 from lakewarden.services.evaluation import RETRY_FAILED
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc, utcnow
-from lakewarden.store.models import ProcessRow, TableRuntimeRow
+from lakewarden.store.models import ProcessRow
 from lakewarden.store.processes import transition_process
 from tests.test_scheduling import add_table, ctx_of, process_with_tasks, start_optimizing
 
@@ -60,13 +59,25 @@ def test_a_table_that_does_not_change_is_read_again_only_when_a_trigger_can_fire
     assert _due(client, in_an_hour + timedelta(seconds=1)) == {"waiting", "broken"}
     assert _due(client, utcnow() + timedelta(days=365)) == {"waiting", "broken"}  # "quiet" waits for a change
 
-    # a new snapshot, or a new configuration, makes a table due at once
+    # a new snapshot, or a new configuration, makes a table due at once (as the explorer records them)
     with ctx.db.write() as session:
-        session.execute(
-            update(TableRuntimeRow)
-            .where(TableRuntimeRow.table_id == quiet.runtime.table_id)
-            .values(current_snapshot_id=42)
-        )
+        runtime = table_store.runtime_of(session, quiet.runtime.table_id)
+        assert runtime is not None
+        moved = TableSnapshot("m2.metadata.json", 42, {}, {})
+        table_store.record_table_snapshot(session, runtime, moved, "default", dict(runtime.config))
+    assert _due(client) == {"quiet"}
+    evaluator._record([(quiet, _verdict(42))])
+    assert _due(client) == set()
+    with ctx.db.write() as session:  # the same snapshot again (a refresh that found nothing new): not due
+        runtime = table_store.runtime_of(session, quiet.runtime.table_id)
+        assert runtime is not None
+        table_store.record_table_snapshot(session, runtime, moved, "default", dict(runtime.config))
+    assert _due(client) == set()
+    with ctx.db.write() as session:
+        runtime = table_store.runtime_of(session, quiet.runtime.table_id)
+        assert runtime is not None
+        config = {**runtime.config, "self-optimizing.target-size": "1048576"}
+        table_store.record_table_snapshot(session, runtime, moved, "default", config)
     assert _due(client) == {"quiet"}
     # a configured recheck-interval is a ceiling for every table
     evaluator.recheck = timedelta(minutes=10)
