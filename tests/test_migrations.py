@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from lakewarden.config import Config
 from lakewarden.store.database import Database, alembic_config, migration_heads
-from lakewarden.store.models import Base
+from lakewarden.store.models import Base, mapped_name
 
 
 def test_single_head() -> None:
@@ -25,7 +25,7 @@ def test_models_match_migrations(config: Config) -> None:
         db.migrate()  # idempotent
         assert db.current_revision() == migration_heads()[0]
         with db.engine.connect() as conn:
-            diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+            diff = compare_metadata(MigrationContext.configure(conn, opts={"include_name": mapped_name}), Base.metadata)
         assert diff == []
     finally:
         db.dispose()

@@ -18,6 +18,16 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
 
 
+# made by migration 0020 and read by raw SQL, never mapped: SQLite's FTS5 table of table names (with its shadow
+# tables) and PostgreSQL's trigram index of them
+UNMAPPED = ("table_search", "ix_table_identifier_name_trgm")
+
+
+def mapped_name(name: str | None, type_: str, parents: object) -> bool:
+    """For Alembic's `include_name`: whether a schema object is one the models describe."""
+    return not (name or "").startswith(UNMAPPED)
+
+
 class CatalogRow(Base):
     __tablename__ = "catalog_meta"
 

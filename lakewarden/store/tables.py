@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Select, delete, func, literal, select, tuple_
+from sqlalchemy import ColumnElement, Select, column, delete, func, literal, literal_column, select, table, text, tuple_
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -31,6 +31,60 @@ def _query() -> Select[TableIdentifierRow, TableRuntimeRow]:
     )
 
 
+FEW = 5000  # matches a filter's own index answers at once; more, and a page of them is found walking by name
+WALK = 50_000  # tables walked by name for a page of a filter that matches many, before asking its index
+MANY = 20_000  # matches a filter's index finds and sorts quicker than walking by name to where they cluster
+
+
+def _few(session: Session, ids: Select[int] | None) -> list[int] | None:
+    """The table ids a filter selects by its own index, when there are at most FEW; None when there are more.
+
+    A filtered page is ordered by name. A rare match is best found by the filter's index and then sorted; a common
+    one by walking the tables in name order until a page is full, which, when more than FEW of a million match,
+    takes a few thousand rows where sorting all matches would take all of them. Databases without statistics
+    (SQLite) cannot tell which case they are in; the capped read tells them."""
+    if ids is None:
+        return None
+    found = list(session.scalars(ids.limit(FEW + 1)))
+    return None if len(found) > FEW else found
+
+
+# the trigram index of table names (migration 0020): an FTS5 table on SQLite, a GIN index on PostgreSQL
+TABLE_SEARCH = table("table_search", column("rowid"), column("name"))
+TRIGRAM_INDEX = "ix_table_identifier_name_trgm"
+
+
+def _full_name(session: Session) -> ColumnElement[str]:
+    """`catalog.database.table`, with the dots written in the statement (PostgreSQL's index of the expression
+    matches it only so), lower-cased on PostgreSQL (SQLite's LIKE ignores ASCII case, and its lower() folds only
+    ASCII)."""
+    dot: ColumnElement[str] = literal_column("'.'")
+    full = TableIdentifierRow.catalog_name.op("||")(dot).op("||")(TableIdentifierRow.db_name)
+    full = full.op("||")(dot).op("||")(TableIdentifierRow.table_name)
+    return full if session.get_bind().dialect.name == "sqlite" else func.lower(full)
+
+
+def _named_like(session: Session, name: str) -> ColumnElement[bool]:
+    """The tables whose `catalog.database.table` contains `name`, in any case."""
+    escaped = name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return _full_name(session).like(f"%{escaped}%", escape="\\")
+
+
+def _name_candidates(session: Session, name: str, matches: ColumnElement[bool]) -> Select[int] | None:
+    """The ids of the tables that may contain `name`, by the trigram index; None without one, or for fewer than
+    three characters (a trigram index cannot look those up). On SQLite a superset: FTS5 uses its index only for a
+    LIKE without ESCAPE, where `_` and `%` are wildcards."""
+    if len(name) < 3:
+        return None
+    if session.get_bind().dialect.name == "sqlite":
+        if session.execute(text("SELECT 1 FROM sqlite_master WHERE name = 'table_search'")).first() is None:
+            return None
+        return select(TABLE_SEARCH.c.rowid).where(TABLE_SEARCH.c.name.like(f"%{name}%"))
+    if session.execute(text(f"SELECT 1 FROM pg_indexes WHERE indexname = '{TRIGRAM_INDEX}'")).first() is None:
+        return None
+    return select(TableIdentifierRow.table_id).where(matches)  # PostgreSQL chooses its GIN index when it helps
+
+
 def list_tables(
     session: Session,
     catalog: str | None = None,
@@ -46,29 +100,67 @@ def list_tables(
     """Managed tables by catalog, database and table name, filtered; `name`: a part of `catalog.database.table`
     (any case); `after`: the page after that table (keyset paging: as quick at the end of a million tables as at
     the start, where an `offset` walks every row before it)."""
-    query = _query()
-    if name:
-        pattern = "%" + name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        full = TableIdentifierRow.catalog_name + "." + TableIdentifierRow.db_name + "." + TableIdentifierRow.table_name
-        query = query.where(func.lower(full).like(pattern, escape="\\"))
+    key = tuple_(TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name)
+    scope: list[ColumnElement[bool]] = []  # on the name index's columns: they bound a walk by name
     if after is not None:
-        key = tuple_(TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name)
-        query = query.where(key > tuple_(literal(after.catalog), literal(after.database), literal(after.table)))
+        scope.append(key > tuple_(literal(after.catalog), literal(after.database), literal(after.table)))
     if catalog is not None:
-        query = query.where(TableIdentifierRow.catalog_name == catalog)
+        scope.append(TableIdentifierRow.catalog_name == catalog)
     if database is not None:
-        query = query.where(TableIdentifierRow.db_name == database)
-    if status is not None:
-        query = query.where(TableRuntimeRow.status_code == int(status))
+        scope.append(TableIdentifierRow.db_name == database)
+    plain: list[ColumnElement[bool]] = []
     if statuses is not None:  # by the status index: a few tables of a million
-        query = query.where(TableRuntimeRow.status_code.in_([int(s) for s in statuses]))
+        plain.append(TableRuntimeRow.status_code.in_([int(s) for s in statuses]))
     if group is not None:
-        query = query.where(TableRuntimeRow.optimizing_group == group)
-    query = query.order_by(TableIdentifierRow.catalog_name, TableIdentifierRow.db_name, TableIdentifierRow.table_name)
-    query = query.offset(offset)
-    if limit is not None:
-        query = query.limit(limit)
-    return [TableRecord(ident, runtime) for ident, runtime in session.execute(query)]
+        plain.append(TableRuntimeRow.optimizing_group == group)
+    # filters with an index of their own: (the ids it may select, the exact condition, the same not by the index)
+    indexed: list[tuple[Select[int] | None, ColumnElement[bool], ColumnElement[bool]]] = []
+    if name:
+        matches = _named_like(session, name)
+        indexed.append((_name_candidates(session, name, matches), matches, matches))
+    if status is not None:
+        by_status = select(TableRuntimeRow.table_id).where(TableRuntimeRow.status_code == int(status))
+        # `+ 0`: walking by name, the status is checked on each row, not looked up in its index
+        indexed.append(
+            (by_status, TableRuntimeRow.status_code == int(status), TableRuntimeRow.status_code + 0 == int(status))
+        )
+
+    walk, full = list(plain), list(plain)
+    many: list[Select[int]] = []  # the candidates of the filters with an index that match more than FEW
+    for candidates, exact, unindexed in indexed:
+        few = _few(session, candidates)
+        if few is not None:  # a few: by the filter's index, then sorted
+            walk.append(TableIdentifierRow.table_id.in_(few))
+            full.append(TableIdentifierRow.table_id.in_(few))
+        else:
+            walk.append(unindexed)
+            if candidates is not None:
+                many.append(candidates)
+                full.append(TableIdentifierRow.table_id.in_(candidates))
+        full.append(exact)
+
+    def page(conditions: list[ColumnElement[bool]]) -> list[TableRecord]:
+        query = _query().where(*scope, *conditions).order_by(*key.clauses).offset(offset)
+        return [TableRecord(ident, rt) for ident, rt in session.execute(query if limit is None else query.limit(limit))]
+
+    if limit is None or not many:
+        return page(full)
+    # Many match. A page of them usually lies within the next WALK tables by name; if not, they cluster further
+    # on: up to MANY of them are taken by the index and sorted, and more are walked to by name.
+    bound = session.execute(select(*key.clauses).where(*scope).order_by(*key.clauses).offset(WALK - 1).limit(1)).first()
+    if bound is None:
+        return page(walk)
+    found = page([*walk, key <= tuple_(*(literal(v) for v in bound))])
+    if len(found) == limit:
+        return found
+    if all(_count_upto(session, candidates, MANY) <= MANY for candidates in many):
+        return page(full)
+    return page(walk)
+
+
+def _count_upto(session: Session, ids: Select[int], most: int) -> int:
+    """How many ids `ids` selects, counting no further than most + 1."""
+    return int(session.scalar(select(func.count()).select_from(ids.limit(most + 1).subquery())) or 0)
 
 
 def get_table(session: Session, name: TableIdentifier) -> TableRecord:
