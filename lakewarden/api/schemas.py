@@ -138,6 +138,13 @@ class MaintenanceRead(_Read):
     retry_after: datetime | None = Field(
         None, description="While failing: when the trigger tries it again (the interval doubled per failure, <= 1d)"
     )
+    checked_at: datetime | None = Field(None, description="When the scheduled trigger last looked at the table for it")
+    work_expected_at: datetime | None = Field(
+        None,
+        description="What that look found: from when work may come with no change to the table (e.g. the oldest "
+        "snapshot ages past the keep duration; the trigger looks again at the later of this and its last look plus "
+        "the interval); null: only a new snapshot or configuration can bring work",
+    )
 
 
 class TableRead(TableBrief):

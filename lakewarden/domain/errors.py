@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 
@@ -117,12 +118,22 @@ class CommitFailed(Conflict):
 
 
 class NothingToDo(Exception):
-    """The action has no work on this table now; the message says why (not an error: no process)."""
+    """The action has no work on this table now; the message says why (not an error: no process). `on_change`:
+    only a change of the table (a snapshot, its configuration) can bring work, or the time `at` when given;
+    otherwise work may come at any time (the scheduled trigger looks again after its interval)."""
+
+    def __init__(self, message: str, *, on_change: bool = False, at: datetime | None = None) -> None:
+        super().__init__(message)
+        self.on_change = on_change
+        self.at = at
 
 
 class ActionForbidden(NothingToDo):
     """The table's own settings forbid the action (e.g. gc.enabled=false for snapshot expiry); the
     message names the setting. No process is created for it, not even on a manual run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, on_change=True)  # until its settings change
 
 
 class IllegalTransition(Exception):

@@ -188,15 +188,34 @@ def expirable_snapshots(
     """The snapshots an expiry at `cutoff_ms` removes: older than the cutoff, and neither a ref's head,
     one of the newest `min_count` ancestors of main, nor protected (e.g. a running optimizing
     process's base). Mirrors Iceberg's rules closely enough to decide whether to run at all."""
+    keep = _kept(snapshots, refs, main_head, min_count) | protected
+    return sorted(s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep)
+
+
+def _kept(
+    snapshots: Sequence[SnapshotInfo], refs: Mapping[str, int], main_head: int | None, min_count: int
+) -> set[int]:
+    """The snapshots no expiry removes however old: the refs' heads and the newest `min_count` ancestors of main."""
     by_id = {s.snapshot_id: s for s in snapshots}
-    keep = set(refs.values()) | protected
+    keep = set(refs.values())
     current = main_head
     for _ in range(min_count):
         if current is None or current not in by_id:
             break
         keep.add(current)
         current = by_id[current].parent_id
-    return sorted(s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep)
+    return keep
+
+
+def next_expirable_at(
+    snapshots: Sequence[SnapshotInfo], refs: Mapping[str, int], main_head: int | None, keep_ms: int, min_count: int
+) -> int | None:
+    """When (epoch ms) the first snapshot that is not yet expirable becomes so with no change to the table: the
+    youngest-but-not-young-enough one's time plus the keep duration; None when every snapshot left is kept however
+    old (then only a new snapshot or a ref's move can bring an expiry)."""
+    keep = _kept(snapshots, refs, main_head, min_count)
+    times = [s.timestamp_ms + keep_ms + 1 for s in snapshots if s.snapshot_id not in keep]  # older than: strictly
+    return min(times, default=None)
 
 
 # ---- orphan files
@@ -340,10 +359,8 @@ def tag_due(
 ) -> TagPlan | None:
     """The tag of the latest period whose trigger time (period end + offset) has passed, on the main
     snapshot that was current then, unless it exists already or the trigger is older than max-delay."""
-    length = config.length
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    trigger_at = epoch + ((now - config.offset - epoch) // length) * length + config.offset
-    period_start = trigger_at - config.offset - length
+    trigger_at = _last_trigger(config, now)
+    period_start = trigger_at - config.offset - config.length
     if now - trigger_at > config.max_delay:
         return None
     name = format_datetime(config.tag_format, period_start)
@@ -356,6 +373,17 @@ def tag_due(
         if snapshot is not None and snapshot.timestamp_ms <= trigger_ms:
             return TagPlan(name, snapshot_id, period_start, trigger_at)
     return None
+
+
+def _last_trigger(config: AutoTagConfig, now: datetime) -> datetime:
+    """The latest trigger time (a period's end + offset) at or before `now`."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((now - config.offset - epoch) // config.length) * config.length + config.offset
+
+
+def next_tag_trigger(config: AutoTagConfig, now: datetime) -> datetime:
+    """The next trigger time after `now`: when a tag may be due with no change to the table."""
+    return _last_trigger(config, now) + config.length
 
 
 # ---- manifests

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import ActionForbidden, Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import (
     MAINTENANCE_ACTIONS,
@@ -35,6 +36,8 @@ from lakewarden.domain.maintenance import (
     expirable_snapshots,
     forbidding_setting,
     interval_override,
+    next_expirable_at,
+    next_tag_trigger,
     tag_due,
 )
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
@@ -47,6 +50,7 @@ from lakewarden.services.process_engine import ProcessEngine
 from lakewarden.services.processes import ProcessFactory
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
+from lakewarden.store import service_state
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
 from lakewarden.store.models import ProcessRow
@@ -67,13 +71,17 @@ class MaintenanceFactory(ProcessFactory):
     def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         raise NotImplementedError
 
+    def work_at(self, config: dict[str, Any], table: Any) -> datetime | None:
+        """When work may come to a table that showed none, with no change to it (None: only a change brings it)."""
+        return None
+
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
         forbidden = forbidding_setting(table.metadata.properties, self.action)
         if forbidden is not None:  # Iceberg would refuse it: no process, whoever asks
             raise ActionForbidden(forbidden)
         params, reasons, has_work = self.inspect(rec.runtime.config, table, options)
         if not has_work and trigger != "manual":
-            raise NothingToDo("; ".join(reasons))
+            raise NothingToDo("; ".join(reasons), on_change=True, at=self.work_at(rec.runtime.config, table))
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
         work = TASK_INPUT.validate_python({"action": self.action.value, "table": name, **params})
         summary: dict[str, Any] = {"reasons": reasons}
@@ -107,6 +115,13 @@ class ExpireSnapshotsFactory(MaintenanceFactory):
         beyond = f"older than {cfg.keep_duration} beyond the newest {cfg.min_count}"
         reason = f"{len(expirable)} snapshot(s) {beyond}" if expirable else f"no snapshot is {beyond}"
         return {"keep_duration_ms": keep_ms, "min_count": cfg.min_count}, [reason], bool(expirable)
+
+    def work_at(self, config: dict[str, Any], table: Any) -> datetime | None:
+        cfg = ExpireSnapshotsConfig.of(config)
+        refs = _refs(table)
+        keep_ms = int(cfg.keep_duration.total_seconds() * 1000)
+        at_ms = next_expirable_at(_snapshots(table), refs, refs.get("main"), keep_ms, cfg.min_count)
+        return None if at_ms is None else datetime.fromtimestamp(at_ms / 1000, UTC)
 
     def dispatch_input(self, session: Session, process: ProcessRow, task_input: TaskInput) -> TaskInput:
         # never expire the snapshot a running optimizing process was planned on (its rewrite starts there)
@@ -197,10 +212,13 @@ class AutoCreateTagsFactory(MaintenanceFactory):
         while current is not None and current in parents and len(ancestry) < 100_000:
             ancestry.append(current)
             current = parents[current]
-        plan = tag_due(cfg, _snapshots(table), ancestry, refs, datetime.now(UTC))
-        if plan is None:
+        now = datetime.now(UTC)
+        plan = tag_due(cfg, _snapshots(table), ancestry, refs, now)
+        if plan is None:  # the next period's trigger may bring one, or a snapshot before this one's
             raise NothingToDo(
-                f"no {cfg.period} tag is due (it exists, no snapshot precedes it, or it is past the max delay)"
+                f"no {cfg.period} tag is due (it exists, no snapshot precedes it, or it is past the max delay)",
+                on_change=True,
+                at=next_tag_trigger(cfg, now),
             )
         reason = f"tag {plan.name} for the {cfg.period} period from {plan.period_start:%Y-%m-%d %H:%M} UTC"
         return {"tag": plan.name, "snapshot_id": plan.snapshot_id, "max_age_ms": cfg.max_age_ms}, [reason], True
@@ -229,9 +247,19 @@ def maintenance_factories(cache: ManifestCache) -> list[MaintenanceFactory]:
 
 
 class MaintenanceTrigger(LoopService):
-    """Creates the maintenance processes that are due: per table and action, once per interval."""
+    """Creates the maintenance processes that are due: per table and action, at most once per interval, and only
+    when work can have come since the last look.
+
+    Each look is remembered on the table (`table_runtime.maintenance`): when, and when work may come with no
+    change to the table (an expiry when its oldest snapshot ages past the keep duration, a tag at the next
+    period's trigger; never, for dangling deletes or manifests). A new snapshot or configuration makes every
+    action due again once its interval since the last look has passed (store.tables.record_table_snapshot). The
+    table's `next_maintenance_at` is the earliest of these, so each pass reads a range of that index: a million
+    tables that do not change cost nothing between their due times."""
 
     name = "maintenance-trigger"
+    BATCH = 500  # tables read per query; a pass goes on until none is due
+    STATE = "maintenance-schedules"  # service_state: the schedules the due times were computed with
 
     def __init__(self, db: Database, engine: ProcessEngine, schedules: dict[Action, tuple[bool, timedelta]]) -> None:
         shortest = min((interval for on, interval in schedules.values() if on), default=timedelta(minutes=1))
@@ -239,53 +267,121 @@ class MaintenanceTrigger(LoopService):
         self.db = db
         self.engine = engine
         self.schedules = schedules
-        self._checked: dict[tuple[int, str], datetime] = {}  # last look that found nothing to do
+        self._schedules_known = False
         self._warned: set[tuple[int, str, str]] = set()
+
+    def _fingerprint(self) -> dict[str, Any]:
+        return {a.value: [on, interval.total_seconds()] for a, (on, interval) in sorted(self.schedules.items())}
+
+    def _check_schedules(self) -> None:
+        """Once per start: if the schedules differ from those the due times were computed with, every table is
+        looked at once (an action turned on, or an interval shortened, would otherwise wait for a change)."""
+        if self._schedules_known:
+            return
+        with self.db.write() as session:
+            if service_state.get_state(session, self.STATE) != self._fingerprint():
+                count = table_store.make_all_maintenance_due(session)
+                service_state.put_state(session, self.STATE, self._fingerprint())
+                log.info("maintenance schedules changed: %d table(s) due for a look", count)
+        self._schedules_known = True
 
     def run_once(self) -> None:
         if not any(on for on, _ in self.schedules.values()):  # every action off: no table to look at
             return
-        now = utcnow()
-        with self.db.read() as session:
-            tables = table_store.list_tables(session)
-            specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
-            last = store.last_plan_times(session)
-            running = {(p.table_id, p.action) for p in store.running_processes(session)}
-            failing = store.failure_streaks(session, [a.value for a in MAINTENANCE_ACTIONS])
-        for rec in tables:
-            spec = specs.get(rec.identifier.catalog_name)
-            if spec is None:
-                continue
-            for action in MAINTENANCE_ACTIONS:
+        self._check_schedules()
+        while not self.stopping:
+            now = utcnow()
+            with self.db.read() as session:
+                tables = table_store.due_for_maintenance(session, now, self.BATCH)
+                ids = [rec.runtime.table_id for rec in tables]
+                specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
+                last = store.last_plan_times(session, ids)
+                running = {(p.table_id, p.action) for p in store.running_processes(session)}
+                failing = store.failure_streaks(session, [a.value for a in MAINTENANCE_ACTIONS], table_ids=ids)
+            for rec in tables:
                 if self.stopping:
                     return
-                key = (rec.runtime.table_id, action.value)
-                on, interval = self.schedules.get(action, (False, timedelta(0)))
-                if not on or key in running:
+                entries, next_at = self._look(rec, specs.get(rec.identifier.catalog_name), now, last, running, failing)
+                with self.db.write() as session:
+                    table_store.record_maintenance(session, rec.runtime, entries, next_at)
+            if len(tables) < self.BATCH:
+                return
+
+    def _look(
+        self,
+        rec: TableRecord,
+        spec: CatalogSpec | None,
+        now: datetime,
+        last: dict[tuple[int, str], datetime],
+        running: set[tuple[int, str]],
+        failing: dict[tuple[int, str], tuple[int, datetime]],
+    ) -> tuple[dict[str, dict[str, str | None]], datetime | None]:
+        """Creates the table's due maintenance processes; what each action's look found, and when the table is
+        next due (None: when it changes)."""
+        entries: dict[str, dict[str, str | None]] = dict(rec.runtime.maintenance or {})
+        if spec is None:
+            return entries, None
+        table: Any = None
+        upcoming: list[datetime] = []
+        for action in MAINTENANCE_ACTIONS:
+            key = (rec.runtime.table_id, action.value)
+            on, interval = self.schedules.get(action, (False, timedelta(0)))
+            if not on:
+                continue
+            try:
+                if not enabled(rec.runtime.config, action) or forbidding_setting(rec.runtime.config, action):
+                    entries.pop(action.value, None)  # off for this table until its configuration changes
                     continue
-                try:
-                    if not enabled(rec.runtime.config, action) or forbidding_setting(rec.runtime.config, action):
-                        continue
-                    interval = interval_override(rec.runtime.config, action) or interval
-                except InvalidField as exc:
-                    self._warn(rec, action, str(exc))
-                    continue
-                failures = failing.get(key, (0, now))[0]
-                interval = after_failures(interval, failures)
-                previous = [as_utc(t) for t in (last.get(key), self._checked.get(key)) if t is not None]
-                if previous and now - max(previous) < interval:
-                    continue
-                self._checked[key] = now
-                try:
-                    self.engine.create_process(rec, spec, action, "scheduled", {})
-                except NothingToDo as why:
-                    log.debug("%s on %s: nothing to do: %s", action, rec.name, why)
-                except Conflict:
-                    pass
-                except InvalidField as exc:
-                    self._warn(rec, action, str(exc))
-                except Exception as exc:
-                    log.warning("cannot plan %s on %s: %s", action, rec.name, exc)
+                interval = interval_override(rec.runtime.config, action) or interval
+            except InvalidField as exc:
+                self._warn(rec, action, str(exc))
+                entries.pop(action.value, None)
+                continue
+            interval = after_failures(interval, failing.get(key, (0, now))[0])
+            due = self._due(entries.get(action.value), last.get(key), interval)
+            if key in running:  # looked at again soon: a process of its kind is running
+                due = max(due or now, now + timedelta(seconds=self.interval_seconds))
+            if due is not None and due > now:
+                upcoming.append(due)
+                continue
+            if due is None:
+                continue
+            work_at: datetime | None = now  # when work may come without a change: after the interval
+            try:
+                if table is None:
+                    table = self.engine.load(rec, spec)
+                self.engine.create_process(rec, spec, action, "scheduled", {}, table=table)
+            except NothingToDo as why:
+                log.debug("%s on %s: nothing to do: %s", action, rec.name, why)
+                work_at = why.at if why.on_change else now
+            except Conflict:
+                work_at = now
+            except InvalidField as exc:
+                self._warn(rec, action, str(exc))
+                work_at = None  # misconfigured: until the configuration changes
+            except Exception as exc:
+                log.warning("cannot plan %s on %s: %s", action, rec.name, exc)
+            entries[action.value] = {
+                "checked": now.isoformat(),
+                "next": None if work_at is None else work_at.isoformat(),
+            }
+            following = self._due(entries[action.value], now, interval)
+            if following is not None:
+                upcoming.append(following)
+        return entries, min(upcoming, default=None)
+
+    @staticmethod
+    def _due(entry: dict[str, str | None] | None, planned: datetime | None, interval: timedelta) -> datetime | None:
+        """When an action is next due: never looked at, at once; else when work may come (None: only with a
+        change), but not within the interval after its last look or its last process (a manual run's too)."""
+        if entry is None:
+            return as_utc(planned) + interval if planned is not None else datetime.min.replace(tzinfo=UTC)
+        if entry.get("next") is None:
+            return None
+        times = [datetime.fromisoformat(str(entry["next"])), datetime.fromisoformat(str(entry["checked"])) + interval]
+        if planned is not None:
+            times.append(as_utc(planned) + interval)
+        return max(times)
 
     def backoff(self, session: Session, rec: TableRecord) -> dict[Action, tuple[int, datetime]]:
         """The table's actions that are backing off: failed processes in a row, and when the trigger tries

@@ -68,20 +68,28 @@ class ProcessEngine:
 
     # ---- creating and planning
 
-    def _load(self, rec: TableRecord, spec: CatalogSpec) -> Any:
+    def load(self, rec: TableRecord, spec: CatalogSpec) -> Any:
+        """The table's current metadata, through its catalog."""
         with catalog_for(spec, self.metadata) as catalog:
             return catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
 
     def create_process(
-        self, rec: TableRecord, spec: CatalogSpec, action: str, trigger: str, options: dict[str, Any]
+        self,
+        rec: TableRecord,
+        spec: CatalogSpec,
+        action: str,
+        trigger: str,
+        options: dict[str, Any],
+        table: Any | None = None,
     ) -> int:
         """A process of any action other than self-optimizing, planned now on the table's current
-        metadata, in the table's group; raises NothingToDo (why there is no work, or which table
-        setting forbids it) or Conflict (one of that action is already running on the table)."""
+        metadata (`table`: as just loaded, else loaded here), in the table's group; raises NothingToDo (why
+        there is no work, or which table setting forbids it) or Conflict (one of that action is already
+        running on the table)."""
         factory = self.registry.factory(action, rec.identifier.format)
         with self.db.read() as session:
             self._check_none_running(session, rec, action)
-        plan = factory.create(rec, self._load(rec, spec), trigger, options)
+        plan = factory.create(rec, table if table is not None else self.load(rec, spec), trigger, options)
         with self.db.write() as session:
             self._check_none_running(session, rec, action)
             process_id = store.create_process(session, rec, rec.runtime.optimizing_group, action, plan).process_id
@@ -127,7 +135,7 @@ class ProcessEngine:
         """The process and its tasks are written in one transaction."""
         factory = self.registry.factory(Action.OPTIMIZING, rec.identifier.format)
         try:
-            plan = factory.create(rec, self._load(rec, spec), "pending", {})
+            plan = factory.create(rec, self.load(rec, spec), "pending", {})
         except NothingToDo:
             return None
         with self.db.write() as session:

@@ -88,6 +88,10 @@ class TableRuntimeRow(Base):
     # when the verdict may change with no new snapshot or configuration (a minor or full interval passes, a
     # process ends, a chart's sample is due); None: only a new snapshot or configuration changes it
     next_evaluation_at: Mapped[datetime | None] = mapped_column(index=True)
+    # when the maintenance trigger next looks at the table (None: not until it changes), and per action what its
+    # last look found: {"checked": when, "next": when work may come without a change, None if only with one}
+    next_maintenance_at: Mapped[datetime | None] = mapped_column(index=True)
+    maintenance: Mapped[dict[str, Any] | None]
     last_minor_optimizing_at: Mapped[datetime | None]
     last_major_optimizing_at: Mapped[datetime | None]
     last_full_optimizing_at: Mapped[datetime | None]
@@ -382,6 +386,16 @@ class NodeRow(Base):
     url: Mapped[str] = mapped_column(String(1024))
     started_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
+
+
+class ServiceStateRow(Base):
+    """What a service remembers across restarts (e.g. the maintenance schedules its due times were computed with)."""
+
+    __tablename__ = "service_state"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict[str, Any]]
+    updated_at: Mapped[datetime]
 
 
 class IdempotencyRow(Base):

@@ -276,22 +276,30 @@ def list_processes(
     return list(session.scalars(_filtered(query, table_id=table_id, action=action, status=status)))
 
 
-def last_plan_times(session: Session) -> dict[tuple[int, str], datetime]:
-    """When each (table, action) last had a process created."""
+def last_plan_times(session: Session, table_ids: list[int] | None = None) -> dict[tuple[int, str], datetime]:
+    """When each (table, action) last had a process created (of these tables, when given)."""
     query = select(ProcessRow.table_id, ProcessRow.action, func.max(ProcessRow.plan_time)).group_by(
         ProcessRow.table_id, ProcessRow.action
     )
+    if table_ids is not None:
+        query = query.where(ProcessRow.table_id.in_(table_ids))
     return {(table_id, action): moment for table_id, action, moment in session.execute(query)}
 
 
 def failure_streaks(
-    session: Session, actions: list[str], table_id: int | None = None, depth: int = 8
+    session: Session,
+    actions: list[str],
+    table_id: int | None = None,
+    depth: int = 8,
+    table_ids: list[int] | None = None,
 ) -> dict[tuple[int, str], tuple[int, datetime]]:
     """Per (table, action) whose newest ended process failed: how many of its newest ended processes failed in a
     row (up to `depth`), and when the newest was planned."""
     query = select(ProcessStreakRow).where(ProcessStreakRow.action.in_(actions), ProcessStreakRow.failed_in_a_row > 0)
     if table_id is not None:
         query = query.where(ProcessStreakRow.table_id == table_id)
+    if table_ids is not None:
+        query = query.where(ProcessStreakRow.table_id.in_(table_ids))
     return {
         (r.table_id, r.action): (min(r.failed_in_a_row, depth), as_utc(r.newest_planned_at))
         for r in session.scalars(query)

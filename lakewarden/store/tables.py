@@ -6,7 +6,20 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Select, column, delete, func, literal, literal_column, select, table, text, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    column,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    table,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NotFound
@@ -193,6 +206,7 @@ def add_table(
         config=config,
         summary={},
         next_evaluation_at=now,  # never evaluated: due at once
+        next_maintenance_at=now,  # and never looked at by the maintenance trigger
     )
     session.add(runtime)
     session.flush()
@@ -211,6 +225,48 @@ def due_for_evaluation(session: Session, now: datetime) -> list[TableRecord]:
         (runtime.status_code + 0).in_([TableStatus.IDLE.value, TableStatus.PENDING.value]),
     )
     return [TableRecord(ident, rt) for ident, rt in session.execute(query)]
+
+
+def _maintenance_changed(runtime: TableRuntimeRow) -> None:
+    """The table changed: each maintenance action that waited for a change is due again once its interval since
+    its last look has passed (the trigger adds the interval to `checked`)."""
+    runtime.maintenance = {
+        action: {**entry, "next": entry["checked"]} for action, entry in (runtime.maintenance or {}).items()
+    }
+    runtime.next_maintenance_at = utcnow()
+
+
+def due_for_maintenance(session: Session, now: datetime, limit: int) -> list[TableRecord]:
+    """Up to `limit` tables whose `next_maintenance_at` has come, the longest waiting first: a range of its index.
+    A new table, a new snapshot or configuration set it to now; the trigger sets it from what it found."""
+    query = _query().where(TableRuntimeRow.next_maintenance_at <= now)
+    query = query.order_by(TableRuntimeRow.next_maintenance_at).limit(limit)
+    return [TableRecord(ident, rt) for ident, rt in session.execute(query)]
+
+
+def record_maintenance(
+    session: Session,
+    seen: TableRuntimeRow,
+    entries: dict[str, dict[str, str | None]],
+    next_at: datetime | None,
+) -> None:
+    """What the maintenance trigger found on a table (`seen`: its runtime as the trigger read it). If the table
+    changed while the trigger looked, the change stands: its actions are due again as `_maintenance_changed`
+    leaves them."""
+    runtime = session.get(TableRuntimeRow, seen.table_id)
+    if runtime is None:
+        return
+    runtime.maintenance = entries
+    runtime.next_maintenance_at = next_at
+    if runtime.current_snapshot_id != seen.current_snapshot_id or dict(runtime.config) != dict(seen.config):
+        _maintenance_changed(runtime)
+    session.flush()
+
+
+def make_all_maintenance_due(session: Session) -> int:
+    """Every table is looked at by the maintenance trigger once (its schedules changed); how many."""
+    result = session.execute(update(TableRuntimeRow).values(next_maintenance_at=utcnow()))
+    return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -263,11 +319,12 @@ def tables_by_id(session: Session, table_ids: list[int]) -> dict[TableIdentifier
 def record_table_snapshot(
     session: Session, runtime: TableRuntimeRow, snapshot: TableSnapshot, group: str, config: dict[str, str]
 ) -> None:
+    changed = dict(runtime.config or {}) != config or runtime.current_snapshot_id != snapshot.current_snapshot_id
     if dict(runtime.config or {}) != config:
         runtime.evaluated_at = None  # a new configuration deserves a new verdict
+    if changed:  # and so does a new snapshot; both may bring maintenance work
         runtime.next_evaluation_at = utcnow()
-    elif runtime.current_snapshot_id != snapshot.current_snapshot_id:  # and so does a new snapshot
-        runtime.next_evaluation_at = utcnow()
+        _maintenance_changed(runtime)
     runtime.metadata_location = snapshot.metadata_location
     runtime.current_snapshot_id = snapshot.current_snapshot_id
     runtime.summary = snapshot.summary

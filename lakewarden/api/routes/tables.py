@@ -96,6 +96,7 @@ def _key(rec: TableRecord) -> tuple[str, str, str]:
 
 def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
     backoff = ctx.trigger.backoff(session, rec)
+    looks: dict[str, dict[str, str | None]] = rec.runtime.maintenance or {}
     return TableRead(
         **_brief_fields(rec),
         status_changed_at=rec.runtime.status_changed_at,
@@ -116,6 +117,8 @@ def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
                 blocked_by=m.blocked_by,
                 failures=backoff.get(m.action, (0, None))[0],
                 retry_after=backoff.get(m.action, (0, None))[1],
+                checked_at=looks.get(m.action.value, {}).get("checked"),
+                work_expected_at=looks.get(m.action.value, {}).get("next"),
             )
             for m in maintenance_states(rec.runtime.config)
         ],
