@@ -19,8 +19,10 @@ Reported: the evaluator's and explorer's CPU (`lakewarden_service_cpu_seconds_to
 the changing minutes; how far the evaluator lags (tables changed but not yet evaluated, sampled); the explorer's
 full pass; a minute's worth of changes landing at once and the time until every one is evaluated; p50/p99 of
 `/api/v1/tables` pages (by offset at the start, middle and end; one namespace; by status) and the overview.
-Goals (issue 18): evaluator + explorer < 25% of a core; a full pass < 5 min; list pages < 200 ms. Maintenance is
-off in this run: its trigger still looks at every table each interval, reading its metadata (next to fix).
+Goals (issue 18): evaluator + explorer < 25% of a core; a full pass < 5 min; list pages < 200 ms. Maintenance runs
+on the default schedules, its looks generated as a steady state leaves them (each table's last look at a moment of
+the last interval, nothing to do until it changes): its trigger's CPU is reported apart, with the processes it
+created for the changed tables (no optimizer runs them here).
 
     .venv/bin/python bench/million_tables.py [--tables 1000000] [--namespaces 1000] [--percent 1] [--minutes 5]
 """
@@ -36,6 +38,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,20 +50,24 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
-from sqlalchemy import insert, update
+from sqlalchemy import func, insert, select, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import admin_token, append_snapshot, bar_chart, percentile, running_server, write
-from lakewarden.config import ACTION_INTERVALS
+from lakewarden.config import Config
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus, effective_config
 from lakewarden.metadata.table_metadata import metadata_json, new_metadata
+from lakewarden.services.composition import maintenance_schedules
 from lakewarden.services.evaluation import _config_hash
 from lakewarden.services.explorer import defaults_fingerprint
+from lakewarden.services.maintenance import MaintenanceTrigger, schedules_fingerprint
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as pointer_store
+from lakewarden.store import service_state
 from lakewarden.store.database import Database, utcnow
-from lakewarden.store.models import IcebergTableRow, TableIdentifierRow, TableRuntimeRow
+from lakewarden.store.models import IcebergTableRow, ProcessRow, TableIdentifierRow, TableRuntimeRow
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
 PLACE = "/placeholder-location"  # replaced by each table's location
@@ -134,12 +141,16 @@ def write_tables(args: tuple[str, int, int, int, list[dict[str, Any]]]) -> list[
     return written
 
 
-def register(db: Database, warehouse: str, count: int, namespaces: int, made: list[dict[str, Any]]) -> None:
-    """Pointers, managed tables and verdicts as lakewarden leaves them: every table evaluated and idle."""
+def register(
+    db: Database, warehouse: str, count: int, namespaces: int, made: list[dict[str, Any]], now: datetime
+) -> None:
+    """Pointers, managed tables, verdicts and maintenance looks as lakewarden leaves them: every table evaluated
+    and idle, nothing to maintain until it changes."""
     config = effective_config({}, {})
-    now = utcnow()
     spec = CatalogSpec("bench", "internal", {"warehouse": warehouse})
     with db.write() as session:
+        # the schedules the looks below were made with: a start with the same ones reads no table
+        service_state.put_state(session, MaintenanceTrigger.STATE, schedules_fingerprint(SCHEDULES))
         catalog_store.create_catalog(session, spec)
         # as a refresh that loaded every table records it: the next loads only tables that moved
         catalog_store.record_refresh(session, "bench", None, defaults_fingerprint(spec))
@@ -186,6 +197,10 @@ def register(db: Database, warehouse: str, count: int, namespaces: int, made: li
                     "evaluated_snapshot_id": snapshot_id,
                     "evaluated_at": now,
                     "evaluation": {"config_hash": _config_hash(config), "type": None, "reasons": []},
+                    # the maintenance trigger's last looks, spread over the last interval as a steady state leaves
+                    # them: one snapshot, nothing to do until the table changes
+                    "maintenance": looks(i, now, "none"),
+                    "next_maintenance_at": None,
                 }
             )
         with db.write() as session:
@@ -194,11 +209,34 @@ def register(db: Database, warehouse: str, count: int, namespaces: int, made: li
             session.execute(insert(TableRuntimeRow), runtimes)
 
 
+SCHEDULES = maintenance_schedules(Config.model_validate({}))  # the server's defaults, as the bench runs it
+LOOKED = [Action.EXPIRE_SNAPSHOTS, Action.CLEAN_DANGLING_DELETE_FILES, Action.REWRITE_MANIFESTS]  # on by default
+
+
+def looks(i: int, now: datetime, found: str) -> dict[str, dict[str, str | None]]:
+    """Table i's maintenance looks, each at a moment of the last interval (the same for a table's every call):
+    `found` "none" (only a change brings work), or "changed" (as a new snapshot leaves them)."""
+    entries: dict[str, dict[str, str | None]] = {}
+    for action in LOOKED:
+        checked = (now - SCHEDULES[action][1] * random.Random(i * 7 + len(action)).random()).isoformat()
+        entries[action.value] = {"checked": checked, "next": checked if found == "changed" else None}
+    return entries
+
+
 class Changes:
     """Commits, out of band, to `per_minute` tables a minute (each table at most once: its second version)."""
 
-    def __init__(self, db: Database, warehouse: str, namespaces: int, made: list[dict[str, Any]], count: int) -> None:
+    def __init__(
+        self,
+        db: Database,
+        warehouse: str,
+        namespaces: int,
+        made: list[dict[str, Any]],
+        count: int,
+        registered: datetime,
+    ) -> None:
         self.db, self.warehouse, self.namespaces, self.made = db, warehouse, namespaces, made
+        self.registered = registered
         self.order = random.Random(7).sample(range(count), count)
         self.done = 0
         self.stop = threading.Event()
@@ -226,12 +264,14 @@ class Changes:
                 session.execute(
                     update(TableRuntimeRow)
                     .where(TableRuntimeRow.table_id == i + 1)
-                    # as record_table_snapshot does: the evaluation is due at once
+                    # as record_table_snapshot does: the evaluation is due at once, maintenance after its interval
                     .values(
                         metadata_location=path,
                         current_snapshot_id=snapshot_id,
                         last_refreshed_at=now,
                         next_evaluation_at=now,
+                        maintenance=looks(i, self.registered, "changed"),
+                        next_maintenance_at=now,
                     )
                 )
         self.done += len(rows)
@@ -258,6 +298,27 @@ def lagging(db: Database) -> int:
             .filter(TableRuntimeRow.evaluated_snapshot_id.is_distinct_from(TableRuntimeRow.current_snapshot_id))
             .count()
         )
+
+
+def maintenance_looks(db: Database, since: datetime) -> dict[str, int]:
+    """Per action, the tables the maintenance trigger looked at since `since` (it read their metadata)."""
+    found: dict[str, int] = {}
+    with db.read() as session:
+        rows = session.scalars(
+            select(TableRuntimeRow.maintenance).where(TableRuntimeRow.next_maintenance_at.isnot(None))
+        )
+        for entries in rows:
+            for action, entry in (entries or {}).items():
+                if datetime.fromisoformat(entry["checked"]) > since:
+                    found[action] = found.get(action, 0) + 1
+    return found
+
+
+def maintenance_processes(db: Database) -> dict[str, int]:
+    """The maintenance processes the trigger created, by action (no optimizer runs them here)."""
+    with db.read() as session:
+        rows = session.execute(select(ProcessRow.action, func.count()).group_by(ProcessRow.action))
+        return {action: int(count) for action, count in rows}
 
 
 def service_cpu(api: httpx.Client) -> dict[str, float]:
@@ -307,13 +368,11 @@ def run(args: argparse.Namespace, tmp: str) -> None:
     Path(f"{tmp}/data").mkdir(exist_ok=True)
     db = Database(f"sqlite:///{tmp}/data/lakewarden.db")
     db.migrate()
-    register(db, warehouse, args.tables, args.namespaces, made)
+    registered = utcnow()
+    register(db, warehouse, args.tables, args.namespaces, made, registered)
     print(f"registered in {time.perf_counter() - started - generated:.0f} s", flush=True)
-    # maintenance off: its trigger still looks at every table each interval (reading its metadata), which a
-    # million tables make a pass of hours; measured apart once it follows changes as the evaluator does
-    maintenance = "".join(f"  {action}: {{enabled: false}}\n" for action in ACTION_INTERVALS)
     config = (
-        maintenance + f"catalogs: [{{name: bench, type: internal, properties: {{warehouse: '{warehouse}'}}}}]\n"
+        f"catalogs: [{{name: bench, type: internal, properties: {{warehouse: '{warehouse}'}}}}]\n"
         "containers: [{name: outside, container-impl: external}]\n"
         "resource-groups: [{name: default, container: outside}]\n"
     )
@@ -321,7 +380,7 @@ def run(args: argparse.Namespace, tmp: str) -> None:
         "tables": args.tables,
         "namespaces": args.namespaces,
         "percent": args.percent,
-        "maintenance": "off (its trigger's pass still reads every table each interval)",
+        "maintenance": "on, the default schedules (expiry, dangling deletes and manifests on every table)",
     }
     with running_server(tmp, config) as root:
         api = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {admin_token(tmp)}"}, timeout=600)
@@ -339,9 +398,16 @@ def run(args: argparse.Namespace, tmp: str) -> None:
         result["idle_cpu_share"] = round(
             sum(idle_after.get(k, 0) - idle.get(k, 0) for k in ("table-evaluator", "table-explorer")) / idle_window, 4
         )
-        print(f"no change: evaluator + explorer {result['idle_cpu_share'] * 100:.1f}% of a core", flush=True)
+        result["idle_maintenance_share"] = round(
+            (idle_after.get("maintenance-trigger", 0) - idle.get("maintenance-trigger", 0)) / idle_window, 4
+        )
+        print(
+            f"no change: evaluator + explorer {result['idle_cpu_share'] * 100:.1f}% of a core,"
+            f" maintenance trigger {result['idle_maintenance_share'] * 100:.1f}%",
+            flush=True,
+        )
 
-        changes = Changes(db, warehouse, args.namespaces, made, args.tables)
+        changes = Changes(db, warehouse, args.namespaces, made, args.tables, registered)
         per_minute = args.tables * args.percent / 100
         writer = threading.Thread(target=changes.run, args=(per_minute,), daemon=True)
         steady_before = service_cpu(api)
@@ -365,6 +431,8 @@ def run(args: argparse.Namespace, tmp: str) -> None:
                 (spent.get("table-evaluator", 0) + spent.get("table-explorer", 0)) / steady_seconds, 4
             ),
             "waiting_max": max(lags),
+            "maintenance_looks": maintenance_looks(db, registered),
+            "maintenance_processes": maintenance_processes(db),
         }
         print(f"steady: {json.dumps(result['steady'])}", flush=True)
 

@@ -246,6 +246,11 @@ def maintenance_factories(cache: ManifestCache) -> list[MaintenanceFactory]:
     ]
 
 
+def schedules_fingerprint(schedules: dict[Action, tuple[bool, timedelta]]) -> dict[str, Any]:
+    """The schedules as the trigger remembers them across restarts (service_state)."""
+    return {a.value: [on, interval.total_seconds()] for a, (on, interval) in sorted(schedules.items())}
+
+
 class MaintenanceTrigger(LoopService):
     """Creates the maintenance processes that are due: per table and action, at most once per interval, and only
     when work can have come since the last look.
@@ -271,7 +276,7 @@ class MaintenanceTrigger(LoopService):
         self._warned: set[tuple[int, str, str]] = set()
 
     def _fingerprint(self) -> dict[str, Any]:
-        return {a.value: [on, interval.total_seconds()] for a, (on, interval) in sorted(self.schedules.items())}
+        return schedules_fingerprint(self.schedules)
 
     def _check_schedules(self) -> None:
         """Once per start: if the schedules differ from those the due times were computed with, every table is
@@ -296,7 +301,7 @@ class MaintenanceTrigger(LoopService):
                 ids = [rec.runtime.table_id for rec in tables]
                 specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
                 last = store.last_plan_times(session, ids)
-                running = {(p.table_id, p.action) for p in store.running_processes(session)}
+                running = {(p.table_id, p.action) for p in store.running_processes(session, table_ids=ids)}
                 failing = store.failure_streaks(session, [a.value for a in MAINTENANCE_ACTIONS], table_ids=ids)
             for rec in tables:
                 if self.stopping:
@@ -339,8 +344,8 @@ class MaintenanceTrigger(LoopService):
                 continue
             interval = after_failures(interval, failing.get(key, (0, now))[0])
             due = self._due(entries.get(action.value), last.get(key), interval)
-            if key in running:  # looked at again soon: a process of its kind is running
-                due = max(due or now, now + timedelta(seconds=self.interval_seconds))
+            if key in running and due is not None and due <= now:  # one of its kind still runs: an interval later
+                due = now + max(interval, timedelta(seconds=self.interval_seconds))
             if due is not None and due > now:
                 upcoming.append(due)
                 continue

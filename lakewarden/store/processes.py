@@ -259,9 +259,15 @@ def _filtered(query: Any, **equal: Any) -> Any:
 
 
 def running_processes(
-    session: Session, group: str | None = None, table_id: int | None = None, action: str | None = None
+    session: Session,
+    group: str | None = None,
+    table_id: int | None = None,
+    action: str | None = None,
+    table_ids: list[int] | None = None,
 ) -> list[ProcessRow]:
     query = select(ProcessRow).where(ProcessRow.status == ProcessStatus.RUNNING.value).order_by(ProcessRow.plan_time)
+    if table_ids is not None:
+        query = query.where(ProcessRow.table_id.in_(table_ids))
     return list(session.scalars(_filtered(query, group_name=group, table_id=table_id, action=action)))
 
 
