@@ -205,22 +205,28 @@ class TableEvaluator(LoopService):
 
     def _record(self, verdicts: list[tuple[TableRecord, dict[str, Any]]]) -> None:
         """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE."""
-        moved: list[tuple[TableRecord, dict[str, Any]]] = []
         with self.db.write() as session:
+            shaped = {
+                rec.runtime.table_id: shape
+                for rec, document in verdicts
+                if (shape := shape_of(document, rec.runtime.summary or {})) is not None
+            }
+            sampled = (
+                shapes.sample_table_shapes(session, shaped, self.shape_interval)
+                if shaped and self.shape_interval is not None
+                else {}
+            )
+            saved = []
             for rec, document in verdicts:
-                table_id = rec.runtime.table_id
-                shape = shape_of(document, rec.runtime.summary or {})
-                deferred = None
-                if shape is not None and self.shape_interval is not None:
-                    deferred = shapes.sample_table_shape(session, table_id, shape, self.shape_interval).deferred_until
-                again = self._next_evaluation(document, deferred)
-                runtime_store.save_evaluation(session, table_id, document["snapshot_id"], document, again)
-                if document["type"] is not None:
-                    turned = runtime_store.transition_table(session, table_id, TableStatus.IDLE, TableStatus.PENDING)
-                else:
-                    turned = runtime_store.transition_table(session, table_id, TableStatus.PENDING, TableStatus.IDLE)
-                if turned:
-                    moved.append((rec, document))
+                sampling = sampled.get(rec.runtime.table_id)
+                again = self._next_evaluation(document, None if sampling is None else sampling.deferred_until)
+                saved.append((rec.runtime.table_id, document["snapshot_id"], document, again))
+            runtime_store.save_evaluations(session, saved)
+            pending = [rec.runtime.table_id for rec, document in verdicts if document["type"] is not None]
+            idle = [rec.runtime.table_id for rec, document in verdicts if document["type"] is None]
+            turned = runtime_store.transition_tables(session, pending, TableStatus.IDLE, TableStatus.PENDING)
+            turned |= runtime_store.transition_tables(session, idle, TableStatus.PENDING, TableStatus.IDLE)
+        moved = [(rec, document) for rec, document in verdicts if rec.runtime.table_id in turned]
         for rec, document in moved:
             now = "pending" if document["type"] else "idle"
             log.info("%s is now %s: %s", rec.name, now, "; ".join(document["reasons"]))

@@ -27,6 +27,46 @@ def transition_table(session: Session, table_id: int, expected: TableStatus, new
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
+def transition_tables(session: Session, table_ids: list[int], expected: TableStatus, new: TableStatus) -> set[int]:
+    """`transition_table` for many tables in one statement: the ids of those that were in `expected` and moved."""
+    check_table(expected, new)
+    if not table_ids:
+        return set()
+    statement = (
+        update(TableRuntimeRow)
+        .where(TableRuntimeRow.table_id.in_(table_ids), TableRuntimeRow.status_code == int(expected))
+        .values(status_code=int(new), status_changed_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    if session.get_bind().dialect.update_returning:
+        moved = set(session.scalars(statement.returning(TableRuntimeRow.table_id)))
+    else:  # one by one, each a compare-and-swap
+        moved = {table_id for table_id in table_ids if transition_table(session, table_id, expected, new)}
+    session.flush()
+    return moved
+
+
+def save_evaluations(session: Session, verdicts: list[tuple[int, int | None, dict[str, Any], datetime | None]]) -> None:
+    """`save_evaluation` for many tables: (table id, snapshot id, verdict, next evaluation), one executemany."""
+    if not verdicts:
+        return
+    now = utcnow()
+    session.execute(
+        update(TableRuntimeRow),
+        [
+            {
+                "table_id": table_id,
+                "evaluated_snapshot_id": snapshot_id,
+                "evaluated_at": now,
+                "evaluation": evaluation,
+                "next_evaluation_at": again,
+            }
+            for table_id, snapshot_id, evaluation, again in verdicts
+        ],
+    )
+    session.flush()
+
+
 def save_evaluation(
     session: Session,
     table_id: int,

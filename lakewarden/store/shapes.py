@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.tables import TableHealth
@@ -56,24 +56,45 @@ class Sampling:
 
 def sample_table_shape(session: Session, table_id: int, shape: Shape, interval: timedelta) -> Sampling:
     """Records the shape unless it is the newest sample's, or the newest is younger than `interval`."""
-    newest = session.scalars(
-        select(TableShapeRow).where(TableShapeRow.table_id == table_id).order_by(TableShapeRow.sample_id.desc())
-    ).first()
+    return sample_table_shapes(session, {table_id: shape}, interval)[table_id]
+
+
+def sample_table_shapes(session: Session, shapes: dict[int, Shape], interval: timedelta) -> dict[int, Sampling]:
+    """`sample_table_shape` for many tables: one query for their newest samples, one insert of the new ones."""
+    newest_ids = (
+        select(func.max(TableShapeRow.sample_id))
+        .where(TableShapeRow.table_id.in_(list(shapes)))
+        .group_by(TableShapeRow.table_id)
+        .scalar_subquery()
+    )
+    newest = {
+        row.table_id: row
+        for row in session.scalars(select(TableShapeRow).where(TableShapeRow.sample_id.in_(newest_ids)))
+    }
     now = utcnow()
-    if newest is not None:
-        same = (newest.snapshot_id, newest.health, newest.data_files, newest.delete_files) == (
-            shape.snapshot_id,
-            shape.health,
-            shape.data_files,
-            shape.delete_files,
-        )
-        if same:
-            return Sampling(False)
-        if now - as_utc(newest.sampled_at) < interval:
-            return Sampling(False, as_utc(newest.sampled_at) + interval)
-    session.add(TableShapeRow(table_id=table_id, sampled_at=now, **shape.__dict__))
+    found: dict[int, Sampling] = {}
+    rows: list[dict[str, Any]] = []
+    for table_id, shape in shapes.items():
+        last = newest.get(table_id)
+        if last is not None:
+            same = (last.snapshot_id, last.health, last.data_files, last.delete_files) == (
+                shape.snapshot_id,
+                shape.health,
+                shape.data_files,
+                shape.delete_files,
+            )
+            if same:
+                found[table_id] = Sampling(False)
+                continue
+            if now - as_utc(last.sampled_at) < interval:
+                found[table_id] = Sampling(False, as_utc(last.sampled_at) + interval)
+                continue
+        rows.append({"table_id": table_id, "sampled_at": now, **shape.__dict__})
+        found[table_id] = Sampling(True)
+    if rows:
+        session.execute(insert(TableShapeRow), rows)
     session.flush()
-    return Sampling(True)
+    return found
 
 
 def table_shapes(session: Session, table_id: int, limit: int) -> list[TableShapeRow]:
