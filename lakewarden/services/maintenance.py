@@ -43,7 +43,6 @@ from lakewarden.domain.maintenance import (
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
-from lakewarden.metadata.manifests import manifests as snapshot_manifests
 from lakewarden.protocol import TASK_INPUT, TaskInput
 from lakewarden.services.loop import LoopService
 from lakewarden.services.process_engine import ProcessEngine
@@ -227,10 +226,13 @@ class AutoCreateTagsFactory(MaintenanceFactory):
 class RewriteManifestsFactory(MaintenanceFactory):
     action = Action.REWRITE_MANIFESTS
 
+    def __init__(self, cache: ManifestCache) -> None:
+        self.cache = cache  # the manifest list, as the evaluator read it
+
     def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = RewriteManifestsConfig.of(config)
         snapshot = table.current_snapshot()
-        count = 0 if snapshot is None else len(snapshot_manifests(table.io, snapshot))
+        count = 0 if snapshot is None else len(self.cache.manifests(table.io, snapshot))
         reason = f"{count} manifests ({'at least' if count >= cfg.min_count else 'fewer than'} {cfg.min_count})"
         return {}, [reason], count >= cfg.min_count
 
@@ -242,7 +244,7 @@ def maintenance_factories(cache: ManifestCache) -> list[MaintenanceFactory]:
         CleanDanglingDeleteFilesFactory(cache),
         ExpireDataFactory(),
         AutoCreateTagsFactory(),
-        RewriteManifestsFactory(),
+        RewriteManifestsFactory(cache),
     ]
 
 
@@ -303,13 +305,15 @@ class MaintenanceTrigger(LoopService):
                 last = store.last_plan_times(session, ids)
                 running = {(p.table_id, p.action) for p in store.running_processes(session, table_ids=ids)}
                 failing = store.failure_streaks(session, [a.value for a in MAINTENANCE_ACTIONS], table_ids=ids)
+            looks = []
             for rec in tables:
                 if self.stopping:
-                    return
+                    break
                 entries, next_at = self._look(rec, specs.get(rec.identifier.catalog_name), now, last, running, failing)
-                with self.db.write() as session:
-                    table_store.record_maintenance(session, rec.runtime, entries, next_at)
-            if len(tables) < self.BATCH:
+                looks.append((rec.runtime, entries, next_at))
+            with self.db.write() as session:  # a look lost to a crash is only looked again
+                table_store.record_maintenance(session, looks)
+            if len(tables) < self.BATCH or self.stopping:
                 return
 
     def _look(
@@ -355,7 +359,7 @@ class MaintenanceTrigger(LoopService):
             try:
                 if table is None:
                     table = self.engine.load(rec, spec)
-                self.engine.create_process(rec, spec, action, "scheduled", {}, table=table)
+                self.engine.create_process(rec, spec, action, "scheduled", {}, table=table, running_checked=True)
             except NothingToDo as why:
                 log.debug("%s on %s: nothing to do: %s", action, rec.name, why)
                 work_at = why.at if why.on_change else now

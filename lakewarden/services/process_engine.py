@@ -81,14 +81,18 @@ class ProcessEngine:
         trigger: str,
         options: dict[str, Any],
         table: Any | None = None,
+        running_checked: bool = False,
     ) -> int:
         """A process of any action other than self-optimizing, planned now on the table's current
         metadata (`table`: as just loaded, else loaded here), in the table's group; raises NothingToDo (why
         there is no work, or which table setting forbids it) or Conflict (one of that action is already
-        running on the table)."""
+        running on the table). `running_checked`: the caller has just read the table's running processes (the
+        maintenance trigger, for its batch), so the early check that spares an inspection is skipped; the
+        check in the write transaction that creates the process always runs."""
         factory = self.registry.factory(action, rec.identifier.format)
-        with self.db.read() as session:
-            self._check_none_running(session, rec, action)
+        if not running_checked:
+            with self.db.read() as session:
+                self._check_none_running(session, rec, action)
         plan = factory.create(rec, table if table is not None else self.load(rec, spec), trigger, options)
         with self.db.write() as session:
             self._check_none_running(session, rec, action)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -230,10 +231,13 @@ def due_for_evaluation(session: Session, now: datetime) -> list[TableRecord]:
 def _maintenance_changed(runtime: TableRuntimeRow) -> None:
     """The table changed: each maintenance action that waited for a change is due again once its interval since
     its last look has passed (the trigger adds the interval to `checked`)."""
-    runtime.maintenance = {
-        action: {**entry, "next": entry["checked"]} for action, entry in (runtime.maintenance or {}).items()
-    }
+    runtime.maintenance = _changed_looks(runtime.maintenance or {})
     runtime.next_maintenance_at = utcnow()
+
+
+def _changed_looks(entries: dict[str, Any]) -> dict[str, Any]:
+    """Each action's look, made due again once its interval since the look has passed."""
+    return {action: {**entry, "next": entry["checked"]} for action, entry in entries.items()}
 
 
 def due_for_maintenance(session: Session, now: datetime, limit: int) -> list[TableRecord]:
@@ -245,21 +249,32 @@ def due_for_maintenance(session: Session, now: datetime, limit: int) -> list[Tab
 
 
 def record_maintenance(
-    session: Session,
-    seen: TableRuntimeRow,
-    entries: dict[str, dict[str, str | None]],
-    next_at: datetime | None,
+    session: Session, looks: list[tuple[TableRuntimeRow, dict[str, dict[str, str | None]], datetime | None]]
 ) -> None:
-    """What the maintenance trigger found on a table (`seen`: its runtime as the trigger read it). If the table
-    changed while the trigger looked, the change stands: its actions are due again as `_maintenance_changed`
-    leaves them."""
-    runtime = session.get(TableRuntimeRow, seen.table_id)
-    if runtime is None:
+    """What the maintenance trigger found on tables: (the runtime as it read it, each action's look, when the
+    table is next due). A table that changed while the trigger looked keeps the change: its actions are due again
+    as `_maintenance_changed` leaves them. One query and one executemany for the batch."""
+    ids = [seen.table_id for seen, _, _ in looks]
+    if not ids:
         return
-    runtime.maintenance = entries
-    runtime.next_maintenance_at = next_at
-    if runtime.current_snapshot_id != seen.current_snapshot_id or dict(runtime.config) != dict(seen.config):
-        _maintenance_changed(runtime)
+    now_known = {
+        table_id: (snapshot_id, config)
+        for table_id, snapshot_id, config in session.execute(
+            select(TableRuntimeRow.table_id, TableRuntimeRow.current_snapshot_id, TableRuntimeRow.config).where(
+                TableRuntimeRow.table_id.in_(ids)
+            )
+        )
+    }
+    rows = []
+    for seen, entries, next_at in looks:
+        known = now_known.get(seen.table_id)
+        if known is None:  # disposed meanwhile
+            continue
+        if known != (seen.current_snapshot_id, dict(seen.config)):
+            entries, next_at = _changed_looks(entries), utcnow()
+        rows.append({"table_id": seen.table_id, "maintenance": entries, "next_maintenance_at": next_at})
+    if rows:
+        session.execute(update(TableRuntimeRow), rows)
     session.flush()
 
 
