@@ -112,6 +112,17 @@ def test_a_status_filter_pages_as_brute_force_does(
     assert expected, status
     assert paged(client, limit, status=status) == expected[:limit]
     assert paged(client, limit, status=status, name="zeta") == brute(client, status=status, name="zeta")[:limit]
+    assert paged(client, limit, status=status, offset=2) == expected[2 : 2 + limit]
+
+
+@pytest.mark.parametrize("offset", [0, 1, 299, 599, 600, 650])
+def test_an_offset_page_is_the_slice_of_every_table(client: TestClient, tables: object, offset: int) -> None:
+    """An offset page skips tables by the name index alone, then reads the page's rows: the same slice."""
+    expected = brute(client)
+    assert paged(client, 100, offset=offset) == expected[offset : offset + 100]
+    with ctx_of(client).db.read() as session:
+        everything = [str(r.name) for r in table_store.list_tables(session, offset=offset)]
+    assert everything == expected[offset:]
 
 
 def test_the_name_index_follows_the_tables(client: TestClient, tables: list[tuple[TableIdentifier, int]]) -> None:
