@@ -116,32 +116,43 @@ def test_every_route_is_prepared_before_the_first_request(tmp_path: Path, monkey
         at_start = set(prepared)
         assert {"/{prefix}/namespaces/{namespace}/tables/{table}", "/config", "/catalogs", "/overview"} <= at_start
         prepared.clear()
+        # and each endpoint's source context, which FastAPI reads from its module's file on its first request
+        contexts = set(fastapi.routing._endpoint_context_cache)
         assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
         assert client.get("/iceberg/v1/config", params={"warehouse": "lake"}).status_code == 200
         assert client.get("/iceberg/v1/lake/namespaces/db/tables/t").status_code == 404
         assert client.get("/api/v1/overview").status_code == 200
         assert prepared == []
+        assert set(fastapi.routing._endpoint_context_cache) == contexts
 
 
 def test_the_servers_heap_is_frozen_once_it_has_started(tmp_path: Path) -> None:
     """What the server builds at start lives as long as it does: frozen, no full collection walks it again
-    (each took ~150 ms and fell inside requests). Checked in a process of its own: freezing is process-wide."""
+    (each took ~150 ms and fell inside requests). Before that, the modules a first request would import are
+    imported (pyiceberg's pyarrow FileIO took ~90 ms inside a server's first loadTable or plan). Checked in a
+    process of its own: freezing and imports are process-wide."""
     code = (
         "import gc, sys\n"
         "from fastapi.testclient import TestClient\n"
         "from lakewarden.api.app import create_app\n"
-        "from lakewarden.server import _freeze_heap\n"
+        "from lakewarden.server import FIRST_REQUEST_MODULES, _started\n"
         "from tests.conftest import make_config\n"
         "from pathlib import Path\n"
         "config = make_config(Path(sys.argv[1]))\n"
-        "with TestClient(create_app(config, start_services=False, on_started=_freeze_heap)):\n"
+        "before = [m for m in FIRST_REQUEST_MODULES if m in sys.modules]\n"
+        "with TestClient(create_app(config, start_services=False, on_started=_started)):\n"
+        "    after = [m for m in FIRST_REQUEST_MODULES if m in sys.modules]\n"
+        "    print(','.join(before) or '-', ','.join(after))\n"
         "    print(gc.get_freeze_count(), len(gc.get_objects(generation=2)))\n"
     )
     ran = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "data")], capture_output=True, text=True, timeout=120, check=False
     )
     assert ran.returncode == 0, ran.stderr
-    frozen, oldest = (int(n) for n in ran.stdout.split()[-2:])
+    imported_before, imported_after, freeze_count, oldest_count = ran.stdout.split()[-4:]
+    assert imported_before == "-", "a module of FIRST_REQUEST_MODULES is imported anyway: no need to preload it"
+    assert "pyiceberg.io.pyarrow" in imported_after.split(","), imported_after
+    frozen, oldest = int(freeze_count), int(oldest_count)
     assert frozen > 100_000 and oldest < frozen // 20, (frozen, oldest)
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import fastapi.routing
 from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 from starlette._utils import get_route_path  # what FastAPI and Starlette match routes against
 from starlette.routing import Match
 
@@ -47,3 +49,19 @@ def prepare_routes(app: FastAPI, prefixes: Iterable[str]) -> None:
         scope = {"type": "http", "method": "GET", "path": path, "root_path": "", "headers": [], "query_string": b""}
         for route in app.router.routes:
             route.matches(scope)
+    _endpoint_contexts(app.routes)
+
+
+def _endpoint_contexts(routes: Iterable[Any]) -> None:
+    """FastAPI also finds an endpoint's source file and line (for its error messages) on the endpoint's first
+    request, reading and tokenizing its module's source (fastapi.routing._extract_endpoint_context, pinned with
+    fastapi in requirements.lock; skipped should a version drop it): done here for every endpoint."""
+    extract = getattr(fastapi.routing, "_extract_endpoint_context", None)
+    if extract is None:
+        return
+    for route in routes:
+        endpoint = getattr(route, "endpoint", None)
+        if isinstance(route, APIRoute) and endpoint is not None:
+            extract(endpoint)
+        included = getattr(route, "original_router", route)  # FastAPI keeps an included router as such
+        _endpoint_contexts(getattr(included, "routes", ()))
