@@ -164,6 +164,10 @@ def test_answers_carry_residuals_deletes_once_and_plan_tasks(server: ServerProce
         < _sample(metrics, "lakewarden_manifest_cache_bytes")
         <= _sample(metrics, "lakewarden_manifest_cache_max_bytes")
     )
+    # planning reads: the audit log, which records changes, holds none of these plans; the table's creation it does
+    audited = [e["action"] for e in server.http.get(f"{server.url}/api/v1/audit", params={"limit": 1000}).json()]
+    assert "POST /iceberg/v1/{prefix}/namespaces/{namespace}/tables" in audited
+    assert not [a for a in audited if "/plan" in a or a.endswith("/tasks")], audited
 
 
 def test_soft_affinity_gives_each_file_the_same_hosts_in_every_scan(server: ServerProcess) -> None:

@@ -116,7 +116,10 @@ def _audited(method: str, template: str) -> bool:
     if method in SAFE_METHODS or template.startswith(_NOT_AUDITED):
         return False
     if template.startswith("/iceberg/v1/"):
-        # namespaces and tables created, dropped, renamed, registered; not commits nor metric reports
+        # namespaces and tables created, dropped, renamed, registered; not commits nor metric reports; nor scan
+        # planning, which reads (a plan, its tasks fetched, a plan cancelled: a row each would be a write per read)
+        if "/plan" in template or template.endswith("/tasks"):
+            return False
         return not (
             template.endswith(("/tables/{table}", "/metrics", "/transactions/commit", "/properties"))
             and method == "POST"
