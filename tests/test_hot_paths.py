@@ -180,3 +180,44 @@ def test_single_row_reads_see_every_commit_and_survive_a_lost_connection(
             ).scalar()
         assert dropped
         assert store.pointer_head(db, "lake", "db", "t")[1] == 1  # a new connection, the same answer
+
+
+def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:
+    """Long-lived objects added after start (a cache filling) are frozen right after a full collection leaves
+    `freeze_after` of them, so full collections never walk them again; the cyclic garbage that collection found
+    is gone, not frozen; below the bound nothing is frozen; the collector's own full collections trigger it. In a
+    process of its own: freezing is process-wide."""
+    code = (
+        "import gc, time, weakref\n"
+        "from lakewarden.heap import HeapKeeper, freeze\n"
+        "freeze()\n"
+        "keeper = HeapKeeper(freeze_after=50_000).install()\n"
+        "kept = [[i] for i in range(20_000)]\n"
+        "before = gc.get_freeze_count()\n"
+        "gc.collect()\n"
+        "print(keeper.freezes, gc.get_freeze_count() - before)\n"
+        "kept += [[i] for i in range(60_000)]\n"
+        "class Node: pass\n"
+        "a, b = Node(), Node()\n"
+        "a.other, b.other = b, a\n"
+        "gone = weakref.ref(a)\n"
+        "del a, b\n"  # cyclic garbage, for the full collection
+        "gc.collect()\n"
+        "print(keeper.freezes, gc.get_freeze_count() - before, gone() is None, len(gc.get_objects(generation=2)))\n"
+        "started = time.perf_counter(); gc.collect(); walked = time.perf_counter() - started\n"
+        "more = [[i] for i in range(300_000)]\n"  # no explicit collection: the collector's own full ones
+        "print(keeper.freezes > 1)\n"
+        "keeper.uninstall(); gc.unfreeze()\n"
+        "started = time.perf_counter(); gc.collect(); everything = time.perf_counter() - started\n"
+        "print(walked < everything)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    below, above, automatic, faster = ran.stdout.strip().splitlines()[-4:]
+    assert below == "0 0"  # 20,000 objects: under the bound, nothing frozen
+    freezes, frozen, collected, oldest = above.split()
+    assert freezes == "1" and int(frozen) >= 80_000, above
+    assert collected == "True"  # the collection found the cycle; it was not frozen with the rest
+    assert int(oldest) < 1_000, above
+    assert automatic == "True"
+    assert faster == "True"  # a full collection after the freeze skips what it froze
