@@ -150,7 +150,13 @@ def test_answers_carry_residuals_deletes_once_and_plan_tasks(server: ServerProce
     assert task["data-file"]["lower-bounds"] == {"keys": [1], "values": [0]}  # only the stats asked for
     assert "upper-bounds" in task["data-file"] and "null-value-counts" in task["data-file"]
     unfiltered = server.http.post(url, json={}).json()
-    assert all(t["residual-filter"] is True for t in unfiltered["file-scan-tasks"])
+    # no filter, no residual: what a client applies without one, the scan's filter, is `true` as well
+    assert all("residual-filter" not in t for t in unfiltered["file-scan-tasks"])
+    everything = server.http.post(url, json={"filter": True}).json()
+    assert all("residual-filter" not in t for t in everything["file-scan-tasks"])
+    # with a filter, even a residual of `true` is given (without it the client would apply the whole filter)
+    by_partition = server.http.post(url, json={"filter": {"type": "eq", "term": "cat", "value": "a"}}).json()
+    assert [t["residual-filter"] for t in by_partition["file-scan-tasks"]] == [True]
     assert all("lower-bounds" not in t["data-file"] for t in unfiltered["file-scan-tasks"])
     # the same scan of the same snapshot again: answered from the cache of planning results
     metrics = server.http.get(f"{server.url}/metrics").text

@@ -108,7 +108,8 @@ class ScanPlanning:
             kept = self.results.get(key)
             if kept is not None:
                 return kept
-            chunks = _chunks(metadata, plan_scan(metadata, io, self.cache, scan), stats, affinity)
+            planned = plan_scan(metadata, io, self.cache, scan)
+            chunks = _chunks(metadata, planned, stats, affinity, unfiltered=scan.filter == AlwaysTrue())
             self.results.put(key, chunks, sum(len(c["file-scan-tasks"]) for c in chunks))
             return chunks
 
@@ -317,9 +318,12 @@ def _check_select(metadata: TableMetadata, request: PlanTableScanRequest) -> Non
         _field_id(metadata, name, request.case_sensitive, "select")
 
 
-def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int], affinity: HashRing | None) -> list[dict[str, Any]]:
+def _chunks(
+    metadata: TableMetadata, plan: Plan, stats: set[int], affinity: HashRing | None, unfiltered: bool = False
+) -> list[dict[str, Any]]:
     """The plan's file scan tasks cut into plan tasks by bytes (the first small), each with its own
-    delete files listed once."""
+    delete files listed once. `unfiltered`: the scan has no filter, so no task carries a residual (what a
+    client applies in its absence, the scan's filter, is `true` too; a client parses a residual per task)."""
     properties = metadata.properties
     split = _size(properties.get("read.split.target-size"), DEFAULT_SPLIT_SIZE)
     open_cost = _size(properties.get("read.split.open-file-cost"), DEFAULT_OPEN_COST)
@@ -334,11 +338,11 @@ def _chunks(metadata: TableMetadata, plan: Plan, stats: set[int], affinity: Hash
         weight += max(planned.data_file.file_size_in_bytes, open_cost)
     specs = metadata.specs()
     schema = plan.schema
-    return [_scan_tasks(group, specs, schema, stats, affinity) for group in groups]
+    return [_scan_tasks(group, specs, schema, stats, affinity, unfiltered) for group in groups]
 
 
 def _scan_tasks(
-    group: list[PlannedFile], specs: Any, schema: Any, stats: set[int], affinity: HashRing | None
+    group: list[PlannedFile], specs: Any, schema: Any, stats: set[int], affinity: HashRing | None, unfiltered: bool
 ) -> dict[str, Any]:
     deletes: list[dict[str, Any]] = []
     index: dict[tuple[str, int | None], int] = {}
@@ -357,11 +361,12 @@ def _scan_tasks(
         }
         if references:
             task["delete-file-references"] = references
-        # always given (`true` too): a client that gets none must fall back to the scan's whole filter
-        residual = residuals.get(id(planned.residual))
-        if residual is None:
-            residual = residuals[id(planned.residual)] = planned.residual.model_dump(mode="json", by_alias=True)
-        task["residual-filter"] = residual
+        # given whenever the scan has a filter (`true` too): a client that gets none falls back to the whole filter
+        if not unfiltered:
+            residual = residuals.get(id(planned.residual))
+            if residual is None:
+                residual = residuals[id(planned.residual)] = planned.residual.model_dump(mode="json", by_alias=True)
+            task["residual-filter"] = residual
         if affinity is not None:
             task[PREFERRED_HOSTS] = affinity.preferred(planned.data_file.file_path)
         tasks.append(task)
