@@ -143,3 +143,15 @@ def test_clean_shutdown_and_restart_keeps_state(tmp_path: Path, sig: int) -> Non
     finally:
         if server.proc is not None and server.proc.poll() is None:
             server.proc.kill()
+
+
+def test_a_started_server_has_frozen_its_heap_and_says_so(server: ServerProcess) -> None:
+    """What the server builds at start is frozen out of garbage collection (server.py, heap.py), and /metrics shows
+    the frozen objects and each generation's collections."""
+    metrics = server.http.get(f"{server.url}/metrics").text
+    samples = dict(
+        line.rsplit(" ", 1) for line in metrics.splitlines() if line.startswith(("lakewarden_heap", "lakewarden_gc"))
+    )
+    assert float(samples["lakewarden_heap_frozen_objects"]) > 100_000, samples
+    assert float(samples['lakewarden_gc_collections_total{generation="0"}']) > 0, samples
+    assert 'lakewarden_gc_objects_collected_total{generation="2"}' in samples

@@ -23,6 +23,7 @@ from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_lat
 from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
 from lakewarden.api.node_metrics import (
     CommitQueueCollector,
+    HeapCollector,
     HistoryCollector,
     LongPollCollector,
     MetadataCacheCollector,
@@ -99,6 +100,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
             LongPollCollector(runtime.dispatcher),
             ScanPlanningCollector(runtime.scans, runtime.read_ahead),
             ServiceCpuCollector(runtime.loops),
+            HeapCollector(),
         ]
         for collector in collectors:
             metrics_registry.register(collector)

@@ -4,6 +4,7 @@ services' CPU time (what the system database says is in api/metrics.py)."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -52,6 +53,28 @@ class ServiceCpuCollector(Collector):
         for service in self.services:
             spent.add_metric([service.name], service.cpu_seconds)
         yield spent
+
+
+class HeapCollector(Collector):
+    """The process's garbage collector: how many objects are frozen out of its collections (lakewarden/heap.py), and
+    the collections of each generation with what they found (the oldest generation's collections are the long
+    pauses the freezing bounds)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "lakewarden_heap_frozen_objects", "Objects frozen out of garbage collection", value=gc.get_freeze_count()
+        )
+        collections = CounterMetricFamily(
+            "lakewarden_gc_collections", "Garbage collections of a generation", labels=["generation"]
+        )
+        collected = CounterMetricFamily(
+            "lakewarden_gc_objects_collected", "Objects a generation's collections freed", labels=["generation"]
+        )
+        for generation, stats in enumerate(gc.get_stats()):
+            collections.add_metric([str(generation)], stats["collections"])
+            collected.add_metric([str(generation)], stats["collected"])
+        yield collections
+        yield collected
 
 
 class NodeCollector(Collector):
