@@ -15,7 +15,6 @@ import uvicorn
 from lakewarden import heap
 from lakewarden.api.app import create_app
 from lakewarden.config import Config
-from lakewarden.heap import HeapKeeper
 
 
 def configure_logging(level: str = "INFO") -> None:
@@ -45,7 +44,7 @@ def _started() -> None:
     keeper freezes, after full collections, what the caches add (lakewarden/heap.py)."""
     _preload()
     heap.freeze()
-    HeapKeeper().install()
+    heap.HeapKeeper().install()
 
 
 def serve(config: Config, log_level: str = "info") -> None:

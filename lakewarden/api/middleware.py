@@ -118,7 +118,7 @@ def _audited(method: str, template: str) -> bool:
     if template.startswith("/iceberg/v1/"):
         # namespaces and tables created, dropped, renamed, registered; not commits nor metric reports; nor scan
         # planning, which reads (a plan, its tasks fetched, a plan cancelled: a row each would be a write per read)
-        if "/plan" in template or template.endswith("/tasks"):
+        if template.endswith(("/tables/{table}/plan", "/plan/{plan_id}", "/tables/{table}/tasks")):
             return False
         return not (
             template.endswith(("/tables/{table}", "/metrics", "/transactions/commit", "/properties"))
