@@ -119,6 +119,18 @@ class Optimizer:
         proc = getattr(spark.sparkContext._gateway, "proc", None)
         return proc is not None and proc.poll() is not None
 
+    @classmethod
+    def _jvm_exits_soon(cls, spark: Any, within: float = 2.0) -> bool:
+        """Whether the Spark JVM has exited, or does within `within` seconds: a task fails on the JVM's closed
+        socket a moment before the JVM's exit can be seen, and reporting that as the task's failure would count a
+        retry against it (a task that really failed is reported that much later)."""
+        deadline = time.monotonic() + within
+        while not cls._jvm_exited(spark):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def _revoke(self, spark: Any, key: TaskKey) -> None:
         """The server took the task back (its process was canceled): stop its Spark jobs; it commits nothing."""
         with self._tasks_lock:
@@ -203,7 +215,7 @@ class Optimizer:
             if revoked:  # the server no longer expects a report of it
                 log.info("thread %d: task %s.%s stopped: it was revoked", thread_id, task.process_id, task.task_id)
                 continue
-            if error is not None and self._jvm_exited(spark):  # not the task's failure: the process exits
+            if error is not None and self._jvm_exits_soon(spark):  # not the task's failure: the process exits
                 log.warning(
                     "thread %d: task %s.%s not reported: Spark is gone", thread_id, task.process_id, task.task_id
                 )
