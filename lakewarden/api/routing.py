@@ -1,15 +1,24 @@
-"""Routing by prefix first: the server's two APIs, `/api/v1` (management) and `/iceberg/v1` (the REST
-catalog), are each one router at the application's root, and a request is offered to a router's routes
-only when its path is under that router's prefix.
+"""Routing by prefix first, then by one regular expression: the server's two APIs, `/api/v1` (management)
+and `/iceberg/v1` (the REST catalog), are each one router at the application's root, and a request is
+offered to a router's routes only when its path is under that router's prefix.
 
 FastAPI tries an application's routes one after the other, and each try costs a few microseconds (a
 regular expression and FastAPI's bookkeeping in the scope). With some ninety routes, a catalog request
 used to pass the whole management API first: about a third of a cached loadTable's time on this machine
 (`bench/rest_catalog.py`). One string comparison per API now stands in for those tries.
+
+Within a router, FastAPI (0.165) then walks its routes twice per request, once to say the router matches and
+once to handle the request, through every included router on the way: some fifty tries for a loadTable, 40%
+of its time in the server. A `RouteIndex` finds the same route with one match of one regular expression per
+method: every route's path pattern, in the router's order, as alternatives. A regular expression takes the
+first alternative that matches the whole path, as FastAPI takes the first route that matches it fully, so
+the route found is the route FastAPI would find. What the index does not find (a path no route of that
+method takes: a 404, a 405, a redirect) goes the way FastAPI goes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +27,12 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 from starlette._utils import get_route_path  # what FastAPI and Starlette match routes against
 from starlette.routing import Match
+
+FASTAPI_SCOPE = "fastapi"  # FastAPI's own part of the scope (fastapi.routing, pinned in requirements.lock)
+INCLUDED_ROUTER = "included_router"  # there: the included router being matched or handled
+EFFECTIVE_ROUTE = "effective_route_context"  # there: the route chosen, as included (prefixes, dependencies)
+SELECTED = "lakewarden.selected"  # there: what a PrefixRouter's index chose, for its handle()
+_GROUP = re.compile(r"\(\?P<[^>]+>")
 
 
 class PrefixRouter(APIRouter):
@@ -31,12 +46,94 @@ class PrefixRouter(APIRouter):
         super().__init__(prefix=prefix, **kwargs)
         self._under = prefix + "/"
 
+        self._indexes: dict[int, RouteIndex] = {}  # by the included router's id (one per inclusion)
+
     def matches(self, scope: Any) -> tuple[Match, Any]:
         if scope.get("type") in ("http", "websocket"):
             path = get_route_path(scope)
             if path != self.prefix and not path.startswith(self._under):
                 return Match.NONE, {}
+            fastapi_scope = scope.get(FASTAPI_SCOPE) or {}
+            index = self._index(fastapi_scope.get(INCLUDED_ROUTER))
+            found = index.find(scope["method"], path) if index is not None and scope["type"] == "http" else None
+            if found is not None:
+                match, child_scope = found.matches(scope)  # the route's own match: its parameters, converted
+                if match == Match.FULL:
+                    scope.setdefault(FASTAPI_SCOPE, {})[SELECTED] = (self, found, child_scope)
+                    return Match.FULL, {}
         return super().matches(scope)
+
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """The route the index chose, handled as FastAPI handles a route it chose (`_handle_selected`)."""
+        fastapi_scope = scope.get(FASTAPI_SCOPE) or {}
+        selected = fastapi_scope.pop(SELECTED, None)
+        if selected is None or selected[0] is not self:
+            await super().handle(scope, receive, send)
+            return
+        _, context, child_scope = selected
+        fastapi.routing._update_scope(scope, child_scope)
+        fastapi.routing._route_selected(scope=scope, path=context.path_format)  # type: ignore[attr-defined]
+        scope[FASTAPI_SCOPE][EFFECTIVE_ROUTE] = context
+        scope["route"] = context.original_route
+        await context.original_route.handle(scope, receive, send)
+
+    def _index(self, included: Any) -> RouteIndex | None:
+        """The index of this router as `included` (FastAPI's `_IncludedRouter`), built on first use and again
+        whenever the router's routes change; None where it cannot stand in for FastAPI's matching."""
+        if included is None or getattr(included, "original_router", None) is not self:
+            return None
+        version = self._get_routes_version()
+        index = self._indexes.get(id(included))
+        if index is None or index.version != version:
+            index = RouteIndex.of(included, version)
+            self._indexes[id(included)] = index
+        return index if index.usable else None
+
+
+class RouteIndex:
+    """One regular expression per method over a router's routes as included (see the module docstring)."""
+
+    def __init__(self, contexts: list[Any], version: Any, usable: bool) -> None:
+        self.contexts = contexts
+        self.version = version
+        self.usable = usable
+        self._by_method: dict[str, tuple[re.Pattern[str] | None, list[Any]]] = {}
+
+    @classmethod
+    def of(cls, included: Any, version: Any) -> RouteIndex:
+        contexts = list(included.effective_route_contexts())
+        # only FastAPI routes, included with no form limits (handled directly, an inclusion's limits are not
+        # applied on the way): anything else leaves the router to FastAPI's own matching
+        usable = all(
+            isinstance(c.original_route, APIRoute) and c.path_regex is not None for c in contexts
+        ) and not _form_limits(included)
+        return cls(contexts, version, usable)
+
+    def find(self, method: str, path: str) -> Any | None:
+        """The first route (its effective context) whose methods hold `method` and whose pattern matches
+        `path` whole; None if none does."""
+        entry = self._by_method.get(method)
+        if entry is None:
+            entry = self._by_method[method] = self._compile(method)
+        pattern, contexts = entry
+        found = pattern.match(path) if pattern is not None else None
+        return None if found is None else contexts[int(found.lastgroup[1:])]  # type: ignore[index]
+
+    def _compile(self, method: str) -> tuple[re.Pattern[str] | None, list[Any]]:
+        contexts = [c for c in self.contexts if not c.methods or method in c.methods]
+        if not contexts:
+            return None, []
+        # each route's pattern (anchored ^…$) as one named alternative; its own named groups made plain, as a
+        # name may appear once in a pattern (the route's match then reads its parameters)
+        alternatives = (f"(?P<r{i}>{_GROUP.sub('(?:', c.path_regex.pattern)})" for i, c in enumerate(contexts))
+        return re.compile("|".join(alternatives)), contexts
+
+
+def _form_limits(included: Any) -> bool:
+    """Whether this inclusion, or one within it, sets form limits."""
+    if getattr(included.include_context, "form_limits", None):
+        return True
+    return any(_form_limits(c) for c in included.effective_candidates() if hasattr(c, "include_context"))
 
 
 def prepare_routes(app: FastAPI, prefixes: Iterable[str]) -> None:
