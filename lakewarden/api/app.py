@@ -18,6 +18,7 @@ from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.forwarding import LeaderForwarding
+from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
 from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
@@ -54,7 +55,7 @@ from lakewarden.store.database import utcnow
 
 log = logging.getLogger(__name__)
 DASHBOARD = Path(__file__).resolve().parent.parent / "dashboard"
-health_router = APIRouter(tags=["health"])
+health_router = APIRouter(tags=["health"], route_class=LeanRoute)
 
 
 @health_router.get("/health", response_model=Health, **OPEN)

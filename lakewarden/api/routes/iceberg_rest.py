@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, NoSuchWarehouse, Unprocessable, Unsupported
@@ -31,7 +32,7 @@ from lakewarden.services.metadata_service import TableChange as Change
 from lakewarden.services.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
 from lakewarden.store import metadata as store
 
-router = APIRouter(tags=["iceberg rest catalog"])
+router = APIRouter(tags=["iceberg rest catalog"], route_class=LeanRoute)
 Ctx = Annotated[ServerContext, Depends(server_context)]
 ENDPOINTS = [
     "GET /v1/{prefix}/namespaces",

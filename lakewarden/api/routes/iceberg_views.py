@@ -12,6 +12,7 @@ from pyiceberg.view.metadata import ViewVersion
 
 from lakewarden.api.auth import Caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.routes.iceberg_rest import TableRef, _ns, _page
 from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import NoSuchView
@@ -20,7 +21,7 @@ from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
 from lakewarden.services.views import ViewCatalog
 from lakewarden.store import metadata as store
 
-router = APIRouter(tags=["iceberg rest catalog: views"])
+router = APIRouter(tags=["iceberg rest catalog: views"], route_class=LeanRoute)
 
 
 def views(ctx: Annotated[ServerContext, Depends(server_context)]) -> ViewCatalog:

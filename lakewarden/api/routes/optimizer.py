@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Response
 
 from lakewarden.api.auth import OPTIMIZER, Caller
 from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.handlers import LeanRoute
 from lakewarden.domain.errors import Forbidden, InvalidField
 from lakewarden.domain.security import Principal, Role
 from lakewarden.protocol import (
@@ -32,7 +33,7 @@ from lakewarden.protocol import (
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store
 
-router = APIRouter(prefix="/optimizer", tags=["optimizer protocol"])
+router = APIRouter(prefix="/optimizer", tags=["optimizer protocol"], route_class=LeanRoute)
 Ctx = Annotated[ServerContext, Depends(server_context)]
 HEARTBEAT_SECONDS = 10.0
 

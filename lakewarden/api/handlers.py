@@ -1,0 +1,261 @@
+"""Request handling planned once per route: what FastAPI works out again for every request, worked out at start.
+
+FastAPI (0.165) solves a route's parameters and dependencies anew for each request: for every parameter it asks
+again whether its type is a sequence, which names it goes by, whether it is a model; and it opens exit stacks and
+a scratch response on the way. For a cached loadTable that was half of the server's time, more than the
+catalog's own work. A `LeanRoute` (the routers' `route_class`, FastAPI's own hook for custom handling) plans its
+handler when FastAPI builds it: the dependencies in FastAPI's order, each parameter's request key and, where no
+value is sent, its default. Per request the plan reads what was sent, validates it with FastAPI's own functions
+(so the values and the errors are FastAPI's), calls the dependencies and the endpoint as FastAPI does (a plain
+function in a worker thread, a coroutine on the loop), and raises FastAPI's `RequestValidationError` on bad input.
+
+A route is planned only if its handling is all of that: an endpoint that answers with its own `Response` (the
+answer is then sent as it is, as FastAPI sends it), dependencies that are plain functions or coroutines of the
+request and of parameters (no `yield`, no security scopes, no `Response` or background tasks to inject), no
+cookies, forms or files. Any other route, and every route while `app.dependency_overrides` is set, is handled by
+FastAPI's own handler.
+"""
+
+from __future__ import annotations
+
+import email.message
+import inspect
+import json
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastapi.routing
+from fastapi import params
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies import utils as dependency_utils
+from fastapi.dependencies.models import Dependant, _is_async_gen_callable, _is_coroutine_callable, _is_gen_callable
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined as Undefined
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+IMMUTABLE = (type(None), bool, int, float, str, bytes)
+
+
+class LeanRoute(APIRoute):
+    def get_route_handler(self) -> Handler:
+        fallback = super().get_route_handler()
+        # FastAPI builds an included route's handler with the inclusion's context (its prefix, its dependencies)
+        # set in a context variable; the plan is made of the same context
+        context = fastapi.routing._effective_route_context_var.get()
+        route = context if context is not None and context.original_route is self else self
+        plan = Plan.of(route)
+        return fallback if plan is None else plan.handler(fallback, route.dependency_overrides_provider)
+
+
+@dataclass
+class Params:
+    """The parameters of one kind (path, query, header) of a dependant, with their request keys."""
+
+    fields: list[Any]
+    keys: list[str]
+    defaults: dict[str, Any] | None  # the values when none is sent; None if one is required or must be copied
+    plain: bool  # path parameters that are strings: the value sent is the value
+
+    @classmethod
+    def of(cls, fields: list[Any]) -> Params | None:
+        keys = []
+        for f in fields:
+            if dependency_utils._get_param_model(f) is not None:  # a model of parameters: FastAPI's way only
+                return None
+            keys.append(dependency_utils._get_param_aliases(f)[0][1])
+        defaults: dict[str, Any] | None = {}
+        for f in fields:
+            info: FieldInfo = f.field_info
+            if info.is_required() or info.validate_default or not isinstance(f.default, IMMUTABLE):
+                defaults = None
+                break
+            defaults[f.name] = f.default  # type: ignore[index]
+        plain = all(isinstance(f.field_info, params.Path) and f.field_info.annotation is str for f in fields)
+        return cls(fields, keys, defaults, plain)
+
+    def read(self, received: Any, values: dict[str, Any], errors: list[Any]) -> None:
+        if self.plain and all(key in received for key in self.keys):
+            for f, key in zip(self.fields, self.keys, strict=True):
+                values[f.name] = received[key]
+            return
+        if self.defaults is not None and not any(key in received for key in self.keys):
+            values.update(self.defaults)
+            return
+        found, problems = dependency_utils.request_params_to_args(self.fields, received)
+        values.update(found)
+        errors.extend(problems)
+
+
+@dataclass
+class Step:
+    """A dependant planned: the endpoint, or one of its dependencies."""
+
+    call: Callable[..., Any]
+    name: str | None
+    use_cache: bool
+    coroutine: bool
+    path: Params | None
+    query: Params | None
+    header: Params | None
+    request_param: str | None
+    subs: list[Step] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, dependant: Dependant, top: bool) -> Step | None:
+        call = dependant.call
+        unsupported = (
+            dependant.cookie_params
+            or (dependant.body_params and not top)
+            or dependant.websocket_param_name
+            or dependant.http_connection_param_name
+            or dependant.response_param_name
+            or dependant.background_tasks_param_name
+            or dependant.security_scopes_param_name
+            or dependant.own_oauth_scopes
+            or dependant.parent_oauth_scopes
+            or dependant.concurrency is not None
+            or call is None
+            or inspect.isgeneratorfunction(call)
+            or inspect.isasyncgenfunction(call)
+            or _is_gen_callable(call)
+            or _is_async_gen_callable(call)
+        )
+        if unsupported or call is None:
+            return None
+        kinds = []
+        for fields in (dependant.path_params, dependant.query_params, dependant.header_params):
+            planned = Params.of(fields) if fields else None
+            if fields and planned is None:
+                return None
+            kinds.append(planned)
+        subs = [Step.of(sub, top=False) for sub in dependant.dependencies]
+        if any(sub is None for sub in subs):
+            return None
+        return cls(
+            call=call,
+            name=dependant.name,
+            use_cache=dependant.use_cache,
+            coroutine=_is_coroutine_callable(call),
+            path=kinds[0],
+            query=kinds[1],
+            header=kinds[2],
+            request_param=dependant.request_param_name,
+            subs=subs,  # type: ignore[arg-type]
+        )
+
+    async def solve(self, request: Request, cache: dict[Any, Any]) -> tuple[dict[str, Any], list[Any]]:
+        """The values of this step's parameters, dependencies first (in FastAPI's order, each called once per
+        request unless it asks not to be cached), then its own parameters; or the errors."""
+        values: dict[str, Any] = {}
+        errors: list[Any] = []
+        for sub in self.subs:
+            sub_values, sub_errors = await sub.solve(request, cache)
+            if sub_errors:
+                errors.extend(sub_errors)
+                continue
+            if sub.use_cache and sub.call in cache:
+                solved = cache[sub.call]
+            elif sub.coroutine:
+                solved = await sub.call(**sub_values)
+            else:
+                solved = await run_in_threadpool(sub.call, **sub_values)
+            if sub.name is not None:
+                values[sub.name] = solved
+            cache.setdefault(sub.call, solved)
+        if self.path is not None:
+            self.path.read(request.path_params, values, errors)
+        if self.query is not None:
+            self.query.read(request.query_params, values, errors)
+        if self.header is not None:
+            self.header.read(request.headers, values, errors)
+        if self.request_param is not None:
+            values[self.request_param] = request
+        return values, errors
+
+
+@dataclass
+class Plan:
+    top: Step
+    body_fields: list[Any]
+    embed_body_fields: bool
+    strict_content_type: bool
+
+    @classmethod
+    def of(cls, route: Any) -> Plan | None:
+        """The plan of a route (an `APIRoute`, or FastAPI's context of one as included), or None."""
+        streams = getattr(route, "stream_item_field", None) is not None or getattr(route, "is_json_stream", False)
+        if route.response_field is not None or streams:
+            return None  # an answer FastAPI serializes
+        body = route.body_field
+        if body is not None and isinstance(body.field_info, (params.Form, params.File)):
+            return None
+        top = Step.of(route.dependant, top=True)
+        if top is None or top.call is None:
+            return None
+        strict = route.strict_content_type
+        strict = strict.value if isinstance(strict, DefaultPlaceholder) else strict
+        return cls(top, list(route.dependant.body_params), bool(route._embed_body_fields), bool(strict))
+
+    def handler(self, fallback: Handler, overrides_provider: Any) -> Handler:
+        async def handle(request: Request) -> Response:
+            if overrides_provider is not None and getattr(overrides_provider, "dependency_overrides", None):
+                return await fallback(request)
+            body = await self._body(request) if self.body_fields else Undefined
+            values, errors = await self.top.solve(request, {})
+            if self.body_fields:
+                found, problems = await dependency_utils.request_body_to_args(
+                    body_fields=self.body_fields, received_body=body, embed_body_fields=self.embed_body_fields
+                )
+                values.update(found)
+                errors.extend(problems)
+            if errors:
+                raise RequestValidationError(errors, body=None if body is Undefined else body)
+            if self.top.coroutine:
+                answer = await self.top.call(**values)
+            else:
+                answer = await run_in_threadpool(self.top.call, **values)
+            if not isinstance(answer, Response):
+                # the endpoint promised a Response (its annotation): FastAPI would fail here as well
+                raise TypeError(f"{self.top.call.__qualname__} answered {type(answer).__name__}, not a Response")
+            return answer
+
+        return handle
+
+    async def _body(self, request: Request) -> Any:
+        """The body as FastAPI reads it: JSON when declared so (or undeclared, when not strict), else bytes."""
+        data = await request.body()
+        if not data:
+            return Undefined
+        kind = request.headers.get("content-type")
+        if not kind:
+            return _json(data) if not self.strict_content_type else data
+        return _json(data) if _is_json(kind) else data
+
+
+def _is_json(content_type: str) -> bool:
+    known = _JSON_TYPES.get(content_type)
+    if known is None:
+        message = email.message.Message()
+        message["content-type"] = content_type
+        subtype = message.get_content_subtype()
+        known = message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+        if len(_JSON_TYPES) < 100:
+            _JSON_TYPES[content_type] = known
+    return known
+
+
+_JSON_TYPES: dict[str, bool] = {}
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {}}
+        raise RequestValidationError([{**error, "ctx": {"error": exc.msg}}], body=exc.doc) from exc

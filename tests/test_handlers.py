@@ -1,0 +1,164 @@
+"""Planned request handling (api/handlers.py) answers every request as FastAPI's own handling does: the same
+values reach the endpoint, the same dependencies run (once per request when cached), and bad input gets the
+same errors. Compared side by side: one router's routes served by both, the same requests sent to each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import pytest
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from pydantic import BaseModel, Field
+
+from lakewarden.api import errors
+from lakewarden.api.handlers import LeanRoute, Plan
+from lakewarden.domain.errors import Forbidden
+
+CALLS: list[str] = []
+
+
+class Item(BaseModel):
+    name: str = Field(min_length=1)
+    size: int = 0
+
+
+def counted() -> str:
+    CALLS.append("counted")
+    return "c"
+
+
+async def checked(request: Request, who: Annotated[str | None, Header(alias="x-who")] = None) -> str:
+    if who == "mallory":
+        raise Forbidden("mallory may not")
+    return who or "nobody"
+
+
+def uses_counted(c: Annotated[str, Depends(counted)]) -> str:
+    return c + "+"
+
+
+def _answer(**values: Any) -> Response:
+    return JSONResponse({k: v if not isinstance(v, BaseModel) else v.model_dump() for k, v in values.items()})
+
+
+def _router(route_class: type[APIRoute]) -> APIRouter:
+    router = APIRouter(route_class=route_class, dependencies=[Depends(checked)])
+
+    @router.get("/things/{kind}/{name}")
+    async def read(
+        kind: str,
+        name: str,
+        request: Request,
+        view: str = "all",
+        limit: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
+        if_none_match: Annotated[str | None, Header()] = None,
+        c: Annotated[str, Depends(counted)] = "",
+        d: Annotated[str, Depends(uses_counted)] = "",
+    ) -> Response:
+        return _answer(
+            kind=kind, name=name, view=view, limit=limit, etag=if_none_match, c=c, d=d, path=request.url.path
+        )
+
+    @router.get("/numbers/{n}")
+    def number(n: int, tags: Annotated[list[str] | None, Query()] = None) -> Response:
+        return _answer(n=n, tags=tags)
+
+    @router.get("/required")
+    def required(q: str) -> Response:
+        return _answer(q=q)
+
+    @router.post("/things/{kind}")
+    def create(kind: str, item: Item, who: Annotated[str, Depends(checked)]) -> Response:
+        return _answer(kind=kind, item=item, who=who)
+
+    @router.post("/raw/{kind}")
+    def raw(kind: str, body: Annotated[dict[str, Any], Body()]) -> Response:
+        return _answer(kind=kind, body=body)
+
+    @router.get("/model")
+    def model() -> dict[str, str]:  # answered through a response model: FastAPI's handling
+        return {"a": "b"}
+
+    return router
+
+
+def _app(route_class: type[APIRoute]) -> FastAPI:
+    app = FastAPI()
+    errors.install(app)
+    app.include_router(_router(route_class), prefix="/v")
+    return app
+
+
+REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("GET", "/v/things/a/b", {}),
+    ("GET", "/v/things/a/b?view=refs&pageSize=3", {"headers": {"If-None-Match": '"x"', "x-who": "alice"}}),
+    ("GET", "/v/things/a/b?pageSize=0", {}),
+    ("GET", "/v/things/a/b?pageSize=many", {}),
+    ("GET", "/v/things/a%20b/c%2Fd", {}),
+    ("GET", "/v/things/a/b", {"headers": {"x-who": "mallory"}}),
+    ("GET", "/v/numbers/7?tags=x&tags=y", {}),
+    ("GET", "/v/numbers/seven", {}),
+    ("GET", "/v/required", {}),
+    ("GET", "/v/required?q=1", {}),
+    ("POST", "/v/things/k", {"json": {"name": "n", "size": 2}}),
+    ("POST", "/v/things/k", {"json": {"name": ""}}),
+    ("POST", "/v/things/k", {"json": {"size": "big"}}),
+    ("POST", "/v/things/k", {"content": b"{not json", "headers": {"content-type": "application/json"}}),
+    ("POST", "/v/things/k", {"content": b'{"name": "n"}', "headers": {"content-type": "text/plain"}}),
+    ("POST", "/v/things/k", {"content": b'{"name": "n"}'}),
+    ("POST", "/v/things/k", {"content": b'{"name": "n"}', "headers": {"content-type": "application/vnd.x+json"}}),
+    ("POST", "/v/things/k", {}),
+    ("POST", "/v/raw/k", {"json": {"any": [1, 2]}}),
+    ("POST", "/v/raw/k", {"json": [1, 2]}),
+    ("GET", "/v/model", {}),
+]
+
+
+@pytest.fixture(scope="module")
+def clients() -> Iterator[tuple[TestClient, TestClient]]:
+    with TestClient(_app(APIRoute)) as fastapi_own, TestClient(_app(LeanRoute)) as planned:
+        yield fastapi_own, planned
+
+
+@pytest.mark.parametrize(("method", "path", "options"), REQUESTS, ids=[f"{m} {p}" for m, p, _ in REQUESTS])
+def test_a_planned_route_answers_as_fastapi_does(
+    clients: tuple[TestClient, TestClient], method: str, path: str, options: dict[str, Any]
+) -> None:
+    fastapi_own, planned = clients
+    CALLS.clear()
+    expected = fastapi_own.request(method, path, **options)
+    expected_calls = list(CALLS)
+    CALLS.clear()
+    got = planned.request(method, path, **options)
+    assert (got.status_code, got.json()) == (expected.status_code, expected.json())
+    assert expected_calls == CALLS  # a cached dependency runs once, as FastAPI runs it
+    if "things/a/b" in path and expected.status_code == 200:
+        assert expected_calls == ["counted"]
+
+
+def test_which_routes_are_planned(clients: tuple[TestClient, TestClient]) -> None:
+    """Every route above but the one FastAPI serializes; overrides hand every route back to FastAPI."""
+    _, planned = clients
+    app: FastAPI = planned.app  # type: ignore[assignment]
+    planned_paths = set()
+    for top in app.router.routes:
+        for context in getattr(top, "effective_route_contexts", lambda: [])():
+            if Plan.of(context) is not None:
+                planned_paths.add(context.path_format)
+    assert planned_paths == {
+        "/v/things/{kind}/{name}",
+        "/v/numbers/{n}",
+        "/v/required",
+        "/v/things/{kind}",
+        "/v/raw/{kind}",
+    }
+    app.dependency_overrides[counted] = lambda: "overridden"
+    try:
+        assert planned.get("/v/things/a/b").json()["c"] == "overridden"
+    finally:
+        app.dependency_overrides.clear()
+    assert planned.get("/v/things/a/b").json()["c"] == "c"
