@@ -112,6 +112,7 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/v/things/k", {"content": b'{"name": "n"}'}),
     ("POST", "/v/things/k", {"content": b'{"name": "n"}', "headers": {"content-type": "application/vnd.x+json"}}),
     ("POST", "/v/things/k", {}),
+    ("POST", "/v/things/k", {"content": b"\xff\xfe)\x0b", "headers": {"content-type": "application/json"}}),
     ("POST", "/v/raw/k", {"json": {"any": [1, 2]}}),
     ("POST", "/v/raw/k", {"json": [1, 2]}),
     ("GET", "/v/model", {}),

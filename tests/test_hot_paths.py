@@ -208,6 +208,13 @@ def test_single_row_reads_see_every_commit_and_survive_a_lost_connection(
     with pytest.raises(NoSuchTable, match=r"db\.nope"):
         store.pointer_head(db, "lake", "db", "nope")
     assert len(db._compiled) == 1  # compiled once, whatever the parameters
+    kept = db._kept
+    assert kept is not None  # a connection of its own, out of the pool, used again
+    assert store.pointer_head(db, "lake", "db", "t")[1] == 1 and db._kept is kept
+    with db._kept_lock:  # taken (another thread reading): a pooled connection serves, given back
+        checked_out = db._single_reads.pool.checkedout()  # type: ignore[attr-defined]
+        assert store.pointer_head(db, "lake", "db", "t")[1] == 1
+        assert db._single_reads.pool.checkedout() == checked_out  # type: ignore[attr-defined]
     if db.engine.dialect.name == "postgresql":
         # the database drops every connection of the single-row reads' pool (as a restart or failover would)
         with db.engine.connect() as conn:

@@ -8,6 +8,7 @@ handler when FastAPI builds it: the dependencies in FastAPI's order, each parame
 value is sent, its default. Per request the plan reads what was sent, validates it with FastAPI's own functions
 (so the values and the errors are FastAPI's), calls the dependencies and the endpoint as FastAPI does (a plain
 function in a worker thread, a coroutine on the loop), and raises FastAPI's `RequestValidationError` on bad input.
+The route then sends the answer itself, without FastAPI's wrapping of a handler (see `LeanRoute.handle`).
 
 A route is planned only if its handling is all of that: an endpoint that answers with its own `Response` (the
 answer is then sent as it is, as FastAPI sends it), dependencies that are plain functions or coroutines of the
@@ -27,16 +28,19 @@ from typing import Any
 
 import fastapi.routing
 from fastapi import params
+from fastapi._body_limit import get_body_limit_error
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies import utils as dependency_utils
 from fastapi.dependencies.models import Dependant, _is_async_gen_callable, _is_coroutine_callable, _is_gen_callable
-from fastapi.exceptions import RequestValidationError
+from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined as Undefined
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 IMMUTABLE = (type(None), bool, int, float, str, bytes)
@@ -50,7 +54,38 @@ class LeanRoute(APIRoute):
         context = fastapi.routing._effective_route_context_var.get()
         route = context if context is not None and context.original_route is self else self
         plan = Plan.of(route)
-        return fallback if plan is None else plan.handler(fallback, route.dependency_overrides_provider)
+        if plan is None:
+            return fallback
+        if getattr(route, "max_body_size", None) is None:  # FastAPI's own body limit: FastAPI's wrapping
+            self.__dict__.setdefault("_planned", {})[id(route)] = (route, plan)
+        provider = route.dependency_overrides_provider
+
+        async def handler(request: Request) -> Response:
+            """Inside FastAPI's wrapping (a route with a body limit, or overrides set): the plan, or FastAPI's
+            own handler while dependencies are overridden."""
+            if getattr(provider, "dependency_overrides", None):
+                return await fallback(request)
+            return await plan.handle(request)
+
+        return handler
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A planned route is answered here, without FastAPI's wrapping of its handler (exit stacks for
+        dependencies with `yield`, which a plan has none of; an exception handling that the application's own
+        handles the same way, with the same handlers, one step further out)."""
+        context = (scope.get("fastapi") or {}).get("effective_route_context")
+        key = id(context) if context is not None and context.original_route is self else id(self)
+        planned = self.__dict__.get("_planned", {}).get(key)
+        if planned is None:
+            await super().handle(scope, receive, send)
+            return
+        route, plan = planned
+        overrides = getattr(route.dependency_overrides_provider, "dependency_overrides", None)
+        if overrides or (route.methods and scope["method"] not in route.methods):
+            await super().handle(scope, receive, send)  # FastAPI's handler (overrides), or its 405
+            return
+        response = await plan.handle(Request(scope, receive, send))
+        await response(scope, receive, send)
 
 
 @dataclass
@@ -202,30 +237,37 @@ class Plan:
         strict = strict.value if isinstance(strict, DefaultPlaceholder) else strict
         return cls(top, list(route.dependant.body_params), bool(route._embed_body_fields), bool(strict))
 
-    def handler(self, fallback: Handler, overrides_provider: Any) -> Handler:
-        async def handle(request: Request) -> Response:
-            if overrides_provider is not None and getattr(overrides_provider, "dependency_overrides", None):
-                return await fallback(request)
-            body = await self._body(request) if self.body_fields else Undefined
-            values, errors = await self.top.solve(request, {})
-            if self.body_fields:
-                found, problems = await dependency_utils.request_body_to_args(
-                    body_fields=self.body_fields, received_body=body, embed_body_fields=self.embed_body_fields
-                )
-                values.update(found)
-                errors.extend(problems)
-            if errors:
-                raise RequestValidationError(errors, body=None if body is Undefined else body)
-            if self.top.coroutine:
-                answer = await self.top.call(**values)
-            else:
-                answer = await run_in_threadpool(self.top.call, **values)
-            if not isinstance(answer, Response):
-                # the endpoint promised a Response (its annotation): FastAPI would fail here as well
-                raise TypeError(f"{self.top.call.__qualname__} answered {type(answer).__name__}, not a Response")
-            return answer
+    async def handle(self, request: Request) -> Response:
+        body = await self._read_body(request) if self.body_fields else Undefined
+        values, errors = await self.top.solve(request, {})
+        if self.body_fields:
+            found, problems = await dependency_utils.request_body_to_args(
+                body_fields=self.body_fields, received_body=body, embed_body_fields=self.embed_body_fields
+            )
+            values.update(found)
+            errors.extend(problems)
+        if errors:
+            raise RequestValidationError(errors, body=None if body is Undefined else body)
+        if self.top.coroutine:
+            answer = await self.top.call(**values)
+        else:
+            answer = await run_in_threadpool(self.top.call, **values)
+        if not isinstance(answer, Response):
+            # the endpoint promised a Response (its annotation): FastAPI would fail here as well
+            raise TypeError(f"{self.top.call.__qualname__} answered {type(answer).__name__}, not a Response")
+        return answer
 
-        return handle
+    async def _read_body(self, request: Request) -> Any:
+        """The body, or FastAPI's errors: a 400 for JSON that does not parse (its position), a body too large
+        for a limit set in FastAPI, a 400 for any other failure to read it (bytes that are not UTF-8)."""
+        try:
+            return await self._body(request)
+        except (RequestValidationError, HTTPException):
+            raise
+        except Exception as exc:
+            if MAX_BODY_SIZE_SCOPE_KEY in request.scope and (error := get_body_limit_error(exc)):
+                raise error from exc
+            raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
 
     async def _body(self, request: Request) -> Any:
         """The body as FastAPI reads it: JSON when declared so (or undeclared, when not strict), else bytes."""
