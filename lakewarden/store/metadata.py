@@ -6,10 +6,12 @@ Functions flush, never commit: a pointer swap, its timeline entry and its event 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, Table, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Insert
 
 from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable, NoSuchView
 from lakewarden.store.database import Database, utcnow
@@ -198,23 +200,32 @@ def swap_pointer(
     )
 
 
+@functools.cache
+def _swap_statement(model: Any, name: Any) -> Any:
+    """A pointer's compare-and-swap as one statement of bound parameters, built once: building and keying it
+    anew (for SQLAlchemy's compiled cache) cost more than running it, on every commit."""
+    return (
+        update(model)
+        .where(
+            model.catalog_name == bindparam("w_catalog"),
+            model.namespace == bindparam("w_namespace"),
+            name == bindparam("w_name"),
+            model.metadata_location == bindparam("w_expected"),
+            model.version == bindparam("w_version"),
+        )
+        .values(metadata_location=bindparam("new"), version=bindparam("new_version"), updated_at=bindparam("now"))
+        .execution_options(synchronize_session=False)
+    )
+
+
 def _swap(
     session: Session, model: Any, name: Any, key: tuple[str, str, str], expected: str, version: int, new: str
 ) -> bool:
     """A pointer's compare-and-swap (tables and views alike)."""
     catalog, namespace, item = key
-    result = session.execute(
-        update(model)
-        .where(
-            model.catalog_name == catalog,
-            model.namespace == namespace,
-            name == item,
-            model.metadata_location == expected,
-            model.version == version,
-        )
-        .values(metadata_location=new, version=version + 1, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
+    arguments: dict[str, Any] = {"w_catalog": catalog, "w_namespace": namespace, "w_name": item, "w_expected": expected}
+    arguments |= {"w_version": version, "new": new, "new_version": version + 1, "now": utcnow()}
+    result = session.execute(_swap_statement(model, name), arguments)
     session.flush()
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
@@ -253,13 +264,15 @@ def _rename(
 
 _COMMITS = cast(Table, CommitRow.__table__)
 _EVENTS = cast(Table, EventRow.__table__)
+_INSERT_COMMIT: Insert = insert(_COMMITS)
+_INSERT_EVENT: Insert = insert(_EVENTS)
 
 
 def record_commit(session: Session, catalog: str, namespace: str, table: str, **fields: Any) -> None:
     """A version on the table's timeline. Written as a plain INSERT, not through the session's unit of work
     (a commit's own rows are never read back in its transaction, and this is on every commit's path)."""
     values = {"catalog_name": catalog, "namespace": namespace, "table_name": table, "committed_at": utcnow()}
-    session.execute(insert(_COMMITS).values(**values, **fields))
+    session.execute(_INSERT_COMMIT, {**values, **fields})  # the values as parameters: one statement, keyed once
 
 
 def timeline(session: Session, catalog: str, namespace: str, table: str, limit: int = 100) -> list[CommitRow]:
@@ -278,7 +291,7 @@ def add_event(
     values: dict[str, Any] = {"type": kind, "catalog_name": catalog, "namespace": namespace, "table_name": table}
     values |= {"payload": payload, "created_at": utcnow()}
     # a plain INSERT (as record_commit); the row handed back is not in the session
-    result = cast(CursorResult[Any], session.execute(insert(_EVENTS).values(**values)))
+    result = cast(CursorResult[Any], session.execute(_INSERT_EVENT, values))
     (event_id,) = result.inserted_primary_key or (None,)
     row = EventRow(event_id=event_id, **values)
     if session.get_bind().dialect.name == "postgresql":  # other nodes' outbox tails wake at the commit
