@@ -10,13 +10,15 @@ lakewarden is then a real `lakewarden server` process: loads are `GET .../tables
 `POST .../tables/{t}` setting a property (a new metadata file, the pointer swapped, a timeline entry and
 an event each); with N clients, client n works on table t<n>. The client is wrk when installed (an
 independent C client: the server's capacity), else Python httpx threads. Reported as ratios to the
-floors; goals: loads >= 0.5x the static body, commits >= 0.25x compare-and-swap. Also: the reaction
+floors (the median of `--rounds` rounds, each measuring lakewarden and the floors one right after the other);
+goals: loads >= 0.5x the static body, commits >= 0.25x compare-and-swap. Also: the reaction
 time from a commit that crosses a trigger to the table being queued for optimizing (goal <= 2 s).
 
-    .venv/bin/python bench/rest_catalog.py [--seconds 5] [--clients 8] [--backends sqlite,postgresql] [--flame]
+    .venv/bin/python bench/rest_catalog.py [--seconds 5] [--clients 8] [--rounds 3] [--backends sqlite,postgresql]
+        [--flame]
 
-`--flame` (with py-spy installed: `pip install py-spy`) records the server during the 8-client loads and
-the sequential commits on each backend: `results/rest_catalog_<backend>_<loads|commits>.svg`, where the time
+`--flame` (with py-spy installed: `pip install py-spy`) records the server during the last round's 8-client
+loads and sequential commits on each backend: `results/rest_catalog_<backend>_<loads|commits>.svg`, where the time
 goes.
 """
 
@@ -27,6 +29,7 @@ import json
 import re
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,6 +208,7 @@ class Pointer:
 
     def __init__(self, backend: str, where: Path | str) -> None:
         self.backend = backend
+        self.location, self.version = "", 0  # the row's, as the last swap left it
         if backend == "sqlite":
             self.sqlite = sqlite3.connect(str(where), isolation_level=None)
             for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000"):
@@ -239,7 +243,7 @@ class Pointer:
 def cas_floor(pointer: Pointer, metadata: dict[str, Any], directory: Path, seconds: float) -> dict[str, Any]:
     """Commits per second of the irreducible loop: serialise, write a new file, compare-and-swap."""
     directory.mkdir(parents=True, exist_ok=True)
-    expected, version, latencies = "", 0, []
+    expected, version, latencies = pointer.location, pointer.version, []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         started = time.perf_counter()
@@ -250,19 +254,26 @@ def cas_floor(pointer: Pointer, metadata: dict[str, Any], directory: Path, secon
         pointer.swap(expected, version, str(location))
         expected, version = str(location), version + 1
         latencies.append((time.perf_counter() - started) * 1000)
+    pointer.location, pointer.version = expected, version
     return {"per_second": round(len(latencies) / sum(latencies) * 1000, 1), **_ms(summary(latencies))}
 
 
 def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: str | None) -> dict[str, Any]:
-    """Floors and lakewarden on one system database (SQLite, or a database of the PostgreSQL `server`); the
-    reaction time on SQLite."""
+    """Floors and lakewarden on one system database (SQLite, or a database of the PostgreSQL `server`), in
+    `args.rounds` rounds, each measuring lakewarden and its floors one right after the other (this machine's
+    disk and CPU drift by 2-10x between minutes: a floor measured apart says little); the reaction time on
+    SQLite."""
     database = None if server is None else fresh_database(server)
     settings = (
         "  evaluator: {interval: 10s, recheck-interval: 1min}\n"
         + (f"  database: {{url: '{database}'}}\n" if database else "")
         + "catalogs: [{name: bench, type: internal}]\nresource-groups: [{name: default, container: local}]\n"
     )
+    rounds: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
+    where: Path | str = (
+        tmp / "floor.db" if database is None else fresh_database(database.rsplit("/", 1)[0] + "/postgres")
+    )
     with running_server(str(tmp), settings) as root:
         token = admin_token(str(tmp))
         headers = {"Authorization": f"Bearer {token}"}
@@ -274,25 +285,34 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
         metadata = json.loads(answer)["metadata"]
         client = Client(root, prefix, headers, [str(t.metadata.table_uuid) for t in tables], tmp, args.seconds)
         pid = server_pid(str(tmp))
-        for connections, label in ((1, "sequential"), (args.clients, f"{args.clients} clients")):
-            with flame_graph(args.flame and connections > 1, pid, args.seconds, f"{backend}_loads"):
-                out[f"loads {label}"] = client.loads(connections)
-            with flame_graph(args.flame and connections == 1, pid, args.seconds, f"{backend}_commits"):
-                out[f"commits {label}"] = client.commits(connections)
+        pointer = Pointer(backend, where)
+        try:
+            with floor_server(len(answer)) as floor_root:
+                floor = Client(floor_root, prefix, headers, [], tmp, args.seconds)
+                for r in range(args.rounds):
+                    flame = args.flame and r == args.rounds - 1  # the last round, once warm
+                    one: dict[str, Any] = {}
+                    for connections, label in ((1, "sequential"), (args.clients, f"{args.clients} clients")):
+                        with flame_graph(flame and connections > 1, pid, args.seconds, f"{backend}_loads"):
+                            one[f"loads {label}"] = client.loads(connections)
+                        one[f"floor: static body {label}"] = floor.loads(connections)
+                        with flame_graph(flame and connections == 1, pid, args.seconds, f"{backend}_commits"):
+                            one[f"commits {label}"] = client.commits(connections)
+                    directory = tmp / f"floor-{backend}-{r}"
+                    one["floor: compare-and-swap"] = cas_floor(pointer, metadata, directory, args.seconds)
+                    one["ratios"] = ratios(one, args.clients)
+                    print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.3f}x" for k, v in one["ratios"].items()))
+                    rounds.append(one)
+        finally:
+            pointer.close()
         if backend == "sqlite":
             out["reaction_seconds"] = reaction(root, catalog, headers)
-    where: Path | str = (
-        tmp / "floor.db" if database is None else fresh_database(database.rsplit("/", 1)[0] + "/postgres")
-    )
-    pointer = Pointer(backend, where)
-    try:
-        out["floor: compare-and-swap"] = cas_floor(pointer, metadata, tmp / f"floor-{backend}", args.seconds)
-    finally:
-        pointer.close()
-    with floor_server(len(answer)) as root:
-        floor = Client(root, prefix, headers, [], tmp, args.seconds)
-        for connections, label in ((1, "sequential"), (args.clients, f"{args.clients} clients")):
-            out[f"floor: static body {label}"] = floor.loads(connections)
+    # each measure: the round whose ratio is the median (its own numbers, not a mix of rounds)
+    for name in rounds[0]:
+        if name != "ratios":
+            out[name] = sorted((r[name] for r in rounds), key=lambda m: m["per_second"])[len(rounds) // 2]
+    out["ratios"] = {name: statistics.median(r["ratios"][name] for r in rounds) for name in rounds[0]["ratios"]}
+    out["rounds"] = rounds
     out["body_bytes"] = len(answer)
     return out
 
@@ -334,6 +354,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="length of each measure")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of lakewarden beside its floors (medians)")
     parser.add_argument("--flame", action="store_true", help="py-spy flame graphs of the server (see above)")
     args = parser.parse_args()
     results: dict[str, Any] = {"client": "wrk" if shutil.which("wrk") else "httpx threads", "goals": GOALS}
@@ -347,7 +368,6 @@ def main() -> None:
                         print("PostgreSQL is not installed: skipped")
                         continue
                     result = measure_backend(args, Path(tmp), backend, server)
-        result["ratios"] = ratios(result, args.clients)
         results[backend] = result
         print(f"--- {backend} ({results['client']})")
         for name, value in result.items():
