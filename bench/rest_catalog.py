@@ -311,7 +311,9 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
     for name in rounds[0]:
         if name != "ratios":
             out[name] = sorted((r[name] for r in rounds), key=lambda m: m["per_second"])[len(rounds) // 2]
-    out["ratios"] = {name: statistics.median(r["ratios"][name] for r in rounds) for name in rounds[0]["ratios"]}
+    out["ratios"] = {
+        name: round(statistics.median(r["ratios"][name] for r in rounds), 3) for name in rounds[0]["ratios"]
+    }
     out["rounds"] = rounds
     out["body_bytes"] = len(answer)
     return out
