@@ -3,9 +3,11 @@ the system database's single-row reads, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,46 @@ def test_single_row_reads_see_every_commit_and_survive_a_lost_connection(
             ).scalar()
         assert dropped
         assert store.pointer_head(db, "lake", "db", "t")[1] == 1  # a new connection, the same answer
+
+
+def test_the_event_loops_single_row_reads_overlap_and_survive_a_lost_connection(
+    client: TestClient, table: dict[str, Any]
+) -> None:
+    """loadTable's pointer read on the event loop (`first_row_async`): on PostgreSQL awaited on an asyncio
+    connection of the loop's own few, so that reads in flight overlap instead of taking turns; a connection the
+    database dropped is replaced. On SQLite it is the blocking read (a local file)."""
+    db: Database = client.app.state.context.db  # type: ignore[attr-defined]
+    reads = db._async_reads
+
+    async def many(n: int) -> list[tuple[str, int]]:
+        return list(await asyncio.gather(*(store.pointer_head_async(db, "lake", "db", "t") for _ in range(n))))
+
+    assert asyncio.run(many(20)) == [(table["metadata-location"], 0)] * 20
+    with pytest.raises(NoSuchTable, match=r"db\.nope"):
+        asyncio.run(store.pointer_head_async(db, "lake", "db", "nope"))
+    if db.engine.dialect.name != "postgresql":
+        assert reads is None
+        return
+    assert reads is not None
+    sleeps = "SELECT pg_sleep(0.3), 1"
+
+    async def overlapping() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(reads.first_row(sleeps, {}) for _ in range(4)))
+        return time.perf_counter() - started
+
+    assert asyncio.run(overlapping()) < 0.9  # four reads of 0.3 s at once, not one after the other
+    with db.engine.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    assert asyncio.run(many(8)) == [(table["metadata-location"], 0)] * 8  # new connections, the same answer
+    assert 0 < reads.connections() <= reads.size * 3  # at most `size` per loop (three loops above)
+    reads.close()
+    assert reads.connections() == 0
 
 
 def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:

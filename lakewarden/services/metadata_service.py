@@ -347,7 +347,7 @@ class MetadataService:
         assert answer is not None
         return answer
 
-    def cached_load(
+    async def cached_load(
         self,
         catalog: str,
         namespace: str,
@@ -356,10 +356,13 @@ class MetadataService:
         if_none_match: str | None = None,
         delegation: Delegation | None = None,
     ) -> tuple[str, bytes | None] | None:
-        """As load_table_body from memory alone (one indexed read of the pointer), or None when a metadata
-        file would have to be read or credentials made: the REST route answers the hot case on its event
-        loop, the rest in a thread."""
-        return self._load_answer(catalog, namespace, name, snapshots, if_none_match, delegation, read=False)
+        """As load_table_body from memory alone (one indexed read of the pointer, awaited), or None when a
+        metadata file would have to be read or credentials made: the REST route answers the hot case on its
+        event loop, the rest in a thread."""
+        location = (await store.pointer_head_async(self.db, catalog, namespace, name))[0]
+        return self._load_answer(
+            catalog, namespace, name, snapshots, if_none_match, delegation, read=False, location=location
+        )
 
     def _load_answer(
         self,
@@ -370,10 +373,12 @@ class MetadataService:
         if_none_match: str | None,
         delegation: Delegation | None,
         read: bool,
+        location: str | None = None,
     ) -> tuple[str, bytes | None] | None:
         spec = self.catalog(catalog)
         profile = self.storage(spec)
-        location = self._location(catalog, namespace, name)
+        if location is None:
+            location = self._location(catalog, namespace, name)
         # what the client is told besides the metadata changes with the profile and what it may do
         variant = (
             snapshots if not profile.s3 else f"{snapshots}|{profile.fingerprint}|{delegation and delegation.access}"

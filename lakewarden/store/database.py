@@ -20,6 +20,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from lakewarden.store.async_reads import AsyncReads
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 STARTUP_LOCK = 0x1A4E3A7D  # PostgreSQL advisory lock key: one server at a time migrates and seeds
 # health checks' pings run here, so that one hanging on a cut connection cannot hang the check
@@ -103,6 +105,8 @@ class Database:
         self._single_reads = _single_reads_engine(url, self.engine)
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
+        postgresql = self.engine.dialect.name == "postgresql"
+        self._async_reads = AsyncReads(url, _CONNECT_ARGS) if postgresql else None  # first_row_async's
 
     @contextmanager
     def write(self, any_node: bool = False) -> Iterator[Session]:
@@ -129,23 +133,36 @@ class Database:
         database's dialect and run on a pooled driver connection. Values come back as the driver gives them
         (no column type processing): select plain strings and numbers. One statement reads a committed
         state, in autocommit (see _single_reads_engine)."""
+        sql, arguments = self._statement(query, params)
+        # the hottest reader (the event loop, answering cached loads) keeps a connection of its own out of the
+        # pool: checking one out and back in cost as much as the query. Whoever finds it taken uses the pool.
+        if self._kept_lock.acquire(blocking=False):
+            try:
+                kept, row = self._query(self._kept, sql, arguments, keep=True)
+                self._kept = kept
+                return row
+            finally:
+                self._kept_lock.release()
+        return self._query(None, sql, arguments, keep=False)[1]
+
+    async def first_row_async(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """first_row for the event loop: on PostgreSQL awaited on an asyncio connection, so that the loop serves
+        other requests during the round trip (store/async_reads.py); on SQLite (a local file, microseconds) it
+        is first_row itself."""
+        if self._async_reads is None:
+            return self.first_row(query, params)
+        sql, arguments = self._statement(query, params)
+        return await self._async_reads.first_row(sql, arguments)
+
+    def _statement(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[str, Any]:
+        """The query compiled once for this database's dialect, and its arguments in the driver's form."""
         compiled = self._compiled.get(query)
         if compiled is None:
             compiled = query.compile(dialect=self.engine.dialect)
             self._compiled[query] = compiled
         bound = compiled.construct_params(params)
         positions = getattr(compiled, "positiontup", None)  # a positional paramstyle's order of the names
-        arguments = bound if positions is None else [bound[name] for name in positions]
-        # the hottest reader (the event loop, answering cached loads) keeps a connection of its own out of the
-        # pool: checking one out and back in cost as much as the query. Whoever finds it taken uses the pool.
-        if self._kept_lock.acquire(blocking=False):
-            try:
-                kept, row = self._query(self._kept, compiled.string, arguments, keep=True)
-                self._kept = kept
-                return row
-            finally:
-                self._kept_lock.release()
-        return self._query(None, compiled.string, arguments, keep=False)[1]
+        return compiled.string, bound if positions is None else [bound[name] for name in positions]
 
     def _query(self, connection: Any, sql: str, arguments: Any, keep: bool) -> tuple[Any, tuple[Any, ...] | None]:
         """The first row of `sql` on `connection` (None: one from the pool), once more on a new connection if
@@ -225,6 +242,8 @@ class Database:
             return MigrationContext.configure(conn).get_current_revision()
 
     def dispose(self) -> None:
+        if self._async_reads is not None:
+            self._async_reads.close()
         with self._kept_lock:
             if self._kept is not None:
                 self._kept.close()

@@ -135,6 +135,14 @@ def pointer_head(db: Database, catalog: str, namespace: str, table: str) -> tupl
     return str(row[0]), int(row[1])
 
 
+async def pointer_head_async(db: Database, catalog: str, namespace: str, table: str) -> tuple[str, int]:
+    """pointer_head for the event loop (Database.first_row_async)."""
+    row = await db.first_row_async(_HEAD, {"catalog": catalog, "namespace": namespace, "table": table})
+    if row is None:
+        raise NoSuchTable(f"Table does not exist: {'.'.join(levels(namespace))}.{table}")
+    return str(row[0]), int(row[1])
+
+
 def pointer_exists(session: Session, catalog: str, namespace: str, table: str) -> bool:
     return session.get(IcebergTableRow, (catalog, namespace, table)) is not None
 

@@ -332,7 +332,7 @@ async def load_table(
     svc: MetadataService = request.app.state.context.metadata
     ns = _ns(namespace)
     asked = delegation(request, caller(request), prefix, ns, table)
-    answer = svc.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
+    answer = await svc.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
     if answer is None:
         answer = await run_in_threadpool(svc.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
     etag, body = answer
