@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, R
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from lakewarden.api import errors
 from lakewarden.api.handlers import LeanRoute, Plan
@@ -67,6 +67,10 @@ def _router(route_class: type[APIRoute]) -> APIRouter:
     def number(n: int, tags: Annotated[list[str] | None, Query()] = None) -> Response:
         return _answer(n=n, tags=tags)
 
+    @router.get("/aliased")
+    def aliased(q: Annotated[str, Query(validation_alias=AliasChoices("q", "query"))] = "none") -> Response:
+        return _answer(q=q)
+
     @router.get("/required")
     def required(q: str) -> Response:
         return _answer(q=q)
@@ -103,6 +107,9 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/v/numbers/7?tags=x&tags=y", {}),
     ("GET", "/v/numbers/seven", {}),
     ("GET", "/v/required", {}),
+    ("GET", "/v/aliased", {}),
+    ("GET", "/v/aliased?q=a", {}),
+    ("GET", "/v/aliased?query=b", {}),
     ("GET", "/v/required?q=1", {}),
     ("POST", "/v/things/k", {"json": {"name": "n", "size": 2}}),
     ("POST", "/v/things/k", {"json": {"name": ""}}),
@@ -154,6 +161,7 @@ def test_which_routes_are_planned(clients: tuple[TestClient, TestClient]) -> Non
         "/v/things/{kind}/{name}",
         "/v/numbers/{n}",
         "/v/required",
+        "/v/aliased",
         "/v/things/{kind}",
         "/v/raw/{kind}",
     }

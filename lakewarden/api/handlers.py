@@ -93,17 +93,20 @@ class Params:
     """The parameters of one kind (path, query, header) of a dependant, with their request keys."""
 
     fields: list[Any]
-    keys: list[str]
+    keys: list[str]  # each field's first request key
+    names: list[str]  # every request key of every field (a field may go by several)
     defaults: dict[str, Any] | None  # the values when none is sent; None if one is required or must be copied
     plain: bool  # path parameters that are strings: the value sent is the value
 
     @classmethod
     def of(cls, fields: list[Any]) -> Params | None:
-        keys = []
+        keys, names = [], []
         for f in fields:
             if dependency_utils._get_param_model(f) is not None:  # a model of parameters: FastAPI's way only
                 return None
-            keys.append(dependency_utils._get_param_aliases(f)[0][1])
+            aliases = [key for _, key in dependency_utils._get_param_aliases(f)]
+            keys.append(aliases[0])
+            names.extend(aliases)
         defaults: dict[str, Any] | None = {}
         for f in fields:
             info: FieldInfo = f.field_info
@@ -112,14 +115,14 @@ class Params:
                 break
             defaults[f.name] = f.default  # type: ignore[index]
         plain = all(isinstance(f.field_info, params.Path) and f.field_info.annotation is str for f in fields)
-        return cls(fields, keys, defaults, plain)
+        return cls(fields, keys, names, defaults, plain)
 
     def read(self, received: Any, values: dict[str, Any], errors: list[Any]) -> None:
         if self.plain and all(key in received for key in self.keys):
             for f, key in zip(self.fields, self.keys, strict=True):
                 values[f.name] = received[key]
             return
-        if self.defaults is not None and not any(key in received for key in self.keys):
+        if self.defaults is not None and not any(name in received for name in self.names):
             values.update(self.defaults)
             return
         found, problems = dependency_utils.request_params_to_args(self.fields, received)
