@@ -20,7 +20,6 @@ FastAPI's own handler.
 from __future__ import annotations
 
 import email.message
-import inspect
 import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -158,9 +157,6 @@ class Step:
             or dependant.own_oauth_scopes
             or dependant.parent_oauth_scopes
             or dependant.concurrency is not None
-            or call is None
-            or inspect.isgeneratorfunction(call)
-            or inspect.isasyncgenfunction(call)
             or _is_gen_callable(call)
             or _is_async_gen_callable(call)
         )
@@ -234,7 +230,7 @@ class Plan:
         if body is not None and isinstance(body.field_info, (params.Form, params.File)):
             return None
         top = Step.of(route.dependant, top=True)
-        if top is None or top.call is None:
+        if top is None:
             return None
         strict = route.strict_content_type
         strict = strict.value if isinstance(strict, DefaultPlaceholder) else strict
