@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import fastapi.routing
+import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import event, text
 from starlette.routing import Match
 
 from lakewarden.api.app import create_app
@@ -309,3 +310,74 @@ def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:
     assert int(oldest) < 1_000, above
     assert automatic == "True"
     assert faster == "True"  # a full collection after the freeze skips what it froze
+
+
+def test_a_commit_on_postgresql_is_one_statement_and_a_lost_swap_writes_nothing(
+    client: TestClient, table: dict[str, Any]
+) -> None:
+    """On PostgreSQL a single table's commit swaps its pointer, writes its timeline entry and its event and
+    notifies the other nodes in one statement (store.swap_and_record); a swap that finds another commit's
+    pointer writes none of it. On SQLite the commit is a transaction in process: the same rows."""
+    context = client.app.state.context  # type: ignore[attr-defined]
+    db: Database = context.db
+    postgresql = db.engine.dialect.name == "postgresql"
+    assert db.one_statements == postgresql
+    published: list[dict[str, Any]] = []
+    context.metadata.subscribe(published.append)
+    body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    sent: list[str] = []
+    url = db.engine.url.render_as_string(False).replace("+psycopg", "")
+    listener = psycopg.connect(url, autocommit=True) if postgresql else None
+    if listener is not None:
+        listener.execute(f"LISTEN {store.EVENTS_CHANNEL}")
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    engines = [db.engine, *([db._statements] if postgresql else [])]
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", seen)
+    try:
+        committed = client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body)
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", seen)
+    assert committed.status_code == 200, committed.text
+    location = committed.json()["metadata-location"]
+    (announced,) = published
+    assert announced["type"] == "table-committed" and announced["table"] == "t"
+    assert announced["payload"]["version"] == 1 and announced["payload"]["metadata_location"] == location
+    with db.read() as session:
+        (entry, created) = store.timeline(session, "lake", "db", "t")
+        assert (entry.version, entry.operation, entry.metadata_location) == (1, "set-properties", location)
+        assert (entry.client, entry.summary, created.version) == ("testclient", {}, 0)
+        (row,) = store.events_after(session, announced["event_id"] - 1, 10)
+        assert (row.event_id, row.type, row.payload) == (announced["event_id"], "table-committed", announced["payload"])
+        last = store.last_event_id(session)
+    touched = [s for s in sent if re.search(r"iceberg_table|commit_timeline|event_outbox", s)]
+    if listener is None:
+        assert len(touched) == 3, touched  # the swap and two inserts, in one transaction
+        return
+    assert len(touched) == 1 and touched[0].startswith("WITH swapped AS"), touched
+    (notified,) = listener.notifies(timeout=5, stop_after=1)
+    assert notified.payload == str(announced["event_id"])
+    # a swap from a pointer another commit moved on: no row written, no event, the pointer kept
+    details = {"operation": "set-properties", "snapshot_id": None, "parent_snapshot_id": None, "summary": {}}
+    stale = store.swap_and_record(db, ("lake", "db", "t"), table["metadata-location"], 0, "/x.json", "c", details)
+    assert stale is None
+    with db.read() as session:
+        assert len(store.timeline(session, "lake", "db", "t")) == 2 and store.last_event_id(session) == last
+    assert store.pointer_head(db, "lake", "db", "t") == (location, 1)
+    # the database drops every connection (a restart, a failover): the next commit takes a new one
+    with db.engine.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    body = {"updates": [{"action": "set-properties", "updates": {"k": "w"}}]}
+    again = client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body)
+    assert again.status_code == 200, again.text
+    assert store.pointer_head(db, "lake", "db", "t") == (again.json()["metadata-location"], 2)
+    listener.close()

@@ -587,7 +587,16 @@ class MetadataService:
         self.publish([event])
 
     def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
-        """Every staged pointer swapped, with its timeline entry and event, in one transaction."""
+        """Every staged pointer swapped, with its timeline entry and event, in one transaction (on PostgreSQL,
+        a single table's commit is one statement: store.swap_and_record)."""
+        if len(staged) == 1 and staged[0].changed and staged[0].version != CREATES and self.db.one_statements:
+            (entry,) = staged
+            key = (catalog, entry.change.namespace, entry.change.name)
+            details = describe_commit(entry.base, entry.metadata, entry.applied)
+            event = store.swap_and_record(self.db, key, entry.expected, entry.version, entry.location, client, details)
+            if event is None:
+                raise _SwapLost
+            return [event]
         events = []
         with self.db.write(any_node=True) as session:
             for entry in staged:

@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, Select, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from lakewarden.store.async_reads import AsyncReads
@@ -84,6 +85,13 @@ def _single_reads_engine(url: str, engine: Engine) -> Engine:
     return create_engine(url, isolation_level="AUTOCOMMIT", pool_size=5, max_overflow=10, connect_args=_CONNECT_ARGS)
 
 
+def _statements_engine(url: str) -> Engine:
+    """The engine of `Database.one_statement`: autocommit connections, pinged when taken from the pool."""
+    return create_engine(
+        url, isolation_level="AUTOCOMMIT", pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=_CONNECT_ARGS
+    )
+
+
 class Database:
     """One system database. Store functions flush; `write()` and `read()` own the transaction."""
 
@@ -106,6 +114,8 @@ class Database:
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
         postgresql = self.engine.dialect.name == "postgresql"
+        # one_statement's: autocommit (a statement is its own transaction), pinged before use (see there)
+        self._statements = _statements_engine(url) if postgresql else None
         self._async_reads = AsyncReads(url, _CONNECT_ARGS) if postgresql else None  # first_row_async's
 
     @contextmanager
@@ -154,6 +164,23 @@ class Database:
         sql, arguments = self._statement(query, params)
         return await self._async_reads.first_row(sql, arguments)
 
+    @property
+    def one_statements(self) -> bool:
+        """Whether one_statement runs here (PostgreSQL)."""
+        return self._statements is not None
+
+    def one_statement(self, statement: Executable, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """PostgreSQL only: `statement` run as a transaction of its own (autocommit), and its first row. For a
+        write that is one statement (a commit's swap with its rows, store/metadata.swap_and_record), it saves
+        the BEGIN and COMMIT round trips. The connection is pinged when taken from the pool (a connection that
+        a database restart dropped is replaced then), and never retried after the statement was sent: whether
+        a write whose answer was lost took effect is not known, and the error says so to the caller."""
+        if self._statements is None:
+            raise RuntimeError("one_statement is for PostgreSQL")
+        with self._statements.connect() as connection:
+            row = connection.execute(statement, params).first()
+        return None if row is None else tuple(row)
+
     def _statement(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[str, Any]:
         """The query compiled once for this database's dialect, and its arguments in the driver's form."""
         compiled = self._compiled.get(query)
@@ -173,12 +200,13 @@ class Database:
             if connection is None:
                 connection = engine.raw_connection()
             try:
-                cursor = connection.cursor()
+                # on the driver's connection itself (both drivers run a statement there): the pool's wrapper
+                # of it and of its cursor cost twice the query
+                cursor = connection.dbapi_connection.execute(sql, arguments)
                 try:
-                    cursor.execute(sql, arguments)
                     row = cursor.fetchone()
                 finally:
-                    cursor.close()
+                    cursor.close()  # on SQLite, ends the read (an open one holds WAL checkpoints back)
             except engine.dialect.loaded_dbapi.Error as exc:
                 broken = engine.dialect.is_disconnect(exc, connection.dbapi_connection, None)
                 if broken:
@@ -251,6 +279,8 @@ class Database:
         self.engine.dispose()
         if self._single_reads is not self.engine:
             self._single_reads.dispose()
+        if self._statements is not None:
+            self._statements.dispose()
 
 
 def alembic_config() -> AlembicConfig:
