@@ -12,7 +12,9 @@ an event each); with N clients, client n works on table t<n>. The client is wrk 
 independent C client: the server's capacity), else Python httpx threads. Reported as ratios to the
 floors (the median of `--rounds` rounds, each measuring lakewarden and the floors one right after the other);
 goals: loads >= 0.5x the static body, commits >= 0.25x compare-and-swap. Also: the reaction
-time from a commit that crosses a trigger to the table being queued for optimizing (goal <= 2 s).
+time from a commit that crosses a trigger to the table being queued for optimizing (goal <= 2 s); and, without
+goals, what the stack lakewarden is built on costs by itself: a FastAPI application serving the same static body
+(beside the floor in each round), and pyiceberg's share of a commit in process (parse, apply, serialise).
 
     .venv/bin/python bench/rest_catalog.py [--seconds 5] [--clients 8] [--rounds 3] [--backends sqlite,postgresql]
         [--flame]
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import timeit
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -186,9 +189,9 @@ def flame_graph(wanted: bool, pid: int, seconds: int, name: str) -> Iterator[Non
 
 
 @contextmanager
-def floor_server(body_bytes: int) -> Iterator[str]:
+def floor_server(body_bytes: int, *kind: str) -> Iterator[str]:
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(FLOOR_SERVER), str(port), str(body_bytes)])
+    server = subprocess.Popen([sys.executable, str(FLOOR_SERVER), str(port), str(body_bytes), *kind])
     root = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -258,6 +261,34 @@ def cas_floor(pointer: Pointer, metadata: dict[str, Any], directory: Path, secon
     return {"per_second": round(len(latencies) / sum(latencies) * 1000, 1), **_ms(summary(latencies))}
 
 
+def metadata_share(answer: bytes, uuid_: str, repeat: int = 7, number: int = 300) -> dict[str, float]:
+    """What the metadata library costs one commit of this table, in process, in microseconds (the best of
+    `repeat` timings): the request parsed into pyiceberg's requirements and updates, the updates applied to the
+    table's metadata, the new metadata serialised, by the functions the server runs. The compare-and-swap floor
+    serialises the metadata as a plain dict instead (`json.dumps`)."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    from lakewarden.api.routes.iceberg_rest import CommitTable
+    from lakewarden.metadata.table_metadata import apply_updates, metadata_json
+
+    loaded = json.loads(answer)
+    base = TableMetadataUtil.parse_raw(json.dumps(loaded["metadata"]))
+    request = json.dumps(commit_body(uuid_, 1)).encode()
+    parsed = CommitTable.model_validate_json(request)
+    applied = apply_updates(base, parsed.updates, metadata_location=loaded["metadata-location"])
+    plain = loaded["metadata"]
+    steps: dict[str, Callable[[], object]] = {
+        "parse the request": lambda: CommitTable.model_validate_json(request),
+        "apply the updates": lambda: apply_updates(base, parsed.updates, metadata_location=loaded["metadata-location"]),
+        "serialise the metadata": lambda: metadata_json(applied),
+        "floor: json.dumps of the metadata": lambda: json.dumps(plain),
+    }
+    return {
+        name: round(min(timeit.repeat(step, number=number, repeat=repeat)) / number * 1e6, 1)
+        for name, step in steps.items()
+    }
+
+
 def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: str | None) -> dict[str, Any]:
     """Floors and lakewarden on one system database (SQLite, or a database of the PostgreSQL `server`), in
     `args.rounds` rounds, each measuring lakewarden and its floors one right after the other (this machine's
@@ -287,8 +318,9 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
         pid = server_pid(str(tmp))
         pointer = Pointer(backend, where)
         try:
-            with floor_server(len(answer)) as floor_root:
+            with floor_server(len(answer)) as floor_root, floor_server(len(answer), "fastapi") as fastapi_root:
                 floor = Client(floor_root, prefix, headers, [], tmp, args.seconds)
+                fastapi = Client(fastapi_root, prefix, headers, [], tmp, args.seconds)
                 for r in range(args.rounds):
                     flame = args.flame and r == args.rounds - 1  # the last round, once warm
                     one: dict[str, Any] = {}
@@ -296,23 +328,30 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
                         with flame_graph(flame and connections > 1, pid, args.seconds, f"{backend}_loads"):
                             one[f"loads {label}"] = client.loads(connections)
                         one[f"floor: static body {label}"] = floor.loads(connections)
+                        one[f"FastAPI: static body {label}"] = fastapi.loads(connections)
                         with flame_graph(flame and connections == 1, pid, args.seconds, f"{backend}_commits"):
                             one[f"commits {label}"] = client.commits(connections)
                     directory = tmp / f"floor-{backend}-{r}"
                     one["floor: compare-and-swap"] = cas_floor(pointer, metadata, directory, args.seconds)
                     one["ratios"] = ratios(one, args.clients)
+                    one["FastAPI over the floor"] = stack_ratios(one, args.clients)
                     print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.3f}x" for k, v in one["ratios"].items()))
                     rounds.append(one)
         finally:
             pointer.close()
         if backend == "sqlite":
             out["reaction_seconds"] = reaction(root, catalog, headers)
+            out["metadata library per commit (us)"] = metadata_share(answer, str(tables[0].metadata.table_uuid))
     # each measure: the round whose ratio is the median (its own numbers, not a mix of rounds)
     for name in rounds[0]:
-        if name != "ratios":
+        if "per_second" in rounds[0][name]:
             out[name] = sorted((r[name] for r in rounds), key=lambda m: m["per_second"])[len(rounds) // 2]
     out["ratios"] = {
         name: round(statistics.median(r["ratios"][name] for r in rounds), 3) for name in rounds[0]["ratios"]
+    }
+    out["FastAPI over the floor"] = {
+        name: round(statistics.median(r["FastAPI over the floor"][name] for r in rounds), 3)
+        for name in rounds[0]["FastAPI over the floor"]
     }
     out["rounds"] = rounds
     out["body_bytes"] = len(answer)
@@ -351,6 +390,18 @@ def ratios(result: dict[str, Any], clients: int) -> dict[str, float]:
     return {k: round(v, 3) for k, v in out.items()}
 
 
+def stack_ratios(result: dict[str, Any], clients: int) -> dict[str, float]:
+    """A FastAPI application serving the same body over the static-body floor (no goal: what FastAPI itself
+    costs a request, which lakewarden's API is built on)."""
+    return {
+        f"loads {label}": round(
+            result[f"FastAPI: static body {label}"]["per_second"] / result[f"floor: static body {label}"]["per_second"],
+            3,
+        )
+        for label in ("sequential", f"{clients} clients")
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=5, help="length of each measure")
@@ -379,6 +430,10 @@ def main() -> None:
         for name, ratio in result["ratios"].items():
             goal = GOALS[name.split()[0]]
             print(f"ratio {name:26s} {ratio:6.3f}x  (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
+        for name, micros in result.get("metadata library per commit (us)", {}).items():
+            print(f"in process, per commit: {name:34s} {micros:7.1f} us")
+        for name, ratio in result["FastAPI over the floor"].items():
+            print(f"FastAPI alone: {name:18s} {ratio:6.3f}x of the static-body floor (no goal: FastAPI's own cost)")
         if "reaction_seconds" in result:
             print(
                 f"commit -> table queued: {', '.join(f'{x:.2f} s' for x in result['reaction_seconds'])} (goal <= 2 s)"

@@ -362,7 +362,12 @@ def test_a_commit_on_postgresql_is_one_statement_and_a_lost_swap_writes_nothing(
     (notified,) = listener.notifies(timeout=5, stop_after=1)
     assert notified.payload == str(announced["event_id"])
     # a swap from a pointer another commit moved on: no row written, no event, the pointer kept
-    details = {"operation": "set-properties", "snapshot_id": None, "parent_snapshot_id": None, "summary": {}}
+    details: dict[str, Any] = {
+        "operation": "set-properties",
+        "snapshot_id": None,
+        "parent_snapshot_id": None,
+        "summary": {},
+    }
     stale = store.swap_and_record(db, ("lake", "db", "t"), table["metadata-location"], 0, "/x.json", "c", details)
     assert stale is None
     with db.read() as session:

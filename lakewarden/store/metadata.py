@@ -478,7 +478,12 @@ def swap_and_record(
     catalog, namespace, table = key
     now = utcnow()
     payload = {"metadata_location": new, "version": version + 1, **details}
-    arguments = {"k_catalog": catalog, "k_namespace": namespace, "k_table": table, "k_expected": expected}
+    arguments: dict[str, Any] = {
+        "k_catalog": catalog,
+        "k_namespace": namespace,
+        "k_table": table,
+        "k_expected": expected,
+    }
     arguments |= {"k_version": version, "v_location": new, "v_version": version + 1, "v_now": now, "v_client": client}
     arguments |= {"v_type": "table-committed", "v_payload": payload, "v_operation": details["operation"]}
     arguments |= {"v_snapshot": details["snapshot_id"], "v_parent": details["parent_snapshot_id"]}
