@@ -230,18 +230,20 @@ def swap_pointer(
 @functools.cache
 def _swap_statement(model: Any, name: Any) -> Any:
     """A pointer's compare-and-swap as one statement of bound parameters, built once: building and keying it
-    anew (for SQLAlchemy's compiled cache) cost more than running it, on every commit."""
+    anew (for SQLAlchemy's compiled cache) cost more than running it, on every commit. A statement on the table,
+    not the mapped class: the ORM's bulk update path keyed it anew each time, and nothing of the session's is
+    to be synchronised (the swap's rows are never loaded in its transaction)."""
+    table = typed(Table, model.__table__)
     return (
-        update(model)
+        update(table)
         .where(
-            model.catalog_name == bindparam("w_catalog"),
-            model.namespace == bindparam("w_namespace"),
-            name == bindparam("w_name"),
-            model.metadata_location == bindparam("w_expected"),
-            model.version == bindparam("w_version"),
+            table.c.catalog_name == bindparam("w_catalog"),
+            table.c.namespace == bindparam("w_namespace"),
+            table.c[name.key] == bindparam("w_name"),
+            table.c.metadata_location == bindparam("w_expected"),
+            table.c.version == bindparam("w_version"),
         )
         .values(metadata_location=bindparam("new"), version=bindparam("new_version"), updated_at=bindparam("now"))
-        .execution_options(synchronize_session=False)
     )
 
 
