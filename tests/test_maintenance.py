@@ -369,7 +369,9 @@ def test_scheduled_manifest_rewrite(tmp_path: Path, spark: SparkSession) -> None
                 timeout=120,
             )
         assert process["type"] == "scheduled" and process["summary"]["manifests_rewritten"] == 6
-        assert process["summary"]["reasons"] == ["6 manifests (at least 5)"]
+        # the trigger looks every second, also while the inserts run: it may fire at the fifth manifest or the
+        # sixth; the rewrite takes the table as it is when it runs (all six)
+        assert process["summary"]["reasons"] in (["5 manifests (at least 5)"], ["6 manifests (at least 5)"])
         spark.sql("REFRESH TABLE local.db.man")
         assert spark.sql("SELECT count(*) FROM local.db.man.manifests").first()[0] == 1  # type: ignore[index]
         assert checksum(spark, "local.db.man", "id") == before
