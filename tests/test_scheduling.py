@@ -6,6 +6,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
@@ -335,3 +336,28 @@ def test_an_ack_sent_again_is_answered_the_same(client: TestClient) -> None:
     assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
     stale = client.post("/api/v1/optimizer/ack", json={**ref, "attempt": task["attempt"] + 1})
     assert stale.status_code == 409
+
+
+def test_a_planning_creates_nothing_once_self_optimizing_is_turned_off(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh that turns the table's self-optimizing off while its planning runs (chaos seed 343): the plan is
+    dropped in the transaction that would create its process, and the table goes back to idle."""
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t")
+    make_pending(ctx, rec)
+    factory = ctx.engine.registry.factory("optimizing", rec.identifier.format)
+
+    def planned_while_turned_off(rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        with ctx.db.write() as session:  # what the explorer's refresh writes, meanwhile
+            runtime = table_store.tables_by_id(session, [rec.runtime.table_id])[rec.name].runtime
+            runtime.config = {**runtime.config, "self-optimizing.enabled": "false"}
+        return ProcessPlan("minor", 1, [minor_task("p=0", [0])])
+
+    monkeypatch.setattr(ctx.engine, "load", lambda rec, spec: None)
+    monkeypatch.setattr(factory, "create", planned_while_turned_off)
+    assert ctx.engine.start_optimizing(rec, "default") is False
+    with ctx.db.read() as session:
+        assert store.running_processes(session, table_id=rec.runtime.table_id) == []
+        runtime = table_store.tables_by_id(session, [rec.runtime.table_id])[rec.name].runtime
+        assert runtime.status_code == TableStatus.IDLE

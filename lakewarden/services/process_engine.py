@@ -143,6 +143,11 @@ class ProcessEngine:
         except NothingToDo:
             return None
         with self.db.write() as session:
+            # self-optimizing turned off since the table was picked (a refresh during the planning): nothing is
+            # created, as Amoro plans only tables whose optimizing is enabled
+            if not OptimizingConfig.of(table_store.runtime_config(session, rec.runtime.table_id)).enabled:
+                log.info("planning %s: self-optimizing was turned off meanwhile; nothing created", rec.name)
+                return None
             process = store.create_process(session, rec, group, Action.OPTIMIZING, plan)
             if scheduling is not None:
                 process.summary = {**process.summary, "scheduling": scheduling}
