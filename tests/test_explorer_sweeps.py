@@ -3,7 +3,9 @@ net (a node's first pass, new table defaults, then every `refresh-internal-catal
 
 from __future__ import annotations
 
+import itertools
 import time
+from typing import Any
 
 from fastapi.testclient import TestClient
 from pyiceberg.catalog.sql import SqlCatalog
@@ -11,7 +13,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.processes import ProcessPlan
+from lakewarden.domain.tables import TableIdentifier, TableStatus
 from lakewarden.services.explorer import TableExplorer
+from lakewarden.store import processes as process_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.runtime import transition_table
+from tests.helpers import minor_task
 
 TABLE = {"schema": {"type": "struct", "schema-id": 0, "fields": [
     {"id": 1, "name": "id", "type": "long", "required": False}
@@ -81,3 +89,54 @@ def test_an_external_catalog_is_swept_every_pass(client: TestClient, sql_catalog
         explorer.run_once()
         listed = {t["identifier"] for t in client.get("/api/v1/tables", params={"catalog": sql_catalog.name}).json()}
         assert f"{sql_catalog.name}.db.{name}" in listed
+
+
+def set_properties(client: TestClient, name: str, **properties: str) -> None:
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": properties}]}
+    committed = client.post(f"/iceberg/v1/lake/namespaces/db/tables/{name}", json=body)
+    assert committed.status_code == 200, committed.text
+
+
+def test_turning_self_optimizing_off_closes_the_running_process(client: TestClient) -> None:
+    """A refresh that sees a table's self-optimizing turned off ends its running process CANCELED (Amoro's
+    TableRuntimeRefreshExecutor.handleConfigChanged closes it without committing); any other change leaves it
+    running, and so does a table that was never enabled."""
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
+    create(client, "t")
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    name = TableIdentifier("lake", "db", "t")
+    ctx.explorer.refresh("lake")
+    with ctx.db.write() as session:
+        rec = table_store.get_table(session, name)
+        specs = [minor_task("p=0", [0]), minor_task("p=1", [1])]
+        process_id = process_store.create_process(
+            session, rec, "default", "optimizing", ProcessPlan("minor", 1, specs)
+        ).process_id
+        steps = [TableStatus.IDLE, TableStatus.PENDING, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING]
+        for a, b in itertools.pairwise(steps):
+            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=process_id)
+
+    def process() -> dict[str, Any]:
+        return dict(client.get(f"/api/v1/processes/{process_id}").json())
+
+    def table() -> dict[str, Any]:
+        return dict(client.get("/api/v1/tables/lake/db/t").json())
+
+    set_properties(client, "t", **{"self-optimizing.target-size": "1048576"})  # still enabled
+    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == []
+    assert process()["status"] == "running" and table()["status"] == "minor_optimizing"
+
+    set_properties(client, "t", **{"self-optimizing.enabled": "false"})
+    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == [process_id]
+    ended = process()
+    assert ended["status"] == "canceled" and ended["fail_reason"] == "self-optimizing was turned off"
+    assert {t["status"] for t in ended["tasks"]} == {"canceled"}
+    assert table()["status"] == "idle"
+
+    # turned on again, then off with no process running: nothing to close
+    set_properties(client, "t", **{"self-optimizing.enabled": "true"})
+    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == []
+    set_properties(client, "t", **{"self-optimizing.enabled": "false"})
+    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == []
+    assert process()["status"] == "canceled"

@@ -31,6 +31,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
 from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locations
 from lakewarden.services.catalog_access import InProcessCatalog, catalog_for
@@ -54,6 +56,15 @@ class RefreshResult:
     disposed: list[str] = field(default_factory=list)
     loaded: int = 0  # tables whose metadata was read
     duration_ms: int = 0
+    turned_off: list[int] = field(default_factory=list)  # running optimizing processes of tables turned off
+
+
+def _optimizing_enabled(config: dict[str, str] | None) -> bool | None:
+    """Whether a table's configuration enables self-optimizing; None when it cannot be parsed."""
+    try:
+        return OptimizingConfig.of(config or {}).enabled
+    except InvalidField:
+        return None
 
 
 def defaults_fingerprint(spec: CatalogSpec) -> str:
@@ -77,6 +88,7 @@ class TableExplorer(LoopService):
         on_change: Callable[[], None] | None = None,
         metadata: MetadataService | None = None,
         internal_interval: float | None = None,
+        on_turned_off: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(interval_seconds)
         self.internal_interval = interval_seconds if internal_interval is None else internal_interval
@@ -85,6 +97,8 @@ class TableExplorer(LoopService):
         self.metadata = metadata  # internal catalogs are listed and read from it in-process
         self.thread_count = thread_count
         self.on_change = on_change  # called after a refresh that added or changed tables
+        # called with the running optimizing process of a table whose self-optimizing a refresh saw turned off
+        self.on_turned_off = on_turned_off
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -149,9 +163,17 @@ class TableExplorer(LoopService):
         # A table that vanished between listing and loading is gone as well.
         listed -= {name for name, snap in snapshots.items() if snap is None}
         self._apply(spec, listed, snapshots, result, loaded_defaults=defaults)
+        self._applied(result)
+        return result
+
+    def _applied(self, result: RefreshResult) -> None:
+        """After a refresh's transaction: a table whose self-optimizing was turned off has its running process
+        closed (Amoro's TableRuntimeRefreshExecutor.handleConfigChanged), and the evaluator looks at what changed."""
+        if self.on_turned_off is not None:
+            for process_id in result.turned_off:
+                self.on_turned_off(process_id)
         if (result.added or result.updated) and self.on_change is not None:
             self.on_change()
-        return result
 
     def _moved(
         self, spec: CatalogSpec, listed: set[TableIdentifier], locations: dict[tuple[str, str], str]
@@ -190,8 +212,7 @@ class TableExplorer(LoopService):
             present = {name for name, snap in snapshots.items() if snap is not None}
             self._apply(spec, present, snapshots, result, scope=names)
             result.duration_ms = int((time.monotonic() - started) * 1000)
-        if (result.added or result.updated) and self.on_change is not None:
-            self.on_change()
+        self._applied(result)
         return result
 
     def _load_all(
@@ -251,6 +272,10 @@ class TableExplorer(LoopService):
                         record.runtime.metadata_location != loaded.metadata_location or record.runtime.config != config
                     ):
                         result.updated.append(str(name))
+                        running = record.runtime.optimizing_process_id
+                        was_on = _optimizing_enabled(record.runtime.config)
+                        if running is not None and was_on and _optimizing_enabled(config) is False:
+                            result.turned_off.append(running)
                     else:
                         continue
                     table_store.record_table_snapshot(session, record.runtime, loaded, group, config)

@@ -209,6 +209,17 @@ class ProcessEngine:
                 raise Conflict(f"process {process_id} is {process.status}, not running")
             self._end(session, process, ProcessStatus.CANCELED, reason)
 
+    def close_turned_off(self, process_id: int) -> None:
+        """A table's self-optimizing was turned off while its process ran: the process ends CANCELED, as Amoro's
+        handleConfigChanged closes it without committing. A task already granted its commit still commits (as a
+        cancel from the API lets it); a process that ended meanwhile is left alone."""
+        with self.db.write() as session:
+            process = session.get(ProcessRow, process_id)
+            if process is None or process.status != ProcessStatus.RUNNING or process.action != Action.OPTIMIZING:
+                return
+            self._end(session, process, ProcessStatus.CANCELED, "self-optimizing was turned off")
+        self.on_process_end()
+
     def _end(
         self,
         session: Session,
