@@ -24,6 +24,7 @@ from lakewarden.api.app import create_app
 from lakewarden.api.routing import PrefixRouter
 from lakewarden.domain.errors import NoSuchTable
 from lakewarden.store import metadata as store
+from lakewarden.store.commit_statement import swap_and_record
 from lakewarden.store.database import Database
 from tests.conftest import as_admin, make_config
 
@@ -316,7 +317,7 @@ def test_a_commit_on_postgresql_is_one_statement_and_a_lost_swap_writes_nothing(
     client: TestClient, table: dict[str, Any]
 ) -> None:
     """On PostgreSQL a single table's commit swaps its pointer, writes its timeline entry and its event and
-    notifies the other nodes in one statement (store.swap_and_record); a swap that finds another commit's
+    notifies the other nodes in one statement (store/commit_statement.py); a swap that finds another commit's
     pointer writes none of it. On SQLite the commit is a transaction in process: the same rows."""
     context = client.app.state.context  # type: ignore[attr-defined]
     db: Database = context.db
@@ -334,14 +335,11 @@ def test_a_commit_on_postgresql_is_one_statement_and_a_lost_swap_writes_nothing(
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         sent.append(statement)
 
-    engines = [db.engine, *([db._statements] if postgresql else [])]
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", seen)
+    event.listen(db.engine, "before_cursor_execute", seen)  # one_statement's engine is this one's, in autocommit
     try:
         committed = client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body)
     finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", seen)
+        event.remove(db.engine, "before_cursor_execute", seen)
     assert committed.status_code == 200, committed.text
     location = committed.json()["metadata-location"]
     (announced,) = published
@@ -368,7 +366,7 @@ def test_a_commit_on_postgresql_is_one_statement_and_a_lost_swap_writes_nothing(
         "parent_snapshot_id": None,
         "summary": {},
     }
-    stale = store.swap_and_record(db, ("lake", "db", "t"), table["metadata-location"], 0, "/x.json", "c", details)
+    stale = swap_and_record(db, ("lake", "db", "t"), table["metadata-location"], 0, "/x.json", "c", details)
     assert stale is None
     with db.read() as session:
         assert len(store.timeline(session, "lake", "db", "t")) == 2 and store.last_event_id(session) == last

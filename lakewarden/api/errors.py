@@ -14,11 +14,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakewarden.domain.errors import (
     AlreadyExists,
     CommitFailed,
+    CommitStateUnknown,
     Conflict,
     Forbidden,
     InvalidField,
@@ -47,6 +49,7 @@ _STATUS: dict[type[LakewardenError], tuple[int, str]] = {
     NotAuthorized: (401, "NotAuthorizedException"),
     Forbidden: (403, "ForbiddenException"),
     TooManyRequests: (429, "TooManyRequestsException"),
+    CommitStateUnknown: (500, "CommitStateUnknownException"),
     NotLeader: (503, "ServiceUnavailableException"),
     Overloaded: (503, "ServiceUnavailableException"),
     StorageUnavailable: (503, "ServiceUnavailableException"),
@@ -107,8 +110,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         415: "The request body is not JSON",
         422: "Well-formed but contradicting itself",
         429: "Too many failed logins from this address or for this name: wait for Retry-After",
-        503: "Not available now (no leader, storage unreachable, too many commits waiting): ask again after "
-        "Retry-After",
+        500: "A commit whose answer the system database lost: its state is unknown (CommitStateUnknownException)",
+        503: "Not available now (no leader, storage or the system database unreachable, too many commits waiting): "
+        "ask again after Retry-After",
     }.items()
 }
 
@@ -122,6 +126,16 @@ def _field_of(loc: tuple[int | str, ...]) -> str:
     # drop the request part ("body", "query", "path") and the JSON-schema tags pydantic adds
     parts = [str(p) for p in loc[1:] if not (isinstance(p, str) and p.startswith(("function-", "json-or-python")))]
     return ".".join(parts) or str(loc[0] if loc else "request")
+
+
+def _database_unavailable(exc: DBAPIError) -> bool:
+    """Whether the system database failed as a database does when it is away or busy (a connection dropped or
+    refused, a statement canceled, SQLite's file locked), not because of the statement."""
+    if exc.connection_invalidated:
+        return True
+    if type(exc.orig).__module__.startswith("psycopg"):
+        return isinstance(exc, OperationalError)
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
 
 
 def install(app: FastAPI) -> None:
@@ -157,6 +171,16 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
+        if not _database_unavailable(exc):
+            return await _unexpected(_, exc)
+        # a commit whose answer was lost is CommitStateUnknown (store/database.py): this one committed nothing
+        log.warning("the system database is unavailable: %s", str(exc.orig).strip().splitlines()[:1])
+        response = error_response(503, f"the system database is unavailable ({type(exc.orig).__name__})")
+        response.headers["Retry-After"] = "1"
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -63,6 +63,13 @@ class StorageUnavailable(LakewardenError):
     """The storage behind a catalog cannot give what was asked (STS refused or unreachable) (503)."""
 
 
+class CommitStateUnknown(LakewardenError):
+    """A write was sent to the system database and its answer lost (the connection dropped during the COMMIT, or
+    during a commit that is one statement): whether it took effect is not known. A REST commit answers 500, which
+    Iceberg's clients read as CommitStateUnknownException (they neither retry it nor delete its files), and
+    lakewarden keeps the metadata file it wrote for it: the pointer may name it."""
+
+
 class Overloaded(LakewardenError):
     """More work is waiting than the server takes on; nothing of this request was done: retry later (503)."""
 

@@ -36,7 +36,14 @@ from pyiceberg.table.update import (
 )
 
 from lakewarden.domain.catalogs import CatalogSpec, check_object_name
-from lakewarden.domain.errors import AlreadyExists, CommitFailed, InvalidField, NoSuchWarehouse, NotFound
+from lakewarden.domain.errors import (
+    AlreadyExists,
+    CommitFailed,
+    CommitStateUnknown,
+    InvalidField,
+    NoSuchWarehouse,
+    NotFound,
+)
 from lakewarden.domain.storage import Access, StorageProfile, Vending, table_prefixes
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
 from lakewarden.metadata.paths import PATH_PROPERTIES, OutsideRoot, check_under, confine_table
@@ -55,6 +62,7 @@ from lakewarden.services.metadata_files import DEFAULT_MAX_BYTES as DEFAULT_META
 from lakewarden.services.metadata_files import NO_CONFIG, MetadataFiles
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
+from lakewarden.store.commit_statement import swap_and_record
 from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -476,6 +484,10 @@ class MetadataService:
             except _SwapLost:  # another commit won a swap: drop our files, check again, try again
                 self.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
+            except CommitStateUnknown:  # the pointer may name the files now: they stay (orphan cleanup knows)
+                what = ", ".join(f"{'.'.join(store.levels(c.namespace))}.{c.name}" for c in changes)
+                log.error("commit to %s in catalog %s: state unknown, its files kept", what, spec.name)
+                raise
             except Exception:  # refused (a staged create whose name was taken): nothing of it stays
                 self.files.discard(io, [path for entry in staged for path in entry.files])
                 raise
@@ -580,6 +592,9 @@ class MetadataService:
                     name,
                     {"metadata_location": location, "version": 0, **payload},
                 )
+        except CommitStateUnknown:  # the new pointer may name the file: it stays
+            log.error("create of %s.%s in catalog %s: state unknown, its metadata file kept", namespace, name, catalog)
+            raise
         except Exception:
             if written is not None:
                 written.delete(location)
@@ -588,12 +603,12 @@ class MetadataService:
 
     def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
         """Every staged pointer swapped, with its timeline entry and event, in one transaction (on PostgreSQL,
-        a single table's commit is one statement: store.swap_and_record)."""
+        a single table's commit is one statement: store/commit_statement.py)."""
         if len(staged) == 1 and staged[0].changed and staged[0].version != CREATES and self.db.one_statements:
             (entry,) = staged
             key = (catalog, entry.change.namespace, entry.change.name)
             details = describe_commit(entry.base, entry.metadata, entry.applied)
-            event = store.swap_and_record(self.db, key, entry.expected, entry.version, entry.location, client, details)
+            event = swap_and_record(self.db, key, entry.expected, entry.version, entry.location, client, details)
             if event is None:
                 raise _SwapLost
             return [event]

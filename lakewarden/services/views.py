@@ -20,7 +20,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from lakewarden.domain.catalogs import check_object_name
-from lakewarden.domain.errors import CommitFailed, InvalidField
+from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField
 from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.views import AssertViewUUID, ViewChangeError, apply_view_updates, new_view, view_json
 from lakewarden.services.metadata_service import MetadataService
@@ -105,6 +105,8 @@ class ViewCatalog:
                 store.create_view(session, catalog, namespace, name, written)
                 self._record(session, catalog, namespace, name, 0, written, "create-view", metadata)
                 event = self._event(session, "view-created", catalog, namespace, name, written, 0)
+        except CommitStateUnknown:  # the new pointer may name the file: it stays
+            raise
         except Exception:
             self.tables.files.discard(io, [written])
             raise

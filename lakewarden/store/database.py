@@ -17,10 +17,12 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, Select, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from lakewarden.domain.errors import CommitStateUnknown
 from lakewarden.store.async_reads import AsyncReads
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -85,10 +87,17 @@ def _single_reads_engine(url: str, engine: Engine) -> Engine:
     return create_engine(url, isolation_level="AUTOCOMMIT", pool_size=5, max_overflow=10, connect_args=_CONNECT_ARGS)
 
 
-def _statements_engine(url: str) -> Engine:
-    """The engine of `Database.one_statement`: autocommit connections, pinged when taken from the pool."""
-    return create_engine(
-        url, isolation_level="AUTOCOMMIT", pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=_CONNECT_ARGS
+def _answer_lost(exc: DBAPIError) -> bool:
+    """Whether a statement or COMMIT that failed so may have taken effect: the connection broke (the answer was
+    lost) rather than the database refusing it (a constraint, a bad value, which commit nothing)."""
+    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+
+
+def _state_unknown(exc: DBAPIError, what: str) -> CommitStateUnknown:
+    first = (str(exc.orig).strip().splitlines() or [""])[0]
+    return CommitStateUnknown(
+        f"the system database's answer to {what} was lost ({type(exc.orig).__name__}: {first}); whether it took "
+        "effect is unknown"
     )
 
 
@@ -114,8 +123,9 @@ class Database:
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
         postgresql = self.engine.dialect.name == "postgresql"
-        # one_statement's: autocommit (a statement is its own transaction), pinged before use (see there)
-        self._statements = _statements_engine(url) if postgresql else None
+        # one_statement's: the writers' pool in autocommit (a statement is its own transaction). Switching a
+        # connection to autocommit and back is a setting of the driver's, no round trip.
+        self._statements = self.engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else None
         self._async_reads = AsyncReads(url, _CONNECT_ARGS) if postgresql else None  # first_row_async's
 
     @contextmanager
@@ -123,10 +133,22 @@ class Database:
         """A write transaction. With high availability, a write is the leader's (its loops, the API's
         changes) and fenced by its lease unless `any_node` (the REST catalog's compare-and-swap commits, the
         audit log, start-up seeding), which any node may make."""
-        with self._write_lock, self._writer() as session, session.begin():
-            if self.fence is not None and not any_node:
-                self.fence(session)
-            yield session
+        with self._write_lock, self._writer() as session:
+            session.begin()
+            try:
+                if self.fence is not None and not any_node:
+                    self.fence(session)
+                yield session
+                session.flush()  # what fails here committed nothing
+            except BaseException:
+                session.rollback()
+                raise
+            try:
+                session.commit()
+            except DBAPIError as exc:
+                if _answer_lost(exc):  # the COMMIT was sent: it may have been applied
+                    raise _state_unknown(exc, "a COMMIT") from exc
+                raise
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -171,14 +193,19 @@ class Database:
 
     def one_statement(self, statement: Executable, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """PostgreSQL only: `statement` run as a transaction of its own (autocommit), and its first row. For a
-        write that is one statement (a commit's swap with its rows, store/metadata.swap_and_record), it saves
+        write that is one statement (a commit's swap with its rows, store/commit_statement.py), it saves
         the BEGIN and COMMIT round trips. The connection is pinged when taken from the pool (a connection that
         a database restart dropped is replaced then), and never retried after the statement was sent: whether
-        a write whose answer was lost took effect is not known, and the error says so to the caller."""
+        a write whose answer was lost took effect is not known, and CommitStateUnknown says so to the caller."""
         if self._statements is None:
             raise RuntimeError("one_statement is for PostgreSQL")
-        with self._statements.connect() as connection:
-            row = connection.execute(statement, params).first()
+        with self._statements.connect() as connection:  # a failure to connect sent nothing: raised as it is
+            try:
+                row = connection.execute(statement, params).first()
+            except DBAPIError as exc:
+                if _answer_lost(exc):
+                    raise _state_unknown(exc, "a statement") from exc
+                raise
         return None if row is None else tuple(row)
 
     def _statement(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[str, Any]:
@@ -279,8 +306,6 @@ class Database:
         self.engine.dispose()
         if self._single_reads is not self.engine:
             self._single_reads.dispose()
-        if self._statements is not None:
-            self._statements.dispose()
 
 
 def alembic_config() -> AlembicConfig:

@@ -1,0 +1,121 @@
+"""A single table's commit on PostgreSQL as one statement: the pointer's compare-and-swap, its timeline entry,
+its outbox event and the other nodes' notification (MetadataService._swap_all runs it when one table changes).
+Everywhere else a commit is a transaction of store/metadata.py's functions; both write the same rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+from typing import cast as typed
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    Select,
+    String,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from lakewarden.store.database import Database, utcnow
+from lakewarden.store.metadata import EVENTS_CHANNEL, event_of
+from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow
+
+_COMMITS = typed(Table, CommitRow.__table__)
+_EVENTS = typed(Table, EventRow.__table__)
+
+_COMMIT_FIELDS = ("operation", "snapshot_id", "parent_snapshot_id", "summary")
+
+
+@functools.cache
+def _swap_and_record_statement() -> Select[Any]:
+    """A table's pointer compare-and-swapped, its timeline entry and its event written, and the other nodes
+    notified, as one PostgreSQL statement: the swap is a data-modifying CTE that the two inserts select from,
+    so they write a row only when the swap matched one. In autocommit it is its own transaction: one round trip
+    where the same work in a transaction takes seven (BEGIN, the swap, two inserts, the notify, COMMIT and the
+    pool's ping). Returns the event's id, or no row when another commit won the swap. Its parameters are named
+    as no column is (k_: the row swapped, v_: values): an UPDATE takes a parameter named as one of its table's
+    columns for a value to set."""
+    pointers = typed(Table, IcebergTableRow.__table__)
+    key = (
+        pointers.c.catalog_name == bindparam("k_catalog", type_=String),
+        pointers.c.namespace == bindparam("k_namespace", type_=String),
+        pointers.c.table_name == bindparam("k_table", type_=String),
+    )
+    now = bindparam("v_now", type_=DateTime(timezone=True))
+    swapped = (
+        update(pointers)
+        .where(*key, pointers.c.metadata_location == bindparam("k_expected", type_=Text))
+        .where(pointers.c.version == bindparam("k_version", type_=Integer))
+        .values(metadata_location=bindparam("v_location", type_=Text), version=bindparam("v_version"), updated_at=now)
+        .returning(pointers.c.version)
+        .cte("swapped")
+    )
+    same = (
+        bindparam("k_catalog", type_=String),
+        bindparam("k_namespace", type_=String),
+        bindparam("k_table", type_=String),
+    )
+    entry = select(
+        *same,
+        swapped.c.version,
+        bindparam("v_operation", type_=String),
+        bindparam("v_snapshot", type_=BigInteger),
+        bindparam("v_parent", type_=BigInteger),
+        bindparam("v_summary", type_=_COMMITS.c.summary.type),
+        bindparam("v_location", type_=Text),
+        bindparam("v_client", type_=String),
+        now,
+    )
+    columns = ["catalog_name", "namespace", "table_name", "version", *_COMMIT_FIELDS, "metadata_location", "client"]
+    timeline = insert(_COMMITS).from_select([*columns, "committed_at"], entry).cte("timeline")
+    announced = select(
+        bindparam("v_type", type_=String), *same, bindparam("v_payload", type_=_EVENTS.c.payload.type), now
+    ).select_from(swapped)
+    event = (
+        insert(_EVENTS)
+        .from_select(["type", "catalog_name", "namespace", "table_name", "payload", "created_at"], announced)
+        .returning(_EVENTS.c.event_id)
+        .cte("event")
+    )
+    notified = func.pg_notify(EVENTS_CHANNEL, cast(event.c.event_id, Text))
+    return select(event.c.event_id, cast(notified, Text)).add_cte(timeline)
+
+
+def swap_and_record(
+    db: Database,
+    key: tuple[str, str, str],
+    expected: str,
+    version: int,
+    new: str,
+    client: str | None,
+    details: dict[str, Any],
+) -> dict[str, Any] | None:
+    """A single table's commit on PostgreSQL (`_swap_and_record_statement`): the event it wrote, to publish, or
+    None when another commit won the swap (nothing was written). `details`: the timeline entry's fields."""
+    catalog, namespace, table = key
+    now = utcnow()
+    payload = {"metadata_location": new, "version": version + 1, **details}
+    arguments: dict[str, Any] = {
+        "k_catalog": catalog,
+        "k_namespace": namespace,
+        "k_table": table,
+        "k_expected": expected,
+    }
+    arguments |= {"k_version": version, "v_location": new, "v_version": version + 1, "v_now": now, "v_client": client}
+    arguments |= {"v_type": "table-committed", "v_payload": payload, "v_operation": details["operation"]}
+    arguments |= {"v_snapshot": details["snapshot_id"], "v_parent": details["parent_snapshot_id"]}
+    arguments |= {"v_summary": details["summary"]}
+    row = db.one_statement(_swap_and_record_statement(), arguments)
+    if row is None:
+        return None
+    values = {"type": "table-committed", "catalog_name": catalog, "namespace": namespace, "table_name": table}
+    return event_of(EventRow(event_id=row[0], payload=payload, created_at=now, **values))
