@@ -361,3 +361,25 @@ def test_a_planning_creates_nothing_once_self_optimizing_is_turned_off(
         assert store.running_processes(session, table_id=rec.runtime.table_id) == []
         runtime = table_store.tables_by_id(session, [rec.runtime.table_id])[rec.name].runtime
         assert runtime.status_code == TableStatus.IDLE
+
+
+def test_recovery_cancels_the_running_process_of_a_table_whose_self_optimizing_is_off(client: TestClient) -> None:
+    """The server went away after a refresh recorded self-optimizing off but before it closed the running
+    process: at start the process is canceled (Amoro's OptimizingQueue.initTableRuntime); a table still on keeps
+    its process."""
+    ctx = ctx_of(client)
+    off = add_table(ctx, "off", **{"self-optimizing.enabled": "false"})
+    on = add_table(ctx, "on")
+    processes = {}
+    for rec in (off, on):
+        processes[rec.name.table] = process_with_tasks(ctx, rec, tasks=1)
+        start_optimizing(ctx, rec, processes[rec.name.table])
+    done = ctx.engine.recover()
+    assert f"process {processes['off']}: its table's self-optimizing is off, canceled" in done
+    with ctx.db.read() as session:
+        canceled = store.get_process(session, processes["off"])
+        assert (canceled.status, canceled.fail_reason) == (ProcessStatus.CANCELED, "self-optimizing was turned off")
+        assert store.get_process(session, processes["on"]).status == ProcessStatus.RUNNING
+        runtimes = table_store.tables_by_id(session, [off.runtime.table_id, on.runtime.table_id])
+        assert runtimes[off.name].runtime.status_code == TableStatus.IDLE
+        assert runtimes[on.name].runtime.status_code == TableStatus.MINOR_OPTIMIZING

@@ -74,6 +74,14 @@ class OptimizingConfig:
         """A data file above the fragment threshold and at most this many bytes is an undersized segment."""
         return int(self.target_size * self.min_target_size_ratio)
 
+    @staticmethod
+    def enabled_in(props: Mapping[str, str] | None) -> bool | None:
+        """Whether a table's configuration enables self-optimizing; None when the configuration does not parse."""
+        try:
+            return OptimizingConfig.of(props or {}).enabled
+        except InvalidField:
+            return None
+
     @classmethod
     def of(cls, props: Mapping[str, str]) -> OptimizingConfig:
         """Parse; a bad value raises InvalidField naming the property."""

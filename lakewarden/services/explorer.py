@@ -31,7 +31,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
-from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
 from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locations
@@ -57,14 +56,6 @@ class RefreshResult:
     loaded: int = 0  # tables whose metadata was read
     duration_ms: int = 0
     turned_off: list[int] = field(default_factory=list)  # running optimizing processes of tables turned off
-
-
-def _optimizing_enabled(config: dict[str, str] | None) -> bool | None:
-    """Whether a table's configuration enables self-optimizing; None when it cannot be parsed."""
-    try:
-        return OptimizingConfig.of(config or {}).enabled
-    except InvalidField:
-        return None
 
 
 def defaults_fingerprint(spec: CatalogSpec) -> str:
@@ -273,8 +264,8 @@ class TableExplorer(LoopService):
                     ):
                         result.updated.append(str(name))
                         running = record.runtime.optimizing_process_id
-                        was_on = _optimizing_enabled(record.runtime.config)
-                        if running is not None and was_on and _optimizing_enabled(config) is False:
+                        was_on = OptimizingConfig.enabled_in(record.runtime.config)
+                        if running is not None and was_on and OptimizingConfig.enabled_in(config) is False:
                             result.turned_off.append(running)
                     else:
                         continue

@@ -289,11 +289,23 @@ class ProcessEngine:
         """
         done: list[str] = []
         with self.db.write() as session:
-            running = {p.process_id for p in store.running_processes(session)}
+            processes = store.running_processes(session)
+            running = {p.process_id for p in processes}
             for action in self.registry.actions():
                 done += self.registry.factory(action).recover_tables(session, running)
-        for process_id in sorted(running):
+            # self-optimizing turned off, and the server gone before it closed the process (Amoro's
+            # OptimizingQueue.initTableRuntime closes it at start as well)
+            turned_off = {
+                p.process_id
+                for p in processes
+                if p.action == Action.OPTIMIZING
+                and OptimizingConfig.enabled_in(table_store.runtime_config(session, p.table_id)) is False
+            }
+        for process_id in sorted(running - turned_off):
             self.settle(process_id)
+        for process_id in sorted(turned_off):
+            self.close_turned_off(process_id)
+            done.append(f"process {process_id}: its table's self-optimizing is off, canceled")
         for line in done:
             log.warning("recovered %s", line)
         return done
