@@ -124,6 +124,9 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
         version=__version__,
         description="Lakehouse table management for Apache Iceberg: self-optimizing, maintenance, REST catalog.",
         lifespan=lifespan,
+        # lakewarden's metrics are Prometheus's (api/metrics.py): FastAPI's OpenTelemetry bridge would look up
+        # the global providers on every request to find them unconfigured
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     errors.install(app)
     # every route is checked (api/auth.py): a role for /api/v1, a grant for /iceberg/v1
