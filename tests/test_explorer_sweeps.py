@@ -97,46 +97,57 @@ def set_properties(client: TestClient, name: str, **properties: str) -> None:
     assert committed.status_code == 200, committed.text
 
 
-def test_turning_self_optimizing_off_closes_the_running_process(client: TestClient) -> None:
-    """A refresh that sees a table's self-optimizing turned off ends its running process CANCELED (Amoro's
-    TableRuntimeRefreshExecutor.handleConfigChanged closes it without committing); any other change leaves it
-    running, and so does a table that was never enabled."""
+def running_process(client: TestClient, name: TableIdentifier) -> int:
+    """A running minor-optimizing process of two tasks on the table, as the planner leaves it."""
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    with ctx.db.write() as session:
+        rec = table_store.get_table(session, name)
+        specs = [minor_task("p=0", [0]), minor_task("p=1", [1])]
+        plan = ProcessPlan("minor", 1, specs)
+        process_id: int = process_store.create_process(session, rec, "default", "optimizing", plan).process_id
+        steps = [TableStatus.IDLE, TableStatus.PENDING, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING]
+        for a, b in itertools.pairwise(steps):
+            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=process_id)
+    return process_id
+
+
+def test_a_configuration_change_closes_the_running_process_as_amoro_does(client: TestClient) -> None:
+    """A refresh that sees a table's self-optimizing turned off, or the table moved to another resource group,
+    ends its running process CANCELED (Amoro's handleConfigChanged closes it without committing); any other
+    change leaves it running, and so does turning off a table with no process."""
     assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/api/v1/resource-groups", json={"name": "etl", "container": "local"}).status_code == 201
     assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
     create(client, "t")
     ctx = client.app.state.context  # type: ignore[attr-defined]
     name = TableIdentifier("lake", "db", "t")
     ctx.explorer.refresh("lake")
-    with ctx.db.write() as session:
-        rec = table_store.get_table(session, name)
-        specs = [minor_task("p=0", [0]), minor_task("p=1", [1])]
-        process_id = process_store.create_process(
-            session, rec, "default", "optimizing", ProcessPlan("minor", 1, specs)
-        ).process_id
-        steps = [TableStatus.IDLE, TableStatus.PENDING, TableStatus.PLANNING, TableStatus.MINOR_OPTIMIZING]
-        for a, b in itertools.pairwise(steps):
-            assert transition_table(session, rec.runtime.table_id, a, b, optimizing_process_id=process_id)
 
-    def process() -> dict[str, Any]:
+    def process(process_id: int) -> dict[str, Any]:
         return dict(client.get(f"/api/v1/processes/{process_id}").json())
 
     def table() -> dict[str, Any]:
         return dict(client.get("/api/v1/tables/lake/db/t").json())
 
-    set_properties(client, "t", **{"self-optimizing.target-size": "1048576"})  # still enabled
-    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == []
-    assert process()["status"] == "running" and table()["status"] == "minor_optimizing"
+    def refresh(**properties: str) -> dict[int, str]:
+        set_properties(client, "t", **properties)
+        closing: dict[int, str] = ctx.explorer.refresh_tables("lake", {name}).closing
+        return closing
 
-    set_properties(client, "t", **{"self-optimizing.enabled": "false"})
-    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == [process_id]
-    ended = process()
+    first = running_process(client, name)
+    assert refresh(**{"self-optimizing.target-size": "1048576"}) == {}  # still on, same group
+    assert process(first)["status"] == "running" and table()["status"] == "minor_optimizing"
+
+    assert refresh(**{"self-optimizing.enabled": "false"}) == {first: "self-optimizing was turned off"}
+    ended = process(first)
     assert ended["status"] == "canceled" and ended["fail_reason"] == "self-optimizing was turned off"
     assert {t["status"] for t in ended["tasks"]} == {"canceled"}
     assert table()["status"] == "idle"
+    assert refresh(**{"self-optimizing.enabled": "true"}) == {}  # on again; off with no process: nothing to close
+    assert refresh(**{"self-optimizing.enabled": "false"}) == {}
+    assert refresh(**{"self-optimizing.enabled": "true"}) == {}
 
-    # turned on again, then off with no process running: nothing to close
-    set_properties(client, "t", **{"self-optimizing.enabled": "true"})
-    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == []
-    set_properties(client, "t", **{"self-optimizing.enabled": "false"})
-    assert ctx.explorer.refresh_tables("lake", {name}).turned_off == []
-    assert process()["status"] == "canceled"
+    second = running_process(client, name)
+    assert refresh(**{"self-optimizing.group": "etl"}) == {second: "the table moved to resource group etl"}
+    assert process(second)["status"] == "canceled" and table()["status"] == "idle"
+    assert table()["group"] == "etl"

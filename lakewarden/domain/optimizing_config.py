@@ -45,6 +45,9 @@ def _bool(props: Mapping[str, str], key: str) -> bool:
     return text == "true"
 
 
+TURNED_OFF = "self-optimizing was turned off"  # why a process closes when its table's self-optimizing goes off
+
+
 @dataclass(frozen=True)
 class OptimizingConfig:
     enabled: bool

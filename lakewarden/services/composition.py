@@ -157,7 +157,7 @@ class ServerRuntime:
             retry_backoff=timeouts.task_retry_backoff,
             retry_backoff_max=timeouts.task_retry_backoff_max,
         )
-        explorer.on_turned_off = engine.close_turned_off
+        explorer.on_closing = engine.close_for_config
         events = EventDispatcher(explorer, evaluator)
         planning = config.ams.scan_planning
         scans = ScanPlanning(

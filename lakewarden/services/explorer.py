@@ -31,7 +31,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
-from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.optimizing_config import TURNED_OFF, OptimizingConfig
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
 from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locations
 from lakewarden.services.catalog_access import InProcessCatalog, catalog_for
@@ -40,6 +40,7 @@ from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database
+from lakewarden.store.models import TableRuntimeRow
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,23 @@ class RefreshResult:
     disposed: list[str] = field(default_factory=list)
     loaded: int = 0  # tables whose metadata was read
     duration_ms: int = 0
-    turned_off: list[int] = field(default_factory=list)  # running optimizing processes of tables turned off
+    # running optimizing processes a change of their table's configuration closes, with why (_closing_reason)
+    closing: dict[int, str] = field(default_factory=dict)
+
+
+def _closing_reason(runtime: TableRuntimeRow, config: dict[str, str], group: str) -> str | None:
+    """Why the table's running optimizing process must close now that its configuration is `config` (in resource
+    group `group`), if it must. As Amoro: turning self-optimizing off closes it without committing
+    (TableRuntimeRefreshExecutor.handleConfigChanged), and so does moving the table to another resource group
+    (DefaultOptimizingService's handleConfigChanged releases it from the old group's queue, which closes its
+    process); the next planning happens in the new group."""
+    if runtime.optimizing_process_id is None:
+        return None
+    if OptimizingConfig.enabled_in(runtime.config) and OptimizingConfig.enabled_in(config) is False:
+        return TURNED_OFF
+    if runtime.optimizing_group != group:
+        return f"the table moved to resource group {group}"
+    return None
 
 
 def defaults_fingerprint(spec: CatalogSpec) -> str:
@@ -79,7 +96,7 @@ class TableExplorer(LoopService):
         on_change: Callable[[], None] | None = None,
         metadata: MetadataService | None = None,
         internal_interval: float | None = None,
-        on_turned_off: Callable[[int], None] | None = None,
+        on_closing: Callable[[int, str], None] | None = None,
     ) -> None:
         super().__init__(interval_seconds)
         self.internal_interval = interval_seconds if internal_interval is None else internal_interval
@@ -88,8 +105,8 @@ class TableExplorer(LoopService):
         self.metadata = metadata  # internal catalogs are listed and read from it in-process
         self.thread_count = thread_count
         self.on_change = on_change  # called after a refresh that added or changed tables
-        # called with the running optimizing process of a table whose self-optimizing a refresh saw turned off
-        self.on_turned_off = on_turned_off
+        # called with a running optimizing process a refresh saw its table's configuration close, and why
+        self.on_closing = on_closing
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -158,11 +175,11 @@ class TableExplorer(LoopService):
         return result
 
     def _applied(self, result: RefreshResult) -> None:
-        """After a refresh's transaction: a table whose self-optimizing was turned off has its running process
-        closed (Amoro's TableRuntimeRefreshExecutor.handleConfigChanged), and the evaluator looks at what changed."""
-        if self.on_turned_off is not None:
-            for process_id in result.turned_off:
-                self.on_turned_off(process_id)
+        """After a refresh's transaction: the running processes a configuration change closes are closed
+        (_closing_reason), and the evaluator looks at what changed."""
+        if self.on_closing is not None:
+            for process_id, reason in result.closing.items():
+                self.on_closing(process_id, reason)
         if (result.added or result.updated) and self.on_change is not None:
             self.on_change()
 
@@ -263,10 +280,9 @@ class TableExplorer(LoopService):
                         record.runtime.metadata_location != loaded.metadata_location or record.runtime.config != config
                     ):
                         result.updated.append(str(name))
-                        running = record.runtime.optimizing_process_id
-                        was_on = OptimizingConfig.enabled_in(record.runtime.config)
-                        if running is not None and was_on and OptimizingConfig.enabled_in(config) is False:
-                            result.turned_off.append(running)
+                        reason = _closing_reason(record.runtime, config, group)
+                        if reason is not None and record.runtime.optimizing_process_id is not None:
+                            result.closing[record.runtime.optimizing_process_id] = reason
                     else:
                         continue
                     table_store.record_table_snapshot(session, record.runtime, loaded, group, config)

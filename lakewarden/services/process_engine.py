@@ -23,7 +23,7 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.costs import total_usage, usage_summary
 from lakewarden.domain.errors import Conflict, NothingToDo
 from lakewarden.domain.evaluator import OptimizingType
-from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.optimizing_config import TURNED_OFF, OptimizingConfig
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
@@ -209,15 +209,16 @@ class ProcessEngine:
                 raise Conflict(f"process {process_id} is {process.status}, not running")
             self._end(session, process, ProcessStatus.CANCELED, reason)
 
-    def close_turned_off(self, process_id: int) -> None:
-        """A table's self-optimizing was turned off while its process ran: the process ends CANCELED, as Amoro's
-        handleConfigChanged closes it without committing. A task already granted its commit still commits (as a
-        cancel from the API lets it); a process that ended meanwhile is left alone."""
+    def close_for_config(self, process_id: int, reason: str) -> None:
+        """A change of its table's configuration closes a running optimizing process (self-optimizing turned off,
+        the table moved to another resource group: explorer._closing_reason): it ends CANCELED with `reason`, as
+        Amoro's handleConfigChanged closes it without committing. A task already granted its commit still commits
+        (as a cancel from the API lets it); a process that ended meanwhile is left alone."""
         with self.db.write() as session:
             process = session.get(ProcessRow, process_id)
             if process is None or process.status != ProcessStatus.RUNNING or process.action != Action.OPTIMIZING:
                 return
-            self._end(session, process, ProcessStatus.CANCELED, "self-optimizing was turned off")
+            self._end(session, process, ProcessStatus.CANCELED, reason)
         self.on_process_end()
 
     def _end(
@@ -304,7 +305,7 @@ class ProcessEngine:
         for process_id in sorted(running - turned_off):
             self.settle(process_id)
         for process_id in sorted(turned_off):
-            self.close_turned_off(process_id)
+            self.close_for_config(process_id, TURNED_OFF)
             done.append(f"process {process_id}: its table's self-optimizing is off, canceled")
         for line in done:
             log.warning("recovered %s", line)
