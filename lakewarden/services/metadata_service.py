@@ -602,9 +602,10 @@ class MetadataService:
         self.publish([event])
 
     def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
-        """Every staged pointer swapped, with its timeline entry and event, in one transaction (on PostgreSQL,
-        a single table's commit is one statement: store/commit_statement.py)."""
-        if len(staged) == 1 and staged[0].changed and staged[0].version != CREATES and self.db.one_statements:
+        """Every staged pointer swapped, with its timeline entry and event, in one transaction (a single table's
+        commit in the fewest steps: one statement on PostgreSQL, a transaction on SQLite's driver alone;
+        store/commit_statement.py)."""
+        if len(staged) == 1 and staged[0].changed and staged[0].version != CREATES:
             (entry,) = staged
             key = (catalog, entry.change.namespace, entry.change.name)
             details = describe_commit(entry.base, entry.metadata, entry.applied)

@@ -1,6 +1,12 @@
-"""A single table's commit on PostgreSQL as one statement: the pointer's compare-and-swap, its timeline entry,
-its outbox event and the other nodes' notification (MetadataService._swap_all runs it when one table changes).
-Everywhere else a commit is a transaction of store/metadata.py's functions; both write the same rows.
+"""A single table's commit in the fewest steps each system database allows: the pointer's compare-and-swap, its
+timeline entry, its outbox event (and, on PostgreSQL, the other nodes' notification). MetadataService._swap_all
+runs it when one table changes; multi-table commits and staged creates are a transaction of store/metadata.py's
+functions. Both write the same rows.
+
+- PostgreSQL: one statement in autocommit (`_swap_and_record_statement`), one round trip.
+- SQLite: three statements in one transaction on the driver's connection itself (`_driver_statements`,
+  Database.driver_write): SQLAlchemy's Session and Connection cost a single-row write several times the
+  write itself.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.sql.dml import Insert, Update
 
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.metadata import EVENTS_CHANNEL, event_of
@@ -90,6 +97,48 @@ def _swap_and_record_statement() -> Select[Any]:
     return select(event.c.event_id, cast(notified, Text)).add_cte(timeline)
 
 
+@functools.cache
+def _driver_statements() -> tuple[Update, Insert, Insert]:
+    """SQLite: the swap, the timeline entry and the event as three statements of one transaction, with the same
+    parameters as `_swap_and_record_statement`'s (the timeline's version is the swap's new one, known here)."""
+    pointers = typed(Table, IcebergTableRow.__table__)
+    now = bindparam("v_now", type_=DateTime(timezone=True))
+    catalog, namespace, table = (bindparam(f"k_{k}", type_=String) for k in ("catalog", "namespace", "table"))
+    swap = (
+        update(pointers)
+        .where(pointers.c.catalog_name == catalog, pointers.c.namespace == namespace, pointers.c.table_name == table)
+        .where(pointers.c.metadata_location == bindparam("k_expected", type_=Text))
+        .where(pointers.c.version == bindparam("k_version", type_=Integer))
+        .values(
+            metadata_location=bindparam("v_location", type_=Text),
+            version=bindparam("v_version", type_=Integer),
+            updated_at=now,
+        )
+    )
+    timeline = insert(_COMMITS).values(
+        catalog_name=catalog,
+        namespace=namespace,
+        table_name=table,
+        version=bindparam("v_version", type_=Integer),
+        operation=bindparam("v_operation", type_=String),
+        snapshot_id=bindparam("v_snapshot", type_=BigInteger),
+        parent_snapshot_id=bindparam("v_parent", type_=BigInteger),
+        summary=bindparam("v_summary", type_=_COMMITS.c.summary.type),
+        metadata_location=bindparam("v_location", type_=Text),
+        client=bindparam("v_client", type_=String),
+        committed_at=now,
+    )
+    event = insert(_EVENTS).values(
+        type=bindparam("v_type", type_=String),
+        catalog_name=catalog,
+        namespace=namespace,
+        table_name=table,
+        payload=bindparam("v_payload", type_=_EVENTS.c.payload.type),
+        created_at=now,
+    )
+    return swap, timeline, event
+
+
 def swap_and_record(
     db: Database,
     key: tuple[str, str, str],
@@ -99,8 +148,8 @@ def swap_and_record(
     client: str | None,
     details: dict[str, Any],
 ) -> dict[str, Any] | None:
-    """A single table's commit on PostgreSQL (`_swap_and_record_statement`): the event it wrote, to publish, or
-    None when another commit won the swap (nothing was written). `details`: the timeline entry's fields."""
+    """A single table's commit: the event it wrote, to publish, or None when another commit won the swap
+    (nothing was written). `details`: the timeline entry's fields."""
     catalog, namespace, table = key
     now = utcnow()
     payload = {"metadata_location": new, "version": version + 1, **details}
@@ -114,8 +163,18 @@ def swap_and_record(
     arguments |= {"v_type": "table-committed", "v_payload": payload, "v_operation": details["operation"]}
     arguments |= {"v_snapshot": details["snapshot_id"], "v_parent": details["parent_snapshot_id"]}
     arguments |= {"v_summary": details["summary"]}
-    row = db.one_statement(_swap_and_record_statement(), arguments)
-    if row is None:
-        return None
+    if db.one_statements:
+        row = db.one_statement(_swap_and_record_statement(), arguments)
+        if row is None:
+            return None
+        event_id = row[0]
+    else:
+        swap, timeline, event = _driver_statements()
+        with db.driver_write() as transaction:
+            if transaction.execute(swap, arguments).rowcount != 1:
+                transaction.abort()  # another commit won: nothing is written
+                return None
+            transaction.execute(timeline, arguments)
+            event_id = transaction.execute(event, arguments).lastrowid
     values = {"type": "table-committed", "catalog_name": catalog, "namespace": namespace, "table_name": table}
-    return event_of(EventRow(event_id=row[0], payload=payload, created_at=now, **values))
+    return event_of(EventRow(event_id=event_id, payload=payload, created_at=now, **values))

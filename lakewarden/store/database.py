@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,6 +101,24 @@ def _state_unknown(exc: DBAPIError, what: str) -> CommitStateUnknown:
     )
 
 
+class DriverTransaction:
+    """A transaction of Database.driver_write: its statements run on the driver's connection."""
+
+    def __init__(self, db: Database, driver: Any) -> None:
+        self._db = db
+        self._driver = driver
+        self.aborted = False
+
+    def execute(self, statement: Executable, params: dict[str, Any]) -> Any:
+        """Run the statement; the driver's cursor (its rowcount, lastrowid)."""
+        sql, arguments = self._db._driver_arguments(statement, params)
+        return self._driver.execute(sql, arguments)
+
+    def abort(self) -> None:
+        """Roll the transaction back when the block ends, instead of committing it."""
+        self.aborted = True
+
+
 class Database:
     """One system database. Store functions flush; `write()` and `read()` own the transaction."""
 
@@ -119,6 +137,7 @@ class Database:
         # high availability: checks a write against the leader's lease (raises NotLeader); None: one node
         self.fence: Callable[[Session], None] | None = None
         self._compiled: dict[Select[*tuple[Any, ...]], SQLCompiler] = {}  # first_row's statements, compiled once each
+        self._driver_compiled: dict[Executable, SQLCompiler] = {}  # driver_write's, likewise
         self._single_reads = _single_reads_engine(url, self.engine)
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
@@ -207,6 +226,55 @@ class Database:
                     raise _state_unknown(exc, "a statement") from exc
                 raise
         return None if row is None else tuple(row)
+
+    @contextmanager
+    def driver_write(self) -> Iterator[DriverTransaction]:
+        """SQLite only: a write transaction on the driver's connection itself (BEGIN IMMEDIATE ... COMMIT, under
+        the writers' lock), for the hottest write, a single table's commit (store/commit_statement.py). Its
+        statements are compiled once and their values converted by SQLAlchemy's own bind processors, so they
+        write what the same statements through a Session would. Leaving the block commits, unless the
+        transaction was aborted or the block raised (a rollback); a COMMIT that fails may have been applied
+        (CommitStateUnknown)."""
+        if self.engine.dialect.name != "sqlite":
+            raise RuntimeError("driver_write is for SQLite")
+        with self._write_lock:
+            connection = self.engine.raw_connection()
+            try:
+                driver: Any = connection.dbapi_connection
+                driver.execute("BEGIN IMMEDIATE")
+                transaction = DriverTransaction(self, driver)
+                try:
+                    yield transaction
+                except BaseException:
+                    driver.execute("ROLLBACK")
+                    raise
+                if transaction.aborted:
+                    driver.execute("ROLLBACK")
+                    return
+                try:
+                    driver.execute("COMMIT")
+                except self.engine.dialect.loaded_dbapi.Error as exc:
+                    first = (str(exc).strip().splitlines() or [""])[0]
+                    raise CommitStateUnknown(
+                        f"SQLite's COMMIT failed ({type(exc).__name__}: {first}); whether it took effect is unknown"
+                    ) from exc
+            finally:
+                connection.close()  # back to the pool
+
+    def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, Any]:
+        """A write statement compiled once for this database, and its arguments converted by the statement's
+        bind processors (dates, JSON) in the driver's form."""
+        compiled = self._driver_compiled.get(statement)
+        if compiled is None:
+            compiled = statement.compile(dialect=self.engine.dialect)  # type: ignore[attr-defined]
+            self._driver_compiled[statement] = compiled
+        bound = compiled.construct_params(params)
+        processors: Mapping[str, Any] = compiled._bind_processors  # what SQLAlchemy's execution applies
+        for name, process in processors.items():
+            if name in bound:
+                bound[name] = process(bound[name])
+        positions = compiled.positiontup or []  # SQLite's parameters are positional
+        return compiled.string, [bound[name] for name in positions]
 
     def _statement(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[str, Any]:
         """The query compiled once for this database's dialect, and its arguments in the driver's form."""
