@@ -400,3 +400,29 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     assert again.status_code == 200, again.text
     assert store.pointer_head(db, "lake", "db", "t") == (again.json()["metadata-location"], 2)
     listener.close()
+
+
+def test_only_a_commit_that_moves_the_current_snapshot_is_read_ahead(
+    client: TestClient, table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that keeps the table's current snapshot (properties, schema) has no new manifests: the read-ahead
+    hands nothing to its thread (a handoff and a read per commit, for nothing); one that moves it does."""
+    read_ahead = client.app.state.context.read_ahead  # type: ignore[attr-defined]
+    handed: list[Any] = []
+    submit = read_ahead._reader.submit
+
+    def counted(*args: Any) -> Any:
+        handed.append(args)
+        return submit(*args)
+
+    monkeypatch.setattr(read_ahead._reader, "submit", counted)
+    published: list[dict[str, Any]] = []
+    client.app.state.context.metadata.subscribe(published.append)  # type: ignore[attr-defined]
+    body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    assert client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body).status_code == 200
+    (event,) = published
+    assert event["payload"]["snapshot_id"] == event["payload"]["parent_snapshot_id"]
+    assert handed == []
+    moved = {**event, "payload": {**event["payload"], "snapshot_id": 7, "parent_snapshot_id": None}}
+    read_ahead(moved)
+    assert len(handed) == 1
