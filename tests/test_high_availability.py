@@ -318,9 +318,9 @@ def test_the_outbox_tail_finds_an_event_that_becomes_visible_late(pg: str) -> No
     tail = OutboxTail(db, Recorder())  # type: ignore[arg-type]
     tail.floor = 0
     with db.write(any_node=True) as early:
-        first = metadata_store.add_event(early, "table-committed", "lake", "db", "t", {}).event_id
+        first = metadata_store.add_event(early, "table-committed", "lake", "db", "t", {})["event_id"]
         with db.write(any_node=True) as late:
-            second = metadata_store.add_event(late, "table-committed", "lake", "db", "t", {}).event_id
+            second = metadata_store.add_event(late, "table-committed", "lake", "db", "t", {})["event_id"]
         tail.run_once()  # the second is committed, the first not yet
         assert seen == [second] and tail.floor == first - 1
     tail.run_once()

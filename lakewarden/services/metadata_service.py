@@ -200,7 +200,7 @@ class MetadataService:
         self, session: Any, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
     ) -> dict[str, Any]:
         """Write an event into the outbox in the caller's transaction; publish it after the commit."""
-        return store.event_of(store.add_event(session, kind, catalog, namespace, table, payload))
+        return store.add_event(session, kind, catalog, namespace, table, payload)
 
     # ---- catalogs
 

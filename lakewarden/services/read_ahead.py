@@ -3,9 +3,9 @@ commits land and at start, so that the first plan of a scan, like the evaluator'
 the table's manifests parsed.
 
 - As commits land: subscribed to the metadata service's events, a commit to an internal catalog that changes
-  its current snapshot has the new snapshot's manifests parsed in a thread of its own (a burst of commits to one table is read once,
-  at its newest metadata), and the manifest lists it replaced are dropped: its parent's and the one read
-  ahead last (`ManifestCache.note_current`). A table whose
+  its current snapshot has the new snapshot's manifests parsed in a thread of its own (a burst of commits to
+  one table is read once, at its newest metadata), and the manifest lists it replaced are dropped: its
+  parent's and the one read ahead last (`ManifestCache.note_current`). A table whose
   manifests would take more than 1/READ_AHEAD_SHARE of the cache is left for the plans that ask for it.
 - At start (`warm`): the current manifests of the internal tables committed most recently, newest first,
   until they would fill 1/WARM_SHARE of the cache, as databases reload their buffer pools.
@@ -50,9 +50,9 @@ class ManifestReadAhead:
         location = payload.get("metadata_location")
         if not self.enabled or event["type"] not in ("table-created", "table-committed") or not location:
             return
-        if event["type"] == "table-committed" and "snapshot_id" in payload:
-            if payload["snapshot_id"] == payload.get("parent_snapshot_id"):
-                return  # the current snapshot did not change (properties, schema...): its manifests are read
+        unmoved = "snapshot_id" in payload and payload["snapshot_id"] == payload.get("parent_snapshot_id")
+        if event["type"] == "table-committed" and unmoved:
+            return  # the current snapshot did not change (properties, schema...): its manifests are read
         key = (event["catalog"], tuple(event["namespace"]), event["table"])
         with self._lock:
             queued = key in self._pending

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.dml import Insert, Update
 
 from lakewarden.store.database import Database, utcnow
-from lakewarden.store.metadata import EVENTS_CHANNEL, event_of
+from lakewarden.store.metadata import EVENTS_CHANNEL, event
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow
 
 _COMMITS = typed(Table, CommitRow.__table__)
@@ -169,12 +169,11 @@ def swap_and_record(
             return None
         event_id = row[0]
     else:
-        swap, timeline, event = _driver_statements()
+        swap, timeline, announce = _driver_statements()
         with db.driver_write() as transaction:
             if transaction.execute(swap, arguments).rowcount != 1:
                 transaction.abort()  # another commit won: nothing is written
                 return None
             transaction.execute(timeline, arguments)
-            event_id = transaction.execute(event, arguments).lastrowid
-    values = {"type": "table-committed", "catalog_name": catalog, "namespace": namespace, "table_name": table}
-    return event_of(EventRow(event_id=event_id, payload=payload, created_at=now, **values))
+            event_id = transaction.execute(announce, arguments).lastrowid
+    return event(event_id, "table-committed", catalog, namespace, table, payload)

@@ -309,28 +309,35 @@ def timeline(session: Session, catalog: str, namespace: str, table: str, limit: 
 
 def add_event(
     session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
-) -> EventRow:
+) -> dict[str, Any]:
+    """An event written into the outbox in the session's transaction; the event its subscribers get."""
     values: dict[str, Any] = {"type": kind, "catalog_name": catalog, "namespace": namespace, "table_name": table}
     values |= {"payload": payload, "created_at": utcnow()}
-    # a plain INSERT (as record_commit); the row handed back is not in the session
+    # a plain INSERT (as record_commit)
     result = typed(CursorResult[Any], session.execute(_INSERT_EVENT, values))
     (event_id,) = result.inserted_primary_key or (None,)
-    row = EventRow(event_id=event_id, **values)
     if session.get_bind().dialect.name == "postgresql":  # other nodes' outbox tails wake at the commit
-        session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": EVENTS_CHANNEL, "id": str(row.event_id)})
-    return row
+        session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": EVENTS_CHANNEL, "id": str(event_id)})
+    return event(typed(int, event_id), kind, catalog, namespace, table, payload)
+
+
+def event(
+    event_id: int, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """An event as its subscribers get it (namespace: the stored key)."""
+    return {
+        "event_id": event_id,
+        "type": kind,
+        "catalog": catalog,
+        "namespace": levels(namespace),
+        "table": table,
+        "payload": payload,
+    }
 
 
 def event_of(row: EventRow) -> dict[str, Any]:
     """An outbox row as the event its subscribers get."""
-    return {
-        "event_id": row.event_id,
-        "type": row.type,
-        "catalog": row.catalog_name,
-        "namespace": levels(row.namespace),
-        "table": row.table_name,
-        "payload": row.payload,
-    }
+    return event(row.event_id, row.type, row.catalog_name, row.namespace, row.table_name, row.payload)
 
 
 def events_after(session: Session, after: int, limit: int, catalog: str | None = None) -> list[EventRow]:
