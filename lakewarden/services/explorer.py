@@ -56,22 +56,23 @@ class RefreshResult:
     disposed: list[str] = field(default_factory=list)
     loaded: int = 0  # tables whose metadata was read
     duration_ms: int = 0
-    # running optimizing processes a change of their table's configuration closes, with why (_closing_reason)
+    # running optimizing processes a change of their table's configuration closes, with why (_process_to_close)
     closing: dict[int, str] = field(default_factory=dict)
 
 
-def _closing_reason(runtime: TableRuntimeRow, config: dict[str, str], group: str) -> str | None:
-    """Why the table's running optimizing process must close now that its configuration is `config` (in resource
-    group `group`), if it must. As Amoro: turning self-optimizing off closes it without committing
+def _process_to_close(runtime: TableRuntimeRow, config: dict[str, str], group: str) -> tuple[int, str] | None:
+    """The table's running optimizing process and why it must close now that the table's configuration is
+    `config` (in resource group `group`), if it must. As Amoro: turning self-optimizing off closes it without committing
     (TableRuntimeRefreshExecutor.handleConfigChanged), and so does moving the table to another resource group
     (DefaultOptimizingService's handleConfigChanged releases it from the old group's queue, which closes its
     process); the next planning happens in the new group."""
-    if runtime.optimizing_process_id is None:
+    process_id = runtime.optimizing_process_id
+    if process_id is None:
         return None
     if OptimizingConfig.enabled_in(runtime.config) and OptimizingConfig.enabled_in(config) is False:
-        return TURNED_OFF
+        return process_id, TURNED_OFF
     if runtime.optimizing_group != group:
-        return f"the table moved to resource group {group}"
+        return process_id, f"the table moved to resource group {group}"
     return None
 
 
@@ -176,7 +177,7 @@ class TableExplorer(LoopService):
 
     def _applied(self, result: RefreshResult) -> None:
         """After a refresh's transaction: the running processes a configuration change closes are closed
-        (_closing_reason), and the evaluator looks at what changed."""
+        (_process_to_close), and the evaluator looks at what changed."""
         if self.on_closing is not None:
             for process_id, reason in result.closing.items():
                 self.on_closing(process_id, reason)
@@ -280,9 +281,9 @@ class TableExplorer(LoopService):
                         record.runtime.metadata_location != loaded.metadata_location or record.runtime.config != config
                     ):
                         result.updated.append(str(name))
-                        reason = _closing_reason(record.runtime, config, group)
-                        if reason is not None and record.runtime.optimizing_process_id is not None:
-                            result.closing[record.runtime.optimizing_process_id] = reason
+                        closing = _process_to_close(record.runtime, config, group)
+                        if closing is not None:
+                            result.closing[closing[0]] = closing[1]
                     else:
                         continue
                     table_store.record_table_snapshot(session, record.runtime, loaded, group, config)

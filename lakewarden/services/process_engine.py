@@ -211,7 +211,7 @@ class ProcessEngine:
 
     def close_for_config(self, process_id: int, reason: str) -> None:
         """A change of its table's configuration closes a running optimizing process (self-optimizing turned off,
-        the table moved to another resource group: explorer._closing_reason): it ends CANCELED with `reason`, as
+        the table moved to another resource group: explorer._process_to_close): it ends CANCELED with `reason`, as
         Amoro's handleConfigChanged closes it without committing. A task already granted its commit still commits
         (as a cancel from the API lets it); a process that ended meanwhile is left alone."""
         with self.db.write() as session:
