@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakewarden.domain.errors import (
@@ -41,6 +41,7 @@ from lakewarden.domain.errors import (
     Unprocessable,
     Unsupported,
 )
+from lakewarden.store.database import database_unavailable, first_line
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +129,6 @@ def _field_of(loc: tuple[int | str, ...]) -> str:
     return ".".join(parts) or str(loc[0] if loc else "request")
 
 
-def _database_unavailable(exc: DBAPIError) -> bool:
-    """Whether the system database failed as a database does when it is away or busy (a connection dropped or
-    refused, a statement canceled, SQLite's file locked), not because of the statement."""
-    if exc.connection_invalidated:
-        return True
-    if type(exc.orig).__module__.startswith("psycopg"):
-        return isinstance(exc, OperationalError)
-    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
-
-
 def install(app: FastAPI) -> None:
     @app.exception_handler(LakewardenError)
     async def _domain(_: Request, exc: LakewardenError) -> JSONResponse:
@@ -174,10 +165,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
-        if not _database_unavailable(exc):
+        if not database_unavailable(exc):
             return await _unexpected(_, exc)
         # a commit whose answer was lost is CommitStateUnknown (store/database.py): this one committed nothing
-        log.warning("the system database is unavailable: %s", str(exc.orig).strip().splitlines()[:1])
+        log.warning("the system database is unavailable: %s", first_line(exc.orig))
         response = error_response(503, f"the system database is unavailable ({type(exc.orig).__name__})")
         response.headers["Retry-After"] = "1"
         return response

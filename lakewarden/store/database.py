@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,11 +93,26 @@ def _answer_lost(exc: DBAPIError) -> bool:
     return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
 
 
-def _state_unknown(exc: DBAPIError, what: str) -> CommitStateUnknown:
-    first = (str(exc.orig).strip().splitlines() or [""])[0]
+def database_unavailable(exc: DBAPIError) -> bool:
+    """Whether the system database failed as a database does when it is away or busy (a connection dropped or
+    refused, a statement canceled, SQLite's file locked), not because of the statement: nothing was written,
+    and the request may be tried again (the API answers 503)."""
+    if exc.connection_invalidated:
+        return True
+    if type(exc.orig).__module__.startswith("psycopg"):  # PostgreSQL's driver: its OperationalError is that
+        return isinstance(exc, OperationalError)
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
+
+
+def first_line(driver_error: BaseException | None) -> str:
+    """The first line of a driver's error message (PostgreSQL's go on with DETAIL and HINT lines)."""
+    return (str(driver_error).strip().splitlines() or [""])[0]
+
+
+def _state_unknown(driver_error: BaseException | None, what: str) -> CommitStateUnknown:
     return CommitStateUnknown(
-        f"the system database's answer to {what} was lost ({type(exc.orig).__name__}: {first}); whether it took "
-        "effect is unknown"
+        f"the system database's answer to {what} was lost ({type(driver_error).__name__}: "
+        f"{first_line(driver_error)}); whether it took effect is unknown"
     )
 
 
@@ -136,8 +151,7 @@ class Database:
         self._writer = sessionmaker(writer_engine, expire_on_commit=False)
         # high availability: checks a write against the leader's lease (raises NotLeader); None: one node
         self.fence: Callable[[Session], None] | None = None
-        self._compiled: dict[Select[*tuple[Any, ...]], SQLCompiler] = {}  # first_row's statements, compiled once each
-        self._driver_compiled: dict[Executable, SQLCompiler] = {}  # driver_write's, likewise
+        self._compiled: dict[Executable, SQLCompiler] = {}  # first_row's and driver_write's statements (_compile_once)
         self._single_reads = _single_reads_engine(url, self.engine)
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
@@ -166,7 +180,7 @@ class Database:
                 session.commit()
             except DBAPIError as exc:
                 if _answer_lost(exc):  # the COMMIT was sent: it may have been applied
-                    raise _state_unknown(exc, "a COMMIT") from exc
+                    raise _state_unknown(exc.orig, "a COMMIT") from exc
                 raise
 
     @contextmanager
@@ -223,7 +237,7 @@ class Database:
                 row = connection.execute(statement, params).first()
             except DBAPIError as exc:
                 if _answer_lost(exc):
-                    raise _state_unknown(exc, "a statement") from exc
+                    raise _state_unknown(exc.orig, "a statement") from exc
                 raise
         return None if row is None else tuple(row)
 
@@ -254,21 +268,14 @@ class Database:
                 try:
                     driver.execute("COMMIT")
                 except self.engine.dialect.loaded_dbapi.Error as exc:
-                    first = (str(exc).strip().splitlines() or [""])[0]
-                    raise CommitStateUnknown(
-                        f"SQLite's COMMIT failed ({type(exc).__name__}: {first}); whether it took effect is unknown"
-                    ) from exc
+                    raise _state_unknown(exc, "a COMMIT") from exc
             finally:
                 connection.close()  # back to the pool
 
     def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, Any]:
         """A write statement compiled once for this database, and its arguments converted by the statement's
         bind processors (dates, JSON) in the driver's form."""
-        compiled = self._driver_compiled.get(statement)
-        if compiled is None:
-            compiled = statement.compile(dialect=self.engine.dialect)  # type: ignore[attr-defined]
-            self._driver_compiled[statement] = compiled
-        bound = compiled.construct_params(params)
+        compiled, bound = self._compile_once(statement, params)
         processors: Mapping[str, Any] = compiled._bind_processors  # what SQLAlchemy's execution applies
         for name, process in processors.items():
             if name in bound:
@@ -276,13 +283,20 @@ class Database:
         positions = compiled.positiontup or []  # SQLite's parameters are positional
         return compiled.string, [bound[name] for name in positions]
 
+    def _compile_once(
+        self, statement: Executable, params: dict[str, Any]
+    ) -> tuple[SQLCompiler, MutableMapping[str, Any]]:
+        """The statement compiled for this database's dialect (once: the compiled form is kept), and its bound
+        parameters by name."""
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            compiled = statement.compile(dialect=self.engine.dialect)  # type: ignore[attr-defined]
+            self._compiled[statement] = compiled
+        return compiled, compiled.construct_params(params)
+
     def _statement(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[str, Any]:
         """The query compiled once for this database's dialect, and its arguments in the driver's form."""
-        compiled = self._compiled.get(query)
-        if compiled is None:
-            compiled = query.compile(dialect=self.engine.dialect)
-            self._compiled[query] = compiled
-        bound = compiled.construct_params(params)
+        compiled, bound = self._compile_once(query, params)
         positions = getattr(compiled, "positiontup", None)  # a positional paramstyle's order of the names
         return compiled.string, bound if positions is None else [bound[name] for name in positions]
 
