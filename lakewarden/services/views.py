@@ -25,6 +25,7 @@ from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.views import AssertViewUUID, ViewChangeError, apply_view_updates, new_view, view_json
 from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import metadata as store
+from lakewarden.store import views as view_store
 
 log = logging.getLogger(__name__)
 MAX_REPLACE_ATTEMPTS = 10
@@ -64,17 +65,17 @@ class ViewCatalog:
     def list_views(self, catalog: str, namespace: str) -> list[str]:
         self.tables.catalog(catalog)
         with self.db.read() as session:
-            return store.list_views(session, catalog, namespace)
+            return view_store.list_views(session, catalog, namespace)
 
     def exists(self, catalog: str, namespace: str, name: str) -> bool:
         self.tables.catalog(catalog)
         with self.db.read() as session:
-            return store.view_exists(session, catalog, namespace, name)
+            return view_store.view_exists(session, catalog, namespace, name)
 
     def load(self, catalog: str, namespace: str, name: str) -> LoadedView:
         io, _ = self._io(catalog)
         with self.db.read() as session:
-            location = store.get_view(session, catalog, namespace, name).metadata_location
+            location = view_store.get_view(session, catalog, namespace, name).metadata_location
         return LoadedView(location, self._read(io, location))
 
     def create(
@@ -102,7 +103,7 @@ class ViewCatalog:
         written = self._write(io, metadata, 0)
         try:
             with self.db.write(any_node=True) as session:
-                store.create_view(session, catalog, namespace, name, written)
+                view_store.create_view(session, catalog, namespace, name, written)
                 self._record(session, catalog, namespace, name, 0, written, "create-view", metadata)
                 event = self._event(session, "view-created", catalog, namespace, name, written, 0)
         except CommitStateUnknown:  # the new pointer may name the file: it stays
@@ -126,7 +127,7 @@ class ViewCatalog:
             raise InvalidField("metadata-location", f"cannot read view metadata there: {exc}") from exc
         confine_table(warehouse, metadata.location, metadata.properties)
         with self.db.write(any_node=True) as session:
-            store.create_view(session, catalog, namespace, name, metadata_location)
+            view_store.create_view(session, catalog, namespace, name, metadata_location)
             self._record(session, catalog, namespace, name, 0, metadata_location, "register-view", metadata)
             event = self._event(session, "view-created", catalog, namespace, name, metadata_location, 0)
         self.tables.publish([event])
@@ -146,7 +147,7 @@ class ViewCatalog:
         io, warehouse = self._io(catalog)
         for _ in range(MAX_REPLACE_ATTEMPTS):
             with self.db.read() as session:
-                pointer = store.get_view(session, catalog, namespace, name)
+                pointer = view_store.get_view(session, catalog, namespace, name)
                 expected, version = pointer.metadata_location, pointer.version
             base = self._read(io, expected)
             for requirement in requirements:
@@ -161,7 +162,7 @@ class ViewCatalog:
             confine_table(warehouse, metadata.location, metadata.properties)
             written = self._write(io, metadata, version + 1)
             with self.db.write(any_node=True) as session:
-                swapped = store.swap_view(session, catalog, namespace, name, expected, version, written)
+                swapped = view_store.swap_view(session, catalog, namespace, name, expected, version, written)
                 if swapped:
                     self._record(
                         session, catalog, namespace, name, version + 1, written, "replace-view", metadata, client
@@ -176,7 +177,7 @@ class ViewCatalog:
     def drop(self, catalog: str, namespace: str, name: str) -> None:
         self.tables.catalog(catalog)
         with self.db.write(any_node=True) as session:
-            row = store.drop_view(session, catalog, namespace, name)
+            row = view_store.drop_view(session, catalog, namespace, name)
             event = self._event(session, "view-dropped", catalog, namespace, name, row.metadata_location, row.version)
         self.tables.publish([event])
 
@@ -184,7 +185,7 @@ class ViewCatalog:
         self.tables.catalog(catalog)
         check_object_name("destination.name", target[1])
         with self.db.write(any_node=True) as session:
-            store.rename_view(session, catalog, source, target)
+            view_store.rename_view(session, catalog, source, target)
             payload = {"from": {"namespace": store.levels(source[0]), "view": source[1]}}
             event = self.tables.event(session, "view-renamed", catalog, target[0], target[1], payload)
         self.tables.publish([event])

@@ -1,4 +1,5 @@
 """Store functions of the metadata service: namespaces, table pointers (CAS), the commit timeline, the outbox.
+Views' pointers, which share the compare-and-swap and the names, are in store/views.py.
 
 Namespaces are stored as their levels joined by the unit separator (0x1F), as in REST paths.
 Functions flush, never commit: a pointer swap, its timeline entry and its event share one transaction.
@@ -25,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
-from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable, NoSuchView
+from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, IcebergViewRow, NamespaceRow
 
@@ -215,7 +216,7 @@ def swap_pointer(
     session: Session, catalog: str, namespace: str, table: str, expected: str, version: int, new: str
 ) -> bool:
     """Compare-and-swap the metadata location (and its version); False when another commit won."""
-    return _swap(
+    return swap_row(
         session, IcebergTableRow, IcebergTableRow.table_name, (catalog, namespace, table), expected, version, new
     )
 
@@ -240,7 +241,7 @@ def _swap_statement(model: Any, name: Any) -> Any:
     )
 
 
-def _swap(
+def swap_row(
     session: Session, model: Any, name: Any, key: tuple[str, str, str], expected: str, version: int, new: str
 ) -> bool:
     """A pointer's compare-and-swap (tables and views alike)."""
@@ -261,10 +262,10 @@ def drop_pointer(session: Session, catalog: str, namespace: str, table: str) -> 
 
 def rename_pointer(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
     row = get_pointer(session, catalog, *source)
-    _rename(session, row, IcebergTableRow.table_name, catalog, source, target)
+    rename_row(session, row, IcebergTableRow.table_name, catalog, source, target)
 
 
-def _rename(
+def rename_row(
     session: Session, row: Any, name: Any, catalog: str, source: tuple[str, str], target: tuple[str, str]
 ) -> None:
     """A pointer moved to another name (tables and views alike), which no table or view may have."""
@@ -349,58 +350,3 @@ def events_after(session: Session, after: int, limit: int, catalog: str | None =
 
 def last_event_id(session: Session) -> int:
     return int(session.scalar(select(func.max(EventRow.event_id))) or 0)
-
-
-# ---- view pointers (the same compare-and-swap as tables')
-
-
-def get_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
-    row = session.get(IcebergViewRow, (catalog, namespace, view))
-    if row is None:
-        raise NoSuchView(f"View does not exist: {'.'.join(levels(namespace))}.{view}")
-    return row
-
-
-def view_exists(session: Session, catalog: str, namespace: str, view: str) -> bool:
-    return session.get(IcebergViewRow, (catalog, namespace, view)) is not None
-
-
-def list_views(session: Session, catalog: str, namespace: str) -> list[str]:
-    get_namespace(session, catalog, namespace)
-    query = select(IcebergViewRow.view_name).where(
-        IcebergViewRow.catalog_name == catalog, IcebergViewRow.namespace == namespace
-    )
-    return sorted(session.scalars(query))
-
-
-def create_view(session: Session, catalog: str, namespace: str, view: str, location: str) -> IcebergViewRow:
-    get_namespace(session, catalog, namespace)
-    name_taken(session, catalog, namespace, view)
-    now = utcnow()
-    row = IcebergViewRow(
-        catalog_name=catalog,
-        namespace=namespace,
-        view_name=view,
-        metadata_location=location,
-        version=0,
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(row)
-    session.flush()
-    return row
-
-
-def swap_view(session: Session, catalog: str, namespace: str, view: str, expected: str, version: int, new: str) -> bool:
-    return _swap(session, IcebergViewRow, IcebergViewRow.view_name, (catalog, namespace, view), expected, version, new)
-
-
-def drop_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
-    row = get_view(session, catalog, namespace, view)
-    session.delete(row)
-    session.flush()
-    return row
-
-
-def rename_view(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
-    _rename(session, get_view(session, catalog, *source), IcebergViewRow.view_name, catalog, source, target)

@@ -11,6 +11,7 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, _Read
 from lakewarden.store import metadata as store
+from lakewarden.store import views as view_store
 
 router = APIRouter(tags=["events"], route_class=LeanRoute)
 Ctx = Annotated[ServerContext, Depends(server_context)]
@@ -69,7 +70,7 @@ def table_timeline(
     commit."""
     namespace = store.key(database.split("."))
     with ctx.db.read() as session:
-        if not store.view_exists(session, catalog, namespace, table):
+        if not view_store.view_exists(session, catalog, namespace, table):
             store.get_pointer(session, catalog, namespace, table)
         return [
             CommitRead.model_validate(c, from_attributes=True)

@@ -1,0 +1,65 @@
+"""Store functions of the REST catalog's views: their pointers, with the same compare-and-swap as tables' and in
+the same names (store/metadata.py)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.errors import NoSuchView
+from lakewarden.store.database import utcnow
+from lakewarden.store.metadata import get_namespace, levels, name_taken, rename_row, swap_row
+from lakewarden.store.models import IcebergViewRow
+
+
+def get_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
+    row = session.get(IcebergViewRow, (catalog, namespace, view))
+    if row is None:
+        raise NoSuchView(f"View does not exist: {'.'.join(levels(namespace))}.{view}")
+    return row
+
+
+def view_exists(session: Session, catalog: str, namespace: str, view: str) -> bool:
+    return session.get(IcebergViewRow, (catalog, namespace, view)) is not None
+
+
+def list_views(session: Session, catalog: str, namespace: str) -> list[str]:
+    get_namespace(session, catalog, namespace)
+    query = select(IcebergViewRow.view_name).where(
+        IcebergViewRow.catalog_name == catalog, IcebergViewRow.namespace == namespace
+    )
+    return sorted(session.scalars(query))
+
+
+def create_view(session: Session, catalog: str, namespace: str, view: str, location: str) -> IcebergViewRow:
+    get_namespace(session, catalog, namespace)
+    name_taken(session, catalog, namespace, view)
+    now = utcnow()
+    row = IcebergViewRow(
+        catalog_name=catalog,
+        namespace=namespace,
+        view_name=view,
+        metadata_location=location,
+        version=0,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def swap_view(session: Session, catalog: str, namespace: str, view: str, expected: str, version: int, new: str) -> bool:
+    key = (catalog, namespace, view)
+    return swap_row(session, IcebergViewRow, IcebergViewRow.view_name, key, expected, version, new)
+
+
+def drop_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:
+    row = get_view(session, catalog, namespace, view)
+    session.delete(row)
+    session.flush()
+    return row
+
+
+def rename_view(session: Session, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
+    rename_row(session, get_view(session, catalog, *source), IcebergViewRow.view_name, catalog, source, target)
