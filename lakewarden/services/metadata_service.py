@@ -6,13 +6,12 @@ writes a new metadata file and swaps the pointer by compare-and-swap. When the s
 concurrent commit, the requirements are checked again against the fresh metadata and the commit
 is retried on the server while they still hold; the metadata file of a lost swap is deleted.
 Every successful commit is recorded on the table's timeline and announced by an event written in
-the same transaction as the swap; in-process subscribers hear of it at once.
+the same transaction as the swap; in-process subscribers hear of it at once. loadTable's answers are
+services/table_loads.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import uuid
@@ -20,7 +19,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.io import FileIO, load_file_io
@@ -44,9 +42,9 @@ from lakewarden.domain.errors import (
     NoSuchWarehouse,
     NotFound,
 )
-from lakewarden.domain.storage import Access, StorageProfile, Vending, table_prefixes
+from lakewarden.domain.storage import StorageProfile
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
-from lakewarden.metadata.paths import PATH_PROPERTIES, OutsideRoot, check_under, confine_table
+from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.table_metadata import (
     apply_updates,
     defines_table,
@@ -59,7 +57,8 @@ from lakewarden.metadata.table_metadata import (
 from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.credentials import CredentialVendor
 from lakewarden.services.metadata_files import DEFAULT_MAX_BYTES as DEFAULT_METADATA_CACHE_BYTES
-from lakewarden.services.metadata_files import NO_CONFIG, MetadataFiles
+from lakewarden.services.metadata_files import MetadataFiles
+from lakewarden.services.table_loads import TableLoads
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
 from lakewarden.store.commit_statement import swap_and_record
@@ -103,18 +102,6 @@ class _Staged:
 CREATES = -1  # _Staged.version of a staged create: no pointer yet
 
 
-def table_etag(metadata_location: str, snapshots: str) -> str:
-    """A loadTable answer's entity tag: a metadata file never changes, so its location (and the snapshots
-    mode) names the body."""
-    return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
-
-
-def etag_matches(if_none_match: str, etag: str) -> bool:
-    """`If-None-Match`: `*`, or a list of entity tags (weak ones compare by their value, as RFC 9110 says)."""
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
-
-
 class _SwapLost(Exception):
     """A pointer of a multi-table commit moved meanwhile."""
 
@@ -123,37 +110,6 @@ class _SwapLost(Exception):
 class LoadedTable:
     metadata_location: str | None
     metadata: TableMetadata
-
-
-@dataclass(frozen=True)
-class Delegation:
-    """A client that asked for vended credentials (`X-Iceberg-Access-Delegation`): who, and what it may do."""
-
-    access: Access
-    who: str
-
-
-@dataclass(frozen=True)
-class TableAccess:
-    """What a client is told besides the metadata: `config` (how to reach the files) and the credentials."""
-
-    config: dict[str, str]
-    storage_credentials: list[dict[str, Any]]
-
-    def tail(self) -> bytes:
-        """The end of a loadTable body (services/metadata_files.py)."""
-        if not self.config and not self.storage_credentials:
-            return NO_CONFIG
-        text = ', "config": ' + json.dumps(self.config)
-        if self.storage_credentials:
-            text += ', "storage-credentials": ' + json.dumps(self.storage_credentials)
-        return (text + "}").encode()
-
-    def fields(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {"config": self.config}
-        if self.storage_credentials:
-            extra["storage-credentials"] = self.storage_credentials
-        return extra
 
 
 def _check_properties(properties: dict[str, str]) -> None:
@@ -181,6 +137,7 @@ class MetadataService:
         self._profiles: dict[str, StorageProfile] = {}  # their storage profiles, by name
         self._ios: dict[str, tuple[Any, FileIO]] = {}  # the server's FileIO of each, with what it was made from
         self.credentials = CredentialVendor()
+        self.loads = TableLoads(self)  # loadTable's answers (services/table_loads.py)
 
     # ---- events
 
@@ -250,31 +207,6 @@ class MetadataService:
             self._ios[spec.name] = (key, io)
         return io
 
-    def table_access(
-        self, catalog: str, namespace: str, name: str, metadata: TableMetadata, delegation: Delegation | None
-    ) -> TableAccess:
-        """`config` for a client of the table, and `storage-credentials` scoped to the table's prefixes when
-        the client asked for them and may have them."""
-        profile = self.storage(self.catalog(catalog))
-        config = profile.client_config()
-        if delegation is None or not profile.vends(delegation.access):
-            return TableAccess(config, [])
-        paths = (metadata.properties[k] for k in PATH_PROPERTIES if k in metadata.properties)
-        prefixes = table_prefixes(metadata.location, paths)
-        credentials = self.credentials.storage_credentials(profile, prefixes, delegation.access, delegation.who)
-        if credentials and profile.vending is Vending.STS:
-            # Java's S3FileIO asks this endpoint (relative to the catalog's URI) before they expire
-            path = "%1F".join(quote(level, safe="") for level in store.levels(namespace))
-            config["client.refresh-credentials-endpoint"] = (
-                f"v1/{quote(catalog, safe='')}/namespaces/{path}/tables/{quote(name, safe='')}/credentials"
-            )
-        return TableAccess(config, credentials)
-
-    def load_credentials(self, catalog: str, namespace: str, name: str, delegation: Delegation) -> list[dict[str, Any]]:
-        """The `/credentials` endpoint: the table's storage credentials alone (none for a local warehouse)."""
-        metadata = self.load_table(catalog, namespace, name).metadata
-        return self.table_access(catalog, namespace, name, metadata, delegation).storage_credentials
-
     # ---- namespaces
 
     def create_namespace(self, catalog: str, namespace: str, properties: dict[str, str]) -> None:
@@ -338,73 +270,6 @@ class MetadataService:
         }
         self._add_table(catalog, namespace, name, location, details, {}, client=None, written=io)
         return LoadedTable(location, metadata)
-
-    def load_table_body(
-        self,
-        catalog: str,
-        namespace: str,
-        name: str,
-        snapshots: str = "all",
-        if_none_match: str | None = None,
-        delegation: Delegation | None = None,
-    ) -> tuple[str, bytes | None]:
-        """The loadTable answer: its ETag, and its body, the metadata part serialised once per metadata file
-        (which never changes) and `snapshots` mode; no body when `if_none_match` names the ETag (the client's
-        copy is current). `delegation`: the client asked for vended credentials."""
-        answer = self._load_answer(catalog, namespace, name, snapshots, if_none_match, delegation, read=True)
-        assert answer is not None
-        return answer
-
-    async def cached_load(
-        self,
-        catalog: str,
-        namespace: str,
-        name: str,
-        snapshots: str = "all",
-        if_none_match: str | None = None,
-        delegation: Delegation | None = None,
-    ) -> tuple[str, bytes | None] | None:
-        """As load_table_body from memory alone (one indexed read of the pointer, awaited), or None when a
-        metadata file would have to be read or credentials made: the REST route answers the hot case on its
-        event loop, the rest in a thread."""
-        location = (await store.pointer_head_async(self.db, catalog, namespace, name))[0]
-        return self._load_answer(
-            catalog, namespace, name, snapshots, if_none_match, delegation, read=False, location=location
-        )
-
-    def _load_answer(
-        self,
-        catalog: str,
-        namespace: str,
-        name: str,
-        snapshots: str,
-        if_none_match: str | None,
-        delegation: Delegation | None,
-        read: bool,
-        location: str | None = None,
-    ) -> tuple[str, bytes | None] | None:
-        spec = self.catalog(catalog)
-        profile = self.storage(spec)
-        if location is None:
-            location = self._location(catalog, namespace, name)
-        # what the client is told besides the metadata changes with the profile and what it may do
-        variant = (
-            snapshots if not profile.s3 else f"{snapshots}|{profile.fingerprint}|{delegation and delegation.access}"
-        )
-        etag = table_etag(location, variant)
-        if if_none_match is not None and etag_matches(if_none_match, etag):
-            return etag, None
-        if delegation is not None and profile.vends(delegation.access):
-            if not read:
-                return None  # credentials are made for the table's prefixes, maybe by a call to STS: in a thread
-            metadata = self.files.read(self.io_of(spec), location)
-            tail = self.table_access(catalog, namespace, name, metadata, delegation).tail()
-            return etag, self.files.response_body(location, metadata, snapshots, tail)
-        tail = TableAccess(profile.client_config(), []).tail()
-        body = self.files.cached_body(location, snapshots, tail)
-        if body is None and read:
-            body = self.files.response_body(location, self.files.read(self.io_of(spec), location), snapshots, tail)
-        return None if body is None else (etag, body)
 
     def _location(self, catalog: str, namespace: str, name: str) -> str:
         return store.pointer_head(self.db, catalog, namespace, name)[0]

@@ -42,7 +42,8 @@ from lakewarden.metadata.scan_planning import (
     delete_key,
     plan_scan,
 )
-from lakewarden.services.metadata_service import Delegation, MetadataService
+from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.table_loads import Delegation
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # Iceberg's read.split.target-size default
 DEFAULT_OPEN_COST = 4 * 1024 * 1024  # read.split.open-file-cost
@@ -188,7 +189,7 @@ class ScanPlanning:
             state.touched = self._clock()
         else:
             self._forget(plan_id)
-        credentials = self.metadata.table_access(catalog, namespace, name, metadata, asked).storage_credentials
+        credentials = self.metadata.loads.table_access(catalog, namespace, name, metadata, asked).storage_credentials
         if credentials:
             body["storage-credentials"] = credentials
         return body

@@ -27,9 +27,10 @@ from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, NoSuchWarehouse, Unprocessable, Unsupported
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
-from lakewarden.services.metadata_service import Delegation, LoadedTable, MetadataService
+from lakewarden.services.metadata_service import LoadedTable, MetadataService
 from lakewarden.services.metadata_service import TableChange as Change
 from lakewarden.services.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
+from lakewarden.services.table_loads import Delegation
 from lakewarden.store import metadata as store
 
 router = APIRouter(tags=["iceberg rest catalog"], route_class=LeanRoute)
@@ -180,7 +181,7 @@ def _loaded(
     return {
         "metadata-location": table.metadata_location,
         "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
-        **svc.table_access(prefix, namespace, name, table.metadata, asked).fields(),
+        **svc.loads.table_access(prefix, namespace, name, table.metadata, asked).fields(),
     }
 
 
@@ -332,9 +333,9 @@ async def load_table(
     svc: MetadataService = request.app.state.context.metadata
     ns = _ns(namespace)
     asked = delegation(request, caller(request), prefix, ns, table)
-    answer = await svc.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
+    answer = await svc.loads.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
     if answer is None:
-        answer = await run_in_threadpool(svc.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
+        answer = await run_in_threadpool(svc.loads.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
     etag, body = answer
     if body is None:
         return Response(status_code=304, headers={"ETag": etag})
@@ -424,7 +425,7 @@ def load_credentials(prefix: str, namespace: str, table: str, svc: Service, me: 
     """The table's vended credentials alone (clients refresh them here before they expire); asking is
     implied. An empty list for a local warehouse, or for a reader of a catalog that vends static keys."""
     ns = _ns(namespace)
-    return {"storage-credentials": svc.load_credentials(prefix, ns, table, _delegation_of(me, prefix, ns, table))}
+    return {"storage-credentials": svc.loads.load_credentials(prefix, ns, table, _delegation_of(me, prefix, ns, table))}
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
