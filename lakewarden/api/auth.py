@@ -83,7 +83,17 @@ def caller(request: Request) -> Principal:
     return principal
 
 
-Caller = Annotated[Principal, Depends(caller)]
+async def _caller(request: Request) -> Principal:
+    """`caller` as a dependency, run on the event loop (api/context.py says why), as the routers' checks run it."""
+    return caller(request)
+
+
+async def _auth_service(request: Request) -> AuthService:
+    return auth_service(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+Auth = Annotated[AuthService, Depends(_auth_service)]
 
 
 def _route_role(request: Request) -> str:

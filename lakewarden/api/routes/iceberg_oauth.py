@@ -17,17 +17,15 @@ import base64
 import binascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Form, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from lakewarden.api.auth import OPEN, auth_service, client_address
+from lakewarden.api.auth import OPEN, Auth, client_address
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.domain.errors import NotAuthorized, TooManyRequests
-from lakewarden.services.auth import AuthService
 
 router = APIRouter(tags=["iceberg rest catalog"], route_class=LeanRoute)
-Auth = Annotated[AuthService, Depends(auth_service)]
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 SUBJECT_TYPES = {ACCESS_TOKEN_TYPE, "urn:ietf:params:oauth:token-type:jwt"}

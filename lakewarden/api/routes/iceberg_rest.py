@@ -72,7 +72,7 @@ VIEW_ENDPOINTS = [
 ]
 
 
-def service(ctx: Ctx) -> MetadataService:
+async def service(ctx: Ctx) -> MetadataService:
     return ctx.metadata
 
 
@@ -443,7 +443,7 @@ class FetchScanTasks(ClientBody):
     plan_task: str = Field(alias="plan-task", min_length=1)
 
 
-def scans(ctx: Ctx) -> ScanPlanning:
+async def scans(ctx: Ctx) -> ScanPlanning:
     return ctx.scans
 
 

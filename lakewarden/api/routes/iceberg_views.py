@@ -24,7 +24,7 @@ from lakewarden.store import metadata as store
 router = APIRouter(tags=["iceberg rest catalog: views"], route_class=LeanRoute)
 
 
-def views(ctx: Annotated[ServerContext, Depends(server_context)]) -> ViewCatalog:
+async def views(ctx: Annotated[ServerContext, Depends(server_context)]) -> ViewCatalog:
     return ctx.views
 
 

@@ -16,20 +16,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field
 
-from lakewarden.api.auth import ADMIN_ONLY, CSRF_COOKIE, OPEN, SESSION_COOKIE, Caller, auth_service, client_address
+from lakewarden.api.auth import ADMIN_ONLY, CSRF_COOKIE, OPEN, SESSION_COOKIE, Auth, Caller, client_address
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, _Read, _Request
 from lakewarden.config import Duration
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.security import Grant, PrincipalKind, Role
-from lakewarden.services.auth import SESSION, AuthService
+from lakewarden.services.auth import SESSION
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import security as store
 
 router = APIRouter(tags=["security"], route_class=LeanRoute)
 Ctx = Annotated[ServerContext, Depends(server_context)]
-Auth = Annotated[AuthService, Depends(auth_service)]
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.@-]{0,127}$")
 
 
