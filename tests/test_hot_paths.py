@@ -141,6 +141,30 @@ def test_the_route_index_finds_the_route_fastapi_finds(client: TestClient) -> No
     assert compared > 2_000
 
 
+def test_no_dependency_of_a_route_is_run_in_the_thread_pool(client: TestClient) -> None:
+    """FastAPI runs a dependency that is a plain function in its thread pool: a hop there and back per request
+    for what only looks something up (it cost a commit a third of its time on the event loop). Every dependency
+    of every route, the routers' own included, is async; endpoints doing real work may still be plain."""
+    plain: set[str] = set()
+    dependencies = 0
+
+    def walk(dependant: Any) -> None:
+        nonlocal dependencies
+        for sub in dependant.dependencies:
+            dependencies += 1
+            if not asyncio.iscoroutinefunction(sub.call):
+                plain.add(f"{sub.call.__module__}.{sub.call.__qualname__}")
+            walk(sub)
+
+    for top in client.app.router.routes:  # type: ignore[attr-defined]
+        contexts = top.effective_route_contexts() if hasattr(top, "effective_route_contexts") else [top]
+        for context in contexts:
+            if hasattr(context, "dependant"):
+                walk(context.dependant)
+    assert dependencies > 100
+    assert not plain, sorted(plain)
+
+
 def test_every_route_is_prepared_before_the_first_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """FastAPI prepares an included router's routes when a request is first matched against them (0.1-0.5 s for
     the REST catalog's, paid by the first caller): the server does it at start (api/routing.prepare_routes)."""
