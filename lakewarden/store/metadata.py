@@ -8,7 +8,7 @@ Functions flush, never commit: a pointer swap, its timeline entry and its event 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypeVar
 from typing import cast as typed
 
 from sqlalchemy import (
@@ -31,6 +31,7 @@ from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, IcebergViewRow, NamespaceRow
 
 SEP = "\x1f"
+Pointer = TypeVar("Pointer", IcebergTableRow, IcebergViewRow)
 
 
 def key(levels: tuple[str, ...] | list[str]) -> str:
@@ -195,18 +196,19 @@ def name_taken(session: Session, catalog: str, namespace: str, name: str) -> Non
 
 
 def create_pointer(session: Session, catalog: str, namespace: str, table: str, location: str) -> IcebergTableRow:
+    return add_pointer(session, IcebergTableRow, "table_name", (catalog, namespace, table), location)
+
+
+def add_pointer(
+    session: Session, model: type[Pointer], name_field: str, key: tuple[str, str, str], location: str
+) -> Pointer:
+    """A new pointer (a table's or a view's, `model`) at version 0, under a name no table or view has."""
+    catalog, namespace, name = key
     get_namespace(session, catalog, namespace)
-    name_taken(session, catalog, namespace, table)
+    name_taken(session, catalog, namespace, name)
     now = utcnow()
-    row = IcebergTableRow(
-        catalog_name=catalog,
-        namespace=namespace,
-        table_name=table,
-        metadata_location=location,
-        version=0,
-        created_at=now,
-        updated_at=now,
-    )
+    fields = {"catalog_name": catalog, "namespace": namespace, name_field: name, "metadata_location": location}
+    row = model(**fields, version=0, created_at=now, updated_at=now)
     session.add(row)
     session.flush()
     return row

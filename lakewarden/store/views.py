@@ -7,8 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NoSuchView
-from lakewarden.store.database import utcnow
-from lakewarden.store.metadata import get_namespace, levels, name_taken, rename_row, swap_row
+from lakewarden.store.metadata import add_pointer, get_namespace, levels, rename_row, swap_row
 from lakewarden.store.models import IcebergViewRow
 
 
@@ -32,21 +31,7 @@ def list_views(session: Session, catalog: str, namespace: str) -> list[str]:
 
 
 def create_view(session: Session, catalog: str, namespace: str, view: str, location: str) -> IcebergViewRow:
-    get_namespace(session, catalog, namespace)
-    name_taken(session, catalog, namespace, view)
-    now = utcnow()
-    row = IcebergViewRow(
-        catalog_name=catalog,
-        namespace=namespace,
-        view_name=view,
-        metadata_location=location,
-        version=0,
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(row)
-    session.flush()
-    return row
+    return add_pointer(session, IcebergViewRow, "view_name", (catalog, namespace, view), location)
 
 
 def swap_view(session: Session, catalog: str, namespace: str, view: str, expected: str, version: int, new: str) -> bool:
