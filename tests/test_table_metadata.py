@@ -65,6 +65,16 @@ def test_v3_metadata_files_are_written_and_read_back(tmp_path: Path) -> None:
     assert json.loads(metadata_json(created)) == raw
     with pytest.raises(FileExistsError):  # metadata files never change
         write_metadata(io, location, created)
+    # a local file is created exclusively, its directory made if need be; a `file:` URI is a local path
+    for fresh in (f"{tmp_path}/new/metadata/00001-b.metadata.json", f"file://{tmp_path}/new/metadata/00002-c.json"):
+        text = write_metadata(io, fresh, created)
+        assert FromInputFile.table_metadata(io.new_input(fresh)) == created and json.loads(text) == raw
+        with pytest.raises(FileExistsError):
+            write_metadata(io, fresh, created)
+    assert sorted(p.name for p in (tmp_path / "new" / "metadata").iterdir()) == [
+        "00001-b.metadata.json",
+        "00002-c.json",
+    ]
 
 
 @pytest.mark.parametrize("version", ["2", "3"])

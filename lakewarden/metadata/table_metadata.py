@@ -13,11 +13,13 @@ metadata file (serialising snapshots was 80% of a commit to a table of 10,000 of
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyiceberg.io import FileIO
 from pyiceberg.partitioning import PartitionSpec
@@ -228,9 +230,35 @@ def metadata_json(metadata: TableMetadata) -> str:
 def write_metadata(io: FileIO, location: str, metadata: TableMetadata) -> str:
     """Write a new metadata file (it must not exist: metadata files never change); returns its JSON."""
     text = metadata_json(metadata)
-    with io.new_output(location).create(overwrite=False) as out:
-        out.write(text.encode())
+    local = local_path(location)
+    if local is not None:
+        create_local(local, text.encode())
+    else:
+        with io.new_output(location).create(overwrite=False) as out:
+            out.write(text.encode())
     return text
+
+
+def local_path(location: str) -> str | None:
+    """The file system path of a local location (a path, or a `file:` URI), else None."""
+    if location.startswith("/"):
+        return location
+    if location.startswith("file:"):
+        return urlsplit(location).path
+    return None
+
+
+def create_local(path: str, data: bytes) -> None:
+    """Create a local file that must not exist, and its directory if need be. Opened exclusively (`O_EXCL`): one
+    system call where pyarrow's FileIO asks whether the file exists and then creates it (a file made meanwhile
+    would have been overwritten); FileExistsError as FileIO's `create(overwrite=False)` raises."""
+    try:
+        out = open(path, "xb")  # noqa: SIM115 - closed below, after the directory is made if need be
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        out = open(path, "xb")  # noqa: SIM115
+    with out:
+        out.write(data)
 
 
 def describe_commit(base: TableMetadata, metadata: TableMetadata, updates: Sequence[TableUpdate]) -> dict[str, Any]:
