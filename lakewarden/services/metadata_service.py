@@ -115,7 +115,7 @@ class LoadedTable:
 def _paths_changed(base: TableMetadata, metadata: TableMetadata) -> bool:
     """Whether a commit changes where the table's files go (its location, a path property): what it keeps was
     confined to the warehouse when it was committed. Resolving the paths (their symlinks) on every commit took
-    a tenth of a commit; lakewarden's own deletions check each file where it is when they delete it."""
+    a tenth of a commit; lakewarden's own deletions check each file against the table's location as they delete it."""
     if metadata.location != base.location:
         return True
     return any(metadata.properties.get(k) != base.properties.get(k) for k in PATH_PROPERTIES)
