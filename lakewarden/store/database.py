@@ -111,7 +111,7 @@ def first_line(driver_error: BaseException | None) -> str:
 
 def _state_unknown(driver_error: BaseException | None, what: str) -> CommitStateUnknown:
     return CommitStateUnknown(
-        f"the system database's answer to {what} was lost ({type(driver_error).__name__}: "
+        f"{what} to the system database failed with no answer to rely on ({type(driver_error).__name__}: "
         f"{first_line(driver_error)}); whether it took effect is unknown"
     )
 
@@ -180,7 +180,7 @@ class Database:
                 session.commit()
             except DBAPIError as exc:
                 if _answer_lost(exc):  # the COMMIT was sent: it may have been applied
-                    raise _state_unknown(exc.orig, "a COMMIT") from exc
+                    raise _state_unknown(exc.orig, "A COMMIT") from exc
                 raise
 
     @contextmanager
@@ -237,7 +237,7 @@ class Database:
                 row = connection.execute(statement, params).first()
             except DBAPIError as exc:
                 if _answer_lost(exc):
-                    raise _state_unknown(exc.orig, "a statement") from exc
+                    raise _state_unknown(exc.orig, "A statement") from exc
                 raise
         return None if row is None else tuple(row)
 
@@ -268,7 +268,7 @@ class Database:
                 try:
                     driver.execute("COMMIT")
                 except self.engine.dialect.loaded_dbapi.Error as exc:
-                    raise _state_unknown(exc, "a COMMIT") from exc
+                    raise _state_unknown(exc, "A COMMIT") from exc
             finally:
                 connection.close()  # back to the pool
 
