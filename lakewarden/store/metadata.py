@@ -162,10 +162,14 @@ def pointer_exists(session: Session, catalog: str, namespace: str, table: str) -
 
 
 def list_pointers(session: Session, catalog: str, namespace: str) -> list[str]:
+    return list_names(session, IcebergTableRow.table_name, catalog, namespace)
+
+
+def list_names(session: Session, name: Any, catalog: str, namespace: str) -> list[str]:
+    """The names of a namespace's tables or views (`name`: the name column of their pointers' model), sorted."""
     get_namespace(session, catalog, namespace)
-    query = select(IcebergTableRow.table_name).where(
-        IcebergTableRow.catalog_name == catalog, IcebergTableRow.namespace == namespace
-    )
+    model = name.class_
+    query = select(name).where(model.catalog_name == catalog, model.namespace == namespace)
     return sorted(session.scalars(query))
 
 

@@ -3,11 +3,10 @@ the same names (store/metadata.py)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NoSuchView
-from lakewarden.store.metadata import add_pointer, get_namespace, levels, rename_row, swap_row
+from lakewarden.store.metadata import add_pointer, levels, list_names, rename_row, swap_row
 from lakewarden.store.models import IcebergViewRow
 
 
@@ -23,11 +22,7 @@ def view_exists(session: Session, catalog: str, namespace: str, view: str) -> bo
 
 
 def list_views(session: Session, catalog: str, namespace: str) -> list[str]:
-    get_namespace(session, catalog, namespace)
-    query = select(IcebergViewRow.view_name).where(
-        IcebergViewRow.catalog_name == catalog, IcebergViewRow.namespace == namespace
-    )
-    return sorted(session.scalars(query))
+    return list_names(session, IcebergViewRow.view_name, catalog, namespace)
 
 
 def create_view(session: Session, catalog: str, namespace: str, view: str, location: str) -> IcebergViewRow:
