@@ -2,7 +2,7 @@
 
 How a commit to lakewarden's REST catalog becomes a task on an optimizer:
 
-    MetadataService.commit_table        swaps the table's pointer, records the commit, writes an event
+    TableCommits.commit_table           swaps the table's pointer, records the commit, writes an event
       -> EventDispatcher (subscribed)   refreshes just the named tables (TableExplorer.refresh_tables)
       -> TableEvaluator.wake            evaluates them at once; a table that needs optimizing turns PENDING
       -> work_ready.notify (on_pending) wakes the optimizers' long polls in the TaskDispatcher

@@ -34,6 +34,14 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
 
 
 @dataclass(frozen=True)
+class LoadedTable:
+    """A table's metadata as read or committed, and the file it is in (None for a staged create: not written)."""
+
+    metadata_location: str | None
+    metadata: TableMetadata
+
+
+@dataclass(frozen=True)
 class Delegation:
     """A client that asked for vended credentials (`X-Iceberg-Access-Delegation`): who, and what it may do."""
 

@@ -1,5 +1,5 @@
 """A single table's commit in the fewest steps each system database allows: the pointer's compare-and-swap, its
-timeline entry, its outbox event (and, on PostgreSQL, the other nodes' notification). MetadataService._swap_all
+timeline entry, its outbox event (and, on PostgreSQL, the other nodes' notification). TableCommits._swap_all
 runs it when one table changes; multi-table commits and staged creates are a transaction of store/metadata.py's
 functions. Both write the same rows.
 

@@ -27,10 +27,10 @@ from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, NoSuchWarehouse, Unprocessable, Unsupported
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
-from lakewarden.services.metadata_service import LoadedTable, MetadataService
-from lakewarden.services.metadata_service import TableChange as Change
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
-from lakewarden.services.table_loads import Delegation
+from lakewarden.services.table_commits import TableChange as Change
+from lakewarden.services.table_loads import Delegation, LoadedTable
 from lakewarden.store import metadata as store
 
 router = APIRouter(tags=["iceberg rest catalog"], route_class=LeanRoute)
@@ -369,7 +369,7 @@ async def commit_table(
 
 
 def _commit(svc: MetadataService, prefix: str, ns: str, table: str, body: CommitTable, client: str | None) -> bytes:
-    return svc.response_body(svc.commit_table(prefix, ns, table, body.requirements, body.updates, client))
+    return svc.response_body(svc.commits.commit_table(prefix, ns, table, body.requirements, body.updates, client))
 
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
@@ -407,7 +407,7 @@ async def commit_transaction(
     changes = [Change(ns, n, c.requirements, c.updates) for (ns, n), c in zip(names, body.table_changes, strict=True)]
     client = request.headers.get("x-client-version") or request.headers.get("user-agent")
     async with svc.queue.turns([(prefix, *store.levels(ns), n) for ns, n in names]):
-        await run_in_threadpool(svc.commit_transaction, prefix, changes, client)
+        await run_in_threadpool(svc.commits.commit_transaction, prefix, changes, client)
     return Response(status_code=204)
 
 
