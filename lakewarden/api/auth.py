@@ -59,8 +59,10 @@ def _credential(request: Request) -> tuple[str | None, bool]:
 
 
 def caller(request: Request) -> Principal:
-    """The authenticated caller of this request (cached on the request)."""
-    known = getattr(request.state, "principal", None)
+    """The authenticated caller of this request (cached on the request, in its scope's state: what
+    `request.state.principal` names, without the exception Starlette's State raises for a name not set)."""
+    state = request.scope.setdefault("state", {})
+    known = state.get("principal")
     if isinstance(known, Principal):
         return known
     service = auth_service(request)
@@ -79,7 +81,7 @@ def caller(request: Request) -> Principal:
             expected = request.cookies.get(CSRF_COOKIE, "")
             if not expected or not hmac.compare_digest(sent, expected):
                 raise Forbidden(f"a change from the dashboard needs the {CSRF_HEADER} header (CSRF protection)")
-    request.state.principal = principal
+    state["principal"] = principal
     return principal
 
 
