@@ -358,7 +358,7 @@ class AuditRow(Base):
     audit_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(index=True)
     principal: Mapped[str] = mapped_column(String(128))
-    action: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(255))  # the method and the route template
     target: Mapped[str] = mapped_column(String(1024))
     detail: Mapped[dict[str, Any]]
     client: Mapped[str | None] = mapped_column(String(255))
