@@ -151,3 +151,41 @@ def test_a_configuration_change_closes_the_running_process_as_amoro_does(client:
     assert refresh(**{"self-optimizing.group": "etl"}) == {second: "the table moved to resource group etl"}
     assert process(second)["status"] == "canceled" and table()["status"] == "idle"
     assert table()["group"] == "etl"
+
+
+def test_an_events_refresh_reads_only_the_named_tables_and_adds_updates_and_disposes_them(client: TestClient) -> None:
+    """refresh_tables (an event batch's) finds the named tables by their whole names: a new one is added, a
+    committed one updated, a dropped one disposed; a name that exists nowhere is nothing, and a table not named
+    (the same name in another namespace among them) is left alone."""
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    for namespace in ("db", "other"):
+        assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": [namespace]}).status_code == 200
+    for name in ("kept", "committed", "dropped"):
+        create(client, name)
+    made = client.post("/iceberg/v1/lake/namespaces/other/tables", json={"name": "committed", **TABLE})
+    assert made.status_code == 200, made.text
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    ctx.explorer.refresh("lake")
+    assert known(client) == {"lake.db.kept", "lake.db.committed", "lake.db.dropped", "lake.other.committed"}
+
+    def location(name: str) -> str:
+        return str(client.get(f"/api/v1/tables/lake/{name}").json()["metadata_location"])
+
+    before = {name: location(name) for name in ("db/kept", "db/committed", "other/committed")}
+    create(client, "new")
+    set_properties(client, "committed", color="blue")
+    committed = client.post(
+        "/iceberg/v1/lake/namespaces/other/tables/committed",
+        json={"updates": [{"action": "set-properties", "updates": {"color": "red"}}]},
+    )
+    assert committed.status_code == 200, committed.text
+    assert client.delete("/iceberg/v1/lake/namespaces/db/tables/dropped").status_code == 204
+
+    names = {TableIdentifier("lake", "db", t) for t in ("new", "committed", "dropped", "absent")}
+    result = ctx.explorer.refresh_tables("lake", names)
+    assert result.added == ["lake.db.new"] and result.updated == ["lake.db.committed"]
+    assert result.disposed == ["lake.db.dropped"]
+    assert known(client) == {"lake.db.kept", "lake.db.committed", "lake.db.new", "lake.other.committed"}
+    assert location("db/committed") != before["db/committed"]
+    assert location("db/kept") == before["db/kept"]
+    assert location("other/committed") == before["other/committed"]  # the same table name in another namespace

@@ -257,17 +257,23 @@ class TableExplorer(LoopService):
     ) -> None:
         """Make the managed tables match `listed`; with `scope`, only the tables named there are considered."""
         defaults = spec.table_defaults
-        # what lakewarden knows is read first, outside the write transaction: reading a million tables' locations
-        # under the write lock would hold up every other writer (commits) meanwhile. The catalog's lock keeps
-        # other refreshes of it out.
-        with self.db.read() as session:
-            known = table_store.table_locations(session, spec.name, scope)
+        # A whole catalog's: what lakewarden knows is read first, outside the write transaction (reading a million
+        # tables' locations under the write lock would hold up every other writer, commits, meanwhile); the
+        # catalog's lock keeps other refreshes of it out. An event's few tables: read once, in the write itself.
+        known: dict[TableIdentifier, int] = {}
+        if scope is None:
+            with self.db.read() as session:
+                known = {n: k.table_id for n, k in table_store.table_locations(session, spec.name).items()}
         with self.db.write() as session:
+            if scope is None:
+                # only the tables loaded now can change: their records are read, not the whole catalog's
+                current = table_store.tables_by_id(session, [known[n] for n in snapshots if n in known])
+            else:
+                current = table_store.tables_by_name(session, spec.name, scope)
+                known = {name: record.runtime.table_id for name, record in current.items()}
             for name in sorted(set(known) - listed):
-                table_store.dispose_table(session, known[name].table_id)
+                table_store.dispose_table(session, known[name])
                 result.disposed.append(str(name))
-            # only the tables loaded now can change: their records are read, not the whole catalog's
-            current = table_store.tables_by_id(session, [known[n].table_id for n in snapshots if n in known])
             for name in sorted(listed & set(snapshots)):
                 loaded = snapshots[name]
                 record = current.get(name)

@@ -304,11 +304,9 @@ class KnownTable:
     failed: bool  # its last refresh failed
 
 
-def table_locations(
-    session: Session, catalog: str, names: set[TableIdentifier] | None = None
-) -> dict[TableIdentifier, KnownTable]:
-    """The managed tables of the catalog (of `names` only, when given): id, recorded metadata location and
-    whether the last refresh failed. Columns only: cheap for a catalog of a million tables."""
+def table_locations(session: Session, catalog: str) -> dict[TableIdentifier, KnownTable]:
+    """The managed tables of the catalog: id, recorded metadata location and whether the last refresh failed.
+    Columns only: cheap for a catalog of a million tables."""
     query = (
         select(
             TableIdentifierRow.db_name,
@@ -320,17 +318,10 @@ def table_locations(
         .join(TableRuntimeRow, TableRuntimeRow.table_id == TableIdentifierRow.table_id)
         .where(TableIdentifierRow.catalog_name == catalog)
     )
-    found: dict[TableIdentifier, KnownTable] = {}
-    chunks = (
-        [None] if names is None else [sorted({n.table for n in names})[i : i + 500] for i in range(0, len(names), 500)]
-    )
-    for chunk in chunks:
-        rows = session.execute(query if chunk is None else query.where(TableIdentifierRow.table_name.in_(chunk)))
-        for database, name, table_id, location, error in rows:
-            key = TableIdentifier(catalog, database, name)
-            if names is None or key in names:
-                found[key] = KnownTable(table_id, location, error is not None)
-    return found
+    return {
+        TableIdentifier(catalog, database, name): KnownTable(table_id, location, error is not None)
+        for database, name, table_id, location, error in session.execute(query)
+    }
 
 
 def tables_by_id(session: Session, table_ids: list[int]) -> dict[TableIdentifier, TableRecord]:
@@ -341,6 +332,26 @@ def tables_by_id(session: Session, table_ids: list[int]) -> dict[TableIdentifier
         for ident, runtime in session.execute(_query().where(TableIdentifierRow.table_id.in_(chunk))):
             record = TableRecord(ident, runtime)
             found[record.name] = record
+    return found
+
+
+def tables_by_name(session: Session, catalog: str, names: set[TableIdentifier]) -> dict[TableIdentifier, TableRecord]:
+    """The managed tables of the catalog with these names (the names of other catalogs are ignored): by database,
+    each on the whole (catalog, database, table) index."""
+    found: dict[TableIdentifier, TableRecord] = {}
+    by_database: dict[str, list[str]] = {}
+    for name in sorted(n for n in names if n.catalog == catalog):
+        by_database.setdefault(name.database, []).append(name.table)
+    for database, tables in by_database.items():
+        for start in range(0, len(tables), 500):
+            query = _query().where(
+                TableIdentifierRow.catalog_name == catalog,
+                TableIdentifierRow.db_name == database,
+                TableIdentifierRow.table_name.in_(tables[start : start + 500]),
+            )
+            for ident, runtime in session.execute(query):
+                record = TableRecord(ident, runtime)
+                found[record.name] = record
     return found
 
 
