@@ -361,6 +361,27 @@ def test_the_longest_audited_action_fits_its_row_and_a_drop_through_the_catalog_
     assert [(e["principal"], e["action"], e["target"]) for e in entries] == [("admin", drop, "lake/db/t")]
 
 
+def test_a_change_whose_audit_row_fails_keeps_its_answer_and_says_so(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The audit row is written after the answer went out: when it cannot be (the database refuses it), the change
+    stands, the client has its answer, and the server logs an error naming the change (no traceback escapes)."""
+    from lakewarden.api import middleware
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the database refused the row")
+
+    monkeypatch.setattr(middleware.store, "audit", refused)
+    made = client.post("/api/v1/resource-groups", json={"name": "etl", "container": "local"})
+    assert made.status_code == 201, made.text
+    assert client.get("/api/v1/resource-groups/etl").status_code == 200
+    errors = [r.getMessage() for r in caplog.records if r.name == "lakewarden.api.middleware"]
+    assert errors == [
+        "POST /api/v1/resource-groups (/api/v1/resource-groups, by admin) was made, but its audit row could not be "
+        "written: the database refused the row"
+    ], errors
+
+
 def test_catalog_secrets_are_encrypted_at_rest(config: Any, tmp_path: Path) -> None:
     """The database never holds a catalog's credential in the clear; the server reads it back; a row a
     version before encryption stored in the clear is sealed at the next start."""

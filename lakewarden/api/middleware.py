@@ -4,6 +4,7 @@ catalog's paths decoded as Java clients encode them, and commits shed cheaply wh
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from lakewarden.store import security as store
 from lakewarden.store.database import Database
 from lakewarden.store.metadata import SEP
 
+log = logging.getLogger(__name__)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -129,7 +131,8 @@ def _audited(method: str, template: str) -> bool:
 
 class AuditLog:
     """After a change succeeded (status < 400), records who made it: the route, its path parameters, the
-    caller and their address (`GET /api/v1/audit`)."""
+    caller and their address (`GET /api/v1/audit`). The answer has gone out by then: a row that cannot be
+    written (the database away) is logged as an error naming the change."""
 
     def __init__(self, app: Any, db_of: Any) -> None:
         self.app = app
@@ -157,7 +160,12 @@ class AuditLog:
             with db.write(any_node=True) as session:
                 store.audit(session, principal, action, target, {"status": status, **params}, address)
 
-        await anyio.to_thread.run_sync(record)
+        try:
+            await anyio.to_thread.run_sync(record)
+        except Exception as exc:  # the change was made and answered: what failed is its record, said so
+            log.error(
+                "%s (%s, by %s) was made, but its audit row could not be written: %s", action, target, principal, exc
+            )
 
 
 # a commit to one table (POST .../namespaces/{namespace}/tables/{table}), once JavaPathDecoding decoded the path
