@@ -366,12 +366,12 @@ def test_a_change_whose_audit_row_fails_keeps_its_answer_and_says_so(
 ) -> None:
     """The audit row is written after the answer went out: when it cannot be (the database refuses it), the change
     stands, the client has its answer, and the server logs an error naming the change (no traceback escapes)."""
-    from lakewarden.api import middleware
+    from lakewarden.store import security
 
     def refused(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the database refused the row")
 
-    monkeypatch.setattr(middleware.store, "audit", refused)
+    monkeypatch.setattr(security, "audit", refused)
     made = client.post("/api/v1/resource-groups", json={"name": "etl", "container": "local"})
     assert made.status_code == 201, made.text
     assert client.get("/api/v1/resource-groups/etl").status_code == 200
