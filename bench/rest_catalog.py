@@ -14,7 +14,8 @@ floors (the median of `--rounds` rounds, each measuring lakewarden and the floor
 goals: loads >= 0.5x the static body, commits >= 0.25x compare-and-swap. Also: the reaction
 time from a commit that crosses a trigger to the table being queued for optimizing (goal <= 2 s); and, without
 goals, what the stack lakewarden is built on costs by itself: a FastAPI application serving the same static body
-(beside the floor in each round), and pyiceberg's share of a commit in process (parse, apply, serialise).
+(beside the floor in each round), and pyiceberg's share of a commit in process (parse, apply, serialise). Each of
+lakewarden's measures also gives the server's CPU per request, its event loop's thread apart from the others.
 
     .venv/bin/python bench/rest_catalog.py [--seconds 5] [--clients 8] [--rounds 3] [--backends sqlite,postgresql]
         [--flame]
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -41,6 +43,7 @@ import timeit
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +169,36 @@ class Client:
             assert response.status_code == 200, response.text
 
         return threads(connections, self.seconds, commit)
+
+
+def thread_cpu(pid: int) -> dict[int, int]:
+    """CPU time (clock ticks, user + system) of each thread of process `pid`, by thread id (Linux's /proc)."""
+    ticks: dict[int, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        ticks[int(task.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def with_server_cpu(pid: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`measure` (a wrk or httpx run against the server `pid`), with the server's CPU per request split into its
+    event loop's thread and every other thread (the commits' workers, the services): what the requests cost the
+    server, apart from the wall clock the machine's other load moves. Python runs one thread at a time, so
+    the two together bound the rate."""
+    before = thread_cpu(pid)
+    started = time.perf_counter()
+    result = measure()
+    elapsed = time.perf_counter() - started
+    after = thread_cpu(pid)
+    spent = {tid: after[tid] - before.get(tid, 0) for tid in after}
+    requests = max(result["per_second"] * elapsed, 1.0)
+    per_tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+    loop = spent.get(pid, 0) * per_tick_us / requests
+    others = sum(n for tid, n in spent.items() if tid != pid) * per_tick_us / requests
+    return {**result, "server_cpu_us": {"event loop": round(loop), "other threads": round(others)}}
 
 
 @contextmanager
@@ -326,11 +359,11 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
                     one: dict[str, Any] = {}
                     for connections, label in ((1, "sequential"), (args.clients, f"{args.clients} clients")):
                         with flame_graph(flame and connections > 1, pid, args.seconds, f"{backend}_loads"):
-                            one[f"loads {label}"] = client.loads(connections)
+                            one[f"loads {label}"] = with_server_cpu(pid, partial(client.loads, connections))
                         one[f"floor: static body {label}"] = floor.loads(connections)
                         one[f"FastAPI: static body {label}"] = fastapi.loads(connections)
                         with flame_graph(flame and connections == 1, pid, args.seconds, f"{backend}_commits"):
-                            one[f"commits {label}"] = client.commits(connections)
+                            one[f"commits {label}"] = with_server_cpu(pid, partial(client.commits, connections))
                     directory = tmp / f"floor-{backend}-{r}"
                     one["floor: compare-and-swap"] = cas_floor(pointer, metadata, directory, args.seconds)
                     one["ratios"] = ratios(one, args.clients)
@@ -426,7 +459,9 @@ def main() -> None:
         for name, value in result.items():
             if isinstance(value, dict) and "per_second" in value:
                 latency = f"p50 {value['p50_ms']:.2f} ms   p99 {value['p99_ms']:.2f} ms"
-                print(f"{name:32s} {value['per_second']:8.0f}/s   {latency}")
+                cpu = value.get("server_cpu_us")
+                split = f"   server CPU: loop {cpu['event loop']} us + others {cpu['other threads']} us" if cpu else ""
+                print(f"{name:32s} {value['per_second']:8.0f}/s   {latency}{split}")
         for name, ratio in result["ratios"].items():
             goal = GOALS[name.split()[0]]
             print(f"ratio {name:26s} {ratio:6.3f}x  (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
