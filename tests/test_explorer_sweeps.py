@@ -189,3 +189,19 @@ def test_an_events_refresh_reads_only_the_named_tables_and_adds_updates_and_disp
     assert location("db/committed") != before["db/committed"]
     assert location("db/kept") == before["db/kept"]
     assert location("other/committed") == before["other/committed"]  # the same table name in another namespace
+
+
+def test_tables_are_found_by_name_and_by_id_past_one_in_list(client: TestClient) -> None:
+    """More names than one `IN (...)` list holds (IN_CHUNK), over two databases with the same table names: every
+    record is found once, by name and by id, and a name of another database or catalog finds nothing."""
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    names = {TableIdentifier("lake", db, f"t{i}") for db in ("a", "b") for i in range(table_store.IN_CHUNK + 1)}
+    with ctx.db.write() as session:
+        ids = [table_store.add_table(session, name, "default", {}).runtime.table_id for name in sorted(names)]
+    elsewhere = {TableIdentifier("lake", "c", "t0"), TableIdentifier("other", "a", "t0")}
+    with ctx.db.read() as session:
+        by_name = table_store.tables_by_name(session, "lake", names | elsewhere)
+        by_id = table_store.tables_by_id(session, ids)
+    assert set(by_name) == names and set(by_id) == names
+    assert {r.runtime.table_id for r in by_name.values()} == set(ids)

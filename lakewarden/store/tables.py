@@ -324,34 +324,35 @@ def table_locations(session: Session, catalog: str) -> dict[TableIdentifier, Kno
     }
 
 
-def tables_by_id(session: Session, table_ids: list[int]) -> dict[TableIdentifier, TableRecord]:
-    """The managed tables with these ids, by name."""
+IN_CHUNK = 500  # values in one `IN (...)` list
+
+
+def _records(session: Session, column: Any, values: list[Any], *where: Any) -> dict[TableIdentifier, TableRecord]:
+    """The managed tables whose `column` is one of `values` (and where `where` holds), by name."""
     found: dict[TableIdentifier, TableRecord] = {}
-    for start in range(0, len(table_ids), 500):
-        chunk = table_ids[start : start + 500]
-        for ident, runtime in session.execute(_query().where(TableIdentifierRow.table_id.in_(chunk))):
+    for start in range(0, len(values), IN_CHUNK):
+        query = _query().where(*where, column.in_(values[start : start + IN_CHUNK]))
+        for ident, runtime in session.execute(query):
             record = TableRecord(ident, runtime)
             found[record.name] = record
     return found
 
 
+def tables_by_id(session: Session, table_ids: list[int]) -> dict[TableIdentifier, TableRecord]:
+    """The managed tables with these ids, by name."""
+    return _records(session, TableIdentifierRow.table_id, table_ids)
+
+
 def tables_by_name(session: Session, catalog: str, names: set[TableIdentifier]) -> dict[TableIdentifier, TableRecord]:
     """The managed tables of the catalog with these names (the names of other catalogs are ignored): by database,
     each on the whole (catalog, database, table) index."""
-    found: dict[TableIdentifier, TableRecord] = {}
     by_database: dict[str, list[str]] = {}
     for name in sorted(n for n in names if n.catalog == catalog):
         by_database.setdefault(name.database, []).append(name.table)
+    found: dict[TableIdentifier, TableRecord] = {}
     for database, tables in by_database.items():
-        for start in range(0, len(tables), 500):
-            query = _query().where(
-                TableIdentifierRow.catalog_name == catalog,
-                TableIdentifierRow.db_name == database,
-                TableIdentifierRow.table_name.in_(tables[start : start + 500]),
-            )
-            for ident, runtime in session.execute(query):
-                record = TableRecord(ident, runtime)
-                found[record.name] = record
+        where = (TableIdentifierRow.catalog_name == catalog, TableIdentifierRow.db_name == database)
+        found |= _records(session, TableIdentifierRow.table_name, tables, *where)
     return found
 
 
