@@ -20,10 +20,11 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from lakewarden.domain.errors import CommitStateUnknown
 from lakewarden.store import metadata as store
-from lakewarden.store.database import Database
+from lakewarden.store.database import PING_AFTER_IDLE, Database
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
@@ -146,3 +147,44 @@ def test_a_commit_sent_on_a_dropped_connection_is_state_unknown(db: Database) ->
     assert "COMMIT" in str(raised.value)
     with db.write() as session:  # the pool replaced the broken connection
         assert session.execute(text("SELECT 1")).scalar_one() == 1
+
+
+def _backend_gone(admin: psycopg.Connection[Any], pid: int) -> None:
+    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + 10
+    while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_a_connection_idle_in_the_pool_is_pinged_and_replaced_and_one_just_used_is_not(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """store/database.ping_when_idle: a pooled connection idle past the window is pinged before use, so a
+    connection the database dropped meanwhile is replaced before a statement is sent on it; one given back
+    within the window is used as it is (no round trip), and its statement fails as a dropped connection's."""
+    pings: list[int] = []
+    ping = db.engine.dialect.do_ping
+    monkeypatch.setattr(db.engine.dialect, "do_ping", lambda connection: pings.append(1) or ping(connection))
+
+    def backend() -> int:
+        with db.write() as session:
+            return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+    with psycopg.connect(_url(db), autocommit=True) as admin:
+        db.engine.dispose()
+        first = backend()
+        assert backend() == first and pings == []  # given back just now: not pinged
+        _backend_gone(admin, first)
+        with pytest.raises(OperationalError) as raised:  # within the window: sent on the dropped connection
+            backend()
+        assert raised.value.connection_invalidated
+        replaced = backend()  # the pool was replaced with it
+        assert replaced != first
+        time.sleep(PING_AFTER_IDLE + 0.2)
+        _backend_gone(admin, replaced)
+        assert pings == []
+        after = backend()  # idle past the window: pinged, found dropped, replaced, and the write goes through
+        assert pings == [1] and after not in (first, replaced)
+        time.sleep(PING_AFTER_IDLE + 0.2)
+        assert backend() == after and pings == [1, 1]  # alive: the ping passes and the connection is used

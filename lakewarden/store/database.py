@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, Select, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, InvalidatePoolError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -74,7 +75,41 @@ _CONNECT_ARGS = {"connect_timeout": 10, "keepalives_idle": 10, "keepalives_inter
 def make_engine(url: str) -> Engine:
     if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_CONNECT_ARGS)
+    engine = create_engine(url, pool_size=10, max_overflow=20, connect_args=_CONNECT_ARGS)
+    ping_when_idle(engine, PING_AFTER_IDLE)
+    return engine
+
+
+# a pooled connection idle longer than this is pinged before use (HikariCP's window, `aliveBypassWindowMs`)
+PING_AFTER_IDLE = 0.5
+
+
+def ping_when_idle(engine: Engine, seconds: float) -> None:
+    """A connection taken from the pool is pinged first (`SELECT 1`) if it sat there longer than `seconds`; one
+    that fails the ping is replaced, and with it every connection the pool held (the database went away: a
+    restart, a failover), before anything is sent on it.
+
+    SQLAlchemy's `pool_pre_ping` pings at every checkout: on PostgreSQL a round trip as long as a commit's own
+    statement, before each commit, refresh and read. A connection given back moments ago was alive then; if the
+    database went away since, the statement fails as a dropped connection does (the write's state unknown, a read
+    tried again) and the pool is replaced then. A connection just opened is not pinged."""
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_connection: Any, record: Any) -> None:
+        record.info["returned"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _taken(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        returned = record.info.get("returned")
+        if returned is None or time.monotonic() - returned <= seconds:
+            return
+        dialect = engine.dialect
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_connection, None):
+                raise InvalidatePoolError(f"a pooled connection failed its ping: {first_line(exc)}") from exc
+            raise
 
 
 def _single_reads_engine(url: str, engine: Engine) -> Engine:
@@ -228,8 +263,8 @@ class Database:
     def one_statement(self, statement: Executable, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """PostgreSQL only: `statement` run as a transaction of its own (autocommit), and its first row. For a
         write that is one statement (a commit's swap with its rows, store/commit_statement.py), it saves
-        the BEGIN and COMMIT round trips. The connection is pinged when taken from the pool (a connection that
-        a database restart dropped is replaced then), and never retried after the statement was sent: whether
+        the BEGIN and COMMIT round trips. A connection idle in the pool a while is pinged when taken (one that a
+        database restart dropped is replaced then: ping_when_idle), and a statement is never retried once sent: whether
         a write whose answer was lost took effect is not known, and CommitStateUnknown says so to the caller."""
         if self._statements is None:
             raise RuntimeError("one_statement is for PostgreSQL")
