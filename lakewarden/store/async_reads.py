@@ -3,48 +3,55 @@
 A cached loadTable is answered on the server's event loop, and its one database read (the table's pointer) is
 a round trip to PostgreSQL. Made with a blocking driver call, the loop waited through each round trip and
 served nothing else meanwhile: eight clients' loads took turns at the database. Here the read is awaited on
-an asyncio connection of psycopg, so the loop serves other requests while one waits; each event loop has its
-own few connections (a connection belongs to the loop it was opened on), opened when first needed and kept.
+an asyncio connection, so the loop serves other requests while one waits; each event loop has its own few
+connections (a connection belongs to the loop it was opened on), opened when first needed and kept.
+
+The connections are asyncpg's, not psycopg's (which runs the rest of the server): the read is the loop's own
+time, and asyncpg's protocol, compiled, takes about half of psycopg's asyncio connection's time per read on this
+machine (`bench/rest_catalog.py`, PostgreSQL's loads). Its statements are prepared once per connection and kept.
+A failure is raised as SQLAlchemy's error of the kind (api/errors.py: the database away is 503).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
-import psycopg
+import asyncpg
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 SIZE = 4  # connections per event loop: reads in flight at once
+CONNECT_SECONDS = 10  # as the server's other connections (store/database.py)
+READ_SECONDS = 30.0  # a read on a connection that stopped answering (a cut network) fails then
 
 
 class AsyncReads:
-    def __init__(self, url: str, connect_args: dict[str, Any], size: int = SIZE) -> None:
-        self.conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        self.connect_args = connect_args
+    def __init__(self, url: str, size: int = SIZE) -> None:
+        self.dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         self.size = size
         self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
         self._lock = threading.Lock()
 
-    async def first_row(self, sql: str, arguments: Any) -> tuple[Any, ...] | None:
-        """The first row of `sql`, once more on a new connection if the database had closed the one used (a
-        restart, a failover: the loop's other connections are then dropped too)."""
+    async def first_row(self, sql: str, arguments: list[Any]) -> tuple[Any, ...] | None:
+        """The first row of `sql` (its parameters `$1`, `$2`… in asyncpg's form), once more on a new connection
+        if the database had closed the one used (a restart, a failover: the loop's other connections are then
+        dropped too)."""
         pool = self._pool()
         for attempt in range(2):
-            connection = await pool.acquire()
+            connection = await pool.acquire(sql, arguments)
             try:
-                async with connection.cursor() as cursor:
-                    await cursor.execute(sql, arguments)
-                    row = await cursor.fetchone()
-            except psycopg.Error:
-                lost = connection.closed or connection.broken
+                row = await connection.fetchrow(sql, *arguments, timeout=READ_SECONDS)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                lost = connection.is_closed() or isinstance(exc, OSError | TimeoutError)
                 pool.release(connection, lost=True)
                 if lost:
                     pool.drop_idle()
-                    if attempt == 0:
+                    if attempt == 0 and not isinstance(exc, TimeoutError):
                         continue
-                raise
+                raise _as_sqlalchemy(sql, arguments, exc, lost) from exc
             except BaseException:
                 pool.release(connection, lost=True)  # cancelled mid-read: its state is unknown
                 raise
@@ -63,7 +70,7 @@ class AsyncReads:
         return pool
 
     def close(self) -> None:
-        """Closes every loop's connections (from any thread: closing a libpq connection does not wait)."""
+        """Closes every loop's connections (from any thread: the sockets are closed, no goodbye awaited)."""
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
@@ -73,60 +80,81 @@ class AsyncReads:
         return sum(pool.opened for pool in list(self._pools.values()))
 
 
+def _as_sqlalchemy(sql: str, arguments: list[Any], exc: BaseException, lost: bool) -> DBAPIError:
+    """The failure as SQLAlchemy raises the server's other drivers' failures: a connection that failed or was
+    lost is an OperationalError with its connection invalidated (the database away), a refused statement a
+    DBAPIError, a misuse of the connection an InterfaceError."""
+    if lost:
+        return OperationalError(sql, arguments, exc, connection_invalidated=True)
+    if isinstance(exc, asyncpg.InterfaceError):
+        return InterfaceError(sql, arguments, exc)
+    return DBAPIError(sql, arguments, exc)
+
+
 class _LoopPool:
     """One event loop's connections: idle ones in a queue; a free slot is a None in it (a connection to open)."""
 
     def __init__(self, reads: AsyncReads) -> None:
         self.reads = reads
-        self.idle: asyncio.Queue[psycopg.AsyncConnection[Any] | None] = asyncio.Queue()
+        self.loop = asyncio.get_running_loop()
+        self.idle: asyncio.Queue[asyncpg.Connection | None] = asyncio.Queue()
         for _ in range(reads.size):
             self.idle.put_nowait(None)
         self.opened = 0
         self.closed = False
 
-    async def acquire(self) -> psycopg.AsyncConnection[Any]:
+    async def acquire(self, sql: str, arguments: list[Any]) -> asyncpg.Connection:
         connection = await self.idle.get()
         if connection is not None:
             return connection
         try:
-            opened = await psycopg.AsyncConnection.connect(
-                self.reads.conninfo, autocommit=True, **self.reads.connect_args
-            )
-        except BaseException:
+            opened = await asyncpg.connect(self.reads.dsn, timeout=CONNECT_SECONDS)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             self.idle.put_nowait(None)  # the slot stays free for the next one
+            raise _as_sqlalchemy(sql, arguments, exc, lost=True) from exc
+        except BaseException:
+            self.idle.put_nowait(None)
             raise
         self.opened += 1
         return opened
 
-    def release(self, connection: psycopg.AsyncConnection[Any], lost: bool) -> None:
+    def release(self, connection: asyncpg.Connection, lost: bool) -> None:
         if lost or self.closed:
             self.opened -= 1
-            _finish(connection)
+            self._terminate(connection)
             self.idle.put_nowait(None)
         else:
             self.idle.put_nowait(connection)
 
     def drop_idle(self) -> None:
         """Closes the idle connections (opened again when needed)."""
-        kept: list[psycopg.AsyncConnection[Any] | None] = []
+        kept: list[asyncpg.Connection | None] = []
         while not self.idle.empty():
             connection = self.idle.get_nowait()
             if connection is not None:
                 self.opened -= 1
-                _finish(connection)
+                self._terminate(connection)
             kept.append(None)
         for slot in kept:
             self.idle.put_nowait(slot)
 
     def close(self) -> None:
+        """From any thread: the connections are closed on their own loop's."""
         self.closed = True
         while not self.idle.empty():
             connection = self.idle.get_nowait()
             if connection is not None:
                 self.opened -= 1
-                _finish(connection)
+                self._terminate(connection)
 
-
-def _finish(connection: psycopg.AsyncConnection[Any]) -> None:
-    """Closes the connection at once (its socket, without awaiting a clean close)."""
-    connection.pgconn.finish()
+    def _terminate(self, connection: asyncpg.Connection) -> None:
+        """Closes the connection's socket at once, without a goodbye to the server."""
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # its loop closed: the socket goes with the connection object
+                connection.terminate()
+        else:
+            self.loop.call_soon_threadsafe(connection.terminate)

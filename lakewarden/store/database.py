@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -17,8 +18,9 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, Select, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, InvalidatePoolError, OperationalError
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, InvalidatePoolError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -85,14 +87,16 @@ PING_AFTER_IDLE = 0.5
 
 
 def ping_when_idle(engine: Engine, seconds: float) -> None:
-    """A connection taken from the pool is pinged first (`SELECT 1`) if it sat there longer than `seconds`; one
-    that fails the ping is replaced, and with it every connection the pool held (the database went away: a
-    restart, a failover), before anything is sent on it.
+    """A connection taken from the pool is checked before anything is sent on it, without a round trip when it
+    can be: one that the server closed (a restart, a failover, an administrator's kill: the server's last words
+    or the end of the stream wait in its socket, which an idle connection's never holds) is replaced at once; one
+    that sat in the pool longer than `seconds` is pinged (`SELECT 1`) as well, and if that fails the pool is
+    replaced with it (the database went away).
 
     SQLAlchemy's `pool_pre_ping` pings at every checkout: on PostgreSQL a round trip as long as a commit's own
-    statement, before each commit, refresh and read. A connection given back moments ago was alive then; if the
-    database went away since, the statement fails as a dropped connection does (the write's state unknown, a read
-    tried again) and the pool is replaced then. A connection just opened is not pinged."""
+    statement, before each commit, refresh and read. Within the window a connection whose database went away
+    without a word (a cut network) is not found before use: its statement fails as a dropped connection's does
+    (a write's state unknown, a read tried again). A connection just opened is not checked."""
 
     @event.listens_for(engine, "checkin")
     def _returned(_dbapi_connection: Any, record: Any) -> None:
@@ -101,7 +105,11 @@ def ping_when_idle(engine: Engine, seconds: float) -> None:
     @event.listens_for(engine, "checkout")
     def _taken(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         returned = record.info.get("returned")
-        if returned is None or time.monotonic() - returned <= seconds:
+        if returned is None:
+            return
+        if _closed_by_server(dbapi_connection):
+            raise DisconnectionError("the database closed this pooled connection")
+        if time.monotonic() - returned <= seconds:
             return
         dialect = engine.dialect
         try:
@@ -110,6 +118,17 @@ def ping_when_idle(engine: Engine, seconds: float) -> None:
             if dialect.is_disconnect(exc, dbapi_connection, None):
                 raise InvalidatePoolError(f"a pooled connection failed its ping: {first_line(exc)}") from exc
             raise
+
+
+def _closed_by_server(dbapi_connection: Any) -> bool:
+    """Whether an idle connection's socket has something to read: only the server closing it puts anything there
+    (a NOTIFY would too, but the pool's connections do not LISTEN)."""
+    try:
+        poller = select.poll()
+        poller.register(dbapi_connection.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except Exception:  # no socket left to ask (the driver says so in its own way): it is gone
+        return True
 
 
 def _single_reads_engine(url: str, engine: Engine) -> Engine:
@@ -187,7 +206,7 @@ class Database:
         # high availability: checks a write against the leader's lease (raises NotLeader); None: one node
         self.fence: Callable[[Session], None] | None = None
         self._compiled: dict[Executable, SQLCompiler] = {}  # first_row's and driver_write's statements (_compile_once)
-        self._shapes: dict[Executable, tuple[str, list[str], dict[str, Any], bool]] = {}  # first_row's (_statement)
+        self._shapes: dict[Any, tuple[str, list[str], dict[str, Any], bool]] = {}  # first_row's (_statement)
         self._single_reads = _single_reads_engine(url, self.engine)
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
@@ -195,7 +214,9 @@ class Database:
         # one_statement's: the writers' pool in autocommit (a statement is its own transaction). Switching a
         # connection to autocommit and back is a setting of the driver's, no round trip.
         self._statements = self.engine.execution_options(isolation_level="AUTOCOMMIT") if postgresql else None
-        self._async_reads = AsyncReads(url, _CONNECT_ARGS) if postgresql else None  # first_row_async's
+        self._async_reads = AsyncReads(url) if postgresql else None  # first_row_async's
+        # what first_row_async's statements are compiled for (asyncpg's `$1` parameters)
+        self._async_dialect = PGDialect_asyncpg() if postgresql else None  # type: ignore[no-untyped-call]
 
     @contextmanager
     def write(self, any_node: bool = False) -> Iterator[Session]:
@@ -247,12 +268,12 @@ class Database:
         return self._query(None, sql, arguments, keep=False)[1]
 
     async def first_row_async(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[Any, ...] | None:
-        """first_row for the event loop: on PostgreSQL awaited on an asyncio connection, so that the loop serves
-        other requests during the round trip (store/async_reads.py); on SQLite (a local file, microseconds) it
-        is first_row itself."""
+        """first_row for the event loop: on PostgreSQL awaited on an asyncio connection (asyncpg's, the statement
+        compiled for it), so that the loop serves other requests during the round trip (store/async_reads.py); on
+        SQLite (a local file, microseconds) it is first_row itself."""
         if self._async_reads is None:
             return self.first_row(query, params)
-        sql, arguments = self._statement(query, params)
+        sql, arguments = self._statement(query, params, self._async_dialect)
         return await self._async_reads.first_row(sql, arguments)
 
     @property
@@ -330,17 +351,22 @@ class Database:
             self._compiled[statement] = compiled
         return compiled, compiled.construct_params(params)
 
-    def _statement(self, query: Select[*tuple[Any, ...]], params: dict[str, Any]) -> tuple[str, Any]:
-        """The query compiled once for this database's dialect, and its arguments in the driver's form: the
-        values of `params` in the statement's order (its own literal values kept from the first time), without
-        SQLAlchemy's construction of the parameters on every call (a fifth of a pointer's read)."""
-        shape = self._shapes.get(query)
+    def _statement(
+        self, query: Select[*tuple[Any, ...]], params: dict[str, Any], dialect: Dialect | None = None
+    ) -> tuple[str, Any]:
+        """The query compiled once for this database's dialect (or `dialect`: the event loop's driver's), and its
+        arguments in the driver's form: the values of `params` in the statement's order (its own literal values
+        kept from the first time), without SQLAlchemy's construction of the parameters on every call (a fifth
+        of a pointer's read)."""
+        key = query if dialect is None else (query, dialect.driver)
+        shape = self._shapes.get(key)
         if shape is None:
-            compiled, bound = self._compile_once(query, params)
+            compiled = query.compile(dialect=dialect or self.engine.dialect)
+            bound = compiled.construct_params(params)
             positions = getattr(compiled, "positiontup", None)  # a positional paramstyle's order of the names
             names = list(bound) if positions is None else list(positions)
             fixed = {name: bound[name] for name in names if name not in params}
-            shape = self._shapes[query] = (compiled.string, names, fixed, positions is not None)
+            shape = self._shapes[key] = (compiled.string, names, fixed, positions is not None)
         sql, names, fixed, positional = shape
         values = [params[name] if name in params else fixed[name] for name in names]
         return sql, values if positional else dict(zip(names, values, strict=True))
@@ -371,7 +397,10 @@ class Database:
                 connection = None
                 if attempt == 0 and broken:
                     continue
-                raise
+                # as SQLAlchemy raises a driver's error (api/errors.py: the database away is 503)
+                raise DBAPIError.instance(
+                    sql, arguments, exc, engine.dialect.loaded_dbapi.Error, connection_invalidated=broken
+                ) from exc
             except BaseException:
                 connection.close()
                 raise
