@@ -165,7 +165,12 @@ def test_a_pooled_connection_the_server_closed_is_replaced_unasked_and_an_idle_o
     replaced (with the pool). A connection given back just now is used as it is."""
     pings: list[int] = []
     ping = db.engine.dialect.do_ping
-    monkeypatch.setattr(db.engine.dialect, "do_ping", lambda connection: pings.append(1) or ping(connection))
+
+    def counted(connection: Any) -> bool:
+        pings.append(1)
+        return ping(connection)
+
+    monkeypatch.setattr(db.engine.dialect, "do_ping", counted)
 
     def backend() -> int:
         with db.write() as session:

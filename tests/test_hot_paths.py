@@ -280,7 +280,7 @@ def test_the_event_loops_single_row_reads_overlap_and_survive_a_lost_connection(
 
     async def overlapping() -> float:
         started = time.perf_counter()
-        await asyncio.gather(*(reads.first_row(sleeps, {}) for _ in range(4)))
+        await asyncio.gather(*(reads.first_row(sleeps, []) for _ in range(4)))
         return time.perf_counter() - started
 
     assert asyncio.run(overlapping()) < 0.9  # four reads of 0.3 s at once, not one after the other
