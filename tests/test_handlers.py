@@ -4,6 +4,9 @@ same errors. Compared side by side: one router's routes served by both, the same
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -16,6 +19,7 @@ from pydantic import AliasChoices, BaseModel, Field
 
 from lakewarden.api import errors
 from lakewarden.api.handlers import LeanRoute, Plan
+from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import Forbidden
 
 CALLS: list[str] = []
@@ -171,3 +175,44 @@ def test_which_routes_are_planned(clients: tuple[TestClient, TestClient]) -> Non
     finally:
         app.dependency_overrides.clear()
     assert planned.get("/v/things/a/b").json()["c"] == "c"
+
+
+def test_work_in_a_thread_sees_the_callers_context_and_outlives_its_cancellation() -> None:
+    """api/threads.in_thread: the caller's context variables are the thread's; a caller cancelled while its work
+    runs unwinds only once the work has finished (a table's turn to commit is not given up under a running
+    commit), and the cancellation then goes on."""
+    who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+    started, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def work() -> str:
+        started.set()
+        release.wait(10)
+        events.append("work done")
+        return who.get()
+
+    async def caller() -> str:
+        who.set("alice")
+        try:
+            return await in_thread(work)
+        finally:
+            events.append("caller unwound")
+
+    async def main() -> None:
+        release.set()
+        assert await caller() == "alice"
+        events.clear()
+        release.clear()
+        started.clear()
+        task = asyncio.ensure_future(caller())
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        assert not task.done() and events == []  # still waiting for its work
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert events == ["work done", "caller unwound"]
+
+    asyncio.run(main())

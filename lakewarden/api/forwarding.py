@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 
 import httpx
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lakewarden.api.errors import error_response
+from lakewarden.api.threads import in_thread
 from lakewarden.services.leadership import Leadership
 
 FORWARDED = "x-lakewarden-forwarded-by"  # set on a forwarded request: a node never forwards one again
@@ -86,7 +86,7 @@ class LeaderForwarding:
     async def _leader_url(self, leadership: Leadership) -> str | None:
         at, url = self._leader
         if url is None or time.monotonic() - at > LEADER_URL_TTL:
-            url = await run_in_threadpool(leadership.leader_url)
+            url = await in_thread(leadership.leader_url)
             self._leader = (time.monotonic(), url)
         return url
 

@@ -35,11 +35,12 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined as Undefined
-from starlette.concurrency import run_in_threadpool
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from lakewarden.api.threads import in_thread
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 IMMUTABLE = (type(None), bool, int, float, str, bytes)
@@ -198,7 +199,7 @@ class Step:
             elif sub.coroutine:
                 solved = await sub.call(**sub_values)
             else:
-                solved = await run_in_threadpool(sub.call, **sub_values)
+                solved = await in_thread(sub.call, **sub_values)
             if sub.name is not None:
                 values[sub.name] = solved
             cache.setdefault(sub.call, solved)
@@ -250,7 +251,7 @@ class Plan:
         if self.top.coroutine:
             answer = await self.top.call(**values)
         else:
-            answer = await run_in_threadpool(self.top.call, **values)
+            answer = await in_thread(self.top.call, **values)
         if not isinstance(answer, Response):
             # the endpoint promised a Response (its annotation): FastAPI would fail here as well
             raise TypeError(f"{self.top.call.__qualname__} answered {type(answer).__name__}, not a Response")

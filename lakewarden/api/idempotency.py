@@ -19,11 +19,11 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from lakewarden.api.auth import caller
 from lakewarden.api.errors import error_response
+from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import LakewardenError
 from lakewarden.store import idempotency as store
 
@@ -59,7 +59,7 @@ class IdempotencyKeys:
             return
         request = Request(scope, receive)
         try:
-            principal = (await run_in_threadpool(caller, request)).name
+            principal = (await in_thread(caller, request)).name
         except LakewardenError:  # not signed in: the route answers (401) and nothing is claimed
             await self.app(scope, receive, send)
             return
@@ -77,7 +77,7 @@ class IdempotencyKeys:
                 same = (row.principal, row.method, row.path) == (principal, method, path)
                 return row.status, row.content_type, row.body, same
 
-        found = await run_in_threadpool(claim)
+        found = await in_thread(claim)
         if found is not None:
             status, content_type, body, same = found
             if not same:
@@ -117,7 +117,7 @@ class IdempotencyKeys:
             elif message["type"] == "http.response.body":
                 answer["body"].append(message.get("body", b""))
                 if not message.get("more_body", False):
-                    await run_in_threadpool(settle)
+                    await in_thread(settle)
                     settled = True
             await send(message)
 
@@ -126,7 +126,7 @@ class IdempotencyKeys:
         finally:
             if not settled:  # the request failed before its answer ended: a retry runs it again
                 answer["status"] = 500
-                await run_in_threadpool(settle)
+                await in_thread(settle)
 
 
 async def _replay(send: Any, status: int, content_type: str | None, body: str) -> None:

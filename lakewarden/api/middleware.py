@@ -10,12 +10,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_plus
 
-import anyio
 from starlette.requests import Request
 
 from lakewarden.api.auth import caller
 from lakewarden.api.errors import error_response
 from lakewarden.api.metrics import StatusOf, _template
+from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import LakewardenError
 from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.store import security as store
@@ -161,7 +161,7 @@ class AuditLog:
                 store.audit(session, principal, action, target, {"status": status, **params}, address)
 
         try:
-            await anyio.to_thread.run_sync(record)
+            await in_thread(record)
         except Exception as exc:  # the change was made and answered: what failed is its record, said so
             log.error(
                 "%s (%s, by %s) was made, but its audit row could not be written: %s", action, target, principal, exc

@@ -17,13 +17,13 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
-from starlette.concurrency import run_in_threadpool
 
 from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.api.schemas import ClientBody
+from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, NoSuchWarehouse, Unprocessable, Unsupported
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
@@ -335,7 +335,7 @@ async def load_table(
     asked = delegation(request, caller(request), prefix, ns, table)
     answer = await svc.loads.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
     if answer is None:
-        answer = await run_in_threadpool(svc.loads.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
+        answer = await in_thread(svc.loads.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
     etag, body = answer
     if body is None:
         return Response(status_code=304, headers={"ETag": etag})
@@ -364,7 +364,7 @@ async def commit_table(
     client = request.headers.get("x-client-version") or user_agent
     ns = _ns(namespace)
     async with svc.queue.turn((prefix, *store.levels(ns), table)):
-        answer = await run_in_threadpool(_commit, svc, prefix, ns, table, body, client)
+        answer = await in_thread(_commit, svc, prefix, ns, table, body, client)
     return Response(answer, media_type="application/json")
 
 
@@ -407,7 +407,7 @@ async def commit_transaction(
     changes = [Change(ns, n, c.requirements, c.updates) for (ns, n), c in zip(names, body.table_changes, strict=True)]
     client = request.headers.get("x-client-version") or request.headers.get("user-agent")
     async with svc.queue.turns([(prefix, *store.levels(ns), n) for ns, n in names]):
-        await run_in_threadpool(svc.commits.commit_transaction, prefix, changes, client)
+        await in_thread(svc.commits.commit_transaction, prefix, changes, client)
     return Response(status_code=204)
 
 
