@@ -7,7 +7,7 @@ import contextlib
 import select
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,6 @@ from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, InvalidatePoolError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.compiler import SQLCompiler
 
 from lakewarden.domain.errors import CommitStateUnknown
 from lakewarden.store.async_reads import AsyncReads
@@ -205,7 +204,7 @@ class Database:
         self._writer = sessionmaker(writer_engine, expire_on_commit=False)
         # high availability: checks a write against the leader's lease (raises NotLeader); None: one node
         self.fence: Callable[[Session], None] | None = None
-        self._compiled: dict[Executable, SQLCompiler] = {}  # first_row's and driver_write's statements (_compile_once)
+        self._write_shapes: dict[Executable, tuple[str, list[tuple[str, Any]], dict[str, Any]]] = {}  # driver_write's
         self._shapes: dict[Any, tuple[str, list[str], dict[str, Any], bool]] = {}  # first_row's (_statement)
         self._single_reads = _single_reads_engine(url, self.engine)
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
@@ -329,27 +328,25 @@ class Database:
             finally:
                 connection.close()  # back to the pool
 
-    def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, Any]:
-        """A write statement compiled once for this database, and its arguments converted by the statement's
-        bind processors (dates, JSON) in the driver's form."""
-        compiled, bound = self._compile_once(statement, params)
-        processors: Mapping[str, Any] = compiled._bind_processors  # what SQLAlchemy's execution applies
-        for name, process in processors.items():
-            if name in bound:
-                bound[name] = process(bound[name])
-        positions = compiled.positiontup or []  # SQLite's parameters are positional
-        return compiled.string, [bound[name] for name in positions]
-
-    def _compile_once(
-        self, statement: Executable, params: dict[str, Any]
-    ) -> tuple[SQLCompiler, MutableMapping[str, Any]]:
-        """The statement compiled for this database's dialect (once: the compiled form is kept), and its bound
-        parameters by name."""
-        compiled = self._compiled.get(statement)
-        if compiled is None:
+    def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, list[Any]]:
+        """A write statement compiled once for this database, and its arguments in the driver's form (SQLite's are
+        positional), each converted by the statement's bind processor (dates, JSON) as SQLAlchemy's execution
+        converts it. What it takes of the compiled statement is kept as `_statement` keeps a read's: SQLAlchemy's
+        construction of the parameters on every call was a tenth of a commit's time in the database."""
+        shape = self._write_shapes.get(statement)
+        if shape is None:
             compiled = statement.compile(dialect=self.engine.dialect)  # type: ignore[attr-defined]
-            self._compiled[statement] = compiled
-        return compiled, compiled.construct_params(params)
+            bound = compiled.construct_params(params)
+            processors: Mapping[str, Any] = compiled._bind_processors  # what SQLAlchemy's execution applies
+            names = list(compiled.positiontup or [])
+            fixed = {name: bound[name] for name in names if name not in params}
+            shape = self._write_shapes[statement] = (compiled.string, [(n, processors.get(n)) for n in names], fixed)
+        sql, order, fixed = shape
+        arguments = []
+        for name, process in order:
+            value = params[name] if name in params else fixed[name]
+            arguments.append(value if process is None else process(value))
+        return sql, arguments
 
     def _statement(
         self, query: Select[*tuple[Any, ...]], params: dict[str, Any], dialect: Dialect | None = None
