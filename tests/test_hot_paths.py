@@ -232,18 +232,19 @@ def test_single_row_reads_see_every_commit_and_survive_a_lost_connection(
     body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
     committed = client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body)
     assert committed.status_code == 200, committed.text
-    compiled = dict(db._compiled)  # the read's statement and (SQLite) the commit's
+    driver = db.driver
+    shapes = (dict(driver._shapes), dict(driver._write_shapes))  # the read's statement and (SQLite) the commit's
     assert store.pointer_head(db, "lake", "db", "t") == (committed.json()["metadata-location"], 1)
     with pytest.raises(NoSuchTable, match=r"db\.nope"):
         store.pointer_head(db, "lake", "db", "nope")
-    assert db._compiled == compiled  # compiled once, whatever the parameters
-    kept = db._kept
+    assert (driver._shapes, driver._write_shapes) == shapes  # compiled once, whatever the parameters
+    kept = driver._kept
     assert kept is not None  # a connection of its own, out of the pool, used again
-    assert store.pointer_head(db, "lake", "db", "t")[1] == 1 and db._kept is kept
-    with db._kept_lock:  # taken (another thread reading): a pooled connection serves, given back
-        checked_out = db._single_reads.pool.checkedout()  # type: ignore[attr-defined]
+    assert store.pointer_head(db, "lake", "db", "t")[1] == 1 and driver._kept is kept
+    with driver._kept_lock:  # taken (another thread reading): a pooled connection serves, given back
+        checked_out = driver._single_reads.pool.checkedout()  # type: ignore[attr-defined]
         assert store.pointer_head(db, "lake", "db", "t")[1] == 1
-        assert db._single_reads.pool.checkedout() == checked_out  # type: ignore[attr-defined]
+        assert driver._single_reads.pool.checkedout() == checked_out  # type: ignore[attr-defined]
     if db.engine.dialect.name == "postgresql":
         # the database drops every connection of the single-row reads' pool (as a restart or failover would)
         with db.engine.connect() as conn:
@@ -264,7 +265,7 @@ def test_the_event_loops_single_row_reads_overlap_and_survive_a_lost_connection(
     connection of the loop's own few, so that reads in flight overlap instead of taking turns; a connection the
     database dropped is replaced. On SQLite it is the blocking read (a local file)."""
     db: Database = client.app.state.context.db  # type: ignore[attr-defined]
-    reads = db._async_reads
+    reads = db.driver._async_reads
 
     async def many(n: int) -> list[tuple[str, int]]:
         return list(await asyncio.gather(*(store.pointer_head_async(db, "lake", "db", "t") for _ in range(n))))
@@ -348,7 +349,7 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     context = client.app.state.context  # type: ignore[attr-defined]
     db: Database = context.db
     postgresql = db.engine.dialect.name == "postgresql"
-    assert db.one_statements == postgresql
+    assert db.driver.one_statements == postgresql
     published: list[dict[str, Any]] = []
     context.metadata.subscribe(published.append)
     body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}

@@ -41,7 +41,7 @@ from lakewarden.domain.errors import (
     Unprocessable,
     Unsupported,
 )
-from lakewarden.store.database import database_unavailable, first_line
+from lakewarden.store.failures import database_unavailable, first_line
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ functions. Both write the same rows.
 
 - PostgreSQL: one statement in autocommit (`_swap_and_record_statement`), one round trip.
 - SQLite: three statements in one transaction on the driver's connection itself (`_driver_statements`,
-  Database.driver_write): SQLAlchemy's Session and Connection cost a single-row write several times the
+  Driver.write, store/driver.py): SQLAlchemy's Session and Connection cost a single-row write several times the
   write itself.
 """
 
@@ -163,14 +163,14 @@ def swap_and_record(
     arguments |= {"v_type": "table-committed", "v_payload": payload, "v_operation": details["operation"]}
     arguments |= {"v_snapshot": details["snapshot_id"], "v_parent": details["parent_snapshot_id"]}
     arguments |= {"v_summary": details["summary"]}
-    if db.one_statements:
-        row = db.one_statement(_swap_and_record_statement(), arguments)
+    if db.driver.one_statements:
+        row = db.driver.one_statement(_swap_and_record_statement(), arguments)
         if row is None:
             return None
         event_id = row[0]
     else:
         swap, timeline, announce = _driver_statements()
-        with db.driver_write() as transaction:
+        with db.driver.write() as transaction:
             if transaction.execute(swap, arguments).rowcount != 1:
                 transaction.abort()  # another commit won: nothing is written
                 return None

@@ -143,15 +143,15 @@ _HEAD = select(IcebergTableRow.metadata_location, IcebergTableRow.version).where
 def pointer_head(db: Database, catalog: str, namespace: str, table: str) -> tuple[str, int]:
     """The table's current metadata location and version, as get_pointer's, by the database's fast
     single-row read (once per loadTable and per commit)."""
-    row = db.first_row(_HEAD, {"catalog": catalog, "namespace": namespace, "table": table})
+    row = db.driver.first_row(_HEAD, {"catalog": catalog, "namespace": namespace, "table": table})
     if row is None:
         raise NoSuchTable(f"Table does not exist: {'.'.join(levels(namespace))}.{table}")
     return str(row[0]), int(row[1])
 
 
 async def pointer_head_async(db: Database, catalog: str, namespace: str, table: str) -> tuple[str, int]:
-    """pointer_head for the event loop (Database.first_row_async)."""
-    row = await db.first_row_async(_HEAD, {"catalog": catalog, "namespace": namespace, "table": table})
+    """pointer_head for the event loop (Driver.first_row_async, store/driver.py)."""
+    row = await db.driver.first_row_async(_HEAD, {"catalog": catalog, "namespace": namespace, "table": table})
     if row is None:
         raise NoSuchTable(f"Table does not exist: {'.'.join(levels(namespace))}.{table}")
     return str(row[0]), int(row[1])
