@@ -233,8 +233,6 @@ class Database:
     def dispose(self) -> None:
         self.driver.close()
         self.engine.dispose()
-        if self.driver._single_reads is not self.engine:
-            self.driver._single_reads.dispose()
 
 
 def alembic_config() -> AlembicConfig:

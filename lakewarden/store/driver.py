@@ -231,10 +231,13 @@ class Driver:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        """Closes the event loop's connections and first_row's own (the pools are the engines')."""
+        """Closes the event loop's connections, first_row's own, and first_row's pool when it is its own (the
+        database's engine is the database's to dispose)."""
         if self._async_reads is not None:
             self._async_reads.close()
         with self._kept_lock:
             if self._kept is not None:
                 self._kept.close()
                 self._kept = None
+        if self._single_reads is not self.engine:
+            self._single_reads.dispose()
