@@ -120,7 +120,7 @@ def test_the_route_index_finds_the_route_fastapi_finds(client: TestClient) -> No
         router = getattr(top, "original_router", None)
         if not isinstance(router, PrefixRouter):
             continue
-        index = router._index(top)
+        index = router.index_of(top)
         assert index is not None, router.prefix
         contexts = list(top.effective_route_contexts())
         paths = {_example_path(c.path_format, v) for c in contexts for v in ("x", "a\x1fb", "plan", "tables")}

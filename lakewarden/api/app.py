@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
@@ -17,6 +17,7 @@ from lakewarden import __version__
 from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
+from lakewarden.api.dispatch import CatalogDispatch
 from lakewarden.api.forwarding import LeaderForwarding
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import IdempotencyKeys
@@ -80,7 +81,30 @@ def nodes(ctx: Annotated[ServerContext, Depends(server_context)]) -> list[NodeRe
     return [NodeRead.model_validate(n, from_attributes=True) for n in ctx.leadership.nodes()]
 
 
-def create_app(config: Config, start_services: bool = True, on_started: Callable[[], None] | None = None) -> FastAPI:
+class ServerApp(FastAPI):
+    """FastAPI, with the REST catalog's requests served from the root in one step (api/dispatch.py) where they
+    need nothing of the layers between but their checks; `dispatch_catalog = False` sends every request through
+    every layer (tests compare the two)."""
+
+    catalog_router: PrefixRouter | None = None
+    dispatch_catalog = True
+    _dispatch: tuple[Any, CatalogDispatch | None] | None = None  # the middleware stack, and its dispatch
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.dispatch_catalog and self.catalog_router is not None:
+            built = self._dispatch
+            if built is None or built[0] is not self.middleware_stack:
+                dispatch = CatalogDispatch.of(self, self.catalog_router)
+                built = self._dispatch = (self.middleware_stack, dispatch)
+            dispatch = built[1]
+            taken = dispatch.take(scope) if dispatch is not None else None
+            if taken is not None:
+                await dispatch.serve(taken, receive, send)  # type: ignore[union-attr]
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(config: Config, start_services: bool = True, on_started: Callable[[], None] | None = None) -> ServerApp:
     """Build the server. `start_services=False` leaves background loops stopped (tests drive them);
     `on_started` runs once everything is built, right before the first request is taken."""
     host = config.ams.server_bind_host
@@ -119,7 +143,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
                 metrics_registry.unregister(collector)
             log.info("lakewarden stopped")
 
-    app = FastAPI(
+    app = ServerApp(
         title="lakewarden",
         version=__version__,
         description="Lakehouse table management for Apache Iceberg: self-optimizing, maintenance, REST catalog.",
@@ -151,12 +175,12 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
     for router in (iceberg_views.router, iceberg_rest.router):
         catalog.include_router(router, dependencies=[Depends(authorize_catalog)], responses=errors.ERROR_RESPONSES)
     app.include_router(catalog)
+    app.catalog_router = catalog
     app.add_middleware(AuditLog, db_of=lambda: app.state.context.db)
     app.add_middleware(BodyLimit, max_bytes=config.ams.http_server.max_body_size)
     app.add_middleware(IdempotencyKeys)  # inside JavaPathDecoding: it keys on the decoded path
     # outside IdempotencyKeys: a commit shed for a full line is never remembered as its key's answer
     app.add_middleware(CommitShedding, queue_of=lambda: _commit_queue(app))
-    app.add_middleware(JavaPathDecoding)
     app.add_middleware(LatencyMiddleware, histogram=api_latency(metrics_registry))
     ssl = config.ams.http_server.ssl
     app.add_middleware(
@@ -164,6 +188,9 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
         leadership_of=lambda: getattr(getattr(app.state, "context", None), "leadership", None),
         verify=True if ssl is None else str(ssl.certfile.expanduser()),
     )
+    # outside LatencyMiddleware: the scope it decodes is a copy, and the route is found in that copy, where the
+    # latency's route is read
+    app.add_middleware(JavaPathDecoding)
     app.add_middleware(CatalogAtRoot)  # outermost: /v1/… is /iceberg/v1/… for everything inside
 
     @app.get("/metrics", include_in_schema=False)

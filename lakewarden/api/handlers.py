@@ -69,6 +69,16 @@ class LeanRoute(APIRoute):
 
         return handler
 
+    @staticmethod
+    def planned(context: Any) -> tuple[Any, Plan] | None:
+        """The plan of a route as included (FastAPI's effective context of it), with that context; None for a
+        route not planned (or not a LeanRoute)."""
+        route = context.original_route
+        if not isinstance(route, LeanRoute):
+            return None
+        found: tuple[Any, Plan] | None = route.__dict__.get("_planned", {}).get(id(context))
+        return found
+
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A planned route is answered here, without FastAPI's wrapping of its handler (exit stacks for
         dependencies with `yield`, which a plan has none of; an exception handling that the application's own
@@ -206,7 +216,10 @@ class Step:
         if self.path is not None:
             self.path.read(request.path_params, values, errors)
         if self.query is not None:
-            self.query.read(request.query_params, values, errors)
+            if self.query.defaults is not None and not request.scope.get("query_string"):
+                values.update(self.query.defaults)  # nothing sent: no query string to parse
+            else:
+                self.query.read(request.query_params, values, errors)
         if self.header is not None:
             self.header.read(request.headers, values, errors)
         if self.request_param is not None:

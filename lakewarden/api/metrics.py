@@ -220,6 +220,9 @@ def api_latency(registry: CollectorRegistry) -> Histogram:
     )
 
 
+UNMATCHED = "unmatched"  # the route of a request answered before routing, or that no route takes
+
+
 class LatencyMiddleware:
     """Observes every HTTP request's duration under its route template (never the raw path)."""
 
@@ -239,11 +242,14 @@ class LatencyMiddleware:
         try:
             await self.app(scope, receive, sending)
         finally:
-            key = (scope["method"], _template(scope), sending.status)
-            child = self._children.get(key)
-            if child is None:
-                child = self._children[key] = self.histogram.labels(key[0], key[1], str(key[2]))
-            child.observe(time.perf_counter() - started)
+            self.observe(scope["method"], _template(scope), sending.status, time.perf_counter() - started)
+
+    def observe(self, method: str, template: str, status: int, seconds: float) -> None:
+        key = (method, template, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.histogram.labels(method, template, str(status))
+        child.observe(seconds)
 
 
 class StatusOf:
@@ -266,6 +272,6 @@ def _template(scope: Any) -> str:
     if template:
         return str(template)
     if scope.get("route") is None:
-        return "unmatched"
+        return UNMATCHED
     by_value = {str(v): k for k, v in (scope.get("path_params") or {}).items()}
     return "/".join(f"{{{by_value[part]}}}" if part in by_value else part for part in scope["path"].split("/"))

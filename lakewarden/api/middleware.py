@@ -3,7 +3,6 @@ catalog's paths decoded as Java clients encode them, and commits shed cheaply wh
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 from lakewarden.api.auth import caller
 from lakewarden.api.errors import error_response
@@ -36,9 +36,14 @@ class CatalogAtRoot:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            raw = scope.get("raw_path")
-            scope = {**scope, "path": "/iceberg" + scope["path"], "raw_path": b"/iceberg" + raw if raw else raw}
+            scope = catalog_at_root(scope)
         await self.app(scope, receive, send)
+
+
+def catalog_at_root(scope: Any) -> Any:
+    """The scope of a `/v1/…` request as the `/iceberg/v1/…` one."""
+    raw = scope.get("raw_path")
+    return {**scope, "path": "/iceberg" + scope["path"], "raw_path": b"/iceberg" + raw if raw else raw}
 
 
 class JavaPathDecoding:
@@ -50,11 +55,16 @@ class JavaPathDecoding:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        raw = scope.get("raw_path") if scope["type"] == "http" else None
-        if raw and b"+" in raw and scope["path"].startswith("/iceberg/v1/"):
-            segments = raw.decode("latin-1").split("/")
-            scope = {**scope, "path": "/".join(unquote_plus(segment, encoding="utf-8") for segment in segments)}
-        await self.app(scope, receive, send)
+        await self.app(java_decoded(scope) if scope["type"] == "http" else scope, receive, send)
+
+
+def java_decoded(scope: Any) -> Any:
+    """The scope of an HTTP request with its `/iceberg/v1` path decoded as Java encodes it (itself if unchanged)."""
+    raw = scope.get("raw_path")
+    if raw and b"+" in raw and scope["path"].startswith("/iceberg/v1/"):
+        segments = raw.decode("latin-1").split("/")
+        return {**scope, "path": "/".join(unquote_plus(segment, encoding="utf-8") for segment in segments)}
+    return scope
 
 
 class BodyLimit:
@@ -71,8 +81,8 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                await self._refuse(send)
+            if self.too_large(declared):
+                await self.refusal()(scope, receive, send)
                 return
             await self.app(scope, receive, send)  # the server stops at the declared length
             return
@@ -85,7 +95,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._refuse(send)
+                await self.refusal()(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -101,12 +111,13 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Any) -> None:
+    def too_large(self, declared: bytes) -> bool:
+        """Whether a body of this Content-Length is refused."""
+        return declared.isdigit() and int(declared) > self.max_bytes
+
+    def refusal(self) -> Response:
         message = f"request body larger than {self.max_bytes} bytes (ams.http-server.max-body-size)"
-        body = json.dumps({"error": {"message": message, "type": "RequestEntityTooLargeException", "code": 413}})
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body.encode()})
+        return error_response(413, message, "RequestEntityTooLargeException")
 
 
 # recorded by their routes with richer details, or not changes of the system (the optimizer protocol,
@@ -183,22 +194,27 @@ class CommitShedding:
         self.queue_of = queue_of
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            found = _COMMIT.match(scope["path"])
-            queue = self.queue_of() if found else None
-            if found and queue is not None:
-                key = (found["prefix"], *found["namespace"].split(SEP), found["table"])
-                if queue.full(key) and _authenticated(Request(scope)):
-                    retry_after = queue.refuse(key)
-                    response = error_response(
-                        503,
-                        f"too many commits are waiting for {'.'.join(key)}: try again shortly",
-                        "ServiceUnavailableException",
-                    )
-                    response.headers["Retry-After"] = str(retry_after)
-                    await response(scope, receive, send)
-                    return
+        refused = self.refusal(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    def refusal(self, scope: Any) -> Response | None:
+        """The 503 for a POST that is a commit to a table whose line is full; None for any other request."""
+        found = _COMMIT.match(scope["path"])
+        queue = self.queue_of() if found else None
+        if not found or queue is None:
+            return None
+        key = (found["prefix"], *found["namespace"].split(SEP), found["table"])
+        if not queue.full(key) or not _authenticated(Request(scope)):
+            return None
+        retry_after = queue.refuse(key)
+        response = error_response(
+            503, f"too many commits are waiting for {'.'.join(key)}: try again shortly", "ServiceUnavailableException"
+        )
+        response.headers["Retry-After"] = str(retry_after)
+        return response
 
 
 def _authenticated(request: Request) -> bool:

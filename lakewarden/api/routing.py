@@ -54,7 +54,7 @@ class PrefixRouter(APIRouter):
             if path != self.prefix and not path.startswith(self._under):
                 return Match.NONE, {}
             fastapi_scope = scope.get(FASTAPI_SCOPE) or {}
-            index = self._index(fastapi_scope.get(INCLUDED_ROUTER))
+            index = self.index_of(fastapi_scope.get(INCLUDED_ROUTER))
             found = index.find(scope["method"], path) if index is not None and scope["type"] == "http" else None
             if found is not None:
                 match, child_scope = found.matches(scope)  # the route's own match: its parameters, converted
@@ -77,15 +77,14 @@ class PrefixRouter(APIRouter):
         scope["route"] = context.original_route
         await context.original_route.handle(scope, receive, send)
 
-    def _index(self, included: Any) -> RouteIndex | None:
+    def index_of(self, included: Any) -> RouteIndex | None:
         """The index of this router as `included` (FastAPI's `_IncludedRouter`), built on first use and again
         whenever the router's routes change; None where it cannot stand in for FastAPI's matching."""
         if included is None or getattr(included, "original_router", None) is not self:
             return None
-        version = self._get_routes_version()
         index = self._indexes.get(id(included))
-        if index is None or index.version != version:
-            index = RouteIndex.of(included, version)
+        if index is None or not index.current():
+            index = RouteIndex.of(included, self)
             self._indexes[id(included)] = index
         return index if index.usable else None
 
@@ -93,21 +92,30 @@ class PrefixRouter(APIRouter):
 class RouteIndex:
     """One regular expression per method over a router's routes as included (see the module docstring)."""
 
-    def __init__(self, contexts: list[Any], version: Any, usable: bool) -> None:
+    def __init__(self, contexts: list[Any], versions: list[tuple[APIRouter, int]], usable: bool) -> None:
         self.contexts = contexts
-        self.version = version
+        self.versions = versions
         self.usable = usable
         self._by_method: dict[str, tuple[re.Pattern[str] | None, list[Any]]] = {}
 
     @classmethod
-    def of(cls, included: Any, version: Any) -> RouteIndex:
+    def of(cls, included: Any, router: APIRouter) -> RouteIndex:
+        """The index of `router` as `included`. It stands while no router in its tree changes: FastAPI counts a
+        router's changes in its `_routes_version` (a route added, a router included), and sums the counts of a
+        tree at every request; the index keeps each router's count and compares them (fastapi.routing, pinned in
+        requirements.lock)."""
+        versions = [(r, r._routes_version) for r in _tree(router, set())]
         contexts = list(included.effective_route_contexts())
         # only FastAPI routes, included with no form limits (handled directly, an inclusion's limits are not
         # applied on the way): anything else leaves the router to FastAPI's own matching
         usable = all(
             isinstance(c.original_route, APIRoute) and c.path_regex is not None for c in contexts
         ) and not _form_limits(included)
-        return cls(contexts, version, usable)
+        return cls(contexts, versions, usable)
+
+    def current(self) -> bool:
+        """Whether no router of the tree changed since the index was built."""
+        return all(router._routes_version == version for router, version in self.versions)
 
     def find(self, method: str, path: str) -> Any | None:
         """The first route (its effective context) whose methods hold `method` and whose pattern matches
@@ -127,6 +135,19 @@ class RouteIndex:
         # name may appear once in a pattern (the route's match then reads its parameters)
         alternatives = (f"(?P<r{i}>{_GROUP.sub('(?:', c.path_regex.pattern)})" for i, c in enumerate(contexts))
         return re.compile("|".join(alternatives)), contexts
+
+
+def _tree(router: APIRouter, seen: set[int]) -> list[APIRouter]:
+    """`router` and every router included in it, each once."""
+    if id(router) in seen:
+        return []
+    seen.add(id(router))
+    found = [router]
+    for route in router.routes:
+        included = getattr(route, "original_router", None)
+        if isinstance(included, APIRouter):
+            found.extend(_tree(included, seen))
+    return found
 
 
 def _form_limits(included: Any) -> bool:

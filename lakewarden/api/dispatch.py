@@ -1,0 +1,245 @@
+"""The REST catalog's requests served in one step from the application's root.
+
+A request to `/iceberg/v1` passes fourteen ASGI layers on its way to its route: Starlette's and FastAPI's
+(errors, telemetry, a body limit, exception handlers, an exit stack, the router and the catalog's inclusion)
+and lakewarden's eight middlewares. Each layer is a coroutine call and most wrap `send`, and together they
+cost about as much of the event loop's time per cached loadTable as the load's own work
+(`bench/rest_catalog.py`, BENCHMARKS session 24). `CatalogDispatch` flattens that chain for the requests
+that need nothing of it but checks: it finds the route with the catalog router's `RouteIndex`, makes the
+checks each layer would make, in the layers' order, runs the route's plan (api/handlers.py), answers an
+exception with the application's own handlers as Starlette's two error middlewares would, and observes the
+request's latency under its route, as `LatencyMiddleware` does.
+
+Everything else goes down the chain unchanged, decided before anything is read or sent:
+- a path outside the catalog, a path no planned route takes (404, 405, 406), a route not planned;
+- while `app.dependency_overrides` is set;
+- a change (POST, PUT, DELETE, ...) with an `Idempotency-Key`, or without a Content-Length (a chunked body),
+  or of a route the audit log records (creating, dropping, renaming): IdempotencyKeys, BodyLimit's counting
+  and AuditLog do work for those, not only checks;
+- a request the leader serves (api/forwarding.py; none is under `/iceberg/v1` today).
+
+The dispatch knows the chain it flattens: it is built from the application's middleware stack, layer by
+layer, and stays off (every request down the chain) if the stack holds a layer it does not know, in another
+order, or in a setting it does not flatten (debug answers, FastAPI's telemetry or body limit, a root path).
+tests/test_dispatch.py serves the same requests both ways and compares the answers, the latency metric and
+the audit log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from fastapi._body_limit import AppBodyLimitMiddleware
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
+from fastapi.telemetry._asgi import ExceptionTelemetryMiddleware
+from starlette._exception_handler import _lookup_exception_handler
+from starlette._utils import is_async_callable
+from starlette.exceptions import HTTPException
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match
+
+from lakewarden.api.forwarding import LeaderForwarding, leaders_request
+from lakewarden.api.handlers import LeanRoute, Plan
+from lakewarden.api.idempotency import HEADER as IDEMPOTENCY_KEY
+from lakewarden.api.idempotency import IdempotencyKeys
+from lakewarden.api.metrics import UNMATCHED, LatencyMiddleware
+from lakewarden.api.middleware import (
+    SAFE_METHODS,
+    AuditLog,
+    BodyLimit,
+    CatalogAtRoot,
+    CommitShedding,
+    JavaPathDecoding,
+    _audited,
+    catalog_at_root,
+    java_decoded,
+)
+from lakewarden.api.routing import EFFECTIVE_ROUTE, FASTAPI_SCOPE, INCLUDED_ROUTER, PrefixRouter
+from lakewarden.api.threads import in_thread
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
+
+# the chain flattened, from the outside in: Starlette's and FastAPI's layers around and inside the application's
+# own (api/app.py adds those)
+CHAIN = (
+    ServerErrorMiddleware,
+    ExceptionTelemetryMiddleware,
+    AppBodyLimitMiddleware,
+    CatalogAtRoot,
+    JavaPathDecoding,
+    LeaderForwarding,
+    LatencyMiddleware,
+    CommitShedding,
+    IdempotencyKeys,
+    BodyLimit,
+    AuditLog,
+    ExceptionMiddleware,
+    AsyncExitStackMiddleware,
+)
+CONTENT_LENGTH = b"content-length"
+Taken = tuple[Any, Any, Plan, bytes]
+
+
+class CatalogDispatch:
+    def __init__(self, app: FastAPI, stack: Any, layers: dict[type, Any], catalog: PrefixRouter, included: Any):
+        self.app = app
+        self.stack = stack  # the middleware stack flattened: a new one (not in a running server) needs a new dispatch
+        self.catalog = catalog
+        self.included = included  # the catalog router as the application includes it (FastAPI's _IncludedRouter)
+        self.under = catalog.prefix + "/"
+        self.latency: LatencyMiddleware = layers[LatencyMiddleware]
+        self.shedding: CommitShedding = layers[CommitShedding]
+        self.body_limit: BodyLimit = layers[BodyLimit]
+        self.server_errors: ServerErrorMiddleware = layers[ServerErrorMiddleware]  # the handler of Exception
+        errors: ExceptionMiddleware = layers[ExceptionMiddleware]
+        self.exception_handlers = errors._exception_handlers
+        self.status_handlers = errors._status_handlers
+
+    @classmethod
+    def of(cls, app: FastAPI, catalog: PrefixRouter) -> CatalogDispatch | None:
+        """The dispatch of `app`'s middleware stack (built if it is not yet), or None where it cannot stand in
+        for the chain (the module's docstring says when)."""
+        if app.middleware_stack is None:
+            app.middleware_stack = app.build_middleware_stack()
+        stack = app.middleware_stack
+        layers: dict[type, Any] = {}
+        layer: Any = stack
+        while layer is not app.router:
+            if type(layer) in layers or len(layers) == len(CHAIN) or type(layer) is not CHAIN[len(layers)]:
+                return cls._off(f"the middleware stack holds {type(layer).__name__} where it is not flattened")
+            layers[type(layer)] = layer
+            layer = layer.app
+        if len(layers) != len(CHAIN):
+            return cls._off("the middleware stack lacks a layer it flattens")
+        if app.debug or app.root_path or app._native_telemetry.enabled():
+            return cls._off("debug answers, a root path or FastAPI's telemetry are set")
+        routes = app.router.routes
+        position = next((i for i, r in enumerate(routes) if getattr(r, "original_router", None) is catalog), None)
+        if position is None:
+            return cls._off("the catalog's router is not included at the application's root")
+        for before in routes[:position]:  # a route tried first must not take a catalog path
+            if not _apart(before, catalog.prefix + "/"):
+                return cls._off(f"a route before the catalog's may take its paths: {before!r}")
+        return cls(app, stack, layers, catalog, routes[position])
+
+    @staticmethod
+    def _off(why: str) -> None:
+        log.warning("the REST catalog's requests go through every layer of the application: %s", why)
+        return None
+
+    def take(self, scope: Any) -> Taken | None:
+        """The request's scope as its route will see it, its route's effective context and plan, and its
+        Content-Length (a change's); None when the request goes down the chain. Nothing is changed in `scope`
+        unless the request is taken."""
+        path: str = scope["path"]
+        if path.startswith("/v1/"):
+            scope = catalog_at_root(scope)
+        elif not path.startswith(self.under):
+            return None
+        scope = java_decoded(scope)
+        method: str = scope["method"]
+        if scope.get("root_path") or leaders_request(method, scope["path"]):
+            return None
+        length = b""
+        if method not in SAFE_METHODS:
+            for name, value in scope["headers"]:
+                if name == CONTENT_LENGTH:
+                    length = value
+                elif name == IDEMPOTENCY_KEY and method in ("POST", "DELETE"):
+                    return None
+            if not length:
+                return None
+        index = self.catalog.index_of(self.included)
+        context: Any = index.find(method, scope["path"]) if index is not None else None
+        planned = LeanRoute.planned(context) if context is not None else None
+        if planned is None:
+            return None
+        route, plan = planned
+        if getattr(route.dependency_overrides_provider, "dependency_overrides", None):
+            return None
+        if method not in SAFE_METHODS and _audited(method, context.path_format):
+            return None
+        match, child_scope = context.matches(scope)
+        if match != Match.FULL:
+            return None
+        scope["app"] = self.app
+        scope.setdefault("router", self.app.router)
+        scope["starlette.exception_handlers"] = (self.exception_handlers, self.status_handlers)
+        scope.update(child_scope)
+        scope[FASTAPI_SCOPE] = {INCLUDED_ROUTER: self.included, EFFECTIVE_ROUTE: context}
+        scope["route"] = context.original_route
+        return scope, context, plan, length
+
+    async def serve(self, taken: Taken, receive: Any, send: Any) -> None:
+        """The request `take` took, answered as the chain answers it. An exception while the answer is sent
+        (the client gone) is raised to the server, as the chain's layers raise it once an answer started."""
+        scope, context, plan, length = taken
+        method = scope["method"]
+        started = time.perf_counter()
+        status = 500  # as LatencyMiddleware records a request that sent nothing
+        template = context.path_format
+        try:
+            refused = self.shedding.refusal(scope) if method == "POST" else None
+            if refused is None and method not in SAFE_METHODS and self.body_limit.too_large(length):
+                refused = self.body_limit.refusal()
+            if refused is not None:  # answered before the router in the chain: no route recorded
+                status, template = refused.status_code, UNMATCHED
+                await refused(scope, receive, send)
+                return
+            request = Request(scope, receive, send)
+            try:
+                response = await plan.handle(request)
+            except Exception as exc:
+                response = await self._handled(request, exc, send)
+            status = response.status_code
+            await response(scope, receive, send)
+        finally:
+            self.latency.observe(method, template, status, time.perf_counter() - started)
+
+    async def _handled(self, request: Request, exc: Exception, send: Any) -> Response:
+        """The answer to `exc` from the application's handlers, looked up as ExceptionMiddleware looks them up;
+        an exception no handler takes is answered by the handler of `Exception` and raised again, as
+        ServerErrorMiddleware does (the server logs it)."""
+        handler = self.status_handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
+        if handler is None:
+            handler = _lookup_exception_handler(self.exception_handlers, exc)
+        if handler is None:
+            last = self.server_errors.handler
+            if last is None:
+                response = self.server_errors.error_response(request, exc)
+            else:
+                response = await _call(last, request, exc)
+            await response(request.scope, request.receive, send)
+            raise exc
+        response = await _call(handler, request, exc)
+        exc.__traceback__ = None  # as Starlette: a handled exception kept by its raiser keeps no frames
+        return response
+
+
+def _apart(route: Any, under: str) -> bool:
+    """Whether `route` takes no path under `under` (a prefix ending with "/"): a router by prefix under another
+    prefix (neither within the other), or a route of one fixed path (FastAPI's /openapi.json, /docs)."""
+    other = getattr(route, "original_router", None)
+    if isinstance(other, PrefixRouter):
+        theirs = other.prefix + "/"
+        return not theirs.startswith(under) and not under.startswith(theirs)
+    path = getattr(route, "path", None)
+    if not isinstance(path, str) or getattr(route, "param_convertors", True) or not path.startswith("/"):
+        return False
+    return not (path + "/").startswith(under)
+
+
+async def _call(handler: Any, request: Request, exc: Exception) -> Response:
+    if is_async_callable(handler):
+        response: Response = await handler(request, exc)
+    else:
+        response = await in_thread(handler, request, exc)
+    return response
