@@ -41,7 +41,6 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match
 
 from lakewarden.api.forwarding import LeaderForwarding, leaders_request
 from lakewarden.api.handlers import LeanRoute, Plan
@@ -158,17 +157,17 @@ class CatalogDispatch:
             if not length:
                 return None
         index = self.catalog.index_of(self.included)
-        context: Any = index.find(method, scope["path"]) if index is not None else None
-        planned = LeanRoute.planned(context) if context is not None else None
+        found = index.select(method, scope["path"], scope) if index is not None else None
+        if found is None:
+            return None
+        context, child_scope = found
+        planned = LeanRoute.planned(context)
         if planned is None:
             return None
         route, plan = planned
         if getattr(route.dependency_overrides_provider, "dependency_overrides", None):
             return None
         if method not in SAFE_METHODS and _audited(method, context.path_format):
-            return None
-        match, child_scope = context.matches(scope)
-        if match != Match.FULL:
             return None
         scope["app"] = self.app
         scope.setdefault("router", self.app.router)

@@ -33,6 +33,9 @@ INCLUDED_ROUTER = "included_router"  # there: the included router being matched 
 EFFECTIVE_ROUTE = "effective_route_context"  # there: the route chosen, as included (prefixes, dependencies)
 SELECTED = "lakewarden.selected"  # there: what a PrefixRouter's index chose, for its handle()
 _GROUP = re.compile(r"\(\?P<[^>]+>")
+# a method's routes as one pattern: the pattern, the routes (effective contexts), each route's parameters (name,
+# group in the pattern, convertor)
+Compiled = tuple[re.Pattern[str] | None, list[Any], list[list[tuple[str, int, Any]]]]
 
 
 class PrefixRouter(APIRouter):
@@ -54,13 +57,11 @@ class PrefixRouter(APIRouter):
             if path != self.prefix and not path.startswith(self._under):
                 return Match.NONE, {}
             fastapi_scope = scope.get(FASTAPI_SCOPE) or {}
-            index = self.index_of(fastapi_scope.get(INCLUDED_ROUTER))
-            found = index.find(scope["method"], path) if index is not None and scope["type"] == "http" else None
+            index = self.index_of(fastapi_scope.get(INCLUDED_ROUTER)) if scope["type"] == "http" else None
+            found = index.select(scope["method"], path, scope) if index is not None else None
             if found is not None:
-                match, child_scope = found.matches(scope)  # the route's own match: its parameters, converted
-                if match == Match.FULL:
-                    scope.setdefault(FASTAPI_SCOPE, {})[SELECTED] = (self, found, child_scope)
-                    return Match.FULL, {}
+                scope.setdefault(FASTAPI_SCOPE, {})[SELECTED] = (self, *found)
+                return Match.FULL, {}
         return super().matches(scope)
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> None:
@@ -96,7 +97,7 @@ class RouteIndex:
         self.contexts = contexts
         self.versions = versions
         self.usable = usable
-        self._by_method: dict[str, tuple[re.Pattern[str] | None, list[Any]]] = {}
+        self._by_method: dict[str, Compiled] = {}
 
     @classmethod
     def of(cls, included: Any, router: APIRouter) -> RouteIndex:
@@ -117,24 +118,40 @@ class RouteIndex:
         """Whether no router of the tree changed since the index was built."""
         return all(router._routes_version == version for router, version in self.versions)
 
-    def find(self, method: str, path: str) -> Any | None:
-        """The first route (its effective context) whose methods hold `method` and whose pattern matches
-        `path` whole; None if none does."""
+    def select(self, method: str, path: str, scope: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The first route (its effective context) whose methods hold `method` and whose pattern matches `path`
+        whole, and the scope's part its match sets, as the route's own `matches` sets it (the endpoint; the path
+        parameters, the scope's own and the route's, converted); None if no route matches."""
         entry = self._by_method.get(method)
         if entry is None:
             entry = self._by_method[method] = self._compile(method)
-        pattern, contexts = entry
+        pattern, contexts, readers = entry
         found = pattern.match(path) if pattern is not None else None
-        return None if found is None else contexts[int(found.lastgroup[1:])]  # type: ignore[index]
+        if found is None:
+            return None
+        chosen = int(str(found.lastgroup)[1:])
+        context = contexts[chosen]
+        params = dict(scope.get("path_params") or {})
+        for name, group, convertor in readers[chosen]:
+            params[name] = convertor.convert(found.group(group))
+        return context, {"endpoint": context.endpoint, "path_params": params}
 
-    def _compile(self, method: str) -> tuple[re.Pattern[str] | None, list[Any]]:
+    def _compile(self, method: str) -> Compiled:
         contexts = [c for c in self.contexts if not c.methods or method in c.methods]
         if not contexts:
-            return None, []
-        # each route's pattern (anchored ^…$) as one named alternative; its own named groups made plain, as a
-        # name may appear once in a pattern (the route's match then reads its parameters)
-        alternatives = (f"(?P<r{i}>{_GROUP.sub('(?:', c.path_regex.pattern)})" for i, c in enumerate(contexts))
-        return re.compile("|".join(alternatives)), contexts
+            return None, [], []
+        # each route's pattern (anchored ^…$) as one named alternative, whose closing makes it the match's last
+        # group; its own groups keep their order, unnamed (a name may appear once in a pattern), so that a
+        # parameter's group is the alternative's group plus its group in the route's own pattern
+        alternatives, readers = [], []
+        group = 0
+        for i, context in enumerate(contexts):
+            own = context.path_regex
+            group += 1
+            alternatives.append(f"(?P<r{i}>{_GROUP.sub('(', own.pattern)})")
+            readers.append([(n, group + at, context.param_convertors[n]) for n, at in own.groupindex.items()])
+            group += own.groups
+        return re.compile("|".join(alternatives)), contexts, readers
 
 
 def _tree(router: APIRouter, seen: set[int]) -> list[APIRouter]:

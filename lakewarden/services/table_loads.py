@@ -4,6 +4,7 @@ metadata files' cache (services/metadata_files.py), on the event loop when nothi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -20,10 +21,14 @@ from lakewarden.store import metadata as store
 if TYPE_CHECKING:
     from lakewarden.services.metadata_service import MetadataService
 
+ETAGS_KEPT = 4096  # entity tags kept (about 150 bytes each with their key: 0.6 MB at most)
 
+
+@functools.lru_cache(maxsize=ETAGS_KEPT)
 def table_etag(metadata_location: str, snapshots: str) -> str:
     """A loadTable answer's entity tag: a metadata file never changes, so its location (and the snapshots
-    mode) names the body."""
+    mode) names the body. Kept for the tables loaded most recently: a hash per load was 3% of a cached load's
+    time on the event loop."""
     return '"' + hashlib.sha256(f"{metadata_location}|{snapshots}".encode()).hexdigest()[:32] + '"'
 
 
