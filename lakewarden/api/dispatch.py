@@ -67,7 +67,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # the chain flattened, from the outside in: Starlette's and FastAPI's layers around and inside the application's
-# own (api/app.py adds those)
+# own (api/app.py adds those). Three do nothing for a request the dispatch takes: FastAPI's telemetry and body
+# limit (the dispatch is off when either is set) and its exit stack (closed files of forms, which a plan has none
+# of); the others' checks are made by `serve`, or their work is why a request goes down the chain
 CHAIN = (
     ServerErrorMiddleware,
     ExceptionTelemetryMiddleware,
