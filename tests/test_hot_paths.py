@@ -287,11 +287,11 @@ def test_the_event_loops_single_row_reads_overlap_and_survive_a_lost_connection(
         assert reads is None
         return
     assert reads is not None
-    sleeps = "SELECT pg_sleep(0.3), 1"
+    sleeps = "SELECT pg_sleep(0.3), $1::int"
 
     async def overlapping() -> float:
         started = time.perf_counter()
-        await asyncio.gather(*(reads.first_row(sleeps, []) for _ in range(4)))
+        await asyncio.gather(*(reads.first_row(sleeps, [i]) for i in range(4)))  # four rows: not shared
         return time.perf_counter() - started
 
     assert asyncio.run(overlapping()) < 0.9  # four reads of 0.3 s at once, not one after the other
@@ -306,6 +306,46 @@ def test_the_event_loops_single_row_reads_overlap_and_survive_a_lost_connection(
     assert 0 < reads.connections() <= reads.size * 3  # at most `size` per loop (three loops above)
     reads.close()
     assert reads.connections() == 0
+
+
+def test_callers_reading_one_row_at_once_share_reads_sent_after_they_came(
+    client: TestClient, table: dict[str, Any]
+) -> None:
+    """Many loads of one table at once share their pointer reads on PostgreSQL: a caller that comes while a read of
+    the same row is in flight waits for the next read, which answers everyone who came meanwhile. Not for the read
+    in flight: it was sent before the caller came, and a commit that ended before the caller asked (its client's)
+    may not be in it."""
+    db: Database = client.app.state.context.db  # type: ignore[attr-defined]
+    reads = db.driver._async_reads
+    if reads is None:
+        pytest.skip("the event loop's reads are PostgreSQL's (on SQLite the read is the blocking one)")
+
+    async def many(n: int) -> list[tuple[str, int]]:
+        return list(await asyncio.gather(*(store.pointer_head_async(db, "lake", "db", "t") for _ in range(n))))
+
+    sent, shared = reads.sent, reads.shared
+    assert asyncio.run(many(20)) == [(table["metadata-location"], 0)] * 20
+    assert (reads.sent - sent, reads.shared - shared) == (2, 19)  # the first caller's read, and one for the rest
+
+    with db.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE probe (k int PRIMARY KEY, v int)"))
+        conn.execute(text("INSERT INTO probe VALUES (1, 0)"))
+    slow = "SELECT v, pg_sleep(0.6)::text FROM probe WHERE k = $1"  # the row is read, then the read sleeps
+
+    def change() -> None:
+        with db.engine.begin() as conn:
+            conn.execute(text("UPDATE probe SET v = 1 WHERE k = 1"))
+
+    async def a_commit_between() -> tuple[Any, Any]:
+        first = asyncio.ensure_future(reads.first_row(slow, [1]))
+        await asyncio.sleep(0.3)  # the first read is in flight, its row read
+        await asyncio.to_thread(change)  # committed before the second caller asks
+        second = await reads.first_row(slow, [1])
+        return await first, second
+
+    first, second = asyncio.run(a_commit_between())
+    assert (first[0], second[0]) == (0, 1)
+    reads.close()
 
 
 def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:

@@ -34,12 +34,62 @@ class AsyncReads:
         self.size = size
         self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
         self._lock = threading.Lock()
+        self.sent = 0  # reads sent
+        self.shared = 0  # callers answered by a read another caller's call sent
 
     async def first_row(self, sql: str, arguments: list[Any]) -> tuple[Any, ...] | None:
         """The first row of `sql` (its parameters `$1`, `$2`… in asyncpg's form), once more on a new connection
         if the database had closed the one used (a restart, a failover: the loop's other connections are then
-        dropped too)."""
+        dropped too).
+
+        Callers asking the same (a hot table's pointer, loaded by many clients) share reads: while one read of
+        it is in flight, those who come wait for the next one, sent as soon as that read ends, and it answers
+        them all. Never the read in flight: it was sent before they came, and might not see a commit that ended
+        before they asked (one their client made)."""
         pool = self._pool()
+        key = (sql, *arguments)
+        if key in pool.running:
+            waiting = pool.following.get(key)
+            if waiting is None:
+                waiting = pool.following[key] = pool.loop.create_future()
+            self.shared += 1
+            return await asyncio.shield(waiting)
+        pool.running.add(key)
+        try:
+            return await self._read(pool, sql, arguments)
+        finally:
+            self._next(pool, key, sql, arguments)
+
+    def _next(self, pool: _LoopPool, key: tuple[Any, ...], sql: str, arguments: list[Any]) -> None:
+        """A read of `key` ended: the one those who came meanwhile wait for is sent now."""
+        pool.running.discard(key)
+        waiting = pool.following.pop(key, None)
+        if waiting is not None:
+            pool.running.add(key)
+            task = pool.loop.create_task(self._follow(pool, key, sql, arguments, waiting))
+            pool.tasks.add(task)
+            task.add_done_callback(pool.tasks.discard)
+
+    async def _follow(
+        self, pool: _LoopPool, key: tuple[Any, ...], sql: str, arguments: list[Any], waiting: asyncio.Future[Any]
+    ) -> None:
+        try:
+            row = await self._read(pool, sql, arguments)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                waiting.cancel()
+            else:
+                waiting.set_exception(exc)
+                waiting.add_done_callback(lambda done: done.exception())  # not logged when nobody waits any more
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            waiting.set_result(row)
+        finally:
+            self._next(pool, key, sql, arguments)
+
+    async def _read(self, pool: _LoopPool, sql: str, arguments: list[Any]) -> tuple[Any, ...] | None:
+        self.sent += 1
         for attempt in range(2):
             connection = await pool.acquire(sql, arguments)
             try:
@@ -102,6 +152,9 @@ class _LoopPool:
             self.idle.put_nowait(None)
         self.opened = 0
         self.closed = False
+        self.running: set[tuple[Any, ...]] = set()  # what is being read
+        self.following: dict[tuple[Any, ...], asyncio.Future[Any]] = {}  # the read after it, for those who came
+        self.tasks: set[asyncio.Task[None]] = set()  # reads sent for those, kept until they end
 
     async def acquire(self, sql: str, arguments: list[Any]) -> asyncpg.Connection:
         connection = await self.idle.get()
