@@ -88,7 +88,9 @@ class ServerApp(FastAPI):
 
     catalog_router: PrefixRouter | None = None
     dispatch_catalog = True
-    _dispatch: tuple[Any, CatalogDispatch | None] | None = None  # the middleware stack, and its dispatch
+    # the middleware stack the dispatch flattens, and the dispatch (None: off for that stack); a new stack (not in a
+    # running server) needs a new dispatch
+    _dispatch: tuple[Any, CatalogDispatch | None] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.dispatch_catalog and self.catalog_router is not None:
@@ -97,9 +99,8 @@ class ServerApp(FastAPI):
                 dispatch = CatalogDispatch.of(self, self.catalog_router)
                 built = self._dispatch = (self.middleware_stack, dispatch)
             dispatch = built[1]
-            taken = dispatch.take(scope) if dispatch is not None else None
-            if taken is not None:
-                await dispatch.serve(taken, receive, send)  # type: ignore[union-attr]
+            if dispatch is not None and (taken := dispatch.take(scope)) is not None:
+                await dispatch.serve(taken, receive, send)
                 return
         await super().__call__(scope, receive, send)
 

@@ -90,9 +90,8 @@ Taken = tuple[Any, Any, Plan, bytes]
 
 
 class CatalogDispatch:
-    def __init__(self, app: FastAPI, stack: Any, layers: dict[type, Any], catalog: PrefixRouter, included: Any):
+    def __init__(self, app: FastAPI, layers: dict[type, Any], catalog: PrefixRouter, included: Any):
         self.app = app
-        self.stack = stack  # the middleware stack flattened: a new one (not in a running server) needs a new dispatch
         self.catalog = catalog
         self.included = included  # the catalog router as the application includes it (FastAPI's _IncludedRouter)
         self.under = catalog.prefix + "/"
@@ -110,9 +109,8 @@ class CatalogDispatch:
         for the chain (the module's docstring says when)."""
         if app.middleware_stack is None:
             app.middleware_stack = app.build_middleware_stack()
-        stack = app.middleware_stack
         layers: dict[type, Any] = {}
-        layer: Any = stack
+        layer: Any = app.middleware_stack
         while layer is not app.router:
             if type(layer) in layers or len(layers) == len(CHAIN) or type(layer) is not CHAIN[len(layers)]:
                 return cls._off(f"the middleware stack holds {type(layer).__name__} where it is not flattened")
@@ -129,7 +127,7 @@ class CatalogDispatch:
         for before in routes[:position]:  # a route tried first must not take a catalog path
             if not _apart(before, catalog.prefix + "/"):
                 return cls._off(f"a route before the catalog's may take its paths: {before!r}")
-        return cls(app, stack, layers, catalog, routes[position])
+        return cls(app, layers, catalog, routes[position])
 
     @staticmethod
     def _off(why: str) -> None:

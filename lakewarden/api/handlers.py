@@ -74,9 +74,11 @@ class LeanRoute(APIRoute):
         """The plan of a route as included (FastAPI's effective context of it), with that context; None for a
         route not planned (or not a LeanRoute)."""
         route = context.original_route
-        if not isinstance(route, LeanRoute):
-            return None
-        found: tuple[Any, Plan] | None = route.__dict__.get("_planned", {}).get(id(context))
+        return route._plan_of(context) if isinstance(route, LeanRoute) else None
+
+    def _plan_of(self, route: Any) -> tuple[Any, Plan] | None:
+        """The plan made for this route as `route` (itself, or FastAPI's context of it as included), if one was."""
+        found: tuple[Any, Plan] | None = self.__dict__.get("_planned", {}).get(id(route))
         return found
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,8 +86,7 @@ class LeanRoute(APIRoute):
         dependencies with `yield`, which a plan has none of; an exception handling that the application's own
         handles the same way, with the same handlers, one step further out)."""
         context = (scope.get("fastapi") or {}).get("effective_route_context")
-        key = id(context) if context is not None and context.original_route is self else id(self)
-        planned = self.__dict__.get("_planned", {}).get(key)
+        planned = self._plan_of(context if context is not None and context.original_route is self else self)
         if planned is None:
             await super().handle(scope, receive, send)
             return
