@@ -17,12 +17,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from pyiceberg.table.update import SetPropertiesUpdate
 from sqlalchemy import event, text
 from starlette.routing import Match
 
 from lakewarden.api.app import create_app
+from lakewarden.api.routes.iceberg_rest import CommitTable
 from lakewarden.api.routing import PrefixRouter, RouteIndex
 from lakewarden.domain.errors import NoSuchTable
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.store import metadata as store
 from lakewarden.store.commit_statement import swap_and_record
 from lakewarden.store.database import Database
@@ -390,7 +393,7 @@ def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:
 
 
 def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
-    client: TestClient, table: dict[str, Any]
+    client: TestClient, table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On PostgreSQL a single table's commit swaps its pointer, writes its timeline entry and its event and
     notifies the other nodes in one statement (store/commit_statement.py); on SQLite it is those three statements
@@ -409,22 +412,29 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     if listener is not None:
         listener.execute(f"LISTEN {store.EVENTS_CHANNEL}")
 
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(statement)
-
     def traced(dbapi_connection: Any, *args: Any) -> None:  # SQLite's own trace of what its connection runs
         dbapi_connection.set_trace_callback(sent.append)
 
     def untraced(dbapi_connection: Any, *args: Any) -> None:
         dbapi_connection.set_trace_callback(None)
 
-    # one_statement's engine is this one's, in autocommit; SQLite's commit runs on the driver alone
-    hooks = [("before_cursor_execute", seen)] if postgresql else [("checkout", traced), ("checkin", untraced)]
+    # both run on the driver's connection: psycopg's every statement (SQLAlchemy's and the driver's own) goes
+    # through its cursor's execute; SQLite traces its connection's
+    execute = psycopg.Cursor.execute
+
+    def seen(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    hooks = [] if postgresql else [("checkout", traced), ("checkin", untraced)]
+    if postgresql:
+        monkeypatch.setattr(psycopg.Cursor, "execute", seen)
     for name, hook in hooks:
         event.listen(db.engine, name, hook)
     try:
         committed = client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body)
     finally:
+        monkeypatch.undo()
         for name, hook in hooks:
             event.remove(db.engine, name, hook)
     assert committed.status_code == 200, committed.text
@@ -440,13 +450,13 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
         assert (row.event_id, row.type, row.payload) == (announced["event_id"], "table-committed", announced["payload"])
         last = store.last_event_id(session)
     touched = [s for s in sent if re.search(r"iceberg_table|commit_timeline|event_outbox", s)]
+    written = [s for s in touched if not s.startswith("SELECT")]  # not the head's read, before
     if listener is None:
-        written = [s for s in touched if not s.startswith("SELECT")]  # not the head's read, before
         assert len(written) == 3, written  # the swap and two inserts, in one transaction
         begun = sent.index("BEGIN IMMEDIATE")
         assert sent[begun + 1 : begun + 5] == [*written, "COMMIT"], sent
     else:
-        assert len(touched) == 1 and touched[0].startswith("WITH swapped AS"), touched
+        assert len(written) == 1 and written[0].startswith("WITH swapped AS"), touched
         (notified,) = listener.notifies(timeout=5, stop_after=1)
         assert notified.payload == str(announced["event_id"])
     # a swap from a pointer another commit moved on: no row written, no event, the pointer kept
@@ -502,3 +512,79 @@ def test_only_a_commit_that_moves_the_current_snapshot_is_read_ahead(
     moved = {**event, "payload": {**event["payload"], "snapshot_id": 7, "parent_snapshot_id": None}}
     read_ahead(moved)
     assert len(handed) == 1
+
+
+def test_the_sole_node_commits_on_the_head_it_knows_and_checks_a_moved_one_again(
+    client: TestClient, table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sole node stages a commit on the head it last swapped, without reading the pointer
+    (services/table_commits.py). A head moved by a commit outside the node (here another service on the same
+    database, as a second process would) costs a lost swap, or a refusal checked again on the real head: the
+    answer is the same as when the head was read."""
+    context = client.app.state.context  # type: ignore[attr-defined]
+    url = "/iceberg/v1/lake/namespaces/db/tables/t"
+    reads: list[tuple[str, ...]] = []
+    read = store.pointer_head
+
+    def counted(db: Database, *key: str) -> tuple[str, int]:
+        reads.append(key)
+        return read(db, *key)
+
+    monkeypatch.setattr(store, "pointer_head", counted)
+
+    def commit(body: dict[str, Any]) -> Any:
+        return client.post(url, json=body)
+
+    assert commit({"updates": [{"action": "set-properties", "updates": {"a": "1"}}]}).status_code == 200
+    reads.clear()
+    answer = commit({"updates": [{"action": "set-properties", "updates": {"b": "2"}}]})
+    assert answer.status_code == 200 and reads == []  # the head this node swapped last
+    # another process adds a column: schema 1 is current; this node still knows the head before it
+    other = MetadataService(context.db)
+    fields = [{"id": 1, "name": "id", "type": "long", "required": False}]
+    schema = {
+        "type": "struct",
+        "schema-id": 1,
+        "fields": [*fields, {"id": 2, "name": "v", "type": "string", "required": False}],
+    }
+    added = CommitTable.model_validate(
+        {"updates": [{"action": "add-schema", "schema": schema}, {"action": "set-current-schema", "schema-id": -1}]}
+    )
+    moved = other.commits.commit_table("lake", "db", "t", added.requirements, added.updates)
+    # a requirement met by the real head only: refused on the known one, checked again on the real one
+    reads.clear()
+    required = {
+        "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 1}],
+        "updates": [{"action": "set-properties", "updates": {"c": "3"}}],
+    }
+    answer = commit(required)
+    assert answer.status_code == 200, answer.text
+    metadata = answer.json()["metadata"]
+    assert metadata["current-schema-id"] == 1 and metadata["properties"]["c"] == "3"
+    assert answer.json()["metadata"]["metadata-log"][-1]["metadata-file"] == moved.metadata_location
+    assert len(reads) == 2  # the known head checked, then the commit staged on the one read
+    # moved again outside: a change that passes on the known head loses its swap and is made on the real one
+    other.commits.commit_table("lake", "db", "t", [], [SetPropertiesUpdate(updates={"d": "4"})])
+    answer = commit({"updates": [{"action": "set-properties", "updates": {"e": "5"}}]})
+    assert answer.status_code == 200
+    assert {"c", "d", "e"} <= set(answer.json()["metadata"]["properties"])
+    # moved again: a change that changes nothing answers with the real head, not the one known
+    moved = other.commits.commit_table("lake", "db", "t", [], [SetPropertiesUpdate(updates={"f": "6"})])
+    answer = commit({"updates": [{"action": "set-current-schema", "schema-id": 1}]})  # schema 1 is current
+    assert answer.status_code == 200 and answer.json()["metadata-location"] == moved.metadata_location
+    # a refusal on the real head stays one (409), after the head was checked
+    refused = commit({**required, "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 0}]})
+    assert refused.status_code == 409, refused.text
+    # a table dropped outside: 404, not a commit on the head known
+    loaded = client.get(url).json()
+    assert commit({"updates": [{"action": "set-properties", "updates": {"g": "7"}}]}).status_code == 200
+    other.drop_table("lake", "db", "t", purge=False)
+    gone = commit({"updates": [{"action": "set-properties", "updates": {"h": "8"}}]})
+    assert gone.status_code == 404, gone.text
+    assert loaded["metadata"]["table-uuid"] == table["metadata"]["table-uuid"]
+
+
+def test_nodes_of_a_cluster_read_the_head_at_every_commit(tmp_path: Path) -> None:
+    """With high availability several nodes commit to one table: a head known to one is stale as often as not,
+    so none is kept."""
+    assert MetadataService(Database(f"sqlite:///{tmp_path / 'x.db'}"), sole_node=False).commits.heads is None

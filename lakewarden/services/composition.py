@@ -124,7 +124,7 @@ class ServerRuntime:
         queue = CommitQueue(
             line.max_waiting_per_table, line.max_waiting, line.max_wait.total_seconds(), enabled=line.enabled
         )
-        metadata = MetadataService(db, config.ams.metadata_cache.max_size, queue)
+        metadata = MetadataService(db, config.ams.metadata_cache.max_size, queue, sole_node=not config.ams.ha.enabled)
         manifests = ManifestCache(config.ams.manifest_cache.max_size)  # shared by the evaluator and scan planning
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(

@@ -59,6 +59,7 @@ class MetadataService:
         db: Database,
         metadata_cache_bytes: int = DEFAULT_METADATA_CACHE_BYTES,
         queue: CommitQueue | None = None,
+        sole_node: bool = True,
     ) -> None:
         self.db = db
         # the commit routes take a table's turn in this line before they commit (services/commit_queue.py)
@@ -72,7 +73,7 @@ class MetadataService:
         self._ios: dict[str, tuple[Any, FileIO]] = {}  # the server's FileIO of each, with what it was made from
         self.credentials = CredentialVendor()
         self.loads = TableLoads(self)  # loadTable's answers (services/table_loads.py)
-        self.commits = TableCommits(self)  # commits (services/table_commits.py)
+        self.commits = TableCommits(self, sole_node)  # commits (services/table_commits.py)
 
     # ---- events
 

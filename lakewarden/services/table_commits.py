@@ -16,7 +16,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField
+from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable
+from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
 from lakewarden.metadata.table_metadata import (
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 20
+HEADS_KEPT_BYTES = 8 * 1024**2  # the tables' heads this node knows (some 40,000 tables)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class _Staged:
     location: str  # the new metadata file
     text: str  # its JSON, reused for the response
     files: list[str]  # every file written for it (dropped when the swap is lost)
+    known: bool = False  # staged on the head this node last knew, not on one read for it
 
     @property
     def changed(self) -> bool:
@@ -94,8 +97,16 @@ def check_properties(properties: dict[str, str]) -> None:
 class TableCommits:
     """The commits of a metadata service's tables (`MetadataService.commits`)."""
 
-    def __init__(self, service: MetadataService) -> None:
+    def __init__(self, service: MetadataService, sole_node: bool = True) -> None:
         self.service = service
+        # The head (metadata location, pointer version) of each table as this node last swapped or read it. The
+        # sole node of its database (no high availability) stages a commit on it without reading the pointer:
+        # the swap compares it with the row, so a head that moved meanwhile (a commit outside this process)
+        # only costs a lost swap, after which the head is read. With several nodes committing to one table
+        # a known head would be stale as often as not: every attempt reads the pointer there.
+        self.heads: SizedLRU[tuple[str, str, str], tuple[str, int]] | None = (
+            SizedLRU(HEADS_KEPT_BYTES) if sole_node else None
+        )
 
     def commit_table(
         self,
@@ -131,20 +142,26 @@ class TableCommits:
         transaction with its timeline entry and event. A lost swap rolls them all back: the files just
         written are dropped and the changes are checked again on the new heads, up to MAX_COMMIT_ATTEMPTS."""
         io = self.service.io_of(spec)
-        for _ in range(MAX_COMMIT_ATTEMPTS):
+        for attempt in range(MAX_COMMIT_ATTEMPTS):
+            known = attempt == 0  # a known head first (see __init__); after a lost swap the heads are read
             staged: list[_Staged] = []
             try:
                 for change in changes:
-                    staged.append(self._stage(spec, io, change, single))
+                    staged.append(self._stage(spec, io, change, single, known))
             except Exception:
                 self.service.files.discard(io, [path for entry in staged for path in entry.files])
+                if known and self._heads_moved(spec.name, changes):
+                    continue  # refused on a head that is no longer the table's: checked again on the real one
                 raise
+            if any(entry.known and not entry.changed for entry in staged) and self._heads_moved(spec.name, changes):
+                continue  # a change that changes nothing answers with the table's current metadata: make sure
             try:
                 events = self._swap_all(spec.name, staged, client)
             except _SwapLost:  # another commit won a swap: drop our files, check again, try again
                 self.service.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
             except CommitStateUnknown:  # the pointer may name the files now: they stay (orphan cleanup knows)
+                self._forget_heads(spec.name, changes)
                 what = ", ".join(f"{'.'.join(store.levels(c.namespace))}.{c.name}" for c in changes)
                 log.error("commit to %s in catalog %s: state unknown, its files kept", what, spec.name)
                 raise
@@ -156,19 +173,60 @@ class TableCommits:
                     self.service.files.written(
                         entry.location, entry.metadata, entry.text, replaced=entry.expected or None
                     )
+                    self._know(
+                        (spec.name, entry.change.namespace, entry.change.name), entry.location, entry.version + 1
+                    )
             self.service.publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
         raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {what}")
 
-    def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool) -> _Staged:
+    def _know(self, key: tuple[str, str, str], location: str, version: int) -> None:
+        if self.heads is not None:
+            self.heads.put(key, (location, version), len(location) + sum(map(len, key)) + 120)
+
+    def _head(self, key: tuple[str, str, str], known: bool) -> tuple[tuple[str, int], bool]:
+        """The table's head, and whether it is the one this node knew (else it was read, and is known now)."""
+        head = self.heads.get(key) if known and self.heads is not None else None
+        if head is not None:
+            return head, True
+        expected, version = store.pointer_head(self.service.db, *key)
+        self._know(key, expected, version)
+        return (expected, version), False
+
+    def _heads_moved(self, catalog: str, changes: Sequence[TableChange]) -> bool:
+        """Whether a head known here is not its table's any more (the table's pointer read again): it is
+        forgotten, and the commit checked again on the real one."""
+        if self.heads is None:
+            return False
+        moved = False
+        for change in changes:
+            key = (catalog, change.namespace, change.name)
+            known = self.heads.get(key)
+            if known is None:
+                continue
+            try:
+                head = store.pointer_head(self.service.db, *key)
+            except NoSuchTable:
+                head = None
+            if head != known:
+                self.heads.pop(key)
+                moved = True
+        return moved
+
+    def _forget_heads(self, catalog: str, changes: Sequence[TableChange]) -> None:
+        if self.heads is not None:
+            for change in changes:
+                self.heads.pop((catalog, change.namespace, change.name))
+
+    def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool, known: bool) -> _Staged:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
         if any(isinstance(r, AssertCreate) for r in change.requirements):  # a staged create in a transaction
             metadata = self._created(spec, change.updates, label)
             location = self.service.files.new_location(metadata, 0)
             text = write_metadata(io, location, metadata)
             return _Staged(change, "", CREATES, metadata, change.updates, metadata, location, text, [location])
-        expected, version = store.pointer_head(self.service.db, spec.name, change.namespace, change.name)
+        (expected, version), was_known = self._head((spec.name, change.namespace, change.name), known)
         base = self.service.files.read(io, expected)
         applied, written = checked_updates(io, base, change.requirements, change.updates, single, label)
         try:
@@ -178,7 +236,7 @@ class TableCommits:
             raise InvalidField("updates", f"{label}{exc}") from exc
         if metadata is base:  # nothing changes (as Java's catalog handlers, no new version is committed)
             self.service.files.discard(io, written)
-            return _Staged(change, expected, version, base, applied, base, "", "", [])
+            return _Staged(change, expected, version, base, applied, base, "", "", [], was_known)
         try:
             check_properties(metadata.properties)
             if _paths_changed(base, metadata):
@@ -198,6 +256,7 @@ class TableCommits:
             location,
             text,
             [location, *written],
+            was_known,
         )
 
     def _commit_create(

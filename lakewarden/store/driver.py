@@ -59,7 +59,8 @@ class Driver:
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
         self._shapes: dict[Any, tuple[str, list[str], dict[str, Any], bool]] = {}  # first_row's (_statement)
-        self._write_shapes: dict[Executable, tuple[str, list[tuple[str, Any]], dict[str, Any]]] = {}  # write's
+        # write's and one_statement's
+        self._write_shapes: dict[Executable, tuple[str, list[tuple[str, Any]], dict[str, Any], bool]] = {}
         postgresql = engine.dialect.name == "postgresql"
         # one_statement's: the writers' pool in autocommit (a statement is its own transaction). Switching a
         # connection to autocommit and back is a setting of the driver's, no round trip.
@@ -106,18 +107,35 @@ class Driver:
     def one_statement(self, statement: Executable, params: dict[str, Any]) -> tuple[Any, ...] | None:
         """PostgreSQL only: `statement` run as a transaction of its own (autocommit), and its first row. For a
         write that is one statement (a commit's swap with its rows, store/commit_statement.py), it saves the
-        BEGIN and COMMIT round trips. A pooled connection is checked when taken (store/database.ping_when_idle),
-        and a statement is never retried once sent: whether a write whose answer was lost took effect is not
-        known, and CommitStateUnknown says so to the caller."""
+        BEGIN and COMMIT round trips. It runs on the driver's connection itself, compiled once as Driver.write's
+        statements are (SQLAlchemy's Connection cost a commit's statement a sixth of its time on the server). A
+        pooled connection is checked when taken (store/database.ping_when_idle), and a statement is never retried
+        once sent: whether a write whose answer was lost took effect is not known, and CommitStateUnknown says
+        so to the caller."""
         if self._statements is None:
             raise RuntimeError("one_statement is for PostgreSQL")
-        with self._statements.connect() as connection:  # a failure to connect sent nothing: raised as it is
+        sql, arguments = self._driver_arguments(statement, params)
+        dbapi = self.engine.dialect.loaded_dbapi
+        connection = self.engine.raw_connection()  # a failure to connect sent nothing: raised as it is
+        driver: Any = connection.dbapi_connection
+        try:
+            driver.autocommit = True  # the connection is idle when taken (the pool rolled it back when returned)
             try:
-                row = connection.execute(statement, params).first()
-            except DBAPIError as exc:
-                if answer_lost(exc):
-                    raise state_unknown(exc.orig, "A statement") from exc
-                raise
+                with driver.execute(sql, arguments) as cursor:
+                    row = cursor.fetchone()
+            finally:
+                with contextlib.suppress(dbapi.Error):
+                    driver.autocommit = False  # as the pool's other users expect it (fails on a broken one)
+        except dbapi.Error as exc:
+            broken = self.engine.dialect.is_disconnect(exc, driver, None)
+            if broken:
+                connection.invalidate()  # the database went away: the pool's other connections are checked
+            error = DBAPIError.instance(sql, arguments, exc, dbapi.Error, connection_invalidated=broken)
+            if not isinstance(error, DBAPIError) or answer_lost(error):  # (it is one: `exc` is the driver's)
+                raise state_unknown(exc, "A statement") from error
+            raise error from exc
+        finally:
+            connection.close()  # back to the pool
         return None if row is None else tuple(row)
 
     @contextmanager
@@ -151,25 +169,28 @@ class Driver:
             finally:
                 connection.close()  # back to the pool
 
-    def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, Any]:
         """A write statement compiled once for this database, and its arguments in the driver's form (SQLite's are
-        positional), each converted by the statement's bind processor (dates, JSON) as SQLAlchemy's execution
-        converts it. What it takes of the compiled statement is kept as `_statement` keeps a read's: SQLAlchemy's
-        construction of the parameters on every call was a tenth of a commit's time in the database."""
+        positional, psycopg's named), each converted by the statement's bind processor (dates, JSON) as
+        SQLAlchemy's execution converts it. What it takes of the compiled statement is kept as `_statement` keeps
+        a read's: SQLAlchemy's construction of the parameters on every call was a tenth of a commit's time in
+        the database."""
         shape = self._write_shapes.get(statement)
         if shape is None:
             compiled = statement.compile(dialect=self.engine.dialect)  # type: ignore[attr-defined]
             bound = compiled.construct_params(params)
             processors: Mapping[str, Any] = compiled._bind_processors  # what SQLAlchemy's execution applies
-            names = list(compiled.positiontup or [])
+            positions = compiled.positiontup  # a positional paramstyle's order of the names
+            names = list(bound) if positions is None else list(positions)
             fixed = {name: bound[name] for name in names if name not in params}
-            shape = self._write_shapes[statement] = (compiled.string, [(n, processors.get(n)) for n in names], fixed)
-        sql, order, fixed = shape
+            order = [(n, processors.get(n)) for n in names]
+            shape = self._write_shapes[statement] = (compiled.string, order, fixed, positions is not None)
+        sql, order, fixed, positional = shape
         arguments = []
         for name, process in order:
             value = params[name] if name in params else fixed[name]
             arguments.append(value if process is None else process(value))
-        return sql, arguments
+        return sql, arguments if positional else dict(zip((name for name, _ in order), arguments, strict=True))
 
     def _statement(
         self, query: Select[*tuple[Any, ...]], params: dict[str, Any], dialect: Dialect | None = None
