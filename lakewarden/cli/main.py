@@ -49,12 +49,16 @@ def server(
     """Run the lakewarden server (HTTP API, catalogs, scheduler services)."""
     from lakewarden.config import load_config
     from lakewarden.server import serve
+    from lakewarden.store.database import DatabaseInUse
 
     try:
         cfg = load_config(config)
     except LakewardenError as exc:
         fail(f"invalid config: {exc}")
-    serve(cfg, log_level)
+    try:
+        serve(cfg, log_level)
+    except DatabaseInUse as exc:
+        fail(str(exc))
 
 
 @app.command()

@@ -22,6 +22,7 @@ ProcessEngine.create_process; the OptimizerKeeper hands back tasks of lost or sl
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -52,7 +53,7 @@ from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.views import ViewCatalog
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import secrets
-from lakewarden.store.database import Database
+from lakewarden.store.database import Database, hold_alone
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +102,26 @@ class ServerRuntime:
     history: HistoryKeeper  # prunes old processes, timeline entries and events; rotates optimizer logs
     load_sampler: LoadSampler  # samples each group's load for the dashboard's charts
     background: bool = True
+    release_database: Callable[[], None] | None = None  # the claim to be the SQLite database's only server
 
     @classmethod
     def build(cls, config: Config, server_url: str) -> ServerRuntime:
-        """The system database migrated and seeded, and every service wired; nothing started yet."""
+        """The system database claimed (SQLite: store/database.hold_alone), migrated and seeded, and every
+        service wired; nothing started yet."""
+        release = None if config.ams.ha.enabled else hold_alone(config.database_url)
+        try:
+            runtime = cls._build(config, server_url)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        runtime.release_database = release
+        if runtime.metadata.heads is not None:  # every pointer change is this server's: its heads are the pointers
+            runtime.metadata.heads.authoritative = release is not None
+        return runtime
+
+    @classmethod
+    def _build(cls, config: Config, server_url: str) -> ServerRuntime:
         db = Database(config.database_url)
         server_key = load_secret_key(config.ams.auth, config.data_dir)
         secrets.configure(server_key)  # catalog secrets are encrypted at rest with a key derived from it
@@ -257,3 +274,6 @@ class ServerRuntime:
         self.read_ahead.close()
         self.metadata.close()
         self.db.dispose()
+        if self.release_database is not None:
+            self.release_database()
+            self.release_database = None

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from pyiceberg.catalog.noop import NoopCatalog
@@ -44,6 +45,7 @@ from lakewarden.services.credentials import CredentialVendor
 from lakewarden.services.metadata_files import DEFAULT_MAX_BYTES as DEFAULT_METADATA_CACHE_BYTES
 from lakewarden.services.metadata_files import MetadataFiles
 from lakewarden.services.table_commits import TableCommits, check_properties
+from lakewarden.services.table_heads import TableHeads
 from lakewarden.services.table_loads import LoadedTable, TableLoads
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import metadata as store
@@ -73,7 +75,9 @@ class MetadataService:
         self._ios: dict[str, tuple[Any, FileIO]] = {}  # the server's FileIO of each, with what it was made from
         self.credentials = CredentialVendor()
         self.loads = TableLoads(self)  # loadTable's answers (services/table_loads.py)
-        self.commits = TableCommits(self, sole_node)  # commits (services/table_commits.py)
+        # the tables' heads this node knows: None when it is one of several (services/table_heads.py)
+        self.heads: TableHeads | None = TableHeads() if sole_node else None
+        self.commits = TableCommits(self)  # commits (services/table_commits.py)
 
     # ---- events
 
@@ -103,6 +107,8 @@ class MetadataService:
             self._catalogs.pop(name, None)
             self._profiles.pop(name, None)
             self._ios.pop(name, None)
+        if self.heads is not None:
+            self.heads.forget()  # a catalog dropped and made again has other tables under the same names
 
     def catalog(self, name: str) -> CatalogSpec:
         with self._catalogs_lock:
@@ -208,7 +214,29 @@ class MetadataService:
         return LoadedTable(location, metadata)
 
     def _location(self, catalog: str, namespace: str, name: str) -> str:
-        return store.pointer_head(self.db, catalog, namespace, name)[0]
+        """The table's current metadata location: the head this node keeps when it holds the database alone
+        (services/table_heads.py), else the pointer read."""
+        heads, key = self.heads, (catalog, namespace, name)
+        if heads is None:
+            return store.pointer_head(self.db, *key)[0]
+        if heads.authoritative and (kept := heads.get(key)) is not None:
+            return kept[0]
+        stamp = heads.stamp()
+        head = store.pointer_head(self.db, *key)
+        heads.learn(key, head, stamp)
+        return head[0]
+
+    @contextmanager
+    def _changing(self, *keys: tuple[str, str, str]) -> Iterator[None]:
+        """A change of these tables' pointers: a failure may have left them changed or not (the heads kept of
+        them are forgotten); the block tells the heads what it changed once its transaction committed."""
+        try:
+            yield
+        except BaseException:
+            if self.heads is not None:
+                for key in keys:
+                    self.heads.forget(key)
+            raise
 
     def response_body(self, loaded: LoadedTable) -> bytes:
         """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
@@ -255,7 +283,7 @@ class MetadataService:
         and is deleted if the table cannot be added. A staged create that finds the name taken is a
         commit conflict (409), as the spec wants."""
         try:
-            with self.db.write(any_node=True) as session:
+            with self._changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
                 if staged and store.pointer_exists(session, catalog, namespace, name):
                     raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
                 store.create_pointer(session, catalog, namespace, name, location)
@@ -277,6 +305,8 @@ class MetadataService:
             if written is not None:
                 written.delete(location)
             raise
+        if self.heads is not None:
+            self.heads.wrote((catalog, namespace, name), (location, 0))
         self.publish([event])
 
     def register_table(
@@ -303,7 +333,7 @@ class MetadataService:
             "summary": {},
         }
         if overwrite and self.table_exists(catalog, namespace, name):
-            with self.db.write(any_node=True) as session:
+            with self._changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
                 pointer = store.get_pointer(session, catalog, namespace, name)
                 if not store.swap_pointer(
                     session, catalog, namespace, name, pointer.metadata_location, pointer.version, metadata_location
@@ -315,6 +345,8 @@ class MetadataService:
                 )
                 payload = {"metadata_location": metadata_location, "version": version, "registered": True, **details}
                 event = self.event(session, "table-committed", catalog, namespace, name, payload)
+            if self.heads is not None:
+                self.heads.wrote((catalog, namespace, name), (metadata_location, version))
             self.publish([event])
             return LoadedTable(metadata_location, metadata)
         self.add_table(catalog, namespace, name, metadata_location, details, {"registered": True}, client=None)
@@ -322,12 +354,14 @@ class MetadataService:
 
     def drop_table(self, catalog: str, namespace: str, name: str, purge: bool) -> None:
         spec = self.catalog(catalog)
-        with self.db.write(any_node=True) as session:
+        with self._changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
             pointer = store.drop_pointer(session, catalog, namespace, name)
             location = pointer.metadata_location
             event = self.event(
                 session, "table-dropped", catalog, namespace, name, {"metadata_location": location, "purge": purge}
             )
+        if self.heads is not None:
+            self.heads.wrote((catalog, namespace, name), None)
         self.publish([event])
         if purge:  # after the answer: the table is gone for clients at once, its files follow
             self._purges.submit(self._purge, spec, location)
@@ -355,7 +389,8 @@ class MetadataService:
     def rename_table(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
         self.catalog(catalog)
         check_object_name("destination.name", target[1])
-        with self.db.write(any_node=True) as session:
+        keys = ((catalog, *source), (catalog, *target))
+        with self._changing(*keys), self.db.write(any_node=True) as session:
             store.rename_pointer(session, catalog, source, target)
             event = self.event(
                 session,
@@ -365,4 +400,7 @@ class MetadataService:
                 target[1],
                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}},
             )
+        if self.heads is not None:
+            self.heads.wrote(keys[0], None)
+            self.heads.forget(keys[1])  # the row moved with its head: read under its new name when next asked for
         self.publish([event])

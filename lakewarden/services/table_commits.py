@@ -17,7 +17,6 @@ from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable
-from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
 from lakewarden.metadata.table_metadata import (
@@ -27,6 +26,7 @@ from lakewarden.metadata.table_metadata import (
     metadata_from_updates,
     write_metadata,
 )
+from lakewarden.services.table_heads import TableHeads
 from lakewarden.services.table_loads import LoadedTable
 from lakewarden.store import metadata as store
 from lakewarden.store.commit_statement import swap_and_record
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 20
-HEADS_KEPT_BYTES = 8 * 1024**2  # the tables' heads this node knows (some 40,000 tables)
 
 
 @dataclass(frozen=True)
@@ -97,16 +96,17 @@ def check_properties(properties: dict[str, str]) -> None:
 class TableCommits:
     """The commits of a metadata service's tables (`MetadataService.commits`)."""
 
-    def __init__(self, service: MetadataService, sole_node: bool = True) -> None:
+    def __init__(self, service: MetadataService) -> None:
         self.service = service
-        # The head (metadata location, pointer version) of each table as this node last swapped or read it. The
-        # sole node of its database (no high availability) stages a commit on it without reading the pointer:
-        # the swap compares it with the row, so a head that moved meanwhile (a commit outside this process)
-        # only costs a lost swap, after which the head is read. With several nodes committing to one table
-        # a known head would be stale as often as not: every attempt reads the pointer there.
-        self.heads: SizedLRU[tuple[str, str, str], tuple[str, int]] | None = (
-            SizedLRU(HEADS_KEPT_BYTES) if sole_node else None
-        )
+
+    @property
+    def heads(self) -> TableHeads | None:
+        """The heads this node knows (services/table_heads.py). A node that is not one of several stages a
+        commit on the head it last swapped or read, without reading the pointer: the swap compares it with
+        the row, so a head that moved meanwhile (a commit outside this process) only costs a lost swap, after
+        which the head is read. With several nodes committing to one table a known head would be stale as
+        often as not: there (None) every attempt reads the pointer."""
+        return self.service.heads
 
     def commit_table(
         self,
@@ -183,41 +183,45 @@ class TableCommits:
 
     def _know(self, key: tuple[str, str, str], location: str, version: int) -> None:
         if self.heads is not None:
-            self.heads.put(key, (location, version), len(location) + sum(map(len, key)) + 120)
+            self.heads.wrote(key, (location, version))
 
     def _head(self, key: tuple[str, str, str], known: bool) -> tuple[tuple[str, int], bool]:
         """The table's head, and whether it is the one this node knew (else it was read, and is known now)."""
-        head = self.heads.get(key) if known and self.heads is not None else None
+        heads = self.heads
+        head = heads.get(key) if known and heads is not None else None
         if head is not None:
             return head, True
-        expected, version = store.pointer_head(self.service.db, *key)
-        self._know(key, expected, version)
-        return (expected, version), False
+        stamp = heads.stamp() if heads is not None else 0
+        head = store.pointer_head(self.service.db, *key)
+        if heads is not None:
+            heads.learn(key, head, stamp)
+        return head, False
 
     def _heads_moved(self, catalog: str, changes: Sequence[TableChange]) -> bool:
         """Whether a head known here is not its table's any more (the table's pointer read again): it is
         forgotten, and the commit checked again on the real one."""
-        if self.heads is None:
+        heads = self.heads
+        if heads is None:
             return False
         moved = False
         for change in changes:
             key = (catalog, change.namespace, change.name)
-            known = self.heads.get(key)
+            known = heads.get(key)
             if known is None:
                 continue
             try:
-                head = store.pointer_head(self.service.db, *key)
+                head: tuple[str, int] | None = store.pointer_head(self.service.db, *key)
             except NoSuchTable:
                 head = None
             if head != known:
-                self.heads.pop(key)
+                heads.forget(key)
                 moved = True
         return moved
 
     def _forget_heads(self, catalog: str, changes: Sequence[TableChange]) -> None:
         if self.heads is not None:
             for change in changes:
-                self.heads.pop((catalog, change.namespace, change.name))
+                self.heads.forget((catalog, change.namespace, change.name))
 
     def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool, known: bool) -> _Staged:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
