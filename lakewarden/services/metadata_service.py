@@ -228,8 +228,8 @@ class MetadataService:
 
     @contextmanager
     def _changing(self, *keys: tuple[str, str, str]) -> Iterator[None]:
-        """A change of these tables' pointers: a failure may have left them changed or not (the heads kept of
-        them are forgotten); the block tells the heads what it changed once its transaction committed."""
+        """A change of these tables' pointers: a failure may have left them changed or not, so the heads kept of
+        them are forgotten. After a success the caller tells the heads what changed (`TableHeads.wrote`)."""
         try:
             yield
         except BaseException:

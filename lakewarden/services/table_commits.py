@@ -143,7 +143,7 @@ class TableCommits:
         written are dropped and the changes are checked again on the new heads, up to MAX_COMMIT_ATTEMPTS."""
         io = self.service.io_of(spec)
         for attempt in range(MAX_COMMIT_ATTEMPTS):
-            known = attempt == 0  # a known head first (see __init__); after a lost swap the heads are read
+            known = attempt == 0  # a known head first (see `heads`); after a lost swap the heads are read
             staged: list[_Staged] = []
             try:
                 for change in changes:
