@@ -15,7 +15,7 @@ import uvicorn
 from lakewarden import heap
 from lakewarden.api.app import create_app
 from lakewarden.config import Config
-from lakewarden.store.database import hold_alone
+from lakewarden.store.claim import hold_alone
 
 
 def configure_logging(level: str = "INFO") -> None:
@@ -55,10 +55,10 @@ def serve(config: Config, log_level: str = "info") -> None:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     signal.signal(signal.SIGINT, _exit_cleanly)
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    if not config.ams.ha.enabled:  # another server on this SQLite database: said here, before anything starts
-        release = hold_alone(config.database_url)  # DatabaseInUse (the server's runtime takes the claim itself)
-        if release is not None:
-            release()
+    # another server on this database: said here, before anything starts (the server's runtime takes the claim)
+    claim = hold_alone(config.database_url, shared=config.ams.ha.enabled)  # DatabaseInUse
+    if claim is not None:
+        claim.release()
     # A worker thread (a commit, a plan) gives the GIL up at each file or database call and then waits for the
     # event loop to give it back, up to the switch interval (5 ms) each time: under a burst of requests a commit
     # of a dozen such calls took 50 ms instead of 8. A shorter interval hands it back sooner.

@@ -1,21 +1,26 @@
-"""The heads a server keeps of its tables (services/table_heads.py): the only server on its SQLite database
+"""The heads a server keeps of its tables (services/table_heads.py): the only server on its system database
 answers loads from them, and they follow every change of a pointer it makes; a second server on that database
-is refused; on PostgreSQL (shared by design) every load reads the pointer."""
+is refused (store/claim.py); a claim lost on PostgreSQL is not counted on, and the heads are forgotten when it
+is taken again."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pyiceberg.table.update import SetPropertiesUpdate
 
 from lakewarden.api.app import create_app
 from lakewarden.config import Config
+from lakewarden.services.metadata_service import MetadataService
 from lakewarden.services.table_heads import TableHeads
 from lakewarden.store import metadata as store
-from lakewarden.store.database import Database, DatabaseInUse, hold_alone
+from lakewarden.store.claim import SOLE_LOCK, VALID_SECONDS, DatabaseInUse, hold_alone
+from lakewarden.store.database import Database
 from tests.conftest import as_admin, make_config
 from tests.servers import LAKEWARDEN
 
@@ -50,11 +55,10 @@ def test_loads_take_the_heads_the_only_server_keeps_and_follow_every_change(
     client: TestClient, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each change of a pointer (create, commit, multi-table commit, register over a table, rename, drop) is
-    answered by the next load as the database has it; on SQLite without reading it, on PostgreSQL by reading."""
+    answered by the next load as the database has it, without reading it."""
     context = client.app.state.context  # type: ignore[attr-defined]
     db: Database = context.db
-    sqlite = db.engine.dialect.name == "sqlite"
-    assert context.metadata.heads.authoritative == sqlite
+    assert context.metadata.heads.authoritative
     assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
     assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
     for name in ("a", "b"):
@@ -73,8 +77,7 @@ def test_loads_take_the_heads_the_only_server_keeps_and_follow_every_change(
         reads.clear()
         seen = {name: _location(client, name) for name in names}
         assert seen == {name: head(name) for name in names}
-        read_names = {key[-1] for key in reads}
-        assert read_names == (set() if sqlite else {n for n in names if seen[n] != 404}), reads
+        assert reads == []
 
     check("a", "b")  # created by this server: known from the start
     change = {"updates": [{"action": "set-properties", "updates": {"k": "1"}}]}
@@ -140,4 +143,56 @@ def test_a_second_server_on_one_sqlite_database_is_refused(tmp_path: Path) -> No
         assert first.get("/api/v1/health").status_code == 200  # the first goes on
     with TestClient(create_app(config, start_services=False)) as again:  # stopped: its claim let go
         assert again.get("/api/v1/health").status_code == 200
-    assert hold_alone("postgresql+psycopg://u@127.0.0.1:1/x") is None  # shared by design: no claim
+
+
+def test_a_claim_on_postgresql_excludes_other_servers_and_is_not_counted_on_once_lost(
+    client: TestClient, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second server (without high availability, or with it) is refused while the claim is held. When the
+    claim's session ends, loads read the pointers at once; when it is taken again, the heads kept before are
+    forgotten: another server may have changed pointers meanwhile (here another service on the database)."""
+    context = client.app.state.context  # type: ignore[attr-defined]
+    db: Database = context.db
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("a claim that can be lost is PostgreSQL's (SQLite's is a lock of this process's)")
+    url = config.database_url
+    with pytest.raises(DatabaseInUse, match="holds the system database"):
+        hold_alone(url, wait_seconds=0)
+    with pytest.raises(DatabaseInUse, match="without high availability"):
+        hold_alone(url, shared=True, wait_seconds=0)
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
+    assert client.post(TABLES, json={"name": "t", "schema": SCHEMA}).status_code == 200
+    before = _location(client, "t")
+    heads = context.metadata.heads
+    assert heads.authoritative and heads.get(("lake", "db", "t")) is not None
+    claim = context.claim
+    relock = claim._lock
+    monkeypatch.setattr(claim, "_lock", lambda: False)  # the database refuses it again, until the test says
+    with db.engine.connect() as conn:  # the claim's session ends (an administrator, a restart)
+        ended = conn.exec_driver_sql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
+            f"WHERE locktype = 'advisory' AND objid = {SOLE_LOCK} AND granted"
+        ).scalar()
+        conn.commit()
+    assert ended == 1
+    ended_at = time.monotonic()
+    deadline = ended_at + 10
+    while heads.authoritative and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # seen at the next ping and not counted on from then: not left to run out (VALID_SECONDS)
+    assert not heads.authoritative and time.monotonic() - ended_at < VALID_SECONDS - 1
+    # meanwhile another writer moves the pointer: loads read it
+    other = MetadataService(db)
+    moved = other.commits.commit_table("lake", "db", "t", [], [SetPropertiesUpdate(updates={"k": "v"})])
+    assert moved.metadata_location != before
+    reads = _reads(monkeypatch)
+    assert _location(client, "t") == moved.metadata_location and reads  # read from the database
+    monkeypatch.setattr(claim, "_lock", relock)
+    while not heads.authoritative and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert heads.authoritative  # taken again
+    assert heads.get(("lake", "db", "t")) is None  # what was kept before is forgotten
+    reads.clear()
+    assert _location(client, "t") == moved.metadata_location
+    assert _location(client, "t") == moved.metadata_location and len(reads) == 1  # read once, then kept

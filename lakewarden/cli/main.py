@@ -49,7 +49,7 @@ def server(
     """Run the lakewarden server (HTTP API, catalogs, scheduler services)."""
     from lakewarden.config import load_config
     from lakewarden.server import serve
-    from lakewarden.store.database import DatabaseInUse
+    from lakewarden.store.claim import DatabaseInUse
 
     try:
         cfg = load_config(config)

@@ -22,7 +22,6 @@ ProcessEngine.create_process; the OptimizerKeeper hands back tasks of lost or sl
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -53,7 +52,8 @@ from lakewarden.services.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.views import ViewCatalog
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import secrets
-from lakewarden.store.database import Database, hold_alone
+from lakewarden.store.claim import Claim, hold_alone
+from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -102,22 +102,24 @@ class ServerRuntime:
     history: HistoryKeeper  # prunes old processes, timeline entries and events; rotates optimizer logs
     load_sampler: LoadSampler  # samples each group's load for the dashboard's charts
     background: bool = True
-    release_database: Callable[[], None] | None = None  # the claim to be the SQLite database's only server
+    claim: Claim | None = None  # this server's claim on the system database (store/claim.py)
 
     @classmethod
     def build(cls, config: Config, server_url: str) -> ServerRuntime:
-        """The system database claimed (SQLite: store/database.hold_alone), migrated and seeded, and every
-        service wired; nothing started yet."""
-        release = None if config.ams.ha.enabled else hold_alone(config.database_url)
+        """The system database claimed (store/claim.py), migrated and seeded, and every service wired; nothing
+        started yet."""
+        claim = hold_alone(config.database_url, shared=config.ams.ha.enabled)
         try:
             runtime = cls._build(config, server_url)
         except BaseException:
-            if release is not None:
-                release()
+            if claim is not None:
+                claim.release()
             raise
-        runtime.release_database = release
-        if runtime.metadata.heads is not None:  # every pointer change is this server's: its heads are the pointers
-            runtime.metadata.heads.authoritative = release is not None
+        runtime.claim = claim
+        heads = runtime.metadata.heads
+        if heads is not None and claim is not None:  # every pointer change is this server's: its heads are them
+            claim.on_regained = heads.forget  # a claim lost and taken again: others may have changed pointers
+            heads.claim = claim
         return runtime
 
     @classmethod
@@ -274,6 +276,6 @@ class ServerRuntime:
         self.read_ahead.close()
         self.metadata.close()
         self.db.dispose()
-        if self.release_database is not None:
-            self.release_database()
-            self.release_database = None
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None

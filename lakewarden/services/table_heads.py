@@ -4,17 +4,15 @@ A node that is not one of several (no high availability) stages a commit on the 
 the pointer first (services/table_commits.py): the swap compares that head with the row, so one that moved
 meanwhile costs a lost swap and nothing else.
 
-A node that also holds its system database alone (`authoritative`: SQLite's file, locked by the server for as
-long as it runs, `store/database.Database.hold_alone`) makes every change of every pointer itself, so what it
-knows is the pointer: a loadTable takes the head from here, without reading the database. Every writer of a
-pointer tells this map after its transaction committed (`wrote`; `forget` when whether it did is unknown). A
-reader that missed reads the row and hands it in with the `stamp` it took before reading (`learn`); it is kept
-only if no writer told anything since, so that a row read before a commit never replaces the head the commit
-wrote. A load that runs while a commit's transaction ends may answer the head before it: the two are concurrent,
-and the commit's client gets its answer only after the map has the new head.
-
-On PostgreSQL the database is shared by design (other nodes, a node that lost its connection while another
-started): the heads serve commits only, and every load reads the pointer.
+The only server on its system database, while it may count on its claim to be (`authoritative`:
+store/claim.py), makes every change of every pointer itself, so what it knows is the pointer: a loadTable takes
+the head from here, without reading the database. Every writer of a pointer tells this map after its
+transaction committed (`wrote`; `forget` when whether it did is unknown). A reader that missed reads the row
+and hands it in with the `stamp` it took before reading (`learn`); it is kept only if no writer told anything
+since, so that a row read before a commit never replaces the head the commit wrote. A load that runs while a
+commit's transaction ends may answer the head before it: the two are concurrent, and the commit's client gets
+its answer only after the map has the new head. A claim lost and taken again (PostgreSQL) forgets every head
+first: another server may have changed pointers meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from __future__ import annotations
 import threading
 
 from lakewarden.domain.lru import SizedLRU
+from lakewarden.store.claim import Claim
 
 Key = tuple[str, str, str]  # catalog, namespace key, table name
 Head = tuple[str, int]  # metadata location, pointer version
@@ -34,7 +33,12 @@ class TableHeads:
         self._lru: SizedLRU[Key, Head] = SizedLRU(max_bytes)
         self._lock = threading.Lock()
         self._writes = 0  # changes told so far (learn's stamp)
-        self.authoritative = False  # this node makes every pointer change: a head kept here is the pointer
+        self.claim: Claim | None = None  # this server's claim on its database, when it is the only server there
+
+    @property
+    def authoritative(self) -> bool:
+        """Whether a head kept here is the pointer: this node makes every pointer change, and may count on it."""
+        return self.claim is not None and self.claim.valid()
 
     def get(self, key: Key) -> Head | None:
         return self._lru.get(key)

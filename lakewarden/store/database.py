@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import select
 import threading
 import time
@@ -23,7 +22,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InvalidatePoolError
 from sqlalchemy.orm import Session, sessionmaker
 
-from lakewarden.domain.errors import LakewardenError
 from lakewarden.store.async_reads import AsyncReads
 from lakewarden.store.driver import Driver
 from lakewarden.store.failures import answer_lost, first_line, state_unknown
@@ -139,35 +137,6 @@ def single_reads_engine(url: str, engine: Engine) -> Engine:
     if engine.dialect.name == "sqlite":
         return engine
     return create_engine(url, isolation_level="AUTOCOMMIT", pool_size=5, max_overflow=10, connect_args=_CONNECT_ARGS)
-
-
-class DatabaseInUse(LakewardenError):
-    """Another server holds this SQLite system database."""
-
-
-def hold_alone(url: str) -> Callable[[], None] | None:
-    """A server's claim to be the only one on its SQLite system database, for as long as it runs: an exclusive
-    lock on a file beside the database (`<database>-server.lock`), which the system lets go when the process
-    ends, however it ends. What it buys: every pointer change is this server's own, so it keeps the tables'
-    heads and answers loads without reading them (services/table_heads.py). Returns the release; None for
-    PostgreSQL, which several nodes share by design (`ams.ha`). DatabaseInUse when another server holds it."""
-    if make_url(url).get_backend_name() != "sqlite":
-        return None
-    database = make_url(url).database
-    if not database or database == ":memory:":
-        return None
-    path = Path(f"{database}-server.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")  # noqa: SIM115 - held open for as long as the server runs; closed by the release
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise DatabaseInUse(
-            f"another lakewarden server is running on the system database {database} (it holds {path}): one "
-            "server per SQLite database; stop it first, or run several servers on PostgreSQL with ams.ha"
-        ) from None
-    return handle.close
 
 
 class Database:
