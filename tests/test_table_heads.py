@@ -171,8 +171,9 @@ def test_a_claim_on_postgresql_excludes_other_servers_and_is_not_counted_on_once
     monkeypatch.setattr(claim, "_lock", lambda: False)  # the database refuses it again, until the test says
     with db.engine.connect() as conn:  # the claim's session ends (an administrator, a restart)
         ended = conn.exec_driver_sql(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
-            f"WHERE locktype = 'advisory' AND objid = {SOLE_LOCK} AND granted"
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
+            f"AND objid = {SOLE_LOCK} AND granted "  # this test's database only: the server is shared by tests
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         ).scalar()
         conn.commit()
     assert ended == 1

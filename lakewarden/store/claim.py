@@ -12,8 +12,8 @@ pointer is then its own.
   node sees it at its next ping, within `PING_SECONDS`, sooner than a server waiting for the lock can start
   (it takes the lock before it builds anything). A session lost is taken again when the database answers, and
   the heads are forgotten first (`on_regained`): another server might have changed pointers meanwhile. Servers
-  with high availability hold the lock shared, so that a server without it (exclusive) and they never run on one
-  database together.
+  with high availability hold the lock shared (unwatched: they do not count on it), so that a server without it
+  (exclusive) is not started beside them, nor they beside it.
 
 A second server is refused (`DatabaseInUse`) once `wait_seconds` passed: long enough for PostgreSQL to end the
 session of a server that died without closing it.
