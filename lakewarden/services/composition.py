@@ -117,7 +117,7 @@ class ServerRuntime:
             raise
         runtime.claim = claim
         heads = runtime.metadata.heads
-        if heads is not None and claim is not None:  # every pointer change is this server's: its heads are them
+        if heads.keeping and claim is not None:  # every pointer change is this server's: its heads are them
             claim.on_regained = heads.forget  # a claim lost and taken again: others may have changed pointers
             heads.claim = claim
         return runtime

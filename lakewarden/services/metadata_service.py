@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 from pyiceberg.catalog.noop import NoopCatalog
@@ -75,8 +74,8 @@ class MetadataService:
         self._ios: dict[str, tuple[Any, FileIO]] = {}  # the server's FileIO of each, with what it was made from
         self.credentials = CredentialVendor()
         self.loads = TableLoads(self)  # loadTable's answers (services/table_loads.py)
-        # the tables' heads this node knows: None when it is one of several (services/table_heads.py)
-        self.heads: TableHeads | None = TableHeads() if sole_node else None
+        # the tables' heads this node knows: none when it is one of several (services/table_heads.py)
+        self.heads = TableHeads(keeping=sole_node)
         self.commits = TableCommits(self)  # commits (services/table_commits.py)
 
     # ---- events
@@ -107,8 +106,7 @@ class MetadataService:
             self._catalogs.pop(name, None)
             self._profiles.pop(name, None)
             self._ios.pop(name, None)
-        if self.heads is not None:
-            self.heads.forget()  # a catalog dropped and made again has other tables under the same names
+        self.heads.forget()  # a catalog dropped and made again has other tables under the same names
 
     def catalog(self, name: str) -> CatalogSpec:
         with self._catalogs_lock:
@@ -216,27 +214,7 @@ class MetadataService:
     def _location(self, catalog: str, namespace: str, name: str) -> str:
         """The table's current metadata location: the head this node keeps when it holds the database alone
         (services/table_heads.py), else the pointer read."""
-        heads, key = self.heads, (catalog, namespace, name)
-        if heads is None:
-            return store.pointer_head(self.db, *key)[0]
-        if heads.authoritative and (kept := heads.get(key)) is not None:
-            return kept[0]
-        stamp = heads.stamp()
-        head = store.pointer_head(self.db, *key)
-        heads.learn(key, head, stamp)
-        return head[0]
-
-    @contextmanager
-    def _changing(self, *keys: tuple[str, str, str]) -> Iterator[None]:
-        """A change of these tables' pointers: a failure may have left them changed or not, so the heads kept of
-        them are forgotten. After a success the caller tells the heads what changed (`TableHeads.wrote`)."""
-        try:
-            yield
-        except BaseException:
-            if self.heads is not None:
-                for key in keys:
-                    self.heads.forget(key)
-            raise
+        return self.heads.current(self.db, (catalog, namespace, name))[0]
 
     def response_body(self, loaded: LoadedTable) -> bytes:
         """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
@@ -283,7 +261,7 @@ class MetadataService:
         and is deleted if the table cannot be added. A staged create that finds the name taken is a
         commit conflict (409), as the spec wants."""
         try:
-            with self._changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
+            with self.heads.changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
                 if staged and store.pointer_exists(session, catalog, namespace, name):
                     raise CommitFailed(f"Table already exists: {'.'.join(store.levels(namespace))}.{name}")
                 store.create_pointer(session, catalog, namespace, name, location)
@@ -305,8 +283,7 @@ class MetadataService:
             if written is not None:
                 written.delete(location)
             raise
-        if self.heads is not None:
-            self.heads.wrote((catalog, namespace, name), (location, 0))
+        self.heads.wrote((catalog, namespace, name), (location, 0))
         self.publish([event])
 
     def register_table(
@@ -333,7 +310,7 @@ class MetadataService:
             "summary": {},
         }
         if overwrite and self.table_exists(catalog, namespace, name):
-            with self._changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
+            with self.heads.changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
                 pointer = store.get_pointer(session, catalog, namespace, name)
                 if not store.swap_pointer(
                     session, catalog, namespace, name, pointer.metadata_location, pointer.version, metadata_location
@@ -345,8 +322,7 @@ class MetadataService:
                 )
                 payload = {"metadata_location": metadata_location, "version": version, "registered": True, **details}
                 event = self.event(session, "table-committed", catalog, namespace, name, payload)
-            if self.heads is not None:
-                self.heads.wrote((catalog, namespace, name), (metadata_location, version))
+            self.heads.wrote((catalog, namespace, name), (metadata_location, version))
             self.publish([event])
             return LoadedTable(metadata_location, metadata)
         self.add_table(catalog, namespace, name, metadata_location, details, {"registered": True}, client=None)
@@ -354,14 +330,13 @@ class MetadataService:
 
     def drop_table(self, catalog: str, namespace: str, name: str, purge: bool) -> None:
         spec = self.catalog(catalog)
-        with self._changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
+        with self.heads.changing((catalog, namespace, name)), self.db.write(any_node=True) as session:
             pointer = store.drop_pointer(session, catalog, namespace, name)
             location = pointer.metadata_location
             event = self.event(
                 session, "table-dropped", catalog, namespace, name, {"metadata_location": location, "purge": purge}
             )
-        if self.heads is not None:
-            self.heads.wrote((catalog, namespace, name), None)
+        self.heads.wrote((catalog, namespace, name), None)
         self.publish([event])
         if purge:  # after the answer: the table is gone for clients at once, its files follow
             self._purges.submit(self._purge, spec, location)
@@ -390,7 +365,7 @@ class MetadataService:
         self.catalog(catalog)
         check_object_name("destination.name", target[1])
         keys = ((catalog, *source), (catalog, *target))
-        with self._changing(*keys), self.db.write(any_node=True) as session:
+        with self.heads.changing(*keys), self.db.write(any_node=True) as session:
             store.rename_pointer(session, catalog, source, target)
             event = self.event(
                 session,
@@ -400,7 +375,6 @@ class MetadataService:
                 target[1],
                 {"from": {"namespace": store.levels(source[0]), "table": source[1]}},
             )
-        if self.heads is not None:
-            self.heads.wrote(keys[0], None)
-            self.heads.forget(keys[1])  # the row moved with its head: read under its new name when next asked for
+        self.heads.wrote(keys[0], None)
+        self.heads.forget(keys[1])  # the row moved with its head: read under its new name when next asked for
         self.publish([event])

@@ -100,12 +100,12 @@ class TableCommits:
         self.service = service
 
     @property
-    def heads(self) -> TableHeads | None:
+    def heads(self) -> TableHeads:
         """The heads this node knows (services/table_heads.py). A node that is not one of several stages a
         commit on the head it last swapped or read, without reading the pointer: the swap compares it with
         the row, so a head that moved meanwhile (a commit outside this process) only costs a lost swap, after
         which the head is read. With several nodes committing to one table a known head would be stale as
-        often as not: there (None) every attempt reads the pointer."""
+        often as not: there none is kept, and every attempt reads the pointer."""
         return self.service.heads
 
     def commit_table(
@@ -161,7 +161,8 @@ class TableCommits:
                 self.service.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
             except CommitStateUnknown:  # the pointer may name the files now: they stay (orphan cleanup knows)
-                self._forget_heads(spec.name, changes)
+                for change in changes:
+                    self.heads.forget((spec.name, change.namespace, change.name))
                 what = ", ".join(f"{'.'.join(store.levels(c.namespace))}.{c.name}" for c in changes)
                 log.error("commit to %s in catalog %s: state unknown, its files kept", what, spec.name)
                 raise
@@ -173,40 +174,25 @@ class TableCommits:
                     self.service.files.written(
                         entry.location, entry.metadata, entry.text, replaced=entry.expected or None
                     )
-                    self._know(
-                        (spec.name, entry.change.namespace, entry.change.name), entry.location, entry.version + 1
-                    )
+                    key = (spec.name, entry.change.namespace, entry.change.name)
+                    self.heads.wrote(key, (entry.location, entry.version + 1))
             self.service.publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
         raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {what}")
 
-    def _know(self, key: tuple[str, str, str], location: str, version: int) -> None:
-        if self.heads is not None:
-            self.heads.wrote(key, (location, version))
-
     def _head(self, key: tuple[str, str, str], known: bool) -> tuple[tuple[str, int], bool]:
         """The table's head, and whether it is the one this node knew (else it was read, and is known now)."""
-        heads = self.heads
-        head = heads.get(key) if known and heads is not None else None
-        if head is not None:
-            return head, True
-        stamp = heads.stamp() if heads is not None else 0
-        head = store.pointer_head(self.service.db, *key)
-        if heads is not None:
-            heads.learn(key, head, stamp)
-        return head, False
+        head = self.heads.get(key) if known else None
+        return (head, True) if head is not None else (self.heads.read(self.service.db, key), False)
 
     def _heads_moved(self, catalog: str, changes: Sequence[TableChange]) -> bool:
         """Whether a head known here is not its table's any more (the table's pointer read again): it is
         forgotten, and the commit checked again on the real one."""
-        heads = self.heads
-        if heads is None:
-            return False
         moved = False
         for change in changes:
             key = (catalog, change.namespace, change.name)
-            known = heads.get(key)
+            known = self.heads.get(key)
             if known is None:
                 continue
             try:
@@ -214,14 +200,9 @@ class TableCommits:
             except NoSuchTable:
                 head = None
             if head != known:
-                heads.forget(key)
+                self.heads.forget(key)
                 moved = True
         return moved
-
-    def _forget_heads(self, catalog: str, changes: Sequence[TableChange]) -> None:
-        if self.heads is not None:
-            for change in changes:
-                self.heads.forget((catalog, change.namespace, change.name))
 
     def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool, known: bool) -> _Staged:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "

@@ -136,16 +136,7 @@ class TableLoads:
         """As load_table_body from memory alone (the head this node keeps when it holds the database alone, else
         one indexed read of the pointer, awaited), or None when a metadata file would have to be read or
         credentials made: the REST route answers the hot case on its event loop, the rest in a thread."""
-        heads, key = self.service.heads, (catalog, namespace, name)
-        kept = heads.get(key) if heads is not None and heads.authoritative else None
-        if kept is not None:
-            location = kept[0]
-        else:
-            stamp = 0 if heads is None else heads.stamp()
-            head = await store.pointer_head_async(self.service.db, catalog, namespace, name)
-            if heads is not None:
-                heads.learn(key, head, stamp)
-            location = head[0]
+        location = (await self.service.heads.current_async(self.service.db, (catalog, namespace, name)))[0]
         return self._load_answer(
             catalog, namespace, name, snapshots, if_none_match, delegation, read=False, location=location
         )
