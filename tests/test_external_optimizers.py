@@ -223,13 +223,15 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
             assert checksum(spark, table) == before[table]
         assert_tasks_ran_on_executors(optimizer)
 
-        # a worker dies while a rewrite runs on its executor: Spark runs the task again on the other one
+        # a worker dies while a rewrite runs on its executor: Spark runs the task again on the other one. The
+        # table is written with self-optimizing off: turned on while it is written, it was compacted piece by
+        # piece as it grew, each piece in a few seconds, often before the test looked for a busy executor
         spark.sql(
             f"CREATE TABLE local.db.big (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
-            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl', 'self-optimizing.enabled'='false')"
         )
-        # about 200 MB that does not compress: two rewrites of many seconds, one per executor, so the victim
-        # runs one when it dies even when the driver's view of its tasks (a listener) lags on a busy machine
+        # 16 files of about 7 MB that compress little: one rewrite of many seconds, so the victim still runs it
+        # when it dies even when the driver's view of its tasks (a listener) lags on a busy machine
         for i in range(8):
             rows = f"range({i * 150_000}, {(i + 1) * 150_000})"
             spark.sql(
@@ -237,6 +239,7 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
                 f"concat(uuid(), uuid(), uuid(), uuid(), uuid()) FROM {rows}"
             )
         big = checksum(spark, "local.db.big")
+        spark.sql("ALTER TABLE local.db.big SET TBLPROPERTIES ('self-optimizing.enabled'='true')")
         api.post("/catalogs/local/refresh")
 
         busy_since: dict[str, float] = {}
