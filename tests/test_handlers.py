@@ -220,3 +220,40 @@ def test_work_in_a_thread_sees_the_callers_context_and_outlives_its_cancellation
         assert events == ["work done", "caller unwound"]
 
     asyncio.run(main())
+
+
+def test_work_waiting_for_a_thread_still_runs_when_its_caller_is_cancelled() -> None:
+    """api/threads.in_thread: work that no thread has taken yet (every worker busy) is not dropped when its caller
+    is cancelled: it runs once a thread is free, and the caller unwinds after it, as it would under a running
+    one (a commit's turn, the audit log's record)."""
+    from lakewarden.api.threads import WORKERS
+
+    release = threading.Event()
+    busy = threading.Semaphore(0)
+    ran: list[str] = []
+
+    def blocker() -> None:
+        busy.release()
+        release.wait(10)
+
+    def work() -> str:
+        ran.append("work")
+        return "done"
+
+    async def main() -> None:
+        blockers = [asyncio.ensure_future(in_thread(blocker)) for _ in range(WORKERS)]
+        for _ in range(WORKERS):
+            while not busy.acquire(blocking=False):
+                await asyncio.sleep(0.005)
+        task = asyncio.ensure_future(in_thread(work))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        assert not task.done() and ran == []  # waiting for a thread, and for its work after that
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ran == ["work"]
+        await asyncio.gather(*blockers)
+
+    asyncio.run(main())

@@ -65,54 +65,46 @@ class CommitQueue:
         self.max_waiting_per_table = max_waiting_per_table
         self.max_waiting = max_waiting
         self.max_wait = max_wait_seconds
-        self._lines: dict[Any, deque[asyncio.Future[None]]] = {}  # per table: the one served, then those waiting
+        # per table: the one served (None if it took its turn at once), then the tickets of those waiting
+        self._lines: dict[Any, deque[asyncio.Future[None] | None]] = {}
         self.waiting = 0
         self.refused = 0  # commits refused since start (the line was full, or they waited too long)
         self.served = 0
         self._clock = clock
         self._pressure: dict[Any, _Pressure] = {}
 
-    @asynccontextmanager
-    async def turn(self, key: Any) -> AsyncIterator[None]:
-        """Wait for this table's turn (first come, first served); raises Overloaded when the line is full or the
-        wait is over before the turn came."""
-        if not self.enabled:
-            yield
-            return
-        line = self._lines.setdefault(key, deque())
+    def turn(self, key: Any) -> _Turn:
+        """This table's turn, to hold in `async with`: waited for first come, first served; raises Overloaded
+        when the line is full or the wait is over before the turn came."""
+        return _Turn(self, key)
+
+    async def _wait(self, key: Any, line: deque[asyncio.Future[None] | None]) -> None:
+        """Wait in the table's line for the turn (another commit holds it)."""
+        if self.full(key):
+            raise Overloaded(
+                f"too many commits are waiting for {_name(key)} ({len(line) - 1} on it, {self.waiting} in all): "
+                "try again shortly",
+                retry_after_seconds=self.refuse(key),
+            )
         ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not line:
-            ticket.set_result(None)
-            line.append(ticket)
-        else:
-            if self.full(key):
-                raise Overloaded(
-                    f"too many commits are waiting for {_name(key)} ({len(line) - 1} on it, {self.waiting} in all): "
-                    "try again shortly",
-                    retry_after_seconds=self.refuse(key),
-                )
-            line.append(ticket)
-            self.waiting += 1
-            try:
-                await asyncio.wait_for(asyncio.shield(ticket), self.max_wait)
-            except BaseException as exc:  # the wait is over, or the client went away
-                if not ticket.done():  # leave the line: nobody's turn is skipped
-                    line.remove(ticket)
-                    if isinstance(exc, TimeoutError):
-                        raise Overloaded(
-                            f"the commit waited {self.max_wait:g}s for its turn on {_name(key)}: try again shortly",
-                            retry_after_seconds=self.refuse(key),
-                        ) from None
-                    raise
-                if not isinstance(exc, TimeoutError):  # gone just as its turn came: pass the turn on
-                    self._release(key, line)
-                    raise
-            finally:
-                self.waiting -= 1
+        line.append(ticket)
+        self.waiting += 1
         try:
-            yield
+            await asyncio.wait_for(asyncio.shield(ticket), self.max_wait)
+        except BaseException as exc:  # the wait is over, or the client went away
+            if not ticket.done():  # leave the line: nobody's turn is skipped
+                line.remove(ticket)
+                if isinstance(exc, TimeoutError):
+                    raise Overloaded(
+                        f"the commit waited {self.max_wait:g}s for its turn on {_name(key)}: try again shortly",
+                        retry_after_seconds=self.refuse(key),
+                    ) from None
+                raise
+            if not isinstance(exc, TimeoutError):  # gone just as its turn came: pass the turn on
+                self._release(key, line)
+                raise
         finally:
-            self._release(key, line)
+            self.waiting -= 1
 
     def full(self, key: Any) -> bool:
         """Whether a commit to the table arriving now would be refused."""
@@ -148,12 +140,14 @@ class CommitQueue:
             pressure.second, pressure.refused, pressure.served = now, 0, 0
         return pressure
 
-    def _release(self, key: Any, line: deque[asyncio.Future[None]]) -> None:
+    def _release(self, key: Any, line: deque[asyncio.Future[None] | None]) -> None:
         line.popleft()
         self.served += 1
         self._now(key).served += 1
         if line:
-            line[0].set_result(None)
+            head = line[0]
+            assert head is not None  # only the first of a line takes its turn unticketed
+            head.set_result(None)
         else:
             del self._lines[key]
 
@@ -165,6 +159,32 @@ class CommitQueue:
             for key in sorted(set(keys), key=repr):
                 await stack.enter_async_context(self.turn(key))
             yield
+
+
+class _Turn:
+    """A table's turn (CommitQueue.turn): a commit to a table nobody commits to takes it at once, with no ticket
+    to wait on; the others wait in line."""
+
+    __slots__ = ("_key", "_line", "_queue")
+
+    def __init__(self, queue: CommitQueue, key: Any) -> None:
+        self._queue, self._key = queue, key
+        self._line: deque[asyncio.Future[None] | None] | None = None
+
+    async def __aenter__(self) -> None:
+        queue = self._queue
+        if not queue.enabled:
+            return
+        line = queue._lines.get(self._key)
+        if line is None:
+            queue._lines[self._key] = self._line = deque((None,))
+            return
+        await queue._wait(self._key, line)
+        self._line = line
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._line is not None:
+            self._queue._release(self._key, self._line)
 
 
 def _name(key: Any) -> str:
