@@ -222,6 +222,24 @@ def test_work_in_a_thread_sees_the_callers_context_and_outlives_its_cancellation
     asyncio.run(main())
 
 
+def test_work_in_a_thread_answers_its_failures_and_never_leaves_its_caller_waiting() -> None:
+    """api/threads.in_thread: the work's exception is raised to the caller as it is; a StopIteration, which an
+    asyncio future refuses (the caller would wait for ever), comes as a RuntimeError caused by it."""
+
+    def fails(kind: type[Exception]) -> None:
+        raise kind("from the thread")
+
+    async def main() -> None:
+        with pytest.raises(KeyError, match="from the thread"):
+            await asyncio.wait_for(in_thread(fails, KeyError), 5)
+        with pytest.raises(RuntimeError, match="StopIteration") as raised:
+            await asyncio.wait_for(in_thread(fails, StopIteration), 5)
+        assert isinstance(raised.value.__cause__, StopIteration)
+        assert await asyncio.wait_for(in_thread(lambda: 42), 5) == 42
+
+    asyncio.run(main())
+
+
 def test_work_waiting_for_a_thread_still_runs_when_its_caller_is_cancelled() -> None:
     """api/threads.in_thread: work that no thread has taken yet (every worker busy) is not dropped when its caller
     is cancelled: it runs once a thread is free, and the caller unwinds after it, as it would under a running

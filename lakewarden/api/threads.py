@@ -62,10 +62,18 @@ def _hand_back(loop: asyncio.AbstractEventLoop, answer: asyncio.Future[T], done:
 
 
 def _settle(answer: asyncio.Future[T], done: Future[T]) -> None:
+    """On the loop: the outcome set on the future the caller awaits (unless the caller is gone)."""
     if answer.cancelled():
+        return
+    if done.cancelled():  # the pool was shut down with the work still waiting for a thread
+        answer.cancel()
         return
     failure = done.exception()
     if failure is None:
         answer.set_result(done.result())
+    elif isinstance(failure, StopIteration):  # a future refuses it (as a coroutine would end on it): PEP 479's way
+        error = RuntimeError(f"the work raised StopIteration: {failure!r}")
+        error.__cause__ = failure
+        answer.set_exception(error)
     else:
         answer.set_exception(failure)
