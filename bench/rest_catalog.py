@@ -368,12 +368,11 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
         catalog.create_namespace("db")
         tables = [catalog.create_table(f"db.t{i}", SCHEMA) for i in range(args.clients)]
         prefix = "/iceberg/v1/bench/namespaces/db/tables"
-        for n in range(LOG_BOUND + 10):  # every table's metadata log at its bound, as a long-written table's
-            for t, table in enumerate(tables):
-                grown = httpx.post(
-                    f"{root}{prefix}/t{t}", json=commit_body(str(table.metadata.table_uuid), n), headers=headers
-                )
-                assert grown.status_code == 200, grown.text
+        with httpx.Client(base_url=f"{root}{prefix}", headers=headers) as http:
+            for n in range(LOG_BOUND + 10):  # every table's metadata log at its bound, as a long-written table's
+                for t, table in enumerate(tables):
+                    grown = http.post(f"/t{t}", json=commit_body(str(table.metadata.table_uuid), n))
+                    assert grown.status_code == 200, grown.text
         answer = httpx.get(f"{root}{prefix}/t0", headers=headers).content
         client = Client(root, prefix, headers, [str(t.metadata.table_uuid) for t in tables], tmp, args.seconds)
         pid = server_pid(str(tmp))
@@ -394,14 +393,9 @@ def measure_backend(args: argparse.Namespace, tmp: Path, backend: str, server: s
                             one[f"loads {label}"] = with_server_cpu(pid, partial(client.loads, connections))
                         one[f"floor: static body {label}"] = floor.loads(connections)
                         one[f"FastAPI: static body {label}"] = fastapi.loads(connections)
-                        commits = partial(
-                            flamed,
-                            flame and connections == 1,
-                            pid,
-                            args.seconds,
-                            f"{backend}_commits",
-                            partial(with_server_cpu, pid, partial(client.commits, connections)),
-                        )
+                        measure = partial(with_server_cpu, pid, partial(client.commits, connections))
+                        wanted = flame and connections == 1
+                        commits = partial(flamed, wanted, pid, args.seconds, f"{backend}_commits", measure)
                         if connections == 1:  # the floor's loop is sequential: it brackets the sequential commits
                             floor_loop = partial(cas_floor, pointer, metadata, directory)
                             one[f"commits {label}"], one["floor: compare-and-swap"] = bracketed(

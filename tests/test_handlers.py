@@ -19,7 +19,7 @@ from pydantic import AliasChoices, BaseModel, Field
 
 from lakewarden.api import errors
 from lakewarden.api.handlers import LeanRoute, Plan
-from lakewarden.api.threads import in_thread
+from lakewarden.api.threads import WORKERS, in_thread
 from lakewarden.domain.errors import Forbidden
 
 CALLS: list[str] = []
@@ -244,8 +244,6 @@ def test_work_waiting_for_a_thread_still_runs_when_its_caller_is_cancelled() -> 
     """api/threads.in_thread: work that no thread has taken yet (every worker busy) is not dropped when its caller
     is cancelled: it runs once a thread is free, and the caller unwinds after it, as it would under a running
     one (a commit's turn, the audit log's record)."""
-    from lakewarden.api.threads import WORKERS
-
     release = threading.Event()
     busy = threading.Semaphore(0)
     ran: list[str] = []

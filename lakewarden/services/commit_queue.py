@@ -78,6 +78,18 @@ class CommitQueue:
         when the line is full or the wait is over before the turn came."""
         return _Turn(self, key)
 
+    async def _take(self, key: Any) -> deque[asyncio.Future[None] | None] | None:
+        """The table's turn taken (at once when nobody commits to it, else after waiting in its line); its line,
+        to release the turn on, or None when the queue is off."""
+        if not self.enabled:
+            return None
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = deque((None,))
+        else:
+            await self._wait(key, line)
+        return line
+
     async def _wait(self, key: Any, line: deque[asyncio.Future[None] | None]) -> None:
         """Wait in the table's line for the turn (another commit holds it)."""
         if self.full(key):
@@ -172,15 +184,7 @@ class _Turn:
         self._line: deque[asyncio.Future[None] | None] | None = None
 
     async def __aenter__(self) -> None:
-        queue = self._queue
-        if not queue.enabled:
-            return
-        line = queue._lines.get(self._key)
-        if line is None:
-            queue._lines[self._key] = self._line = deque((None,))
-            return
-        await queue._wait(self._key, line)
-        self._line = line
+        self._line = await self._queue._take(self._key)
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._line is not None:
