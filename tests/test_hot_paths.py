@@ -4,10 +4,14 @@ the system database's single-row reads, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +28,10 @@ from starlette.routing import Match
 from lakewarden.api.app import create_app
 from lakewarden.api.routes.iceberg_rest import CommitTable
 from lakewarden.api.routing import PrefixRouter, RouteIndex
-from lakewarden.domain.errors import NoSuchTable
+from lakewarden.domain.errors import CommitFailed, NoSuchTable, WouldWait
+from lakewarden.services import metadata_files, table_commits
 from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.table_commits import TableCommits
 from lakewarden.store import metadata as store
 from lakewarden.store.commit_statement import swap_and_record
 from lakewarden.store.database import Database
@@ -592,3 +598,104 @@ def test_nodes_of_a_cluster_read_the_head_at_every_commit(tmp_path: Path) -> Non
     heads.wrote(key, ("/m.json", 1))
     heads.learn(key, ("/m.json", 1), heads.stamp())
     assert heads.get(key) is None and not heads.keeping
+
+
+def test_a_commit_that_cannot_wait_is_made_on_the_event_loop_and_any_other_in_a_thread(
+    client: TestClient, table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite with local files, a commit on a kept version whose requirements hold is made by the event loop
+    itself (TableCommits.commit_table without `wait`). Whatever would make it wait is found before it has any
+    effect, and the commit is made in a worker thread instead: another writer of this process or of another one
+    at work, a version not kept or too large, a requirement that fails (the conflict strategy's work), PostgreSQL.
+    Each commit writes one metadata file and one event, however it went."""
+    context = client.app.state.context  # type: ignore[attr-defined]
+    db: Database = context.db
+    url = "/iceberg/v1/lake/namespaces/db/tables/t"
+    files = Path(table["metadata"]["location"]) / "metadata"
+    published: list[dict[str, Any]] = []
+    context.metadata.subscribe(published.append)
+    made: list[tuple[str, str]] = []
+    commit_table = TableCommits.commit_table
+
+    def recorded(commits: TableCommits, *args: Any) -> Any:
+        where = "thread" if threading.current_thread().name.startswith("lakewarden-request") else "loop"
+        try:
+            answer = commit_table(commits, *args)
+        except WouldWait:
+            made.append((where, "would wait"))
+            raise
+        except CommitFailed:
+            made.append((where, "refused"))
+            raise
+        made.append((where, "made"))
+        return answer
+
+    monkeypatch.setattr(TableCommits, "commit_table", recorded)
+    versions = 0
+
+    def commit(value: str, **body: Any) -> Any:
+        nonlocal versions
+        made.clear()
+        answer = client.post(url, json={"updates": [{"action": "set-properties", "updates": {"k": value}}], **body})
+        if answer.status_code == 200:
+            versions += 1
+            assert answer.json()["metadata"]["properties"]["k"] == value
+        assert store.pointer_head(db, "lake", "db", "t")[1] == versions
+        assert len(list(files.glob("*.metadata.json"))) == versions + 1  # nothing staged and left behind
+        assert len(published) == versions
+        return answer
+
+    in_a_thread = [("loop", "would wait"), ("thread", "made")]
+    assert commit("1").status_code == 200
+    if db.driver.in_process:
+        assert made == [("loop", "made")]
+    else:  # PostgreSQL: found before anything was staged
+        assert made == in_a_thread
+        return
+
+    def held(lock: Any, seconds: float = 0.3) -> threading.Thread:
+        """A thread holding `lock` (a context manager) for `seconds`, started once it holds it."""
+        holding = threading.Event()
+
+        def hold() -> None:
+            with lock:
+                holding.set()
+                time.sleep(seconds)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(5)
+        return holder
+
+    # another writer of this process: its lock is taken when the loop's swap would take it
+    holder = held(db._write_lock)
+    assert commit("2").status_code == 200 and made == in_a_thread
+    holder.join()
+
+    # another process writes: SQLite's lock is taken
+    @contextlib.contextmanager
+    def other_process() -> Iterator[None]:
+        other = sqlite3.connect(str(db.engine.url.database), isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.execute("COMMIT")
+            other.close()
+
+    holder = held(other_process())
+    assert commit("3").status_code == 200 and made == in_a_thread
+    holder.join()
+    assert commit("4").status_code == 200 and made == [("loop", "made")]  # and the loop's writer works again
+
+    # the version is not kept (read and parsed in the thread), or too large to stage on the loop
+    context.metadata.files.lru.clear()
+    assert commit("5").status_code == 200 and made == in_a_thread
+    monkeypatch.setattr(table_commits, "LOOP_JSON_BYTES", 100)
+    assert commit("6").status_code == 200 and made == in_a_thread
+    monkeypatch.setattr(table_commits, "LOOP_JSON_BYTES", metadata_files.LOOP_JSON_BYTES)
+    # a requirement that fails: refused in the thread (where a conflict strategy may rebase it)
+    stale = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 1}]
+    assert commit("7", requirements=stale).status_code == 409
+    assert made == [("loop", "would wait"), ("thread", "refused")]
+    assert commit("8").status_code == 200 and made == [("loop", "made")]

@@ -37,6 +37,10 @@ def test_sized_lru_evicts_the_least_recently_used_past_its_bytes() -> None:
     assert lru.bytes == 50 and lru.get("a") == "A2"
     assert lru.get("b") is None
     assert (lru.hits, lru.misses) == (4, 1)
+    # a peek gives the weight too, is no lookup, and leaves the order alone: c stays the least recently used
+    assert lru.peek("c") == ("C", 40) and lru.peek("b") is None and (lru.hits, lru.misses) == (4, 1)
+    lru.put("d", "D", 60)
+    assert "c" not in lru and lru.peek("a") == ("A2", 10)
     with pytest.raises(ValueError):
         SizedLRU(0)
 

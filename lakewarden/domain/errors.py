@@ -121,6 +121,12 @@ class CommitFailed(Conflict):
     """A requirement of the commit does not hold against the table's current metadata."""
 
 
+class WouldWait(Exception):
+    """Work asked to run without waiting (on the event loop) would have to wait: for a lock, another writer, a
+    file or database across a network, work too large to hold the loop for. Nothing was left behind; the caller
+    runs it again where waiting is allowed (a worker thread)."""
+
+
 # ---- processes
 
 

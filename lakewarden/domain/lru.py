@@ -36,6 +36,11 @@ class SizedLRU(Generic[K, V]):
             self.hits += 1
             return item[0]
 
+    def peek(self, key: K) -> tuple[V, int] | None:
+        """The key's value and weight, if it is kept, neither counted as a lookup nor making it recently used."""
+        with self._lock:
+            return self._items.get(key)
+
     def __contains__(self, key: K) -> bool:
         """Whether the key is kept, neither counted as a lookup nor making it recently used."""
         with self._lock:

@@ -20,11 +20,15 @@ from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
+from lakewarden.domain.errors import WouldWait
 from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.table_metadata import metadata_json, referenced_only
 
 DEFAULT_MAX_BYTES = 256 * 1024**2
 METADATA_BYTES_PER_JSON_BYTE = 7  # a parsed TableMetadata, per byte of its JSON (6.0-6.5 measured)
+# the largest metadata (its JSON) a commit is staged on by the event loop (TableCommits.commit_table without
+# `wait`): its serialisation, the largest part, takes about a millisecond at this size
+LOOP_JSON_BYTES = 256 * 1024
 NO_CONFIG = b', "config": {}}'  # the end of a loadTable body that tells the client nothing more
 REFS = "#snapshots=refs"  # the cache key's suffix of a body with the referenced snapshots only
 
@@ -35,7 +39,14 @@ class MetadataFiles:
         # its bytes, hits, misses and evictions are the metrics'
         self.lru: SizedLRU[tuple[str, str], object] = SizedLRU(max_bytes)
 
-    def read(self, io: FileIO, location: str) -> TableMetadata:
+    def read(self, io: FileIO, location: str, kept_at_most: int | None = None) -> TableMetadata:
+        """The metadata file at `location`, parsed. With `kept_at_most` (JSON bytes: the event loop's commits)
+        only a version kept here and about that size or smaller is given, else WouldWait: reading and parsing
+        a file, or staging a commit on a large one, is a worker thread's work."""
+        if kept_at_most is not None:
+            kept = self.lru.peek(("metadata", location))
+            if kept is None or kept[1] > kept_at_most * (METADATA_BYTES_PER_JSON_BYTE + 1):
+                raise WouldWait("the table's metadata is not kept, or is large")
         cached = self.lru.get(("metadata", location))
         if cached is not None:
             return cast(TableMetadata, cached)

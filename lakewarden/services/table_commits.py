@@ -16,16 +16,18 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable
+from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable, WouldWait
 from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
 from lakewarden.metadata.table_metadata import (
     apply_updates,
     defines_table,
     describe_commit,
+    local_path,
     metadata_from_updates,
     write_metadata,
 )
+from lakewarden.services.metadata_files import LOOP_JSON_BYTES
 from lakewarden.services.table_heads import TableHeads
 from lakewarden.services.table_loads import LoadedTable
 from lakewarden.store import metadata as store
@@ -116,14 +118,28 @@ class TableCommits:
         requirements: Sequence[TableRequirement],
         updates: Sequence[TableUpdate],
         client: str | None = None,
+        wait: bool = True,
     ) -> LoadedTable:
         """One table's commit: its requirements checked under the table's conflict strategy (a staged
-        create when they assert one), then the pointer swapped by compare-and-swap."""
+        create when they assert one), then the pointer swapped by compare-and-swap.
+
+        Without `wait` it is made only if nothing in it can wait: the event loop's commit (the REST catalog's
+        route), which saves the hop to a worker thread and back. Under Python's global lock a thread runs the
+        commit no sooner, and each hand-off between threads costs this machine more than a tenth of the commit
+        (BENCHMARKS, session 29). That is a commit on SQLite and local files, staged on a cached version of at
+        most about LOOP_JSON_BYTES of JSON whose requirements hold (no rebase, no manifest read), with no other
+        writer of the database at work. Anything else raises WouldWait before any effect: the caller makes it
+        again in a thread, where it may wait."""
+        if not wait and not self.service.db.driver.in_process:
+            raise WouldWait("the system database is across a network")
         spec = self.service.catalog(catalog)
         if any(isinstance(r, AssertCreate) for r in requirements):
+            if not wait:
+                raise WouldWait("a staged create writes through a session")
             return self._commit_create(spec, namespace, name, updates, client)
+        change = TableChange(namespace, name, requirements, updates)
         try:
-            (staged,) = self._commit(spec, [TableChange(namespace, name, requirements, updates)], client, single=True)
+            (staged,) = self._commit(spec, [change], client, single=True, wait=wait)
         except CommitFailed as exc:
             log.info("commit to %s.%s.%s refused (%s): %s", catalog, namespace, name, client or "a client", exc)
             raise
@@ -135,7 +151,7 @@ class TableCommits:
         self._commit(self.service.catalog(catalog), changes, client, single=False)
 
     def _commit(
-        self, spec: CatalogSpec, changes: Sequence[TableChange], client: str | None, single: bool
+        self, spec: CatalogSpec, changes: Sequence[TableChange], client: str | None, single: bool, wait: bool = True
     ) -> list[_Staged]:
         """The commit loop of every commit: stage each change on its table's current metadata (requirements
         checked, updates applied, the new metadata file written), then swap every pointer in one
@@ -147,7 +163,7 @@ class TableCommits:
             staged: list[_Staged] = []
             try:
                 for change in changes:
-                    staged.append(self._stage(spec, io, change, single, known))
+                    staged.append(self._stage(spec, io, change, single, known, wait))
             except Exception:
                 self.service.files.discard(io, [path for entry in staged for path in entry.files])
                 if known and self._heads_moved(spec.name, changes):
@@ -156,7 +172,7 @@ class TableCommits:
             if any(entry.known and not entry.changed for entry in staged) and self._heads_moved(spec.name, changes):
                 continue  # a change that changes nothing answers with the table's current metadata: make sure
             try:
-                events = self._swap_all(spec.name, staged, client)
+                events = self._swap_all(spec.name, staged, client, wait)
             except _SwapLost:  # another commit won a swap: drop our files, check again, try again
                 self.service.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
@@ -204,7 +220,9 @@ class TableCommits:
                 moved = True
         return moved
 
-    def _stage(self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool, known: bool) -> _Staged:
+    def _stage(
+        self, spec: CatalogSpec, io: FileIO, change: TableChange, single: bool, known: bool, wait: bool = True
+    ) -> _Staged:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
         if any(isinstance(r, AssertCreate) for r in change.requirements):  # a staged create in a transaction
             metadata = self._created(spec, change.updates, label)
@@ -212,8 +230,16 @@ class TableCommits:
             text = write_metadata(io, location, metadata)
             return _Staged(change, "", CREATES, metadata, change.updates, metadata, location, text, [location])
         (expected, version), was_known = self._head((spec.name, change.namespace, change.name), known)
-        base = self.service.files.read(io, expected)
-        applied, written = checked_updates(io, base, change.requirements, change.updates, single, label)
+        base = self.service.files.read(io, expected, LOOP_JSON_BYTES if not wait else None)
+        if not wait and local_path(base.location) is None:
+            raise WouldWait("the table's files are across a network")
+        try:
+            # without `wait` a requirement that fails is not rebased here (that reads and writes manifests)
+            applied, written = checked_updates(io, base, change.requirements, change.updates, single and wait, label)
+        except CommitFailed as exc:
+            if wait:
+                raise
+            raise WouldWait("a requirement fails: the conflict strategy decides, in a thread") from exc
         try:
             metadata = apply_updates(base, applied, metadata_location=expected)
         except (ValueError, KeyError) as exc:
@@ -230,6 +256,8 @@ class TableCommits:
             self.service.files.discard(io, written)
             raise
         location = self.service.files.new_location(metadata, version + 1)
+        if not wait and local_path(location) is None:  # moved by the updates
+            raise WouldWait("the metadata file is written across a network")
         text = write_metadata(io, location, metadata)
         return _Staged(
             change,
@@ -267,7 +295,9 @@ class TableCommits:
         confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         return metadata
 
-    def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None) -> list[dict[str, Any]]:
+    def _swap_all(
+        self, catalog: str, staged: Sequence[_Staged], client: str | None, wait: bool = True
+    ) -> list[dict[str, Any]]:
         """Every staged pointer swapped, with its timeline entry and event, in one transaction (a single table's
         commit in the fewest steps: one statement on PostgreSQL, a transaction on SQLite's driver alone;
         store/commit_statement.py)."""
@@ -276,7 +306,7 @@ class TableCommits:
             key = (catalog, entry.change.namespace, entry.change.name)
             details = describe_commit(entry.base, entry.metadata, entry.applied)
             event = swap_and_record(
-                self.service.db, key, entry.expected, entry.version, entry.location, client, details
+                self.service.db, key, entry.expected, entry.version, entry.location, client, details, wait
             )
             if event is None:
                 raise _SwapLost

@@ -32,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.dml import Insert, Update
 
+from lakewarden.domain.errors import WouldWait
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.metadata import EVENTS_CHANNEL, event
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow
@@ -147,9 +148,11 @@ def swap_and_record(
     new: str,
     client: str | None,
     details: dict[str, Any],
+    wait: bool = True,
 ) -> dict[str, Any] | None:
     """A single table's commit: the event it wrote, to publish, or None when another commit won the swap
-    (nothing was written). `details`: the timeline entry's fields."""
+    (nothing was written). `details`: the timeline entry's fields. Without `wait` it runs only where it cannot
+    wait (SQLite, Driver.write), and raises WouldWait having written nothing otherwise."""
     catalog, namespace, table = key
     now = utcnow()
     payload = {"metadata_location": new, "version": version + 1, **details}
@@ -164,13 +167,15 @@ def swap_and_record(
     arguments |= {"v_snapshot": details["snapshot_id"], "v_parent": details["parent_snapshot_id"]}
     arguments |= {"v_summary": details["summary"]}
     if db.driver.one_statements:
+        if not wait:
+            raise WouldWait("a PostgreSQL statement waits for its round trip")
         row = db.driver.one_statement(_swap_and_record_statement(), arguments)
         if row is None:
             return None
         event_id = row[0]
     else:
         swap, timeline, announce = _driver_statements()
-        with db.driver.write() as transaction:
+        with db.driver.write(wait) as transaction:
             if transaction.execute(swap, arguments).rowcount != 1:
                 transaction.abort()  # another commit won: nothing is written
                 return None

@@ -8,10 +8,12 @@ processors), so a call costs the driver's own work and little more. The rest of 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from typing import cast as typed
 
 from sqlalchemy import Engine, Select
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
@@ -19,6 +21,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.base import Executable
 
+from lakewarden.domain.errors import WouldWait
 from lakewarden.store.async_reads import AsyncReads
 from lakewarden.store.failures import answer_lost, state_unknown
 
@@ -58,6 +61,7 @@ class Driver:
         self._write_lock = write_lock
         self._kept: Any = None  # first_row's own driver connection, out of the pool (see there)
         self._kept_lock = threading.Lock()
+        self._loop_writer: Any = None  # write's connection when it may not wait (SQLite), out of the pool
         self._shapes: dict[Any, tuple[str, list[str], dict[str, Any], bool]] = {}  # first_row's (_statement)
         # write's and one_statement's
         self._write_shapes: dict[Executable, tuple[str, list[tuple[str, Any]], dict[str, Any], bool]] = {}
@@ -100,6 +104,11 @@ class Driver:
         return await self._async_reads.first_row(sql, arguments)
 
     @property
+    def in_process(self) -> bool:
+        """Whether the database is a file this process writes itself (SQLite): a statement waits for no network."""
+        return self.engine.dialect.name == "sqlite"
+
+    @property
     def one_statements(self) -> bool:
         """Whether one_statement runs here (PostgreSQL)."""
         return self._statements is not None
@@ -139,35 +148,66 @@ class Driver:
         return None if row is None else tuple(row)
 
     @contextmanager
-    def write(self) -> Iterator[DriverTransaction]:
+    def write(self, wait: bool = True) -> Iterator[DriverTransaction]:
         """SQLite only: a write transaction on the driver's connection itself (BEGIN IMMEDIATE ... COMMIT, under
         the writers' lock), for the hottest write, a single table's commit (store/commit_statement.py). Its
         statements are compiled once and their values converted by SQLAlchemy's own bind processors, so they
         write what the same statements through a Session would. Leaving the block commits, unless the
         transaction was aborted or the block raised (a rollback); a COMMIT that fails may have been applied
-        (CommitStateUnknown)."""
-        if self.engine.dialect.name != "sqlite":
+        (CommitStateUnknown).
+
+        Without `wait` (the event loop's commits, services/table_commits.py) it raises WouldWait, having begun
+        nothing, when another writer of this process or another process holds the database longer than Python's
+        switch interval (`sys.getswitchinterval()`, 0.5 ms in the server): as long as a thread running Python may
+        keep the loop waiting for the interpreter's lock anyway. It runs on a connection of its own, kept out of
+        the pool (checking one out and in was a tenth of a commit's time in the database)."""
+        if not self.in_process:
             raise RuntimeError("Driver.write is for SQLite")
-        with self._write_lock:
-            connection = self.engine.raw_connection()
-            try:
-                driver: Any = connection.dbapi_connection
-                driver.execute("BEGIN IMMEDIATE")
-                transaction = DriverTransaction(self, driver)
+        if wait:
+            with self._write_lock:
+                connection = self.engine.raw_connection()
                 try:
-                    yield transaction
-                except BaseException:
-                    driver.execute("ROLLBACK")
-                    raise
-                if transaction.aborted:
-                    driver.execute("ROLLBACK")
-                    return
-                try:
-                    driver.execute("COMMIT")
-                except self.engine.dialect.loaded_dbapi.Error as exc:
-                    raise state_unknown(exc, "A COMMIT") from exc
-            finally:
-                connection.close()  # back to the pool
+                    with self._transaction(connection.dbapi_connection, wait=True) as transaction:
+                        yield transaction
+                finally:
+                    connection.close()  # back to the pool
+            return
+        lock = typed(threading.Lock, self._write_lock)
+        if not lock.acquire(timeout=sys.getswitchinterval()):
+            raise WouldWait("another writer of this process holds the system database")
+        try:
+            if self._loop_writer is None:
+                self._loop_writer = self.engine.raw_connection()
+                busy_ms = max(1, round(sys.getswitchinterval() * 1000))  # SQLite's busy handler waits that long
+                self._loop_writer.dbapi_connection.execute(f"PRAGMA busy_timeout={busy_ms}")
+            with self._transaction(self._loop_writer.dbapi_connection, wait=False) as transaction:
+                yield transaction
+        finally:
+            lock.release()
+
+    @contextmanager
+    def _transaction(self, driver: Any, wait: bool) -> Iterator[DriverTransaction]:
+        """Driver.write's transaction on the SQLite connection `driver`."""
+        errors = self.engine.dialect.loaded_dbapi.Error
+        try:
+            driver.execute("BEGIN IMMEDIATE")
+        except errors as exc:
+            if not wait and ("locked" in str(exc) or "busy" in str(exc)):  # another process writes
+                raise WouldWait(f"the system database is busy: {exc}") from exc
+            raise
+        transaction = DriverTransaction(self, driver)
+        try:
+            yield transaction
+        except BaseException:
+            driver.execute("ROLLBACK")
+            raise
+        if transaction.aborted:
+            driver.execute("ROLLBACK")
+            return
+        try:
+            driver.execute("COMMIT")
+        except errors as exc:
+            raise state_unknown(exc, "A COMMIT") from exc
 
     def _driver_arguments(self, statement: Executable, params: dict[str, Any]) -> tuple[str, Any]:
         """A write statement compiled once for this database, and its arguments in the driver's form (SQLite's are
@@ -260,5 +300,9 @@ class Driver:
             if self._kept is not None:
                 self._kept.close()
                 self._kept = None
+        with self._write_lock:
+            if self._loop_writer is not None:
+                self._loop_writer.close()
+                self._loop_writer = None
         if self._single_reads is not self.engine:
             self._single_reads.dispose()

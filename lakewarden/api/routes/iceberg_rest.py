@@ -24,7 +24,15 @@ from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.api.schemas import ClientBody
 from lakewarden.api.threads import in_thread
-from lakewarden.domain.errors import Forbidden, InvalidField, NoSuchTable, NoSuchWarehouse, Unprocessable, Unsupported
+from lakewarden.domain.errors import (
+    Forbidden,
+    InvalidField,
+    NoSuchTable,
+    NoSuchWarehouse,
+    Unprocessable,
+    Unsupported,
+    WouldWait,
+)
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
 from lakewarden.services.metadata_service import MetadataService
@@ -359,17 +367,23 @@ async def commit_table(
     request: Request,
     user_agent: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """The table's turn is taken on the event loop (services/commit_queue.py), then the commit runs on a worker
-    thread."""
+    """The table's turn is taken on the event loop (services/commit_queue.py), then the commit is made there if
+    nothing in it can wait (TableCommits.commit_table), else on a worker thread."""
     client = request.headers.get("x-client-version") or user_agent
     ns = _ns(namespace)
     async with svc.queue.turn((prefix, *store.levels(ns), table)):
-        answer = await in_thread(_commit, svc, prefix, ns, table, body, client)
+        try:
+            answer = _commit(svc, prefix, ns, table, body, client, wait=False)
+        except WouldWait:
+            answer = await in_thread(_commit, svc, prefix, ns, table, body, client)
     return Response(answer, media_type="application/json")
 
 
-def _commit(svc: MetadataService, prefix: str, ns: str, table: str, body: CommitTable, client: str | None) -> bytes:
-    return svc.response_body(svc.commits.commit_table(prefix, ns, table, body.requirements, body.updates, client))
+def _commit(
+    svc: MetadataService, prefix: str, ns: str, table: str, body: CommitTable, client: str | None, wait: bool = True
+) -> bytes:
+    loaded = svc.commits.commit_table(prefix, ns, table, body.requirements, body.updates, client, wait)
+    return svc.response_body(loaded)
 
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
