@@ -23,9 +23,11 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pyiceberg.table.update import SetPropertiesUpdate
 from sqlalchemy import event, text
+from starlette.responses import Response
 from starlette.routing import Match
 
 from lakewarden.api.app import create_app
+from lakewarden.api.responses import JSONBytes
 from lakewarden.api.routes.iceberg_rest import CommitTable
 from lakewarden.api.routing import PrefixRouter, RouteIndex
 from lakewarden.domain.errors import CommitFailed, NoSuchTable, WouldWait
@@ -699,3 +701,14 @@ def test_a_commit_that_cannot_wait_is_made_on_the_event_loop_and_any_other_in_a_
     assert commit("7", requirements=stale).status_code == 409
     assert made == [("loop", "would wait"), ("thread", "refused")]
     assert commit("8").status_code == 200 and made == [("loop", "made")]
+
+
+@pytest.mark.parametrize("etag", [None, '"abc"'])
+def test_an_answer_of_json_bytes_sends_the_headers_starlettes_response_sends(etag: str | None) -> None:
+    """JSONBytes makes its headers in one step: the same ones, in the same order, as Starlette's Response."""
+    body = b'{"metadata-location": "x"}'
+    starlette = Response(body, media_type="application/json", headers=None if etag is None else {"ETag": etag})
+    ours = JSONBytes(body, etag)
+    assert ours.raw_headers == starlette.raw_headers
+    assert (ours.status_code, ours.body, ours.background) == (200, body, None)
+    assert ours.headers["content-length"] == str(len(body))

@@ -22,6 +22,7 @@ from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import LIFETIME_ISO
+from lakewarden.api.responses import JSONBytes
 from lakewarden.api.schemas import ClientBody
 from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import (
@@ -171,8 +172,10 @@ VENDED_CREDENTIALS = "vended-credentials"
 def delegation(request: Request, me: Principal, prefix: str, namespace: str, table: str) -> Delegation | None:
     """The client's ask for vended credentials (a comma-separated list of mechanisms; remote signing is not
     offered), with what the caller may do to the table: read-only credentials for a reader."""
-    asked = request.headers.get(DELEGATION_HEADER, "")
-    if VENDED_CREDENTIALS not in (m.strip().lower() for m in asked.split(",")):
+    headers = request.headers
+    if DELEGATION_HEADER not in headers:  # (not `get`: Starlette's raises and catches a KeyError for a header not sent)
+        return None
+    if VENDED_CREDENTIALS not in (m.strip().lower() for m in headers[DELEGATION_HEADER].split(",")):
         return None
     return _delegation_of(me, prefix, namespace, table)
 
@@ -347,7 +350,7 @@ async def load_table(
     etag, body = answer
     if body is None:
         return Response(status_code=304, headers={"ETag": etag})
-    return Response(body, media_type="application/json", headers={"ETag": etag})
+    return JSONBytes(body, etag)
 
 
 @router.head("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
@@ -376,7 +379,7 @@ async def commit_table(
             answer = _commit(svc, prefix, ns, table, body, client, wait=False)
         except WouldWait:
             answer = await in_thread(_commit, svc, prefix, ns, table, body, client)
-    return Response(answer, media_type="application/json")
+    return JSONBytes(answer)
 
 
 def _commit(
