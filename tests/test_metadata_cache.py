@@ -5,6 +5,7 @@ a long stream of commits does not pile up the versions it replaced."""
 from __future__ import annotations
 
 import gc
+import json
 import tracemalloc
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.table.metadata import TableMetadataUtil
 
 from lakewarden.api.context import ServerContext
-from lakewarden.services.metadata_files import METADATA_BYTES_PER_JSON_BYTE, MetadataFiles
+from lakewarden.services.metadata_files import METADATA_BYTES_PER_JSON_BYTE, NO_CONFIG, MetadataFiles
 from tests.conftest import make_config
 
 
@@ -54,6 +55,34 @@ def test_files_are_kept_within_the_bound(tmp_path: Path) -> None:
     assert files.read(io, locations[-1]) is files.read(io, locations[-1])  # kept: parsed once
     files.read(io, locations[0])  # evicted: read again, right
     assert files.lru.misses == 7
+
+
+def test_a_load_body_is_kept_whole_and_another_tail_replaces_its_end(tmp_path: Path) -> None:
+    """The body kept is the answer that tells the client nothing more, sent as it is (no copy per load); a
+    body with another tail (an S3 warehouse's config, vended credentials) is the same JSON object with it."""
+    catalog = SqlCatalog("m", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", pa.schema([("id", pa.int64())]))
+    location = table.metadata_location
+    files = MetadataFiles()
+    metadata = files.read(load_file_io({}, location), location)
+    assert files.cached_body(location) is None
+    body = files.response_body(location, metadata)
+    assert files.cached_body(location) is body and files.response_body(location, metadata) is body
+    answer = json.loads(body)
+    assert answer["metadata-location"] == location and answer["config"] == {}
+    assert answer["metadata"]["table-uuid"] == str(metadata.table_uuid)
+    tail = b', "config": {"s3.endpoint": "http://x"}, "storage-credentials": []}'
+    other = files.cached_body(location, tail=tail)
+    assert other is not None and json.loads(other) == {
+        **answer,
+        "config": {"s3.endpoint": "http://x"},
+        "storage-credentials": [],
+    }
+    refs = files.response_body(location, metadata, "refs", tail)  # its own body, kept beside
+    assert json.loads(refs)["config"] == {"s3.endpoint": "http://x"}
+    assert files.cached_body(location, "refs") == refs.replace(tail, NO_CONFIG)
+    assert files.lru.peek(("body", location)) == (body, len(body))  # weighed as what it holds
 
 
 def test_a_commit_stream_keeps_only_each_tables_current_metadata(tmp_path: Path) -> None:

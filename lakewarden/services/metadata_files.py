@@ -82,17 +82,20 @@ class MetadataFiles:
         if body is not None:
             return body
         if snapshots == "refs":
-            return self._remember_body(location, metadata_json(referenced_only(metadata)), REFS) + tail
-        return self._remember_body(location, metadata_json(metadata)) + tail
+            return _ending(self._remember_body(location, metadata_json(referenced_only(metadata)), REFS), tail)
+        return _ending(self._remember_body(location, metadata_json(metadata)), tail)
 
     def cached_body(self, location: str, snapshots: str = "all", tail: bytes = NO_CONFIG) -> bytes | None:
-        stem = self.lru.get(("body", location + (REFS if snapshots == "refs" else "")))
-        return stem + tail if isinstance(stem, bytes) else None
+        body = self.lru.get(("body", location + (REFS if snapshots == "refs" else "")))
+        return _ending(body, tail) if isinstance(body, bytes) else None
 
     def _remember_body(self, location: str, metadata_text: str, variant: str = "") -> bytes:
-        stem = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}'.encode()
-        self.lru.put(("body", location + variant), stem, len(stem))
-        return stem
+        """The body kept is whole, ending with NO_CONFIG: the answer itself when the client is told nothing more
+        (a local warehouse), sent as it is. Putting a body of 20 KB together for every load (a copy, an
+        allocation freed once it is sent) cost a tenth of a cached load's time on the event loop."""
+        body = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}'.encode() + NO_CONFIG
+        self.lru.put(("body", location + variant), body, len(body))
+        return body
 
     @staticmethod
     def new_location(metadata: TableMetadata, version: int) -> str:
@@ -103,3 +106,10 @@ class MetadataFiles:
         for location in locations:
             with contextlib.suppress(OSError):
                 io.delete(location)
+
+
+def _ending(body: bytes, tail: bytes) -> bytes:
+    """`body` (kept, ending with NO_CONFIG) with `tail` instead, in one copy when they differ."""
+    if tail == NO_CONFIG:
+        return body
+    return b"".join((memoryview(body)[: -len(NO_CONFIG)], tail))
