@@ -101,6 +101,20 @@ def test_every_route_needs_credentials_and_the_right_role(client: TestClient) ->
     assert checked > 45
 
 
+def test_the_authorization_header_must_name_the_bearer_scheme(client: TestClient) -> None:
+    """The scheme is matched in any case; another scheme, or none, is a 401 that says what is expected; the
+    first Authorization header sent is the one read."""
+    token = client.headers.pop("Authorization").partition(" ")[2]
+    assert client.get("/api/v1/tables", headers={"Authorization": f"bEaReR {token}"}).status_code == 200
+    for header in (f"Basic {token}", token, "Bearer ", "Bearer"):
+        refused = client.get("/api/v1/tables", headers={"Authorization": header})
+        assert refused.status_code == 401, header
+        assert "`Bearer <token>`" in refused.json()["error"]["message"], refused.text
+    twice = [("authorization", f"Bearer {token}"), ("authorization", "Bearer lw_nope_nope")]
+    assert client.get("/api/v1/tables", headers=twice).status_code == 200
+    assert client.get("/api/v1/tables", headers=twice[::-1]).status_code == 401
+
+
 def test_tokens_expire_and_are_revoked_and_logins_are_limited(client: TestClient) -> None:
     token = principal(client, "temp", "viewer")
     me = client.get("/api/v1/session", headers={"Authorization": f"Bearer {token}"}).json()
