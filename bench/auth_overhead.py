@@ -75,7 +75,7 @@ def check_cost(data_dir: str, token: str, jwt: str, calls: int = 20_000) -> dict
 
     from lakewarden.api.auth import authorize_catalog
     from lakewarden.config import load_config
-    from lakewarden.services.auth import AuthService
+    from lakewarden.services.access.auth import AuthService
     from lakewarden.store.database import Database
 
     config = load_config(Path(data_dir) / "lakewarden.yaml")

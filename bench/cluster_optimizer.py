@@ -34,7 +34,7 @@ from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
-from lakewarden.services.self_optimizing import plan_process
+from lakewarden.services.processes.self_optimizing import plan_process
 from lakewarden.spark.session import build_spark_session
 from tests.clusters import standalone_cluster
 from tests.servers import MAINTENANCE_OFF, started_server

@@ -34,7 +34,7 @@ from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
-from lakewarden.services.self_optimizing import plan_process
+from lakewarden.services.processes.self_optimizing import plan_process
 
 MB = 1024 * 1024
 DAY_MS = 86_400_000

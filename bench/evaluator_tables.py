@@ -39,16 +39,26 @@ from bench.common import append_snapshot, bar_chart, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config
 from lakewarden.metadata.table_metadata import new_metadata, write_metadata
-from lakewarden.services.evaluation import TableEvaluator, _config_hash
-from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.rest_catalog.credentials import CredentialVendor
+from lakewarden.services.rest_catalog.heads import TableHeads
+from lakewarden.services.rest_catalog.loads import TableLoads
+from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
+from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.services.tables.catalog_access import InternalTables
+from lakewarden.services.tables.evaluation import TableEvaluator, _config_hash
 from lakewarden.store import catalogs as catalog_store
-from lakewarden.store import metadata as pointer_store
+from lakewarden.store import rest_catalog as pointer_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import TableRuntimeRow
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "day", StringType(), required=False))
 SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="day"))
+
+
+def _internal(db: Database) -> InternalTables:
+    """The internal catalog's tables as the server's evaluator reads them, in process."""
+    return InternalTables(db, TableLoads(db, Warehouses(db), MetadataFiles(), TableHeads(), CredentialVendor()))
 
 
 def _commit(io: Any, location: str, metadata: Any, files: int, seed: int) -> tuple[Any, int]:
@@ -151,7 +161,7 @@ def main() -> None:
                 for part in pool.map(change, [(warehouse, picked[a:b], 4) for a, b in chunks(len(picked), 16)])
                 for c in part
             ]
-        with db.write() as session:  # what the metadata service's commit and event do to pointer and runtime
+        with db.write() as session:  # what a REST catalog commit and its event do to pointer and runtime
             for i, old, new, snapshot_id in changed:
                 name = f"t{i:05d}"
                 assert pointer_store.swap_pointer(session, "bench", "db", name, old, 0, new)
@@ -161,7 +171,7 @@ def main() -> None:
                 )
         print(f"committed to {len(changed):,} of them", flush=True)
 
-        evaluator = TableEvaluator(db, 3600, args.threads, 3600, metadata=MetadataService(db))
+        evaluator = TableEvaluator(db, 3600, args.threads, 3600, internal=_internal(db))
         evaluation_started = time.perf_counter()
         evaluator.run_once()
         seconds = time.perf_counter() - evaluation_started

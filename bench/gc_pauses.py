@@ -1,10 +1,10 @@
-"""The garbage collector's pauses as the manifest cache fills, with and without the heap keeper (lakewarden/heap.py),
+"""The garbage collector's pauses as the manifest cache fills, with and without the heap freezer (lakewarden/heap.py),
 side by side in one run.
 
 A table of `--files` data files (file metadata only, 1,000 a manifest, written by pyiceberg into a local SQL
 catalog) is planned the way the server's read-ahead fills its cache: every manifest parsed into one
 `ManifestCache`, the entries kept. Each variant runs in a fresh process that has imported the server and frozen
-its heap once, as a started server has; "keeper" also installs the heap keeper, as the server does. Every
+its heap once, as a started server has; "freezer" also installs the heap freezer, as the server does. Every
 collection is timed (`gc.callbacks`); reported: the longest pause, the number and total of full collections, and
 the time of one full collection with the cache full.
 
@@ -30,7 +30,7 @@ import gc, json, sys, time
 sys.path.insert(0, sys.argv[1])
 import lakewarden.server
 from lakewarden import heap
-from lakewarden.heap import HeapKeeper
+from lakewarden.heap import HeapFreezer
 from lakewarden.metadata.manifest_cache import ManifestCache
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -39,7 +39,7 @@ sys.setswitchinterval(0.0005)  # as the server sets it
 catalog = SqlCatalog("bench", uri=f"sqlite:///{sys.argv[2]}/catalog.db", warehouse=f"file://{sys.argv[2]}/warehouse")
 table = catalog.load_table("db.t")
 heap.freeze()
-keeper = HeapKeeper().install() if sys.argv[3] == "keeper" else None
+freezer = HeapFreezer().install() if sys.argv[3] == "freezer" else None
 pauses, started = [], {}
 
 def timed(phase, info):
@@ -63,7 +63,7 @@ print(json.dumps({
     "full_collections": len(full),
     "full_collections_ms": round(sum(full) * 1000, 1),
     "a_full_collection_now_ms": round(one * 1000, 1),
-    "freezes": keeper.freezes if keeper else 0,
+    "freezes": freezer.freezes if freezer else 0,
     "frozen_objects": gc.get_freeze_count(),
 }))
 """
@@ -90,16 +90,16 @@ def main() -> None:
         started = time.perf_counter()
         fill(Path(tmp), args.files)
         print(f"{args.files:,} files written in {time.perf_counter() - started:.0f} s")
-        for variant in ("frozen at start", "keeper"):
+        for variant in ("frozen at start", "freezer"):
             ran = subprocess.run(
-                [sys.executable, "-c", VARIANT, str(root), tmp, "keeper" if variant == "keeper" else "none"],
+                [sys.executable, "-c", VARIANT, str(root), tmp, "freezer" if variant == "freezer" else "none"],
                 capture_output=True,
                 text=True,
                 check=True,
             )
             results[variant] = json.loads(ran.stdout.strip().splitlines()[-1])
             print(f"{variant}: {results[variant]}")
-    before, after = results["frozen at start"], results["keeper"]
+    before, after = results["frozen at start"], results["freezer"]
     results["longest_pause_ratio"] = round(before["longest_pause_ms"] / max(after["longest_pause_ms"], 0.1), 1)
     print(
         f"longest pause {before['longest_pause_ms']} -> {after['longest_pause_ms']} ms "
@@ -110,7 +110,7 @@ def main() -> None:
     bar_chart(
         "gc_pauses",
         f"Longest collector pause while {args.files:,} files' manifests are cached",
-        {"frozen at start": before["longest_pause_ms"], "with the heap keeper": after["longest_pause_ms"]},
+        {"frozen at start": before["longest_pause_ms"], "with the heap freezer": after["longest_pause_ms"]},
         "ms",
     )
 

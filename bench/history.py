@@ -4,7 +4,7 @@ Two real servers (SQLite system databases) see the same simulated week of bookke
 a commit every `--commit-minutes` (a timeline entry and an event, as the REST catalog writes them), an
 expire-snapshots process every hour and a self-optimizing process with two tasks every two hours. The rows are
 written straight into each server's database (a week of real commits would take a week). One server prunes
-its history every simulated hour as its history keeper would (services/history.py, the default `ams.history`
+its history every simulated hour as its history pruner would (services/tables/history.py, the default `ams.history`
 retention, driven with the simulated clock); the other keeps everything. After each simulated day the bench
 measures both databases' size and the median latency of the API pages that read history: the process list,
 a table's timeline, the events after a recent id, the overview and the Prometheus metrics.
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import admin_token, line_charts, running_server, write
 from lakewarden.config import HistoryConfig
 from lakewarden.domain.states import ProcessStatus
-from lakewarden.services.history import HistoryKeeper
+from lakewarden.services.tables.history import HistoryPruner
 from lakewarden.store import processes as store
 from lakewarden.store.database import Database
 from lakewarden.store.models import CommitRow, EventRow, ProcessRow, TaskRow
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace, history: HistoryConfig, servers: dict[str, tup
     for tmp, root in servers.values():
         create_table(root, admin_token(tmp))
     dbs = {name: Database(f"sqlite:///{Path(tmp) / 'data' / 'lakewarden.db'}") for name, (tmp, _) in servers.items()}
-    keeper = HistoryKeeper(dbs["pruned"], history, Path(servers["pruned"][0]) / "data" / "optimizers")
+    keeper = HistoryPruner(dbs["pruned"], history, Path(servers["pruned"][0]) / "data" / "optimizers")
     days: list[dict[str, Any]] = []
     prune_seconds: list[float] = []
     per_day = args.tables * (60 // args.commit_minutes) * 24

@@ -60,11 +60,11 @@ from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus, effective_config
 from lakewarden.metadata.table_metadata import metadata_json, new_metadata
 from lakewarden.services.composition import maintenance_schedules
-from lakewarden.services.evaluation import _config_hash
-from lakewarden.services.explorer import defaults_fingerprint
-from lakewarden.services.maintenance import MaintenanceTrigger, schedules_fingerprint
+from lakewarden.services.maintenance.trigger import MaintenanceTrigger, schedules_fingerprint
+from lakewarden.services.tables.evaluation import _config_hash
+from lakewarden.services.tables.explorer import defaults_fingerprint
 from lakewarden.store import catalogs as catalog_store
-from lakewarden.store import metadata as pointer_store
+from lakewarden.store import rest_catalog as pointer_store
 from lakewarden.store import service_state
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import IcebergTableRow, ProcessRow, TableIdentifierRow, TableRuntimeRow

@@ -162,7 +162,7 @@ class HaConfig(_Model):
 
 
 class ScanPlanningConfig(_Model):
-    """The REST catalog's server-side scan planning (services/scan_planning.py): a plan done within
+    """The REST catalog's server-side scan planning (services/rest_catalog/scan_planning.py): a plan done within
     `sync-timeout` is answered at once (`completed`); a longer one is `submitted` and polled (0: every plan). Plans not
     fetched whole are kept for `plan-ttl` after their last use. With `read-ahead` the manifests of every commit
     to an internal catalog are parsed into the manifest cache as it lands, so the first plan after a write
@@ -212,7 +212,7 @@ RETENTIONS: dict[str, dict[str, Any]] = {
 
 
 class HistoryConfig(_Model):
-    """What the server keeps of the past (services/history.py), pruned every `expire-interval` by the leader:
+    """What the server keeps of the past (services/tables/history.py), pruned every `expire-interval` by the leader:
     ended processes with their tasks (`keep-count` per table and action; the newest of each always kept, since
     the maintenance schedule and its back-off read it), the commit timeline (`keep-count` per table; its newest
     always kept), the event outbox (`keep-count` in all), and the local optimizers' logs. Amoro keeps 30 days
@@ -241,7 +241,7 @@ class HistoryConfig(_Model):
 
 
 class CommitQueueConfig(_Model):
-    """The internal catalogs' commits take turns per table, in a bounded line (services/commit_queue.py);
+    """The internal catalogs' commits take turns per table, in a bounded line (services/rest_catalog/commit_queue.py);
     `enabled: false` lets every commit stage at once, retrying on a lost swap (how it was before; for comparison)."""
 
     enabled: bool = True
@@ -252,8 +252,8 @@ class CommitQueueConfig(_Model):
 
 
 class MetadataCacheConfig(_Model):
-    """The internal catalogs' parsed metadata files and loadTable bodies (services/metadata_files.py), up to
-    `max-size`: each table's current metadata stays while it is used; a commit drops the version it replaced."""
+    """The internal catalogs' parsed metadata files and loadTable bodies (services/rest_catalog/metadata_files.py),
+    up to `max-size`: each table's current metadata stays while it is used; a commit drops the version it replaced."""
 
     max_size: ByteSize = Field(ByteSize(256 * 1024**2), alias="max-size", ge=1024 * 1024)
 
@@ -311,7 +311,7 @@ class AmsConfig(_Model):
 
 class ContainerConfig(_Model):
     """`local`: optimizers as child processes of the server; `spark`: optimizers submitted with spark-submit
-    to a Spark master (services/containers.py); `external`: optimizers started outside lakewarden (by people,
+    to a Spark master (services/resources/containers.py); `external`: optimizers started outside lakewarden (by people,
     a Kubernetes Deployment, a YARN job) register into its groups, and the server never starts or stops them."""
 
     name: str

@@ -9,7 +9,7 @@ request allocated last, so as the caches fill, the pauses grow with them (`bench
 Frozen objects (`gc.freeze`) are left out of every collection; they are still freed the usual way, when their
 last reference goes (an entry evicted from a cache), as long as they are in no reference cycle. So the heap is
 frozen once the server has started (`freeze`), and again right after each full collection that leaves
-`freeze_after` objects or more in the oldest generation (`HeapKeeper`): a full collection then walks about that
+`freeze_after` objects or more in the oldest generation (`HeapFreezer`): a full collection then walks about that
 many objects at most, never the whole heap. A freeze right after a full collection keeps no garbage the
 collection could see; what it can keep for good is cyclic garbage that forms later among the objects alive at
 that moment. The caches' entries (pyiceberg's records, table metadata) hold no cycles, and freezes come once per
@@ -30,7 +30,7 @@ def freeze() -> None:
     gc.freeze()
 
 
-class HeapKeeper:
+class HeapFreezer:
     """A garbage-collector callback (`gc.callbacks`): after a full collection, freezes what it left when that is
     `freeze_after` objects or more. It takes no lock and starts no collection (a callback runs in whichever
     thread allocated, inside the collector)."""
@@ -44,7 +44,7 @@ class HeapKeeper:
             gc.freeze()
             self.freezes += 1
 
-    def install(self) -> HeapKeeper:
+    def install(self) -> HeapFreezer:
         if self not in gc.callbacks:
             gc.callbacks.append(self)
         return self

@@ -42,10 +42,10 @@ def _started() -> None:
     """Once the server is built, before it takes requests: the first request's imports done, then the heap
     frozen (with them in it): the modules and services built at start are ~300,000 objects that live as long as
     the process, and every full collection walked them (~150 ms here, inside a request). From then on the heap
-    keeper freezes, after full collections, what the caches add (lakewarden/heap.py)."""
+    freezer freezes, after full collections, what the caches add (lakewarden/heap.py)."""
     _preload()
     heap.freeze()
-    heap.HeapKeeper().install()
+    heap.HeapFreezer().install()
 
 
 def serve(config: Config, log_level: str = "info") -> None:

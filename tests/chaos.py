@@ -43,7 +43,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.services.containers import descendants
+from lakewarden.services.resources.containers import descendants
 from lakewarden.spark.session import configure_catalogs
 from tests.chaos_writers import Writers, diff, local_path
 from tests.servers import ServerProcess, cli

@@ -23,15 +23,23 @@ ALLOWED = {
 PYSPARK_ALLOWED = {"spark", "optimizer", "demo"}
 
 
-def _imports(path: Path) -> list[str]:
-    """The modules a file imports (absolute names)."""
+def _imports(path: Path, imported: bool = False) -> list[str]:
+    """The modules a file imports (absolute names), wherever in the file (a function's imports too); with
+    `imported`, also each name imported from one (`from package import module` imports that module)."""
     names = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
+            if imported:
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
     return names
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _room(path: Path) -> str:
@@ -52,3 +60,65 @@ def test_dependencies_point_one_way(path: Path) -> None:
             target = name.split(".")[1] if "." in name else ""
             target = target.removesuffix(".py")
             assert target in ALLOWED[room], f"{room}/{path.name} imports lakewarden.{target}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """lakewarden's modules and the modules of lakewarden's each imports (TYPE_CHECKING and function imports too)."""
+    modules = {_module(p): p for p in _files()}
+    return {name: {m for m in _imports(path, True) if m in modules and m != name} for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph`: each strongly connected set of two or more modules (Tarjan's algorithm,
+    iterative), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    circles = cycles(import_graph())
+    assert not circles, "import circles (each part should receive what it uses, not import its user): " + "; ".join(
+        " <-> ".join(c) for c in circles
+    )
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": {"e"}, "f": set()}
+    assert cycles(graph) == [["a", "b", "c"], ["e", "e2"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -1,6 +1,6 @@
-"""The server's memory levels off under a long stream of commits (issue 21): its caches are bounded by bytes and
-drop what a commit replaced (services/metadata_files.py, services/read_ahead.py). bench/commit_soak.py measures
-the same over 10,000 commits."""
+"""The server's memory levels off under a long stream of commits: its caches are bounded by bytes and drop what a
+commit replaced (services/rest_catalog/metadata_files.py, services/rest_catalog/read_ahead.py). bench/commit_soak.py
+measures the same over a long run."""
 
 from __future__ import annotations
 

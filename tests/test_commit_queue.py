@@ -1,5 +1,6 @@
 """Commits to one table take turns, first come first served, in a bounded line kept on the event loop
-(services/commit_queue.py): past its bounds a commit is refused at once with 503 and Retry-After, and nothing of
+(services/rest_catalog/commit_queue.py):
+past its bounds a commit is refused at once with 503 and Retry-After, and nothing of
 it is written."""
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lakewarden.domain.errors import Overloaded
-from lakewarden.services.commit_queue import CommitQueue
-from lakewarden.store import metadata as store
+from lakewarden.services.rest_catalog.commit_queue import CommitQueue
+from lakewarden.store import rest_catalog as store
 from tests.test_hot_paths import table  # noqa: F401 (a fixture)
 
 
@@ -142,7 +143,7 @@ def test_a_full_line_answers_503_with_retry_after_and_writes_nothing(
 ) -> None:
     context: Any = client.app.state.context  # type: ignore[attr-defined]
     db = context.db
-    queue: CommitQueue = context.metadata.queue
+    queue: CommitQueue = context.rest_catalog.queue
     queue.max_waiting_per_table = 0  # no room in the line: a commit that finds the table busy is refused
     before = store.pointer_head(db, "lake", "db", "t")
     metadata_dir = Path(str(table["metadata"]["location"]).removeprefix("file://")) / "metadata"

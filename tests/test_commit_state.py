@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 from lakewarden.domain.errors import CommitStateUnknown
 from lakewarden.store import database
-from lakewarden.store import metadata as store
+from lakewarden.store import rest_catalog as store
 from lakewarden.store.database import PING_AFTER_IDLE, Database
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from lakewarden.services.containers import ContainerError, Instance, SparkContainer
-from lakewarden.services.resource_maintainer import ResourceMaintainer
+from lakewarden.services.resources.containers import ContainerError, Instance, SparkContainer
+from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
 from lakewarden.spark.submit import MAVEN_PACKAGES
 from lakewarden.store import processes as store
 from tests.servers import LAKEWARDEN

@@ -16,7 +16,7 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from lakewarden.api.app import create_app
 from lakewarden.api.dispatch import CatalogDispatch
-from lakewarden.services.table_loads import TableLoads
+from lakewarden.services.rest_catalog.loads import TableLoads
 from tests.conftest import as_admin, make_config
 from tests.test_security import principal
 
@@ -179,7 +179,7 @@ def test_the_dispatch_answers_every_request_as_the_whole_chain_does(
     # a commit whose table's line is full is shed before its body is read; an error no handler takes is a 500
     # from the handler of Exception, and the exception reaches the server
     for side in sides:
-        monkeypatch.setattr(side.app.state.context.metadata.queue, "full", lambda key: True)
+        monkeypatch.setattr(side.app.state.context.rest_catalog.queue, "full", lambda key: True)
     a, b = (side.send("POST", f"{TABLES}/t", json=_commit(uuids[i], "6")) for i, side in enumerate(sides))
     assert a["status"] == 503 and "Retry-After".lower() in a["headers"] and a["direct"]
     a["direct"] = b["direct"]

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, TableStatus
-from lakewarden.services.evaluation import RETRY_FAILED
+from lakewarden.services.tables.evaluation import RETRY_FAILED
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import ProcessRow

@@ -325,7 +325,7 @@ def test_a_partition_whose_rewrite_could_not_reduce_its_files_waits_for_them_to_
 
 
 def test_a_verdict_says_when_a_time_based_trigger_can_next_change_it() -> None:
-    """The evaluator reads a table that does not change only then (services/evaluation.py)."""
+    """The evaluator reads a table that does not change only then (services/tables/evaluation.py)."""
     waiting = [data("f1", 1), data("f2", 1)]  # two fragments, under minor.trigger.file-count
     clock = OptimizingClock(NOW, last_minor_ms=NOW - HOUR // 2, last_full_ms=NOW - HOUR)
     table = evaluate_table(1, group_by_partition(waiting, []), config(), clock)

@@ -25,7 +25,7 @@ from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.protocol import OptimizingResult
-from lakewarden.services.self_optimizing import plan_process
+from lakewarden.services.processes.self_optimizing import plan_process
 from tests.cdc import equality_delete, upsert
 from tests.helpers import assignment, checksum, spark_sql_catalog
 

@@ -13,7 +13,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.tables.explorer import TableExplorer
 from lakewarden.spark.session import configure_catalogs
 from tests.servers import ServerProcess
 
@@ -81,7 +81,7 @@ def test_explorer_discovers_updates_and_disposes(
     assert unchanged["updated"] == [] and unchanged["loaded"] == 0 and unchanged["tables"] == 3
     # nor after a restart (an explorer with nothing in memory): the defaults every table was loaded with are kept
     ctx = client.app.state.context  # type: ignore[attr-defined]
-    assert TableExplorer(ctx.db, 60, 2, metadata=ctx.metadata).refresh(c).loaded == 0
+    assert TableExplorer(ctx.db, 60, 2, internal=ctx.internal).refresh(c).loaded == 0
 
     # a commit moves the metadata location: the runtime follows
     spark.sql(f"INSERT INTO {c}.db.events VALUES (4, TIMESTAMP '2026-01-04 10:00:00', 'y')")

@@ -15,7 +15,7 @@ from pyiceberg.types import LongType, NestedField
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.tables import TableIdentifier, TableStatus
-from lakewarden.services.explorer import TableExplorer
+from lakewarden.services.tables.explorer import TableExplorer
 from lakewarden.store import processes as process_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.runtime import transition_table
@@ -41,7 +41,7 @@ def test_an_internal_catalog_is_swept_first_on_new_defaults_and_then_at_its_inte
     assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
     create(client, "a")
     ctx = client.app.state.context  # type: ignore[attr-defined]
-    explorer = TableExplorer(ctx.db, 60, 2, metadata=ctx.metadata, internal_interval=3600)
+    explorer = TableExplorer(ctx.db, 60, 2, internal=ctx.internal, internal_interval=3600)
 
     explorer.run_once()  # a node's first pass sweeps
     assert known(client) == {"lake.db.a"}
@@ -83,7 +83,7 @@ def test_an_external_catalog_is_swept_every_pass(client: TestClient, sql_catalog
     outside = SqlCatalog(sql_catalog.name, **sql_catalog.properties)
     outside.create_namespace("db")
     ctx = client.app.state.context  # type: ignore[attr-defined]
-    explorer = TableExplorer(ctx.db, 60, 2, metadata=ctx.metadata, internal_interval=3600)
+    explorer = TableExplorer(ctx.db, 60, 2, internal=ctx.internal, internal_interval=3600)
     for name in ("a", "b"):
         outside.create_table(f"db.{name}", Schema(NestedField(1, "id", LongType(), required=False)))
         explorer.run_once()

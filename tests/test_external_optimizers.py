@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from lakewarden.services.containers import descendants
+from lakewarden.services.resources.containers import descendants
 from tests.clusters import spark_bin, standalone_cluster, wait_or_kill
 from tests.helpers import PROPS, checksum, open_lake, wait_for
 from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, ServerProcess, started_server

@@ -21,11 +21,11 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import InvalidField, NotLeader
 from lakewarden.optimizer.app import Optimizer
 from lakewarden.protocol import Assignment
-from lakewarden.services.events import OutboxTail
 from lakewarden.services.leadership import VALID_SHARE, Leadership
+from lakewarden.services.tables.changes import OutboxTail
 from lakewarden.spark.session import configure_catalogs
 from lakewarden.store import groups as group_store
-from lakewarden.store import metadata as metadata_store
+from lakewarden.store import rest_catalog as rest_store
 from lakewarden.store.database import Database
 from tests.helpers import PROPS, checksum, wait_for
 from tests.netproxy import TcpProxy
@@ -318,9 +318,9 @@ def test_the_outbox_tail_finds_an_event_that_becomes_visible_late(pg: str) -> No
     tail = OutboxTail(db, Recorder())  # type: ignore[arg-type]
     tail.floor = 0
     with db.write(any_node=True) as early:
-        first = metadata_store.add_event(early, "table-committed", "lake", "db", "t", {})["event_id"]
+        first = rest_store.add_event(early, "table-committed", "lake", "db", "t", {})["event_id"]
         with db.write(any_node=True) as late:
-            second = metadata_store.add_event(late, "table-committed", "lake", "db", "t", {})["event_id"]
+            second = rest_store.add_event(late, "table-committed", "lake", "db", "t", {})["event_id"]
         tail.run_once()  # the second is committed, the first not yet
         assert seen == [second] and tail.floor == first - 1
     tail.run_once()

@@ -1,4 +1,4 @@
-"""History stays bounded (`ams.history`, services/history.py): ended processes with their tasks, the commit
+"""History stays bounded (`ams.history`, services/tables/history.py): ended processes with their tasks, the commit
 timeline and the event outbox are pruned by age and count, never what the server still reads; the metrics'
 counters do not go down; the optimizers' logs rotate."""
 
@@ -19,7 +19,7 @@ from sqlalchemy import select
 from lakewarden.api.context import ServerContext
 from lakewarden.config import HistoryConfig
 from lakewarden.domain.states import ProcessStatus
-from lakewarden.services.history import HistoryKeeper
+from lakewarden.services.tables.history import HistoryPruner
 from lakewarden.store import processes as store
 from lakewarden.store.models import CommitRow, EventRow, ProcessRow, TaskRow
 
@@ -92,7 +92,7 @@ def test_processes_are_pruned_by_age_and_count_keeping_the_newest_and_the_runnin
     files_in = _metric(client, 'lakewarden_optimizing_files_in_total{catalog="lake"')
     assert counted == len(layout)
 
-    keeper = HistoryKeeper(ctx.db, HistoryConfig.model_validate({"processes": {"keep-count": 2}}), Path("/nonexistent"))
+    keeper = HistoryPruner(ctx.db, HistoryConfig.model_validate({"processes": {"keep-count": 2}}), Path("/nonexistent"))
     deleted = keeper.prune(NOW)
     assert deleted["processes"] == 4
     with ctx.db.read() as session:
@@ -170,7 +170,7 @@ def test_timeline_and_events_are_pruned_keeping_each_tables_newest(client: TestC
     config = HistoryConfig.model_validate(
         {"timeline": {"keep-count": 2}, "events": {"keep-time": "7d", "keep-count": 3}}
     )
-    keeper = HistoryKeeper(ctx.db, config, Path("/nonexistent"))
+    keeper = HistoryPruner(ctx.db, config, Path("/nonexistent"))
     deleted = keeper.prune(NOW)
     with ctx.db.read() as session:
         timeline = sorted(session.scalars(select(CommitRow.metadata_location)))
@@ -208,7 +208,7 @@ def test_optimizer_logs_rotate_while_their_writer_appends(tmp_path: Path) -> Non
     logs = tmp_path / "optimizers"
     logs.mkdir()
     config = HistoryConfig.model_validate({"optimizer-logs": {"max-size": 2048, "backups": 2, "keep-time": "1d"}})
-    keeper = HistoryKeeper(None, config, logs)  # type: ignore[arg-type]  # logs only
+    keeper = HistoryPruner(None, config, logs)  # type: ignore[arg-type]  # logs only
     path = logs / "local-default-1.log"
     # a writer like an optimizer's: its output appended to the file it was given at start
     with path.open("ab") as out:
@@ -256,7 +256,7 @@ def test_log_rotation_touches_only_the_logs_themselves(tmp_path: Path) -> None:
     (logs / "sub.log").mkdir()
     os.utime(logs / "sub.log", (old, old))
     config = HistoryConfig.model_validate({"optimizer-logs": {"max-size": 2048, "keep-time": "1d"}})
-    keeper = HistoryKeeper(None, config, logs)  # type: ignore[arg-type]  # logs only
+    keeper = HistoryPruner(None, config, logs)  # type: ignore[arg-type]  # logs only
     keeper.rotate_logs()
     assert outside.read_bytes() == b"x" * 10_000 and (logs / "linked.log").is_symlink() and (logs / "sub.log").is_dir()
     assert keeper.logs_rotated == 0 and keeper.logs_deleted == 0
@@ -283,7 +283,7 @@ def test_each_service_counts_its_cpu_time(client: TestClient) -> None:
     finally:
         history.stop()
     assert history.cpu_seconds > passes
-    assert _metric(client, 'lakewarden_service_cpu_seconds_total{service="history-keeper"}') == history.cpu_seconds
+    assert _metric(client, 'lakewarden_service_cpu_seconds_total{service="history-pruner"}') == history.cpu_seconds
 
 
 def _burn(service: Any, seconds: float) -> None:

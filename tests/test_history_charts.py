@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from lakewarden.config import HistoryConfig
-from lakewarden.services.history import HistoryKeeper
+from lakewarden.services.tables.history import HistoryPruner
 from lakewarden.store import shapes
 from lakewarden.store.database import utcnow
 from lakewarden.store.models import GroupLoadRow, TableShapeRow
@@ -126,7 +126,7 @@ def test_samples_are_pruned_the_newest_of_each_kept(client: TestClient) -> None:
                     pending_tables=0,
                 )
             )
-    keeper = HistoryKeeper(ctx.db, HistoryConfig(), ctx.config.data_dir / "optimizers")
+    keeper = HistoryPruner(ctx.db, HistoryConfig(), ctx.config.data_dir / "optimizers")
     deleted = keeper.prune()
     assert deleted["table-shapes"] == 4 and deleted["group-load"] == 2
     with ctx.db.read() as session:

@@ -30,11 +30,13 @@ from lakewarden.api.app import create_app
 from lakewarden.api.responses import JSONBytes
 from lakewarden.api.routes.iceberg_rest import CommitTable
 from lakewarden.api.routing import PrefixRouter, RouteIndex
+from lakewarden.config import HaConfig
 from lakewarden.domain.errors import CommitFailed, NoSuchTable, WouldWait
-from lakewarden.services import metadata_files, table_commits
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.table_commits import TableCommits
-from lakewarden.store import metadata as store
+from lakewarden.services.composition import rest_catalog
+from lakewarden.services.rest_catalog import commits as table_commits
+from lakewarden.services.rest_catalog import metadata_files
+from lakewarden.services.rest_catalog.commits import TableCommits
+from lakewarden.store import rest_catalog as store
 from lakewarden.store.commit_statement import swap_and_record
 from lakewarden.store.database import Database
 from tests.conftest import as_admin, make_config
@@ -359,20 +361,20 @@ def test_callers_reading_one_row_at_once_share_reads_sent_after_they_came(
     reads.close()
 
 
-def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:
+def test_the_heap_freezer_freezes_what_the_caches_add(tmp_path: Path) -> None:
     """Long-lived objects added after start (a cache filling) are frozen right after a full collection leaves
     `freeze_after` of them, so full collections never walk them again; the cyclic garbage that collection found
     is gone, not frozen; below the bound nothing is frozen; the collector's own full collections trigger it. In a
     process of its own: freezing is process-wide."""
     code = (
         "import gc, time, weakref\n"
-        "from lakewarden.heap import HeapKeeper, freeze\n"
+        "from lakewarden.heap import HeapFreezer, freeze\n"
         "freeze()\n"
-        "keeper = HeapKeeper(freeze_after=50_000).install()\n"
+        "freezer = HeapFreezer(freeze_after=50_000).install()\n"
         "kept = [[i] for i in range(20_000)]\n"
         "before = gc.get_freeze_count()\n"
         "gc.collect()\n"
-        "print(keeper.freezes, gc.get_freeze_count() - before)\n"
+        "print(freezer.freezes, gc.get_freeze_count() - before)\n"
         "kept += [[i] for i in range(60_000)]\n"
         "class Node: pass\n"
         "a, b = Node(), Node()\n"
@@ -380,11 +382,11 @@ def test_the_heap_keeper_freezes_what_the_caches_add(tmp_path: Path) -> None:
         "gone = weakref.ref(a)\n"
         "del a, b\n"  # cyclic garbage, for the full collection
         "gc.collect()\n"
-        "print(keeper.freezes, gc.get_freeze_count() - before, gone() is None, len(gc.get_objects(generation=2)))\n"
+        "print(freezer.freezes, gc.get_freeze_count() - before, gone() is None, len(gc.get_objects(generation=2)))\n"
         "started = time.perf_counter(); gc.collect(); walked = time.perf_counter() - started\n"
         "more = [[i] for i in range(300_000)]\n"  # no explicit collection: the collector's own full ones
-        "print(keeper.freezes > 1)\n"
-        "keeper.uninstall(); gc.unfreeze()\n"
+        "print(freezer.freezes > 1)\n"
+        "freezer.uninstall(); gc.unfreeze()\n"
         "started = time.perf_counter(); gc.collect(); everything = time.perf_counter() - started\n"
         "print(walked < everything)\n"
     )
@@ -412,7 +414,7 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     postgresql = db.engine.dialect.name == "postgresql"
     assert db.driver.one_statements == postgresql
     published: list[dict[str, Any]] = []
-    context.metadata.subscribe(published.append)
+    context.rest_catalog.outbox.subscribe(published.append)
     body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
     sent: list[str] = []
     url = db.engine.url.render_as_string(False).replace("+psycopg", "")
@@ -501,7 +503,7 @@ def test_only_a_commit_that_moves_the_current_snapshot_is_read_ahead(
 ) -> None:
     """A commit that keeps the table's current snapshot (properties, schema) has no new manifests: the read-ahead
     hands nothing to its thread (a handoff and a read per commit, for nothing); one that moves it does."""
-    read_ahead = client.app.state.context.read_ahead  # type: ignore[attr-defined]
+    read_ahead = client.app.state.context.rest_catalog.read_ahead  # type: ignore[attr-defined]
     handed: list[Any] = []
     submit = read_ahead._reader.submit
 
@@ -511,7 +513,7 @@ def test_only_a_commit_that_moves_the_current_snapshot_is_read_ahead(
 
     monkeypatch.setattr(read_ahead._reader, "submit", counted)
     published: list[dict[str, Any]] = []
-    client.app.state.context.metadata.subscribe(published.append)  # type: ignore[attr-defined]
+    client.app.state.context.rest_catalog.outbox.subscribe(published.append)  # type: ignore[attr-defined]
     body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
     assert client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body).status_code == 200
     (event,) = published
@@ -526,7 +528,7 @@ def test_the_sole_node_commits_on_the_head_it_knows_and_checks_a_moved_one_again
     client: TestClient, table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sole node stages a commit on the head it last swapped, without reading the pointer
-    (services/table_commits.py). A head moved by a commit outside the node (here another service on the same
+    (services/rest_catalog/commits.py). A head moved by a commit outside the node (here another service on the same
     database, as a second process would) costs a lost swap, or a refusal checked again on the real head: the
     answer is the same as when the head was read."""
     context = client.app.state.context  # type: ignore[attr-defined]
@@ -548,7 +550,7 @@ def test_the_sole_node_commits_on_the_head_it_knows_and_checks_a_moved_one_again
     answer = commit({"updates": [{"action": "set-properties", "updates": {"b": "2"}}]})
     assert answer.status_code == 200 and reads == []  # the head this node swapped last
     # another process adds a column: schema 1 is current; this node still knows the head before it
-    other = MetadataService(context.db)
+    other = rest_catalog(context.config, context.db)
     fields = [{"id": 1, "name": "id", "type": "long", "required": False}]
     schema = {
         "type": "struct",
@@ -586,7 +588,7 @@ def test_the_sole_node_commits_on_the_head_it_knows_and_checks_a_moved_one_again
     # a table dropped outside: 404, not a commit on the head known
     loaded = client.get(url).json()
     assert commit({"updates": [{"action": "set-properties", "updates": {"g": "7"}}]}).status_code == 200
-    other.drop_table("lake", "db", "t", purge=False)
+    other.tables.drop_table("lake", "db", "t", purge=False)
     gone = commit({"updates": [{"action": "set-properties", "updates": {"h": "8"}}]})
     assert gone.status_code == 404, gone.text
     assert loaded["metadata"]["table-uuid"] == table["metadata"]["table-uuid"]
@@ -595,7 +597,9 @@ def test_the_sole_node_commits_on_the_head_it_knows_and_checks_a_moved_one_again
 def test_nodes_of_a_cluster_read_the_head_at_every_commit(tmp_path: Path) -> None:
     """With high availability several nodes commit to one table: a head known to one is stale as often as not,
     so none is kept."""
-    heads = MetadataService(Database(f"sqlite:///{tmp_path / 'x.db'}"), sole_node=False).commits.heads
+    config = make_config(tmp_path)
+    clustered = config.model_copy(update={"ams": config.ams.model_copy(update={"ha": HaConfig(enabled=True)})})
+    heads = rest_catalog(clustered, Database(f"sqlite:///{tmp_path / 'x.db'}")).commits.heads
     key = ("lake", "db", "t")
     heads.wrote(key, ("/m.json", 1))
     heads.learn(key, ("/m.json", 1), heads.stamp())
@@ -615,7 +619,7 @@ def test_a_commit_that_cannot_wait_is_made_on_the_event_loop_and_any_other_in_a_
     url = "/iceberg/v1/lake/namespaces/db/tables/t"
     files = Path(table["metadata"]["location"]) / "metadata"
     published: list[dict[str, Any]] = []
-    context.metadata.subscribe(published.append)
+    context.rest_catalog.outbox.subscribe(published.append)
     made: list[tuple[str, str]] = []
     commit_table = TableCommits.commit_table
 
@@ -691,7 +695,7 @@ def test_a_commit_that_cannot_wait_is_made_on_the_event_loop_and_any_other_in_a_
     assert commit("4").status_code == 200 and made == [("loop", "made")]  # and the loop's writer works again
 
     # the version is not kept (read and parsed in the thread), or too large to stage on the loop
-    context.metadata.files.lru.clear()
+    context.rest_catalog.files.lru.clear()
     assert commit("5").status_code == 200 and made == in_a_thread
     monkeypatch.setattr(table_commits, "LOOP_JSON_BYTES", 100)
     assert commit("6").status_code == 200 and made == in_a_thread

@@ -12,7 +12,7 @@ from lakewarden.config import Config
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.tables import TableIdentifier
-from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.processes.keeper import OptimizerKeeper
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store

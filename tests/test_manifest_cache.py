@@ -141,14 +141,14 @@ def test_the_composed_server_has_one_cache_sized_as_configured(tmp_path: Path) -
         create_app(make_config(tmp_path, manifest_cache__max_size="64MiB"), start_services=False)
     ) as client:
         runtime = client.app.state.context  # type: ignore[attr-defined]
-        cache = runtime.scans.cache
-        assert cache is runtime.evaluator.cache and cache is runtime.read_ahead.cache
+        cache = runtime.rest_catalog.scans.cache
+        assert cache is runtime.evaluator.cache and cache is runtime.rest_catalog.read_ahead.cache
         assert cache.max_bytes == 64 * 1024**2
 
 
 def test_a_replaced_snapshots_list_is_forgotten_and_its_manifests_stay(catalog: SqlCatalog) -> None:
-    """What read-ahead does as commits land (services/read_ahead.py): the list of the snapshot a commit replaced
-    goes, the manifests it shares with the new list stay parsed."""
+    """What read-ahead does as commits land (services/rest_catalog/read_ahead.py): the list of the snapshot a commit
+    replaced goes, the manifests it shares with the new list stay parsed."""
     table = _table(catalog, "lists", columns=1, files=3, per_commit=1)
     current = table.current_snapshot()
     parent = table.snapshot_by_id(current.parent_snapshot_id)

@@ -1,5 +1,5 @@
-"""The REST catalog's cache of parsed metadata files and loadTable bodies (services/metadata_files.py): bounded
-by bytes, its estimate close to what parsed metadata takes, and holding each table's current version only —
+"""The REST catalog's cache of parsed metadata files and loadTable bodies (services/rest_catalog/metadata_files.py):
+bounded by bytes, its estimate close to what parsed metadata takes, and holding each table's current version only —
 a long stream of commits does not pile up the versions it replaced."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.table.metadata import TableMetadataUtil
 
 from lakewarden.api.context import ServerContext
-from lakewarden.services.metadata_files import METADATA_BYTES_PER_JSON_BYTE, NO_CONFIG, MetadataFiles
+from lakewarden.services.rest_catalog.metadata_files import METADATA_BYTES_PER_JSON_BYTE, NO_CONFIG, MetadataFiles
 from tests.conftest import make_config
 
 
@@ -95,7 +95,7 @@ def test_a_commit_stream_keeps_only_each_tables_current_metadata(tmp_path: Path)
         client.headers["Authorization"] = f"Bearer {token}"
         assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
         ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
-        files = ctx.metadata.files
+        files = ctx.rest_catalog.files
         base = "/iceberg/v1/lake/namespaces"
         assert client.post(base, json={"namespace": ["db"]}).status_code == 200
         schema = {

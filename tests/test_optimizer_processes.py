@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from lakewarden.services.containers import descendants
+from lakewarden.services.resources.containers import descendants
 from tests.helpers import PROPS, checksum, open_lake, running_optimizer, wait_for
 from tests.servers import ServerProcess, cli
 

@@ -18,7 +18,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from lakewarden.domain.errors import InvalidField, StorageUnavailable
 from lakewarden.domain.storage import Access, StorageProfile, Vending, session_policy, table_prefixes
-from lakewarden.services.credentials import CredentialVendor
+from lakewarden.services.rest_catalog.credentials import CredentialVendor
 from tests.s3 import BUCKET, REGION, S3Server, s3_server
 from tests.servers import ServerProcess, started_server
 

@@ -1,4 +1,4 @@
-"""The heads a server keeps of its tables (services/table_heads.py): the only server on its system database
+"""The heads a server keeps of its tables (services/rest_catalog/heads.py): the only server on its system database
 answers loads from them, and they follow every change of a pointer it makes; a second server on that database
 is refused (store/claim.py); a claim lost on PostgreSQL is not counted on, and the heads are forgotten when it
 is taken again."""
@@ -16,9 +16,9 @@ from pyiceberg.table.update import SetPropertiesUpdate
 
 from lakewarden.api.app import create_app
 from lakewarden.config import Config
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.table_heads import TableHeads
-from lakewarden.store import metadata as store
+from lakewarden.services.composition import rest_catalog
+from lakewarden.services.rest_catalog.heads import TableHeads
+from lakewarden.store import rest_catalog as store
 from lakewarden.store.claim import SOLE_LOCK, VALID_SECONDS, DatabaseInUse, hold_alone
 from lakewarden.store.database import Database
 from tests.conftest import as_admin, make_config
@@ -58,7 +58,7 @@ def test_loads_take_the_heads_the_only_server_keeps_and_follow_every_change(
     answered by the next load as the database has it, without reading it."""
     context = client.app.state.context  # type: ignore[attr-defined]
     db: Database = context.db
-    assert context.metadata.heads.authoritative
+    assert context.rest_catalog.heads.authoritative
     assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
     assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
     for name in ("a", "b"):
@@ -164,7 +164,7 @@ def test_a_claim_on_postgresql_excludes_other_servers_and_is_not_counted_on_once
     assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
     assert client.post(TABLES, json={"name": "t", "schema": SCHEMA}).status_code == 200
     before = _location(client, "t")
-    heads = context.metadata.heads
+    heads = context.rest_catalog.heads
     assert heads.authoritative and heads.get(("lake", "db", "t")) is not None
     claim = context.claim
     relock = claim._lock
@@ -184,7 +184,7 @@ def test_a_claim_on_postgresql_excludes_other_servers_and_is_not_counted_on_once
     # seen at the next ping and not counted on from then: not left to run out (VALID_SECONDS)
     assert not heads.authoritative and time.monotonic() - ended_at < VALID_SECONDS - 1
     # meanwhile another writer moves the pointer: loads read it
-    other = MetadataService(db)
+    other = rest_catalog(context.config, db)
     moved = other.commits.commit_table("lake", "db", "t", [], [SetPropertiesUpdate(updates={"k": "v"})])
     assert moved.metadata_location != before
     reads = _reads(monkeypatch)

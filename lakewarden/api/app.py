@@ -50,8 +50,8 @@ from lakewarden.api.routing import PrefixRouter, prepare_routes
 from lakewarden.api.schemas import Health, NodeRead
 from lakewarden.config import Config
 from lakewarden.domain.errors import Forbidden
-from lakewarden.services.commit_queue import CommitQueue
 from lakewarden.services.composition import ServerRuntime
+from lakewarden.services.rest_catalog.commit_queue import CommitQueue
 from lakewarden.store.database import utcnow
 
 log = logging.getLogger(__name__)
@@ -121,10 +121,10 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
             DatabaseCollector(runtime.db),
             NodeCollector(runtime.leadership),
             HistoryCollector(runtime.history),
-            MetadataCacheCollector(runtime.metadata.files),
-            CommitQueueCollector(runtime.metadata.queue),
+            MetadataCacheCollector(runtime.rest_catalog.files),
+            CommitQueueCollector(runtime.rest_catalog.queue),
             LongPollCollector(runtime.dispatcher),
-            ScanPlanningCollector(runtime.scans, runtime.read_ahead),
+            ScanPlanningCollector(runtime.rest_catalog.scans, runtime.rest_catalog.read_ahead),
             ServiceCpuCollector(runtime.loops),
             HeapCollector(),
         ]
@@ -215,4 +215,4 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
 def _commit_queue(app: FastAPI) -> CommitQueue | None:
     """The running server's commit queue (None before the server is built)."""
     context = getattr(app.state, "context", None)
-    return None if context is None else context.metadata.queue
+    return None if context is None else context.rest_catalog.queue

@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 
 from lakewarden.domain.errors import Forbidden, NotAuthorized
 from lakewarden.domain.security import Principal, Privilege, Role
-from lakewarden.services.auth import AuthService
+from lakewarden.services.access.auth import AuthService
 
 ROLE_KEY = "x-lakewarden-role"
 OPERATOR: dict[str, Any] = {"openapi_extra": {ROLE_KEY: "operator"}}

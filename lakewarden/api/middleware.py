@@ -17,10 +17,10 @@ from lakewarden.api.errors import error_response
 from lakewarden.api.metrics import StatusOf, _template
 from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import LakewardenError
-from lakewarden.services.commit_queue import CommitQueue
+from lakewarden.services.rest_catalog.commit_queue import CommitQueue
 from lakewarden.store import security as store
 from lakewarden.store.database import Database
-from lakewarden.store.metadata import SEP
+from lakewarden.store.rest_catalog import SEP
 
 log = logging.getLogger(__name__)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -184,10 +184,11 @@ _COMMIT = re.compile(r"^/iceberg/v1/(?P<prefix>[^/]+)/namespaces/(?P<namespace>[
 
 
 class CommitShedding:
-    """A commit that would find its table's line full (services/commit_queue.py) is refused here, before its body
-    is read and parsed and before it reaches a route: under a burst the refusals stay cheap, and the commits in
-    line keep the server's time. Only a caller the server authenticates is refused this way (an unknown one goes
-    on, to be refused as such); the line is checked again at the route, which refuses what this let through."""
+    """A commit that would find its table's line full (services/rest_catalog/commit_queue.py) is refused here,
+    before its body is read and parsed and before it reaches a route: under a burst the refusals stay cheap, and
+    the commits in line keep the server's time. Only a caller the server authenticates is refused this way (an
+    unknown one goes on, to be refused as such); the line is checked again at the route, which refuses what this
+    let through."""
 
     def __init__(self, app: Any, queue_of: Callable[[], CommitQueue | None]) -> None:
         self.app = app

@@ -11,14 +11,14 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from lakewarden.services.commit_queue import CommitQueue
-from lakewarden.services.dispatcher import TaskDispatcher
-from lakewarden.services.history import HistoryKeeper
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.loop import LoopService
-from lakewarden.services.metadata_files import MetadataFiles
-from lakewarden.services.read_ahead import ManifestReadAhead
-from lakewarden.services.scan_planning import ScanPlanning
+from lakewarden.services.processes.dispatcher import TaskDispatcher
+from lakewarden.services.rest_catalog.commit_queue import CommitQueue
+from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
+from lakewarden.services.rest_catalog.read_ahead import ManifestReadAhead
+from lakewarden.services.rest_catalog.scan_planning import ScanPlanning
+from lakewarden.services.tables.history import HistoryPruner
 
 
 class _Bounded(Protocol):
@@ -93,9 +93,9 @@ class NodeCollector(Collector):
 
 
 class HistoryCollector(Collector):
-    """What the history keeper pruned and rotated on this node since it started (services/history.py)."""
+    """What the history pruner pruned and rotated on this node since it started (services/tables/history.py)."""
 
-    def __init__(self, history: HistoryKeeper) -> None:
+    def __init__(self, history: HistoryPruner) -> None:
         self.history = history
 
     def collect(self) -> Iterator[Metric]:
@@ -115,7 +115,7 @@ class HistoryCollector(Collector):
 
 class MetadataCacheCollector(Collector):
     """The REST catalog's cache of parsed metadata files and loadTable bodies on this node
-    (services/metadata_files.py)."""
+    (services/rest_catalog/metadata_files.py)."""
 
     def __init__(self, files: MetadataFiles) -> None:
         self.lru = files.lru
@@ -131,7 +131,7 @@ class MetadataCacheCollector(Collector):
 
 
 class CommitQueueCollector(Collector):
-    """The line commits to one table wait in on this node (services/commit_queue.py)."""
+    """The line commits to one table wait in on this node (services/rest_catalog/commit_queue.py)."""
 
     def __init__(self, queue: CommitQueue) -> None:
         self.queue = queue

@@ -6,7 +6,7 @@
 
 Ties go to the table name (the policy names: domain/groups.SCHEDULING_POLICIES). A table holds
 at most ceil(quota × the group's threads) threads at once.
-Pure functions over plain values: the dispatcher (services/dispatcher.py) gathers the numbers.
+Pure functions over plain values: the dispatcher (services/processes/dispatcher.py) gathers the numbers.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The storage profile of an internal catalog's warehouse: where its files are, how to reach them, and
-what a client is given to read and write one table (pure rules; the STS call is services/credentials.py).
+what a client is given to read and write one table (pure rules; the STS call is services/rest_catalog/credentials.py).
 
 A warehouse is a local directory or an S3 location (`s3://bucket/prefix`). An S3 warehouse is reached
 through the catalog's properties, named as Iceberg's S3FileIO names them, so the same keys configure

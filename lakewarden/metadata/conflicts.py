@@ -78,6 +78,14 @@ def conflict_strategy(properties: Mapping[str, str]) -> str:
     return value
 
 
+def check_properties(properties: Mapping[str, str]) -> None:
+    """A table's properties as lakewarden reads them (its conflict strategy), checked: a 400 naming the property."""
+    try:
+        conflict_strategy(properties)
+    except ValueError as exc:
+        raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
+
+
 @dataclass(frozen=True)
 class Rebased:
     requirements: list[TableRequirement]

@@ -3,7 +3,7 @@
 How a commit to lakewarden's REST catalog becomes a task on an optimizer:
 
     TableCommits.commit_table           swaps the table's pointer, records the commit, writes an event
-      -> EventDispatcher (subscribed)   refreshes just the named tables (TableExplorer.refresh_tables)
+      -> ChangeListener (subscribed)    refreshes just the named tables (TableExplorer.refresh_tables)
       -> TableEvaluator.wake            evaluates them at once; a table that needs optimizing turns PENDING
       -> work_ready.notify (on_pending) wakes the optimizers' long polls in the TaskDispatcher
       -> TaskDispatcher.poll            picks the table by its group's policy; ProcessEngine.start_optimizing
@@ -12,7 +12,7 @@ How a commit to lakewarden's REST catalog becomes a task on an optimizer:
       -> TableEvaluator.wake            (on_process_end) looks at the table again
 
 With high availability (services/leadership.py) the loops run on the leader only, and the events reach
-its EventDispatcher from the outbox (OutboxTail, woken by PostgreSQL NOTIFY) instead, so that commits made
+its ChangeListener from the outbox (OutboxTail, woken by PostgreSQL NOTIFY) instead, so that commits made
 on any node count. An external catalog takes the same path from the explorer's periodic refresh (on_change
 wakes the evaluator). Maintenance processes come from the MaintenanceTrigger (or the API) through
 ProcessEngine.create_process; the OptimizerKeeper hands back tasks of lost or slow optimizers
@@ -29,27 +29,37 @@ from lakewarden.config import Config
 from lakewarden.domain.costs import Price
 from lakewarden.domain.processes import Action
 from lakewarden.metadata.manifest_cache import ManifestCache
-from lakewarden.services.auth import AuthService, load_secret_key
-from lakewarden.services.bootstrap import ensure_seeds
-from lakewarden.services.commit_queue import CommitQueue
-from lakewarden.services.containers import OPTIMIZER_LOGS
-from lakewarden.services.dispatcher import TaskDispatcher
-from lakewarden.services.evaluation import TableEvaluator
-from lakewarden.services.events import EventDispatcher, OutboxTail
-from lakewarden.services.explorer import TableExplorer
-from lakewarden.services.history import HistoryKeeper, LoadSampler
-from lakewarden.services.keeper import OptimizerKeeper
+from lakewarden.services.access.auth import AuthService, load_secret_key
+from lakewarden.services.access.bootstrap import ensure_seeds
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.loop import LoopService, WakeSignal
-from lakewarden.services.maintenance import MaintenanceTrigger, maintenance_factories
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.process_engine import ProcessEngine
-from lakewarden.services.processes import ProcessRegistry
-from lakewarden.services.read_ahead import ManifestReadAhead
-from lakewarden.services.resource_maintainer import ResourceMaintainer
-from lakewarden.services.scan_planning import ScanPlanning
-from lakewarden.services.self_optimizing import SelfOptimizingFactory
-from lakewarden.services.views import ViewCatalog
+from lakewarden.services.maintenance.factories import maintenance_factories
+from lakewarden.services.maintenance.trigger import MaintenanceTrigger
+from lakewarden.services.processes.dispatcher import TaskDispatcher
+from lakewarden.services.processes.engine import ProcessEngine
+from lakewarden.services.processes.factories import ProcessRegistry
+from lakewarden.services.processes.keeper import OptimizerKeeper
+from lakewarden.services.processes.self_optimizing import SelfOptimizingFactory
+from lakewarden.services.resources.containers import OPTIMIZER_LOGS
+from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
+from lakewarden.services.rest_catalog.catalog import RestCatalog
+from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
+from lakewarden.services.rest_catalog.commit_queue import CommitQueue
+from lakewarden.services.rest_catalog.commits import TableCommits
+from lakewarden.services.rest_catalog.credentials import CredentialVendor
+from lakewarden.services.rest_catalog.heads import TableHeads
+from lakewarden.services.rest_catalog.loads import TableLoads
+from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
+from lakewarden.services.rest_catalog.outbox import Outbox
+from lakewarden.services.rest_catalog.read_ahead import ManifestReadAhead
+from lakewarden.services.rest_catalog.scan_planning import ScanPlanning
+from lakewarden.services.rest_catalog.views import ViewCatalog
+from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.services.tables.catalog_access import InternalTables
+from lakewarden.services.tables.changes import ChangeListener, OutboxTail
+from lakewarden.services.tables.evaluation import TableEvaluator
+from lakewarden.services.tables.explorer import TableExplorer
+from lakewarden.services.tables.history import HistoryPruner, LoadSampler
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import secrets
 from lakewarden.store.claim import Claim, hold_alone
@@ -72,6 +82,48 @@ def maintenance_schedules(config: Config) -> dict[Action, tuple[bool, timedelta]
     return {action: (schedule.enabled, schedule.interval) for action, schedule in schedules.items()}
 
 
+def rest_catalog(config: Config, db: Database, manifests: ManifestCache | None = None) -> RestCatalog:
+    """lakewarden's REST catalog, its parts wired: each receives the collaborators it uses. `manifests`: the
+    server's manifest cache (scan planning and read-ahead share it with the evaluator)."""
+    if manifests is None:
+        manifests = ManifestCache(config.ams.manifest_cache.max_size)
+    line = config.ams.commit_queue
+    queue = CommitQueue(
+        line.max_waiting_per_table, line.max_waiting, line.max_wait.total_seconds(), enabled=line.enabled
+    )
+    warehouses = Warehouses(db)
+    outbox = Outbox()
+    # the tables' heads this node knows: none when it is one of several (rest_catalog/heads.py)
+    heads = TableHeads(keeping=not config.ams.ha.enabled)
+    files = MetadataFiles(config.ams.metadata_cache.max_size)
+    loads = TableLoads(db, warehouses, files, heads, CredentialVendor())
+    tables = CatalogTables(db, warehouses, files, heads, outbox)
+    planning = config.ams.scan_planning
+    scans = ScanPlanning(
+        warehouses,
+        loads,
+        manifests,
+        sync_seconds=planning.sync_timeout.total_seconds(),
+        ttl_seconds=planning.plan_ttl.total_seconds(),
+    )
+    read_ahead = ManifestReadAhead(db, warehouses, files, manifests, planning.read_ahead)
+    outbox.subscribe(read_ahead)  # every node reads ahead the commits it makes
+    return RestCatalog(
+        warehouses=warehouses,
+        outbox=outbox,
+        heads=heads,
+        files=files,
+        credentials=loads.credentials,
+        queue=queue,
+        loads=loads,
+        tables=tables,
+        commits=TableCommits(db, warehouses, files, heads, outbox, tables),
+        views=ViewCatalog(db, warehouses, files, outbox),
+        scans=scans,
+        read_ahead=read_ahead,
+    )
+
+
 def price_of(config: Config) -> Price:
     """The server's default price of Spark's work (a group's properties may set its own)."""
     cost = config.ams.cost
@@ -85,7 +137,8 @@ class ServerRuntime:
     config: Config
     db: Database
     auth: AuthService
-    metadata: MetadataService
+    rest_catalog: RestCatalog  # lakewarden's Iceberg REST catalog (services/rest_catalog/)
+    internal: InternalTables  # how the explorer, evaluator and planner read its tables in process
     evaluator: TableEvaluator
     explorer: TableExplorer
     engine: ProcessEngine
@@ -93,13 +146,10 @@ class ServerRuntime:
     keeper: OptimizerKeeper
     trigger: MaintenanceTrigger
     maintainer: ResourceMaintainer
-    events: EventDispatcher
+    changes: ChangeListener  # a change the REST catalog announces gets its table evaluated at once
     leadership: Leadership
-    outbox: OutboxTail | None
-    views: ViewCatalog
-    scans: ScanPlanning  # the REST catalog's server-side scan planning
-    read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
-    history: HistoryKeeper  # prunes old processes, timeline entries and events; rotates optimizer logs
+    outbox_tail: OutboxTail | None  # with high availability: the changes of every node, from the outbox
+    history: HistoryPruner  # prunes old processes, timeline entries and events; rotates optimizer logs
     load_sampler: LoadSampler  # samples each group's load for the dashboard's charts
     background: bool = True
     claim: Claim | None = None  # this server's claim on the system database (store/claim.py)
@@ -116,7 +166,7 @@ class ServerRuntime:
                 claim.release()
             raise
         runtime.claim = claim
-        heads = runtime.metadata.heads
+        heads = runtime.rest_catalog.heads
         if heads.keeping and claim is not None:  # every pointer change is this server's: its heads are them
             claim.on_regained = heads.forget  # a claim lost and taken again: others may have changed pointers
             heads.claim = claim
@@ -139,19 +189,16 @@ class ServerRuntime:
         if written is not None:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
-        line = config.ams.commit_queue
-        queue = CommitQueue(
-            line.max_waiting_per_table, line.max_waiting, line.max_wait.total_seconds(), enabled=line.enabled
-        )
-        metadata = MetadataService(db, config.ams.metadata_cache.max_size, queue, sole_node=not config.ams.ha.enabled)
         manifests = ManifestCache(config.ams.manifest_cache.max_size)  # shared by the evaluator and scan planning
+        catalog = rest_catalog(config, db, manifests)
+        internal = InternalTables(db, catalog.loads)
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(
             db,
             evaluating.interval.total_seconds(),
             evaluating.thread_count,
             None if evaluating.recheck_interval is None else evaluating.recheck_interval.total_seconds(),
-            metadata=metadata,
+            internal=internal,
             on_pending=work_ready.notify,
             cache=manifests,
             shape_interval=config.ams.history.table_shapes.interval,
@@ -162,7 +209,7 @@ class ServerRuntime:
             refresh.interval.total_seconds(),
             refresh.thread_count,
             on_change=evaluator.wake,
-            metadata=metadata,
+            internal=internal,
             internal_interval=config.ams.refresh_internal_catalogs.interval.total_seconds(),
         )
         registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
@@ -170,31 +217,23 @@ class ServerRuntime:
         engine = ProcessEngine(
             db,
             registry,
-            metadata,
+            internal,
             on_work=work_ready.notify,
             on_process_end=evaluator.wake,
             retry_backoff=timeouts.task_retry_backoff,
             retry_backoff_max=timeouts.task_retry_backoff_max,
         )
         explorer.on_closing = engine.close_for_config
-        events = EventDispatcher(explorer, evaluator)
-        planning = config.ams.scan_planning
-        scans = ScanPlanning(
-            metadata,
-            manifests,
-            sync_seconds=planning.sync_timeout.total_seconds(),
-            ttl_seconds=planning.plan_ttl.total_seconds(),
-        )
-        read_ahead = ManifestReadAhead(metadata, manifests, planning.read_ahead)
-        metadata.subscribe(read_ahead)  # every node reads ahead the commits it makes
+        changes = ChangeListener(explorer, evaluator)
         ha = config.ams.ha
         if not ha.enabled:
-            metadata.subscribe(events)
+            catalog.outbox.subscribe(changes)
         runtime = cls(
             config=config,
             db=db,
             auth=auth,
-            metadata=metadata,
+            rest_catalog=catalog,
+            internal=internal,
             evaluator=evaluator,
             explorer=explorer,
             engine=engine,
@@ -216,15 +255,12 @@ class ServerRuntime:
             ),
             trigger=MaintenanceTrigger(db, engine, maintenance_schedules(config)),
             maintainer=ResourceMaintainer(db, config, server_url, auth.registration_token),
-            events=events,
+            changes=changes,
             leadership=Leadership(
                 db if ha.enabled else None, ha.node_url or server_url, ha.lease, lambda _: None, lambda: None
             ),
-            outbox=OutboxTail(db, events) if ha.enabled else None,
-            views=ViewCatalog(metadata),
-            scans=scans,
-            read_ahead=read_ahead,
-            history=HistoryKeeper(db, config.ams.history, config.data_dir / OPTIMIZER_LOGS),
+            outbox_tail=OutboxTail(db, changes) if ha.enabled else None,
+            history=HistoryPruner(db, config.ams.history, config.data_dir / OPTIMIZER_LOGS),
             load_sampler=LoadSampler(db, config.ams.history.group_load.interval.total_seconds()),
         )
         runtime.leadership.on_elected = runtime._lead
@@ -247,7 +283,7 @@ class ServerRuntime:
         """Join the election (one node: lead at once); tests that drive the loops themselves only recover."""
         self.background = background
         if background:
-            self.read_ahead.warm()  # every node: its own manifest cache
+            self.rest_catalog.read_ahead.warm()  # every node: its own manifest cache
             self.leadership.start()
         else:
             self.engine.recover()
@@ -255,9 +291,9 @@ class ServerRuntime:
     def _lead(self, epoch: int) -> None:
         """Elected: recover what the previous leader (or a dead server) left, then run the loops."""
         self.engine.recover()
-        self.events.start()
-        if self.outbox is not None:
-            self.outbox.start()
+        self.changes.start()
+        if self.outbox_tail is not None:
+            self.outbox_tail.start()
         for loop in self.loops:
             loop.start()
 
@@ -265,16 +301,14 @@ class ServerRuntime:
         """Deposed (or stopping): the loops stop at once; the local containers' optimizers are released."""
         for loop in self.loops:
             loop.stop()
-        if self.outbox is not None:
-            self.outbox.stop()
-        self.events.stop()
+        if self.outbox_tail is not None:
+            self.outbox_tail.stop()
+        self.changes.stop()
 
     def stop(self) -> None:
         self.leadership.stop()
         self._follow()
-        self.scans.close()
-        self.read_ahead.close()
-        self.metadata.close()
+        self.rest_catalog.close()
         self.db.dispose()
         if self.claim is not None:
             self.claim.release()

@@ -1,5 +1,5 @@
 """A server's claim to be the only server on its system database, for as long as it runs: what lets it answer
-loads from the tables' heads it keeps instead of reading them (services/table_heads.py). Every change of a
+loads from the tables' heads it keeps instead of reading them (services/rest_catalog/heads.py). Every change of a
 pointer is then its own.
 
 - SQLite: an exclusive lock on a file beside the database (`<database>-server.lock`), which the system lets go

@@ -1,6 +1,6 @@
 """A single table's commit in the fewest steps each system database allows: the pointer's compare-and-swap, its
 timeline entry, its outbox event (and, on PostgreSQL, the other nodes' notification). TableCommits._swap_all
-runs it when one table changes; multi-table commits and staged creates are a transaction of store/metadata.py's
+runs it when one table changes; multi-table commits and staged creates are a transaction of store/rest_catalog.py's
 functions. Both write the same rows.
 
 - PostgreSQL: one statement in autocommit (`_swap_and_record_statement`), one round trip.
@@ -34,8 +34,8 @@ from sqlalchemy.sql.dml import Insert, Update
 
 from lakewarden.domain.errors import WouldWait
 from lakewarden.store.database import Database, utcnow
-from lakewarden.store.metadata import EVENTS_CHANNEL, event
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow
+from lakewarden.store.rest_catalog import EVENTS_CHANNEL, event
 
 _COMMITS = typed(Table, CommitRow.__table__)
 _EVENTS = typed(Table, EventRow.__table__)

@@ -156,7 +156,7 @@ class Driver:
         transaction was aborted or the block raised (a rollback); a COMMIT that fails may have been applied
         (CommitStateUnknown).
 
-        Without `wait` (the event loop's commits, services/table_commits.py) it raises WouldWait, having begun
+        Without `wait` (the event loop's commits, services/rest_catalog/commits.py) it raises WouldWait, having begun
         nothing, when another writer of this process or another process holds the database longer than Python's
         switch interval (`sys.getswitchinterval()`, 0.5 ms in the server): as long as a thread running Python may
         keep the loop waiting for the interpreter's lock anyway. It runs on a connection of its own, kept out of

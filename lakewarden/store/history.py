@@ -1,4 +1,4 @@
-"""Pruning the server's history (services/history.py): ended processes with their tasks, the commit timeline and
+"""Pruning the server's history (services/tables/history.py): ended processes with their tasks, the commit timeline and
 the event outbox, the charts' samples, each by age and by count.
 
 What is never deleted: a process that has not ended; the newest process of each action on a table (the

@@ -38,7 +38,7 @@ class CatalogRow(Base):
     health: Mapped[str] = mapped_column(String(16), default="unknown")
     last_refresh_at: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(Text)
-    # a fingerprint of the table defaults every table was last loaded with (services/explorer.py)
+    # a fingerprint of the table defaults every table was last loaded with (services/tables/explorer.py)
     loaded_defaults: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

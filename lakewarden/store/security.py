@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from lakewarden.domain.errors import AlreadyExists, NotFound
 from lakewarden.domain.security import Grant, Privilege
 from lakewarden.store.database import utcnow
-from lakewarden.store.metadata import SEP
 from lakewarden.store.models import ApiTokenRow, AuditRow, GrantRow, PrincipalRow
+from lakewarden.store.rest_catalog import SEP
 
 
 def create_principal(

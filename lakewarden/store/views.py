@@ -1,13 +1,13 @@
 """Store functions of the REST catalog's views: their pointers, with the same compare-and-swap as tables' and in
-the same names (store/metadata.py)."""
+the same names (store/rest_catalog.py)."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.errors import NoSuchView
-from lakewarden.store.metadata import add_pointer, levels, list_names, rename_row, swap_row
 from lakewarden.store.models import IcebergViewRow
+from lakewarden.store.rest_catalog import add_pointer, levels, list_names, rename_row, swap_row
 
 
 def get_view(session: Session, catalog: str, namespace: str, view: str) -> IcebergViewRow:

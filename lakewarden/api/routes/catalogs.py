@@ -16,7 +16,7 @@ from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.metadata.catalogs import initialize_catalog
 from lakewarden.store import catalogs as store
 from lakewarden.store import groups as group_store
-from lakewarden.store import metadata as metadata_store
+from lakewarden.store import rest_catalog as rest_store
 from lakewarden.store.models import CatalogRow
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def update_catalog(name: str, body: CatalogUpdate, ctx: Ctx) -> CatalogRead:
     with ctx.db.write() as session:
         row = store.update_catalog(session, spec)
         count = store.table_counts(session).get(name, 0)
-    ctx.metadata.forget_catalog(name)
+    ctx.rest_catalog.forget_catalog(name)
     _initialize(spec)
     return _read(row, count)
 
@@ -104,11 +104,11 @@ def update_catalog(name: str, body: CatalogUpdate, ctx: Ctx) -> CatalogRead:
 @router.delete("/{name}", status_code=204)
 def delete_catalog(name: str, ctx: Ctx) -> Response:
     with ctx.db.write() as session:
-        namespaces = metadata_store.namespace_count(session, name)
+        namespaces = rest_store.namespace_count(session, name)
         if namespaces:  # an internal catalog's pointers live here: removing it would lose its tables
             raise Conflict(f"catalog {name!r} still has {namespaces} namespace(s); drop them first")
         store.delete_catalog(session, name)
-    ctx.metadata.forget_catalog(name)
+    ctx.rest_catalog.forget_catalog(name)
     return Response(status_code=204)
 
 

@@ -1,4 +1,4 @@
-"""`/api/v1/events` and table timelines: what the metadata service recorded, for listeners that catch up."""
+"""`/api/v1/events` and table timelines: what the REST catalog recorded, for listeners that catch up."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, _Read
-from lakewarden.store import metadata as store
+from lakewarden.store import rest_catalog as store
 from lakewarden.store import views as view_store
 
 router = APIRouter(tags=["events"], route_class=LeanRoute)

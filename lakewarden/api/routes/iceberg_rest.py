@@ -36,11 +36,11 @@ from lakewarden.domain.errors import (
 )
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
-from lakewarden.services.table_commits import TableChange as Change
-from lakewarden.services.table_loads import Delegation, LoadedTable
-from lakewarden.store import metadata as store
+from lakewarden.services.rest_catalog.catalog import RestCatalog
+from lakewarden.services.rest_catalog.commits import TableChange as Change
+from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable
+from lakewarden.services.rest_catalog.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
+from lakewarden.store import rest_catalog as store
 
 router = APIRouter(tags=["iceberg rest catalog"], route_class=LeanRoute)
 Ctx = Annotated[ServerContext, Depends(server_context)]
@@ -81,11 +81,11 @@ VIEW_ENDPOINTS = [
 ]
 
 
-async def service(ctx: Ctx) -> MetadataService:
-    return ctx.metadata
+async def rest_catalog(ctx: Ctx) -> RestCatalog:
+    return ctx.rest_catalog
 
 
-Service = Annotated[MetadataService, Depends(service)]
+Catalog = Annotated[RestCatalog, Depends(rest_catalog)]
 
 
 class CreateNamespace(ClientBody):
@@ -187,7 +187,7 @@ def _delegation_of(me: Principal, prefix: str, namespace: str, table: str) -> De
 
 
 def _loaded(
-    svc: MetadataService, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
+    svc: RestCatalog, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
 ) -> dict[str, Any]:
     return {
         "metadata-location": table.metadata_location,
@@ -205,11 +205,12 @@ def get_config(ctx: Ctx, me: Caller, warehouse: str | None = None) -> dict[str, 
         warehouse = internal[0]
     if not me.sees(warehouse, None):
         raise Forbidden(f"{me.name} has no grant on warehouse {warehouse}")
-    spec = ctx.metadata.catalog(warehouse)
+    warehouses = ctx.rest_catalog.warehouses
+    spec = warehouses.catalog(warehouse)
     # namespaces in paths: levels joined by 0x1F (the spec's default separator, advertised as it says)
     overrides = {"prefix": warehouse, "namespace-separator": "%1F"}
     return {
-        "defaults": ctx.metadata.storage(spec).client_config(),  # how to reach the warehouse (no secrets)
+        "defaults": warehouses.storage(spec).client_config(),  # how to reach the warehouse (no secrets)
         "overrides": overrides,
         "endpoints": [*ENDPOINTS, *VIEW_ENDPOINTS],
         "idempotency-key-lifetime": LIFETIME_ISO,  # api/idempotency.py
@@ -229,14 +230,15 @@ def _internal_catalogs(ctx: ServerContext) -> list[Any]:
 @router.get("/{prefix}/namespaces")
 def list_namespaces(
     prefix: str,
-    svc: Service,
+    svc: Catalog,
+    ctx: Ctx,
     me: Caller,
     parent: str | None = None,
     page_token: Annotated[str | None, Query(alias="pageToken")] = None,
     page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
 ) -> dict[str, Any]:
-    svc.catalog(prefix)
-    with svc.db.read() as session:
+    svc.warehouses.catalog(prefix)
+    with ctx.db.read() as session:
         found = store.list_namespaces(session, prefix, _ns(parent) if parent else None)
     found = [ns for ns in found if me.sees(prefix, tuple(store.levels(ns)))]
     page, token = _page(found, page_token, page_size)
@@ -244,44 +246,44 @@ def list_namespaces(
 
 
 @router.post("/{prefix}/namespaces")
-def create_namespace(prefix: str, body: CreateNamespace, svc: Service, me: Caller) -> dict[str, Any]:
+def create_namespace(prefix: str, body: CreateNamespace, svc: Catalog, me: Caller) -> dict[str, Any]:
     require_catalog(me, prefix, tuple(body.namespace[:-1]) or None, None, Privilege.WRITE)
     try:
-        svc.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
+        svc.tables.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
     except NoSuchWarehouse as exc:  # the spec documents no 404 here (every other route has one): a bad request
         raise InvalidField("prefix", str(exc)) from exc
     return {"namespace": body.namespace, "properties": body.properties}
 
 
 @router.get("/{prefix}/namespaces/{namespace}")
-def load_namespace(prefix: str, namespace: str, svc: Service) -> dict[str, Any]:
-    svc.catalog(prefix)
-    with svc.db.read() as session:
+def load_namespace(prefix: str, namespace: str, svc: Catalog, ctx: Ctx) -> dict[str, Any]:
+    svc.warehouses.catalog(prefix)
+    with ctx.db.read() as session:
         row = store.get_namespace(session, prefix, _ns(namespace))
     return {"namespace": store.levels(row.namespace), "properties": row.properties}
 
 
 @router.head("/{prefix}/namespaces/{namespace}", status_code=204)
-def namespace_exists(prefix: str, namespace: str, svc: Service) -> Response:
-    load_namespace(prefix, namespace, svc)
+def namespace_exists(prefix: str, namespace: str, svc: Catalog, ctx: Ctx) -> Response:
+    load_namespace(prefix, namespace, svc, ctx)
     return Response(status_code=204)
 
 
 @router.delete("/{prefix}/namespaces/{namespace}", status_code=204)
-def drop_namespace(prefix: str, namespace: str, svc: Service) -> Response:
-    svc.drop_namespace(prefix, _ns(namespace))
+def drop_namespace(prefix: str, namespace: str, svc: Catalog) -> Response:
+    svc.tables.drop_namespace(prefix, _ns(namespace))
     return Response(status_code=204)
 
 
 @router.post("/{prefix}/namespaces/{namespace}/properties")
 def update_namespace_properties(
-    prefix: str, namespace: str, body: UpdateNamespaceProperties, svc: Service
+    prefix: str, namespace: str, body: UpdateNamespaceProperties, svc: Catalog, ctx: Ctx
 ) -> dict[str, Any]:
-    svc.catalog(prefix)
+    svc.warehouses.catalog(prefix)
     overlap = set(body.removals) & set(body.updates)
     if overlap:
         raise Unprocessable("removals", f"{sorted(overlap)} are also in updates")
-    with svc.db.write(any_node=True) as session:
+    with ctx.db.write(any_node=True) as session:
         updated, removed, missing = store.update_namespace_properties(
             session, prefix, _ns(namespace), body.removals, body.updates
         )
@@ -295,13 +297,14 @@ def update_namespace_properties(
 def list_tables(
     prefix: str,
     namespace: str,
-    svc: Service,
+    svc: Catalog,
+    ctx: Ctx,
     page_token: Annotated[str | None, Query(alias="pageToken")] = None,
     page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
 ) -> dict[str, Any]:
-    svc.catalog(prefix)
+    svc.warehouses.catalog(prefix)
     ns = _ns(namespace)
-    with svc.db.read() as session:
+    with ctx.db.read() as session:
         names = store.list_pointers(session, prefix, ns)
     page, token = _page(names, page_token, page_size)
     return {"identifiers": [{"namespace": store.levels(ns), "name": n} for n in page], "next-page-token": token}
@@ -309,10 +312,10 @@ def list_tables(
 
 @router.post("/{prefix}/namespaces/{namespace}/tables")
 def create_table(
-    prefix: str, namespace: str, body: CreateTable, svc: Service, request: Request, me: Caller
+    prefix: str, namespace: str, body: CreateTable, svc: Catalog, request: Request, me: Caller
 ) -> dict[str, Any]:
     ns = _ns(namespace)
-    loaded = svc.create_table(
+    loaded = svc.tables.create_table(
         prefix,
         ns,
         body.name,
@@ -341,7 +344,7 @@ async def load_table(
     gets a 304. `snapshots=refs`: only the snapshots that branches and tags name."""
     if snapshots not in ("all", "refs"):
         raise InvalidField("snapshots", f"{snapshots!r} is neither all nor refs")
-    svc: MetadataService = request.app.state.context.metadata
+    svc: RestCatalog = request.app.state.context.rest_catalog
     ns = _ns(namespace)
     asked = delegation(request, caller(request), prefix, ns, table)
     answer = await svc.loads.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
@@ -354,8 +357,8 @@ async def load_table(
 
 
 @router.head("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
-def table_exists(prefix: str, namespace: str, table: str, svc: Service) -> Response:
-    if not svc.table_exists(prefix, _ns(namespace), table):
+def table_exists(prefix: str, namespace: str, table: str, svc: Catalog) -> Response:
+    if not svc.loads.table_exists(prefix, _ns(namespace), table):
         raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
     return Response(status_code=204)
 
@@ -366,12 +369,12 @@ async def commit_table(
     namespace: str,
     table: str,
     body: CommitTable,
-    svc: Service,
+    svc: Catalog,
     request: Request,
     user_agent: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """The table's turn is taken on the event loop (services/commit_queue.py), then the commit is made there if
-    nothing in it can wait (TableCommits.commit_table), else on a worker thread."""
+    """The table's turn is taken on the event loop (services/rest_catalog/commit_queue.py), then the commit is
+    made there if nothing in it can wait (TableCommits.commit_table), else on a worker thread."""
     client = request.headers.get("x-client-version") or user_agent
     ns = _ns(namespace)
     async with svc.queue.turn((prefix, *store.levels(ns), table)):
@@ -383,10 +386,10 @@ async def commit_table(
 
 
 def _commit(
-    svc: MetadataService, prefix: str, ns: str, table: str, body: CommitTable, client: str | None, wait: bool = True
+    svc: RestCatalog, prefix: str, ns: str, table: str, body: CommitTable, client: str | None, wait: bool = True
 ) -> bytes:
     loaded = svc.commits.commit_table(prefix, ns, table, body.requirements, body.updates, client, wait)
-    return svc.response_body(loaded)
+    return svc.loads.response_body(loaded)
 
 
 @router.delete("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
@@ -394,26 +397,26 @@ def drop_table(
     prefix: str,
     namespace: str,
     table: str,
-    svc: Service,
+    svc: Catalog,
     purge: Annotated[bool, Query(alias="purgeRequested")] = False,
 ) -> Response:
-    svc.drop_table(prefix, _ns(namespace), table, purge)
+    svc.tables.drop_table(prefix, _ns(namespace), table, purge)
     return Response(status_code=204)
 
 
 @router.post("/{prefix}/tables/rename", status_code=204)
-def rename_table(prefix: str, body: RenameTable, svc: Service, me: Caller) -> Response:
+def rename_table(prefix: str, body: RenameTable, svc: Catalog, me: Caller) -> Response:
     require_catalog(me, prefix, tuple(body.source.namespace), body.source.name, Privilege.WRITE)
     require_catalog(me, prefix, tuple(body.destination.namespace), body.destination.name, Privilege.WRITE)
     source = (store.key(body.source.namespace), body.source.name)
     target = (store.key(body.destination.namespace), body.destination.name)
-    svc.rename_table(prefix, source, target)
+    svc.tables.rename_table(prefix, source, target)
     return Response(status_code=204)
 
 
 @router.post("/{prefix}/transactions/commit", status_code=204)
 async def commit_transaction(
-    prefix: str, body: CommitTransaction, svc: Service, request: Request, me: Caller
+    prefix: str, body: CommitTransaction, svc: Catalog, request: Request, me: Caller
 ) -> Response:
     """Several tables, atomically: all their pointers swap in one database transaction, or none does."""
     for change in body.table_changes:
@@ -430,15 +433,15 @@ async def commit_transaction(
 
 @router.post("/{prefix}/namespaces/{namespace}/register")
 def register_table(
-    prefix: str, namespace: str, body: RegisterTable, svc: Service, request: Request, me: Caller
+    prefix: str, namespace: str, body: RegisterTable, svc: Catalog, request: Request, me: Caller
 ) -> dict[str, Any]:
     ns = _ns(namespace)
-    loaded = svc.register_table(prefix, ns, body.name, body.metadata_location, body.overwrite)
+    loaded = svc.tables.register_table(prefix, ns, body.name, body.metadata_location, body.overwrite)
     return _loaded(svc, prefix, ns, body.name, loaded, delegation(request, me, prefix, ns, body.name))
 
 
 @router.get("/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
-def load_credentials(prefix: str, namespace: str, table: str, svc: Service, me: Caller) -> dict[str, Any]:
+def load_credentials(prefix: str, namespace: str, table: str, svc: Catalog, me: Caller) -> dict[str, Any]:
     """The table's vended credentials alone (clients refresh them here before they expire); asking is
     implied. An empty list for a local warehouse, or for a reader of a catalog that vends static keys."""
     ns = _ns(namespace)
@@ -446,14 +449,14 @@ def load_credentials(prefix: str, namespace: str, table: str, svc: Service, me: 
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
-def report_metrics(prefix: str, namespace: str, table: str, svc: Service) -> Response:
+def report_metrics(prefix: str, namespace: str, table: str, svc: Catalog) -> Response:
     """Scan and commit reports of a table are accepted (and not kept yet)."""
-    if not svc.table_exists(prefix, _ns(namespace), table):
+    if not svc.loads.table_exists(prefix, _ns(namespace), table):
         raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
     return Response(status_code=204)
 
 
-# ---- server-side scan planning (services/scan_planning.py)
+# ---- server-side scan planning (services/rest_catalog/scan_planning.py)
 
 
 class FetchScanTasks(ClientBody):
@@ -461,7 +464,7 @@ class FetchScanTasks(ClientBody):
 
 
 async def scans(ctx: Ctx) -> ScanPlanning:
-    return ctx.scans
+    return ctx.rest_catalog.scans
 
 
 Scans = Annotated[ScanPlanning, Depends(scans)]

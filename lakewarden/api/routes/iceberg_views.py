@@ -1,5 +1,5 @@
 """The REST catalog's views (`/iceberg/v1/{prefix}/…/views`): list, create, load, exists, replace, drop,
-rename and register, for catalogs of type `internal` (services/views.py does the work)."""
+rename and register, for catalogs of type `internal` (services/rest_catalog/views.py does the work)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import NoSuchView
 from lakewarden.domain.security import Privilege
 from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
-from lakewarden.services.views import ViewCatalog
-from lakewarden.store import metadata as store
+from lakewarden.services.rest_catalog.views import ViewCatalog
+from lakewarden.store import rest_catalog as store
 
 router = APIRouter(tags=["iceberg rest catalog: views"], route_class=LeanRoute)
 
 
 async def views(ctx: Annotated[ServerContext, Depends(server_context)]) -> ViewCatalog:
-    return ctx.views
+    return ctx.rest_catalog.views
 
 
 Views = Annotated[ViewCatalog, Depends(views)]

@@ -23,7 +23,7 @@ from lakewarden.api.schemas import ID_MAX, _Read, _Request
 from lakewarden.config import Duration
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.security import Grant, PrincipalKind, Role
-from lakewarden.services.auth import SESSION
+from lakewarden.services.access.auth import SESSION
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import security as store
 

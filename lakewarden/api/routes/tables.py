@@ -18,7 +18,7 @@ from lakewarden.domain.maintenance import maintenance_states
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
-from lakewarden.services.catalog_access import catalog_for
+from lakewarden.services.tables.catalog_access import catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as process_store
 from lakewarden.store import shapes, stats
@@ -144,7 +144,7 @@ def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRe
     status = TableStatus(rec.runtime.status_code)
     if status not in (TableStatus.IDLE, TableStatus.PENDING):
         raise Conflict(f"table {name} is {status.label}; it is evaluated again when that ends")
-    with catalog_for(spec, ctx.metadata) as catalog_handle:
+    with catalog_for(spec, ctx.internal) as catalog_handle:
         ctx.evaluator.evaluate(catalog_handle, rec)
     with ctx.db.read() as session:
         return _read(ctx, session, store.get_table(session, name))
@@ -215,7 +215,7 @@ def _load(ctx: ServerContext, name: TableIdentifier) -> Any:
     with ctx.db.read() as session:
         store.get_table(session, name)  # a table lakewarden manages, or 404
         spec = catalog_store.spec_of(catalog_store.get_catalog(session, name.catalog))
-    with catalog_for(spec, ctx.metadata) as catalog:
+    with catalog_for(spec, ctx.internal) as catalog:
         return catalog.load_table((*name.database.split("."), name.table))
 
 

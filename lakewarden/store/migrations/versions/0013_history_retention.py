@@ -1,4 +1,4 @@
-"""History is pruned (services/history.py); what pruned processes counted is kept per table, action, type and
+"""History is pruned (services/tables/history.py); what pruned processes counted is kept per table, action, type and
 status, so that the metrics' process counters never go down.
 
 Revision ID: 0013

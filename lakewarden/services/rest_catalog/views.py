@@ -23,9 +23,12 @@ from lakewarden.domain.catalogs import check_object_name
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField
 from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.views import AssertViewUUID, ViewChangeError, apply_view_updates, new_view, view_json
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.store import metadata as store
+from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
+from lakewarden.services.rest_catalog.outbox import Event, Outbox
+from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.store import rest_catalog as store
 from lakewarden.store import views as view_store
+from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 MAX_REPLACE_ATTEMPTS = 10
@@ -42,13 +45,15 @@ class LoadedView:
 
 
 class ViewCatalog:
-    def __init__(self, tables: MetadataService) -> None:
-        self.tables = tables  # the catalogs, their FileIO, the database and the events
-        self.db = tables.db
+    def __init__(self, db: Database, warehouses: Warehouses, files: MetadataFiles, outbox: Outbox) -> None:
+        self.db = db
+        self.warehouses = warehouses
+        self.files = files  # (only to discard what a lost replace wrote)
+        self.outbox = outbox
 
     def _io(self, catalog: str) -> tuple[FileIO, str]:
-        spec = self.tables.catalog(catalog)
-        return self.tables.io_of(spec), spec.properties["warehouse"]
+        spec = self.warehouses.catalog(catalog)
+        return self.warehouses.io_of(spec), spec.properties["warehouse"]
 
     @staticmethod
     def _read(io: FileIO, location: str) -> ViewMetadata:
@@ -63,12 +68,12 @@ class ViewCatalog:
         return location
 
     def list_views(self, catalog: str, namespace: str) -> list[str]:
-        self.tables.catalog(catalog)
+        self.warehouses.catalog(catalog)
         with self.db.read() as session:
             return view_store.list_views(session, catalog, namespace)
 
     def exists(self, catalog: str, namespace: str, name: str) -> bool:
-        self.tables.catalog(catalog)
+        self.warehouses.catalog(catalog)
         with self.db.read() as session:
             return view_store.view_exists(session, catalog, namespace, name)
 
@@ -89,12 +94,12 @@ class ViewCatalog:
         location: str | None,
     ) -> LoadedView:
         io, warehouse = self._io(catalog)
-        spec = self.tables.catalog(catalog)
+        spec = self.warehouses.catalog(catalog)
         check_object_name("name", name)
         with self.db.read() as session:
             store.get_namespace(session, catalog, namespace)
             store.name_taken(session, catalog, namespace, name)
-        location = location or self.tables.default_location(spec, namespace, name)
+        location = location or self.warehouses.default_location(spec, namespace, name)
         confine_table(warehouse, location, properties)
         try:
             metadata = new_view(schema, version, dict(properties), location)
@@ -109,9 +114,9 @@ class ViewCatalog:
         except CommitStateUnknown:  # the new pointer may name the file: it stays
             raise
         except Exception:
-            self.tables.files.discard(io, [written])
+            self.files.discard(io, [written])
             raise
-        self.tables.publish([event])
+        self.outbox.publish([event])
         return LoadedView(written, metadata)
 
     def register(self, catalog: str, namespace: str, name: str, metadata_location: str) -> LoadedView:
@@ -130,7 +135,7 @@ class ViewCatalog:
             view_store.create_view(session, catalog, namespace, name, metadata_location)
             self._record(session, catalog, namespace, name, 0, metadata_location, "register-view", metadata)
             event = self._event(session, "view-created", catalog, namespace, name, metadata_location, 0)
-        self.tables.publish([event])
+        self.outbox.publish([event])
         return LoadedView(metadata_location, metadata)
 
     def replace(
@@ -169,26 +174,26 @@ class ViewCatalog:
                     )
                     event = self._event(session, "view-replaced", catalog, namespace, name, written, version + 1)
             if swapped:
-                self.tables.publish([event])
+                self.outbox.publish([event])
                 return LoadedView(written, metadata)
-            self.tables.files.discard(io, [written])  # another replace won: check again on its metadata
+            self.files.discard(io, [written])  # another replace won: check again on its metadata
         raise CommitFailed(f"gave up after {MAX_REPLACE_ATTEMPTS} concurrent replaces of view {name}")
 
     def drop(self, catalog: str, namespace: str, name: str) -> None:
-        self.tables.catalog(catalog)
+        self.warehouses.catalog(catalog)
         with self.db.write(any_node=True) as session:
             row = view_store.drop_view(session, catalog, namespace, name)
             event = self._event(session, "view-dropped", catalog, namespace, name, row.metadata_location, row.version)
-        self.tables.publish([event])
+        self.outbox.publish([event])
 
     def rename(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
-        self.tables.catalog(catalog)
+        self.warehouses.catalog(catalog)
         check_object_name("destination.name", target[1])
         with self.db.write(any_node=True) as session:
             view_store.rename_view(session, catalog, source, target)
             payload = {"from": {"namespace": store.levels(source[0]), "view": source[1]}}
-            event = self.tables.event(session, "view-renamed", catalog, target[0], target[1], payload)
-        self.tables.publish([event])
+            event = self.outbox.write(session, "view-renamed", catalog, target[0], target[1], payload)
+        self.outbox.publish([event])
 
     @staticmethod
     def _record(
@@ -219,6 +224,6 @@ class ViewCatalog:
 
     def _event(
         self, session: Any, kind: str, catalog: str, namespace: str, name: str, location: str, version: int
-    ) -> dict[str, Any]:
+    ) -> Event:
         payload = {"metadata_location": location, "version": version}
-        return self.tables.event(session, kind, catalog, namespace, name, payload)
+        return self.outbox.write(session, kind, catalog, namespace, name, payload)

@@ -1,6 +1,6 @@
 """The commit queue: on this node, the commits to one table take turns in arrival order, and the line is bounded.
 
-Commits are optimistic (services/table_commits.py): each stages its change on the table's head, writes a
+Commits are optimistic (services/rest_catalog/commits.py): each stages its change on the table's head, writes a
 metadata file and compare-and-swaps the pointer; a loser stages again. With many writers on one table every
 commit but one would stage in vain, and each round repeats it — a thundering herd whose wasted work grows with
 the square of the writers. Taking turns per table makes each commit stage once, on the head its predecessor

@@ -34,9 +34,8 @@ from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.optimizing_config import TURNED_OFF, OptimizingConfig
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
 from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locations
-from lakewarden.services.catalog_access import InProcessCatalog, catalog_for
 from lakewarden.services.loop import LoopService
-from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.tables.catalog_access import InProcessCatalog, InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database
@@ -95,7 +94,7 @@ class TableExplorer(LoopService):
         interval_seconds: float,
         thread_count: int,
         on_change: Callable[[], None] | None = None,
-        metadata: MetadataService | None = None,
+        internal: InternalTables | None = None,
         internal_interval: float | None = None,
         on_closing: Callable[[int, str], None] | None = None,
     ) -> None:
@@ -103,7 +102,7 @@ class TableExplorer(LoopService):
         self.internal_interval = interval_seconds if internal_interval is None else internal_interval
         self._swept: dict[str, float] = {}  # internal catalog -> when this node last swept it (monotonic)
         self.db = db
-        self.metadata = metadata  # internal catalogs are listed and read from it in-process
+        self.internal = internal  # internal catalogs are listed and read in process
         self.thread_count = thread_count
         self.on_change = on_change  # called after a refresh that added or changed tables
         # called with a running optimizing process a refresh saw its table's configuration close, and why
@@ -125,7 +124,7 @@ class TableExplorer(LoopService):
         for name, spec, loaded_defaults in rows:
             if self.stopping:
                 return
-            if spec.type == "internal" and self.metadata is not None:
+            if spec.type == "internal" and self.internal is not None:
                 swept = self._swept.get(name)
                 changed = loaded_defaults != defaults_fingerprint(spec)
                 if swept is not None and now - swept < self.internal_interval and not changed:
@@ -153,7 +152,7 @@ class TableExplorer(LoopService):
         result = RefreshResult(catalog_name)
         table_filter = TableFilter.of(spec)
         try:
-            with catalog_for(spec, self.metadata) as catalog:
+            with catalog_for(spec, self.internal) as catalog:
                 locations = table_locations(catalog, table_filter)
                 defaults: str | None = None
                 if locations is None:  # the catalog cannot tell where each table is: each is loaded
@@ -215,7 +214,7 @@ class TableExplorer(LoopService):
             table_filter = TableFilter.of(spec)
             wanted = {n for n in names if table_filter.accepts_table(n.database, n.table)}
             result = RefreshResult(catalog_name)
-            with catalog_for(spec, self.metadata) as catalog:
+            with catalog_for(spec, self.internal) as catalog:
                 snapshots = self._load_all(catalog, sorted(wanted))
             result.loaded = len(wanted)
             present = {name for name, snap in snapshots.items() if snap is not None}

@@ -1,15 +1,14 @@
-"""The REST catalog's commits to internal tables (services/metadata_service.py's tables, changed): each change is
-staged on its table's current metadata (the client's requirements checked under the table's conflict strategy,
-the updates applied, the new metadata file written), then every pointer is swapped by compare-and-swap in one
-transaction with its timeline entry and event. A lost swap drops the files just written and checks the change
-again on the new head, on the server, while the requirements still hold."""
+"""Commits to the REST catalog's tables: each change is staged on its table's current metadata (the client's
+requirements checked under the table's conflict strategy, the updates applied, the new metadata file written),
+then every pointer is swapped by compare-and-swap in one transaction with its timeline entry and event. A lost
+swap drops the files just written and checks the change again on the new head, on the server, while the
+requirements still hold."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
@@ -17,7 +16,7 @@ from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable, WouldWait
-from lakewarden.metadata.conflicts import CONFLICT_STRATEGY, checked_updates, conflict_strategy
+from lakewarden.metadata.conflicts import check_properties, checked_updates
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
 from lakewarden.metadata.table_metadata import (
     apply_updates,
@@ -27,14 +26,15 @@ from lakewarden.metadata.table_metadata import (
     metadata_from_updates,
     write_metadata,
 )
-from lakewarden.services.metadata_files import LOOP_JSON_BYTES
-from lakewarden.services.table_heads import TableHeads
-from lakewarden.services.table_loads import LoadedTable
-from lakewarden.store import metadata as store
+from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
+from lakewarden.services.rest_catalog.heads import TableHeads
+from lakewarden.services.rest_catalog.loads import LoadedTable
+from lakewarden.services.rest_catalog.metadata_files import LOOP_JSON_BYTES, MetadataFiles
+from lakewarden.services.rest_catalog.outbox import Event, Outbox
+from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.store import rest_catalog as store
 from lakewarden.store.commit_statement import swap_and_record
-
-if TYPE_CHECKING:
-    from lakewarden.services.metadata_service import MetadataService
+from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 20
@@ -87,28 +87,28 @@ def _paths_changed(base: TableMetadata, metadata: TableMetadata) -> bool:
     return any(metadata.properties.get(k) != base.properties.get(k) for k in PATH_PROPERTIES)
 
 
-def check_properties(properties: dict[str, str]) -> None:
-    """A table's properties as lakewarden reads them (its conflict strategy), checked: a 400 naming the property."""
-    try:
-        conflict_strategy(properties)
-    except ValueError as exc:
-        raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
-
-
 class TableCommits:
-    """The commits of a metadata service's tables (`MetadataService.commits`)."""
+    """`heads`: the heads this node knows (heads.py). A node that is not one of several stages a commit on the
+    head it last swapped or read, without reading the pointer: the swap compares it with the row, so a head that
+    moved meanwhile (a commit outside this process) only costs a lost swap, after which the head is read. With
+    several nodes committing to one table a known head would be stale as often as not: there none is kept, and
+    every attempt reads the pointer. `tables`: where a staged create adds its table."""
 
-    def __init__(self, service: MetadataService) -> None:
-        self.service = service
-
-    @property
-    def heads(self) -> TableHeads:
-        """The heads this node knows (services/table_heads.py). A node that is not one of several stages a
-        commit on the head it last swapped or read, without reading the pointer: the swap compares it with
-        the row, so a head that moved meanwhile (a commit outside this process) only costs a lost swap, after
-        which the head is read. With several nodes committing to one table a known head would be stale as
-        often as not: there none is kept, and every attempt reads the pointer."""
-        return self.service.heads
+    def __init__(
+        self,
+        db: Database,
+        warehouses: Warehouses,
+        files: MetadataFiles,
+        heads: TableHeads,
+        outbox: Outbox,
+        tables: CatalogTables,
+    ) -> None:
+        self.db = db
+        self.warehouses = warehouses
+        self.files = files
+        self.heads = heads
+        self.outbox = outbox
+        self.tables = tables
 
     def commit_table(
         self,
@@ -130,9 +130,9 @@ class TableCommits:
         most about LOOP_JSON_BYTES of JSON whose requirements hold (no rebase, no manifest read), with no other
         writer of the database at work. Anything else raises WouldWait before any effect: the caller makes it
         again in a thread, where it may wait."""
-        if not wait and not self.service.db.driver.in_process:
+        if not wait and not self.db.driver.in_process:
             raise WouldWait("the system database is across a network")
-        spec = self.service.catalog(catalog)
+        spec = self.warehouses.catalog(catalog)
         if any(isinstance(r, AssertCreate) for r in requirements):
             if not wait:
                 raise WouldWait("a staged create writes through a session")
@@ -148,7 +148,7 @@ class TableCommits:
     def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
         """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does.
         The requirements are checked as the spec says (no partition rebase across tables)."""
-        self._commit(self.service.catalog(catalog), changes, client, single=False)
+        self._commit(self.warehouses.catalog(catalog), changes, client, single=False)
 
     def _commit(
         self, spec: CatalogSpec, changes: Sequence[TableChange], client: str | None, single: bool, wait: bool = True
@@ -157,7 +157,7 @@ class TableCommits:
         checked, updates applied, the new metadata file written), then swap every pointer in one
         transaction with its timeline entry and event. A lost swap rolls them all back: the files just
         written are dropped and the changes are checked again on the new heads, up to MAX_COMMIT_ATTEMPTS."""
-        io = self.service.io_of(spec)
+        io = self.warehouses.io_of(spec)
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             known = attempt == 0  # a known head first (see `heads`); after a lost swap the heads are read
             staged: list[_Staged] = []
@@ -165,7 +165,7 @@ class TableCommits:
                 for change in changes:
                     staged.append(self._stage(spec, io, change, single, known, wait))
             except Exception:
-                self.service.files.discard(io, [path for entry in staged for path in entry.files])
+                self.files.discard(io, [path for entry in staged for path in entry.files])
                 if known and self._heads_moved(spec.name, changes):
                     continue  # refused on a head that is no longer the table's: checked again on the real one
                 raise
@@ -174,7 +174,7 @@ class TableCommits:
             try:
                 events = self._swap_all(spec.name, staged, client, wait)
             except _SwapLost:  # another commit won a swap: drop our files, check again, try again
-                self.service.files.discard(io, [path for entry in staged for path in entry.files])
+                self.files.discard(io, [path for entry in staged for path in entry.files])
                 continue
             except CommitStateUnknown:  # the pointer may name the files now: they stay (orphan cleanup knows)
                 for change in changes:
@@ -183,16 +183,14 @@ class TableCommits:
                 log.error("commit to %s in catalog %s: state unknown, its files kept", what, spec.name)
                 raise
             except Exception:  # refused (a staged create whose name was taken): nothing of it stays
-                self.service.files.discard(io, [path for entry in staged for path in entry.files])
+                self.files.discard(io, [path for entry in staged for path in entry.files])
                 raise
             for entry in staged:
                 if entry.changed:
-                    self.service.files.written(
-                        entry.location, entry.metadata, entry.text, replaced=entry.expected or None
-                    )
+                    self.files.written(entry.location, entry.metadata, entry.text, replaced=entry.expected or None)
                     key = (spec.name, entry.change.namespace, entry.change.name)
                     self.heads.wrote(key, (entry.location, entry.version + 1))
-            self.service.publish(events)
+            self.outbox.publish(events)
             return staged
         what = changes[0].name if single else "a multi-table commit"
         raise CommitFailed(f"gave up after {MAX_COMMIT_ATTEMPTS} concurrent commits to {what}")
@@ -200,7 +198,7 @@ class TableCommits:
     def _head(self, key: tuple[str, str, str], known: bool) -> tuple[tuple[str, int], bool]:
         """The table's head, and whether it is the one this node knew (else it was read, and is known now)."""
         head = self.heads.get(key) if known else None
-        return (head, True) if head is not None else (self.heads.read(self.service.db, key), False)
+        return (head, True) if head is not None else (self.heads.read(self.db, key), False)
 
     def _heads_moved(self, catalog: str, changes: Sequence[TableChange]) -> bool:
         """Whether a head known here is not its table's any more (the table's pointer read again): it is
@@ -212,7 +210,7 @@ class TableCommits:
             if known is None:
                 continue
             try:
-                head: tuple[str, int] | None = store.pointer_head(self.service.db, *key)
+                head: tuple[str, int] | None = store.pointer_head(self.db, *key)
             except NoSuchTable:
                 head = None
             if head != known:
@@ -226,11 +224,11 @@ class TableCommits:
         label = "" if single else f"{'.'.join(store.levels(change.namespace))}.{change.name}: "
         if any(isinstance(r, AssertCreate) for r in change.requirements):  # a staged create in a transaction
             metadata = self._created(spec, change.updates, label)
-            location = self.service.files.new_location(metadata, 0)
+            location = self.files.new_location(metadata, 0)
             text = write_metadata(io, location, metadata)
             return _Staged(change, "", CREATES, metadata, change.updates, metadata, location, text, [location])
         (expected, version), was_known = self._head((spec.name, change.namespace, change.name), known)
-        base = self.service.files.read(io, expected, LOOP_JSON_BYTES if not wait else None)
+        base = self.files.read(io, expected, LOOP_JSON_BYTES if not wait else None)
         if not wait and local_path(base.location) is None:
             raise WouldWait("the table's files are across a network")
         try:
@@ -243,19 +241,19 @@ class TableCommits:
         try:
             metadata = apply_updates(base, applied, metadata_location=expected)
         except (ValueError, KeyError) as exc:
-            self.service.files.discard(io, written)
+            self.files.discard(io, written)
             raise InvalidField("updates", f"{label}{exc}") from exc
         if metadata is base:  # nothing changes (as Java's catalog handlers, no new version is committed)
-            self.service.files.discard(io, written)
+            self.files.discard(io, written)
             return _Staged(change, expected, version, base, applied, base, "", "", [], was_known)
         try:
             check_properties(metadata.properties)
             if _paths_changed(base, metadata):
                 confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         except InvalidField:
-            self.service.files.discard(io, written)
+            self.files.discard(io, written)
             raise
-        location = self.service.files.new_location(metadata, version + 1)
+        location = self.files.new_location(metadata, version + 1)
         if not wait and local_path(location) is None:  # moved by the updates
             raise WouldWait("the metadata file is written across a network")
         text = write_metadata(io, location, metadata)
@@ -277,11 +275,11 @@ class TableCommits:
     ) -> LoadedTable:
         """The commit of a staged create (CTAS, CREATE OR REPLACE on a new table): the updates define it."""
         metadata = self._created(spec, updates, "")
-        io = self.service.io_of(spec)
-        location = self.service.files.new_location(metadata, 0)
+        io = self.warehouses.io_of(spec)
+        location = self.files.new_location(metadata, 0)
         write_metadata(io, location, metadata)
         details = {**describe_commit(metadata, metadata, updates), "operation": "create"}
-        self.service.add_table(spec.name, namespace, name, location, details, details, client, written=io, staged=True)
+        self.tables.add_table(spec.name, namespace, name, location, details, details, client, written=io, staged=True)
         return LoadedTable(location, metadata)
 
     @staticmethod
@@ -295,9 +293,7 @@ class TableCommits:
         confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         return metadata
 
-    def _swap_all(
-        self, catalog: str, staged: Sequence[_Staged], client: str | None, wait: bool = True
-    ) -> list[dict[str, Any]]:
+    def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None, wait: bool = True) -> list[Event]:
         """Every staged pointer swapped, with its timeline entry and event, in one transaction (a single table's
         commit in the fewest steps: one statement on PostgreSQL, a transaction on SQLite's driver alone;
         store/commit_statement.py)."""
@@ -305,14 +301,12 @@ class TableCommits:
             (entry,) = staged
             key = (catalog, entry.change.namespace, entry.change.name)
             details = describe_commit(entry.base, entry.metadata, entry.applied)
-            event = swap_and_record(
-                self.service.db, key, entry.expected, entry.version, entry.location, client, details, wait
-            )
+            event = swap_and_record(self.db, key, entry.expected, entry.version, entry.location, client, details, wait)
             if event is None:
                 raise _SwapLost
             return [event]
         events = []
-        with self.service.db.write(any_node=True) as session:
+        with self.db.write(any_node=True) as session:
             for entry in staged:
                 if not entry.changed:
                     continue
@@ -333,7 +327,7 @@ class TableCommits:
                         **details,
                     )
                     payload = {"metadata_location": entry.location, "version": 0, **details}
-                    events.append(self.service.event(session, "table-created", catalog, namespace, name, payload))
+                    events.append(self.outbox.write(session, "table-created", catalog, namespace, name, payload))
                     continue
                 if not store.swap_pointer(
                     session, catalog, namespace, name, entry.expected, entry.version, entry.location
@@ -352,5 +346,5 @@ class TableCommits:
                     **details,
                 )
                 payload = {"metadata_location": entry.location, "version": version, **details}
-                events.append(self.service.event(session, "table-committed", catalog, namespace, name, payload))
+                events.append(self.outbox.write(session, "table-committed", catalog, namespace, name, payload))
         return events

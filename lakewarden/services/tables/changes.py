@@ -1,4 +1,5 @@
-"""What lakewarden does when its metadata service announces a change: the table is evaluated at once.
+"""What lakewarden does when its REST catalog announces a change (rest_catalog/outbox.py): the table is evaluated
+at once.
 
 Events arrive from request threads; a single worker takes them off a queue in batches, refreshes
 just the tables they name (adding created ones, disposing dropped ones, taking the new metadata
@@ -20,10 +21,10 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from lakewarden.domain.tables import TableIdentifier
-from lakewarden.services.evaluation import TableEvaluator
-from lakewarden.services.explorer import TableExplorer
 from lakewarden.services.loop import LoopService
-from lakewarden.store import metadata as metadata_store
+from lakewarden.services.tables.evaluation import TableEvaluator
+from lakewarden.services.tables.explorer import TableExplorer
+from lakewarden.store import rest_catalog as rest_store
 from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,9 @@ OWN_COMMIT = "lakewarden.process-id"
 BATCH_SECONDS = 0.1
 
 
-class EventDispatcher:
+class ChangeListener:
     def __init__(self, explorer: TableExplorer, evaluator: TableEvaluator) -> None:
-        self.explorer = explorer  # reads lakewarden's own tables from the metadata service, in-process
+        self.explorer = explorer  # reads lakewarden's own tables in process
         self.evaluator = evaluator
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -98,7 +99,7 @@ def _tables_of(event: dict[str, Any]) -> set[TableIdentifier]:
 
 
 class OutboxTail(LoopService):
-    """High availability: the leader's EventDispatcher is fed from the outbox, so commits made on any node
+    """High availability: the leader's ChangeListener is fed from the outbox, so commits made on any node
     reach its evaluator. A PostgreSQL LISTEN wakes it at each commit (store/metadata.add_event notifies);
     it also looks every second. Event ids come from a sequence and may become visible out of order (a
     transaction that took its id earlier commits later), so an id skipped over is looked for again until
@@ -107,10 +108,10 @@ class OutboxTail(LoopService):
     name = "outbox-tail"
     GAP_SECONDS = 30.0
 
-    def __init__(self, db: Database, dispatcher: EventDispatcher, interval_seconds: float = 1.0) -> None:
+    def __init__(self, db: Database, listener: ChangeListener, interval_seconds: float = 1.0) -> None:
         super().__init__(interval_seconds)
         self.db = db
-        self.dispatcher = dispatcher
+        self.listener = listener
         self.floor: int | None = None  # every event id up to it was handled or given up on
         self._seen: set[int] = set()
         self._gaps: dict[int, float] = {}  # id skipped over -> when it was first missed
@@ -118,7 +119,7 @@ class OutboxTail(LoopService):
 
     def start(self) -> None:
         with self.db.read() as session:
-            self.floor = metadata_store.last_event_id(session)  # the new leader's loops start with full passes
+            self.floor = rest_store.last_event_id(session)  # the new leader's loops start with full passes
         self._seen.clear()
         self._gaps.clear()
         super().start()
@@ -129,14 +130,14 @@ class OutboxTail(LoopService):
     def run_once(self) -> None:
         assert self.floor is not None
         with self.db.read() as session:
-            rows = metadata_store.events_after(session, self.floor, 1000)
+            rows = rest_store.events_after(session, self.floor, 1000)
         now = time.monotonic()
         for row in rows:
             if row.event_id in self._seen:
                 continue
             self._seen.add(row.event_id)
             self._gaps.pop(row.event_id, None)
-            self.dispatcher(metadata_store.event_of(row))
+            self.listener(rest_store.event_of(row))
         top = max(self._seen, default=self.floor)
         for missing in range(self.floor + 1, top):
             if missing not in self._seen:
@@ -155,7 +156,7 @@ class OutboxTail(LoopService):
         while not self.stopping:
             try:
                 with psycopg.connect(conninfo, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {metadata_store.EVENTS_CHANNEL}")
+                    conn.execute(f"LISTEN {rest_store.EVENTS_CHANNEL}")
                     while not self.stopping:
                         for _ in conn.notifies(timeout=1.0, stop_after=1):
                             self.wake()

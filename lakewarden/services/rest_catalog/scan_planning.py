@@ -11,7 +11,7 @@ lives in this server's memory until every plan task was fetched, it is cancelled
 or it was left alone for `ttl_seconds`.
 
 Manifests are parsed into the server's manifest cache, shared with the evaluator and filled ahead of the
-plans as commits land and at start (services/read_ahead.py).
+plans as commits land and at start (services/rest_catalog/read_ahead.py).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from lakewarden.metadata.scan_planning import (
     delete_key,
     plan_scan,
 )
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.table_loads import Delegation
+from lakewarden.services.rest_catalog.loads import Delegation, TableLoads
+from lakewarden.services.rest_catalog.warehouses import Warehouses
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024  # Iceberg's read.split.target-size default
 DEFAULT_OPEN_COST = 4 * 1024 * 1024  # read.split.open-file-cost
@@ -66,13 +66,15 @@ class _PlanState:
 class ScanPlanning:
     def __init__(
         self,
-        metadata: MetadataService,
+        warehouses: Warehouses,
+        loads: TableLoads,
         cache: ManifestCache | None = None,
         sync_seconds: float = 30.0,
         ttl_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.metadata = metadata
+        self.warehouses = warehouses
+        self.loads = loads
         self.cache = cache if cache is not None else ManifestCache()
         self.sync_seconds = sync_seconds
         self.ttl_seconds = ttl_seconds
@@ -97,11 +99,11 @@ class ScanPlanning:
     ) -> dict[str, Any]:
         """planTableScan: `completed` with tasks, or `submitted` with a plan id."""
         self._expire()
-        loaded = self.metadata.load_table(catalog, namespace, name)
+        loaded = self.loads.load_table(catalog, namespace, name)
         scan = _scan_request(request)
         stats = _stats_field_ids(loaded.metadata, request)
         _check_select(loaded.metadata, request)
-        io = self.metadata.io_of(self.metadata.catalog(catalog))
+        io = self.warehouses.io_of(self.warehouses.catalog(catalog))
         metadata = loaded.metadata
         key = (*_result_key(metadata, request, scan, stats), affinity and (affinity.hosts, affinity.replicas))
 
@@ -139,7 +141,7 @@ class ScanPlanning:
         except LakewardenError as exc:
             self._forget(plan_id)
             return {"status": "failed", "error": {"message": str(exc), "type": "BadRequestException", "code": 400}}
-        metadata = self.metadata.load_table(catalog, namespace, name).metadata
+        metadata = self.loads.load_table(catalog, namespace, name).metadata
         return self._completed(plan_id, state, catalog, namespace, name, metadata, asked)
 
     def tasks(self, catalog: str, namespace: str, name: str, plan_task: str) -> dict[str, Any]:
@@ -189,7 +191,7 @@ class ScanPlanning:
             state.touched = self._clock()
         else:
             self._forget(plan_id)
-        credentials = self.metadata.loads.table_access(catalog, namespace, name, metadata, asked).storage_credentials
+        credentials = self.loads.table_access(catalog, namespace, name, metadata, asked).storage_credentials
         if credentials:
             body["storage-credentials"] = credentials
         return body

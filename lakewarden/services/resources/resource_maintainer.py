@@ -13,8 +13,14 @@ import time
 from collections.abc import Callable
 
 from lakewarden.config import Config
-from lakewarden.services.containers import CONTAINERS, OPTIMIZER_LOGS, ContainerError, Instance, LocalContainer
 from lakewarden.services.loop import LoopService
+from lakewarden.services.resources.containers import (
+    CONTAINERS,
+    OPTIMIZER_LOGS,
+    ContainerError,
+    Instance,
+    LocalContainer,
+)
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as process_store
 from lakewarden.store.database import Database

@@ -1,13 +1,13 @@
 """The process engine: the life of every process, whatever its action — create, plan, settle, retry,
 cancel, end and recover.
 
-A process is created by its action's factory (services/processes.py) from the table's current
+A process is created by its action's factory (services/processes/factories.py) from the table's current
 metadata and written with all its tasks in one transaction. When a task ends the engine settles the
 process: a failure a retry may change sends the task back to PLANNED after a back-off; a final one,
 or one past `execute.num-retries`, fails the process; when every task succeeded it succeeds. Ending a
 process merges its tasks' results (the typed results of lakewarden/protocol.py) into its summary and
 tells its factory, which says what that means for the table. Handing tasks to optimizers is the
-dispatcher's (services/dispatcher.py); the engine tells it, through `on_work`, that tasks may be ready.
+dispatcher's (services/processes/dispatcher.py); the engine tells it, through `on_work`, that tasks may be ready.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from lakewarden.domain.processes import Action
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import TASK_RESULT, FailureKind
-from lakewarden.services.catalog_access import catalog_for
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.services.processes import ProcessRegistry
+from lakewarden.services.processes.factories import ProcessRegistry
+from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import runtime as runtime_store
@@ -51,7 +50,7 @@ class ProcessEngine:
         self,
         db: Database,
         registry: ProcessRegistry,
-        metadata: MetadataService | None = None,
+        internal: InternalTables | None = None,
         on_work: Callable[[], None] = _nothing,
         on_process_end: Callable[[], None] = _nothing,
         retry_backoff: timedelta = timedelta(seconds=5),
@@ -59,7 +58,7 @@ class ProcessEngine:
     ) -> None:
         self.db = db
         self.registry = registry
-        self.metadata = metadata  # internal catalogs' tables are read from it in-process
+        self.internal = internal  # internal catalogs' tables are read in process
         self.on_work = on_work  # tasks may be ready to hand out (the dispatcher wakes its long polls)
         self.on_process_end = on_process_end  # a process ended (the evaluator looks at its table again)
         # a failed task that may pass on a retry waits backoff * 2^retries (at most backoff_max) first
@@ -70,7 +69,7 @@ class ProcessEngine:
 
     def load(self, rec: TableRecord, spec: CatalogSpec) -> Any:
         """The table's current metadata, through its catalog."""
-        with catalog_for(spec, self.metadata) as catalog:
+        with catalog_for(spec, self.internal) as catalog:
             return catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
 
     def create_process(

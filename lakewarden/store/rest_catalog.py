@@ -1,4 +1,4 @@
-"""Store functions of the metadata service: namespaces, table pointers (CAS), the commit timeline, the outbox.
+"""Store functions of lakewarden's REST catalog: namespaces, table pointers (CAS), the commit timeline, the outbox.
 Views' pointers, which share the compare-and-swap and the names, are in store/views.py.
 
 Namespaces are stored as their levels joined by the unit separator (0x1F), as in REST paths.

@@ -6,7 +6,7 @@ waiting out a retry back-off, and its table holds fewer than its share of the gr
 failing that, it picks a PENDING table by the group's scheduling policy (domain/scheduling.py), has
 the process engine plan it, and hands out its first task. Acks and completions are compare-and-swaps
 on (status, attempt, optimizer): a message from a superseded attempt is refused. A completed task is
-settled by the process engine (services/process_engine.py).
+settled by the process engine (services/processes/engine.py).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from lakewarden.domain.security import Grant, Privilege, optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import TASK_INPUT, Assignment, CatalogConnection, Completion
-from lakewarden.services.auth import AuthService
+from lakewarden.services.access.auth import AuthService
 from lakewarden.services.loop import WakeSignal
-from lakewarden.services.process_engine import ProcessEngine
+from lakewarden.services.processes.engine import ProcessEngine
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store

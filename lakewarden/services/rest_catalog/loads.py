@@ -1,6 +1,7 @@
-"""The REST catalog's loadTable answers (services/metadata_service.py's tables, read): their entity tags, the
-`config` and vended `storage-credentials` a client is told besides the metadata, and bodies served from the
-metadata files' cache (services/metadata_files.py), on the event loop when nothing has to be read or made."""
+"""Reads of the REST catalog's tables: a table's current metadata (for clients, and in process for lakewarden's
+own services), and loadTable's answers: their entity tags, the `config` and vended `storage-credentials` a client
+is told besides the metadata, and bodies served from the metadata files' cache (metadata_files.py), on the event
+loop when nothing has to be read or made."""
 
 from __future__ import annotations
 
@@ -8,18 +9,21 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
+from pyiceberg.catalog.noop import NoopCatalog
+from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from lakewarden.domain.storage import Access, Vending, table_prefixes
 from lakewarden.metadata.paths import PATH_PROPERTIES
-from lakewarden.services.metadata_files import NO_CONFIG
-from lakewarden.store import metadata as store
-
-if TYPE_CHECKING:
-    from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.rest_catalog.credentials import CredentialVendor
+from lakewarden.services.rest_catalog.heads import TableHeads
+from lakewarden.services.rest_catalog.metadata_files import NO_CONFIG, MetadataFiles
+from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.store import rest_catalog as store
+from lakewarden.store.database import Database
 
 ETAGS_KEPT = 4096  # entity tags kept (about 150 bytes each with their key: 0.6 MB at most)
 
@@ -62,7 +66,7 @@ class TableAccess:
     storage_credentials: list[dict[str, Any]]
 
     def tail(self) -> bytes:
-        """The end of a loadTable body (services/metadata_files.py)."""
+        """The end of a loadTable body (metadata_files.py)."""
         if not self.config and not self.storage_credentials:
             return NO_CONFIG
         text = ', "config": ' + json.dumps(self.config)
@@ -78,23 +82,62 @@ class TableAccess:
 
 
 class TableLoads:
-    """loadTable and what comes with it, for the tables of a MetadataService."""
+    """A table's current metadata, and loadTable with what comes with it."""
 
-    def __init__(self, service: MetadataService) -> None:
-        self.service = service
+    def __init__(
+        self,
+        db: Database,
+        warehouses: Warehouses,
+        files: MetadataFiles,
+        heads: TableHeads,
+        credentials: CredentialVendor,
+    ) -> None:
+        self.db = db
+        self.warehouses = warehouses
+        self.files = files
+        self.heads = heads
+        self.credentials = credentials
+
+    def location(self, catalog: str, namespace: str, name: str) -> str:
+        """The table's current metadata location: the head this node keeps when it holds the database alone
+        (heads.py), else the pointer read."""
+        return self.heads.current(self.db, (catalog, namespace, name))[0]
+
+    def load_table(self, catalog: str, namespace: str, name: str) -> LoadedTable:
+        spec = self.warehouses.catalog(catalog)
+        location = self.location(catalog, namespace, name)
+        return LoadedTable(location, self.files.read(self.warehouses.io_of(spec), location))
+
+    def table(self, catalog: str, namespace: str, name: str) -> Table:
+        """A read-only pyiceberg Table for lakewarden's own services: no HTTP round trip to ourselves."""
+        loaded = self.load_table(catalog, namespace, name)
+        assert loaded.metadata_location is not None
+        identifier = (*store.levels(namespace), name)
+        io = self.warehouses.io_of(self.warehouses.catalog(catalog))
+        return Table(identifier, loaded.metadata, loaded.metadata_location, io, NoopCatalog(catalog))
+
+    def table_exists(self, catalog: str, namespace: str, name: str) -> bool:
+        self.warehouses.catalog(catalog)
+        with self.db.read() as session:
+            return store.pointer_exists(session, catalog, namespace, name)
+
+    def response_body(self, loaded: LoadedTable) -> bytes:
+        """`{"metadata-location", "metadata", "config"}` as JSON, cached by metadata location."""
+        assert loaded.metadata_location is not None
+        return self.files.response_body(loaded.metadata_location, loaded.metadata)
 
     def table_access(
         self, catalog: str, namespace: str, name: str, metadata: TableMetadata, delegation: Delegation | None
     ) -> TableAccess:
         """`config` for a client of the table, and `storage-credentials` scoped to the table's prefixes when
         the client asked for them and may have them."""
-        profile = self.service.storage(self.service.catalog(catalog))
+        profile = self.warehouses.storage(self.warehouses.catalog(catalog))
         config = profile.client_config()
         if delegation is None or not profile.vends(delegation.access):
             return TableAccess(config, [])
         paths = (metadata.properties[k] for k in PATH_PROPERTIES if k in metadata.properties)
         prefixes = table_prefixes(metadata.location, paths)
-        credentials = self.service.credentials.storage_credentials(profile, prefixes, delegation.access, delegation.who)
+        credentials = self.credentials.storage_credentials(profile, prefixes, delegation.access, delegation.who)
         if credentials and profile.vending is Vending.STS:
             # Java's S3FileIO asks this endpoint (relative to the catalog's URI) before they expire
             path = "%1F".join(quote(level, safe="") for level in store.levels(namespace))
@@ -105,7 +148,7 @@ class TableLoads:
 
     def load_credentials(self, catalog: str, namespace: str, name: str, delegation: Delegation) -> list[dict[str, Any]]:
         """The `/credentials` endpoint: the table's storage credentials alone (none for a local warehouse)."""
-        metadata = self.service.load_table(catalog, namespace, name).metadata
+        metadata = self.load_table(catalog, namespace, name).metadata
         return self.table_access(catalog, namespace, name, metadata, delegation).storage_credentials
 
     def load_table_body(
@@ -136,7 +179,7 @@ class TableLoads:
         """As load_table_body from memory alone (the head this node keeps when it holds the database alone, else
         one indexed read of the pointer, awaited), or None when a metadata file would have to be read or
         credentials made: the REST route answers the hot case on its event loop, the rest in a thread."""
-        location = (await self.service.heads.current_async(self.service.db, (catalog, namespace, name)))[0]
+        location = (await self.heads.current_async(self.db, (catalog, namespace, name)))[0]
         return self._load_answer(
             catalog, namespace, name, snapshots, if_none_match, delegation, read=False, location=location
         )
@@ -152,10 +195,10 @@ class TableLoads:
         read: bool,
         location: str | None = None,
     ) -> tuple[str, bytes | None] | None:
-        spec = self.service.catalog(catalog)
-        profile = self.service.storage(spec)
+        spec = self.warehouses.catalog(catalog)
+        profile = self.warehouses.storage(spec)
         if location is None:
-            location = self.service._location(catalog, namespace, name)
+            location = self.location(catalog, namespace, name)
         # what the client is told besides the metadata changes with the profile and what it may do
         variant = (
             snapshots if not profile.s3 else f"{snapshots}|{profile.fingerprint}|{delegation and delegation.access}"
@@ -166,13 +209,13 @@ class TableLoads:
         if delegation is not None and profile.vends(delegation.access):
             if not read:
                 return None  # credentials are made for the table's prefixes, maybe by a call to STS: in a thread
-            metadata = self.service.files.read(self.service.io_of(spec), location)
+            metadata = self.files.read(self.warehouses.io_of(spec), location)
             tail = self.table_access(catalog, namespace, name, metadata, delegation).tail()
-            return etag, self.service.files.response_body(location, metadata, snapshots, tail)
+            return etag, self.files.response_body(location, metadata, snapshots, tail)
         tail = TableAccess(profile.client_config(), []).tail()
-        body = self.service.files.cached_body(location, snapshots, tail)
+        body = self.files.cached_body(location, snapshots, tail)
         if body is None and read:
-            body = self.service.files.response_body(
-                location, self.service.files.read(self.service.io_of(spec), location), snapshots, tail
+            body = self.files.response_body(
+                location, self.files.read(self.warehouses.io_of(spec), location), snapshots, tail
             )
         return None if body is None else (etag, body)

@@ -1,4 +1,4 @@
-"""The history keeper: what the server keeps of the past stays bounded (`ams.history`); the load sampler.
+"""The history pruner: what the server keeps of the past stays bounded (`ams.history`); the load sampler.
 
 Every `expire-interval`, on the leader: ended processes with their tasks, the commit timeline and the event
 outbox are pruned by age and by count (store/history.py says what is always kept), in short transactions;
@@ -32,8 +32,8 @@ PRUNE = {
 KINDS = tuple(PRUNE)
 
 
-class HistoryKeeper(LoopService):
-    name = "history-keeper"
+class HistoryPruner(LoopService):
+    name = "history-pruner"
 
     def __init__(self, db: Database, config: HistoryConfig, log_dir: Path) -> None:
         super().__init__(config.expire_interval.total_seconds())

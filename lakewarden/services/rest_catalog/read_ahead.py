@@ -2,7 +2,7 @@
 commits land and at start, so that the first plan of a scan, like the evaluator's look at a table, finds
 the table's manifests parsed.
 
-- As commits land: subscribed to the metadata service's events, a commit to an internal catalog that changes
+- As commits land: subscribed to the REST catalog's events (outbox.py), a commit to an internal catalog that changes
   its current snapshot has the new snapshot's manifests parsed in a thread of its own (a burst of commits to
   one table is read once, at its newest metadata), and the manifest lists it replaced are dropped: its
   parent's and the one read ahead last (`ManifestCache.note_current`). A table whose
@@ -20,11 +20,13 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from lakewarden.metadata.manifest_cache import ENTRY_BYTES_PER_AVRO_BYTE, ManifestCache
-from lakewarden.services.metadata_service import MetadataService
-from lakewarden.store import metadata as store
+from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
+from lakewarden.services.rest_catalog.outbox import Event
+from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.store import rest_catalog as store
+from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 READ_AHEAD_SHARE = 4  # a commit's manifests are read ahead only while they take at most 1/4 of the cache
@@ -34,8 +36,12 @@ TableKey = tuple[str, tuple[str, ...], str]  # catalog, namespace levels, name
 
 
 class ManifestReadAhead:
-    def __init__(self, metadata: MetadataService, cache: ManifestCache, enabled: bool = True) -> None:
-        self.metadata = metadata
+    def __init__(
+        self, db: Database, warehouses: Warehouses, files: MetadataFiles, cache: ManifestCache, enabled: bool = True
+    ) -> None:
+        self.db = db
+        self.warehouses = warehouses
+        self.files = files
         self.cache = cache
         self.enabled = enabled
         self.manifests_read = 0  # parsed ahead, as commits landed and at start
@@ -44,8 +50,8 @@ class ManifestReadAhead:
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-read-ahead")
         self._closing = threading.Event()
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        """An event of the metadata service."""
+    def __call__(self, event: Event) -> None:
+        """An event of the REST catalog (outbox.py)."""
         payload = event.get("payload") or {}
         location = payload.get("metadata_location")
         if not self.enabled or event["type"] not in ("table-created", "table-committed") or not location:
@@ -79,8 +85,8 @@ class ManifestReadAhead:
         """Parses the manifests of the table's current snapshot that are not kept, unless they would weigh more
         than `budget`; returns their weight (0 when nothing was read)."""
         try:
-            io = self.metadata.io_of(self.metadata.catalog(key[0]))
-            metadata = self.metadata.files.read(io, location)
+            io = self.warehouses.io_of(self.warehouses.catalog(key[0]))
+            metadata = self.files.read(io, location)
             snapshot = metadata.current_snapshot()
             if snapshot is None:
                 return 0
@@ -107,7 +113,7 @@ class ManifestReadAhead:
 
     def _warm(self) -> None:
         started = time.monotonic()
-        with self.metadata.db.read() as session:
+        with self.db.read() as session:
             tables = store.recent_pointers(session, WARM_TABLES)
         budget = self.cache.max_bytes // WARM_SHARE
         before = self.manifests_read

@@ -27,9 +27,8 @@ from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
-from lakewarden.services.catalog_access import catalog_for
 from lakewarden.services.loop import LoopService
-from lakewarden.services.metadata_service import MetadataService
+from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import shapes
@@ -71,7 +70,7 @@ class TableEvaluator(LoopService):
         interval_seconds: float,
         thread_count: int,
         recheck_seconds: float | None = None,
-        metadata: MetadataService | None = None,
+        internal: InternalTables | None = None,
         on_pending: Callable[[], None] | None = None,
         cache: ManifestCache | None = None,
         shape_interval: timedelta | None = None,
@@ -80,7 +79,7 @@ class TableEvaluator(LoopService):
         # a table's shape is sampled for the charts on a change, at most this often (store/shapes.py)
         self.shape_interval = shape_interval
         self.db = db
-        self.metadata = metadata  # internal catalogs' tables are read from it in-process
+        self.internal = internal  # internal catalogs' tables are read in process
         self.thread_count = thread_count
         # a table that does not change is evaluated again when its verdict says a time-based trigger can fire
         # (next_evaluation_at), and at the latest after `recheck` when one is configured
@@ -114,7 +113,7 @@ class TableEvaluator(LoopService):
                 continue
             try:
                 with (
-                    catalog_for(specs[catalog_name], self.metadata) as catalog,
+                    catalog_for(specs[catalog_name], self.internal) as catalog,
                     ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool,
                 ):
                     for start in range(0, len(records), BATCH):  # verdicts are stored a batch at a time

@@ -5,10 +5,10 @@ tasks from the table's current metadata), adjusts a task's input when it is hand
 says whether a task may run now, what ending the process means for the table, and how to recover
 its processes when the server starts again. Processes and their tasks are persisted in the system
 database (one row each, written in one transaction), so a restart finds them as they were; the
-process engine (services/process_engine.py) settles, retries, cancels and recovers them, and the
-dispatcher (services/dispatcher.py) hands their tasks out, in the same way whatever the action.
-Self-optimizing is one action among the others (services/self_optimizing.py); the maintenance
-actions are in services/maintenance.py.
+process engine (services/processes/engine.py) settles, retries, cancels and recovers them, and the
+dispatcher (services/processes/dispatcher.py) hands their tasks out, in the same way whatever the action.
+Self-optimizing is one action among the others (services/processes/self_optimizing.py); the maintenance
+actions are in services/maintenance/factories.py.
 """
 
 from __future__ import annotations

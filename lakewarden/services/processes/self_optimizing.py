@@ -25,7 +25,7 @@ from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import SnapshotFiles, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef
-from lakewarden.services.processes import ProcessFactory
+from lakewarden.services.processes.factories import ProcessFactory
 from lakewarden.store import processes as process_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store

@@ -1,4 +1,4 @@
-"""Containers start and release optimizers for resource groups (services/resource_maintainer.py keeps
+"""Containers start and release optimizers for resource groups (services/resources/resource_maintainer.py keeps
 their count right).
 
 A `local` container runs each optimizer as a process on this machine; a `spark` container submits it to a

@@ -1,7 +1,7 @@
 """The head of each internal table (its pointer: metadata location and version), as this node knows it.
 
 A node that is not one of several (no high availability) stages a commit on the head it knows without reading
-the pointer first (services/table_commits.py): the swap compares that head with the row, so one that moved
+the pointer first (services/rest_catalog/commits.py): the swap compares that head with the row, so one that moved
 meanwhile costs a lost swap and nothing else.
 
 The only server on its system database, while it may count on its claim to be (`authoritative`:
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lakewarden.domain.lru import SizedLRU
-from lakewarden.store import metadata as store
+from lakewarden.store import rest_catalog as store
 from lakewarden.store.claim import Claim
 from lakewarden.store.database import Database
 

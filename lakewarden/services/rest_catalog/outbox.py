@@ -1,0 +1,43 @@
+"""The REST catalog's events: every change (a namespace or table created, committed, renamed, dropped; a view's)
+is written into the outbox in the transaction that makes it, and handed to the in-process subscribers once that
+transaction committed. Other nodes and outside listeners read the outbox itself (services/tables/changes.py's
+OutboxTail, `GET /api/v1/events`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lakewarden.store import rest_catalog as store
+
+log = logging.getLogger(__name__)
+Event = dict[str, Any]  # store/rest_catalog.event_of: id, type, catalog, namespace (levels), table, payload, at
+Subscriber = Callable[[Event], None]
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    @staticmethod
+    def write(
+        session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
+    ) -> Event:
+        """An event written in the caller's transaction; `publish` it once that committed."""
+        return store.add_event(session, kind, catalog, namespace, table, payload)
+
+    def publish(self, events: Sequence[Event]) -> None:
+        """Hand events, once their transaction committed, to the in-process subscribers (a failing subscriber is
+        logged, and the others still hear of the event)."""
+        for event in events:
+            for subscriber in self._subscribers:
+                try:
+                    subscriber(event)
+                except Exception:
+                    log.exception("event subscriber failed on %s", event["type"])
