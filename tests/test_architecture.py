@@ -11,16 +11,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lakewarden"
 
 # what each room may import of lakewarden's own ("" is the package itself, for __version__)
 ALLOWED = {
+    "_compat": {"_compat"},  # the libraries' private names (lakewarden/_compat/): below every room, used by any
     "protocol": set(),
     "domain": {"domain", "protocol"},
-    "metadata": {"metadata", "domain"},
-    "store": {"store", "domain"},
+    "metadata": {"metadata", "domain", "_compat"},
+    "store": {"store", "domain", "_compat"},
     "services": {"services", "store", "metadata", "domain", "protocol", "config"},
-    "api": {"", "api", "services", "store", "metadata", "domain", "protocol", "config"},
-    "spark": {"spark", "domain"},
+    "api": {"", "api", "services", "store", "metadata", "domain", "protocol", "config", "_compat"},
+    "spark": {"spark", "domain", "_compat"},
     "optimizer": {"optimizer", "spark", "domain", "protocol"},
 }
-PYSPARK_ALLOWED = {"spark", "optimizer", "demo"}
+# pyspark's own modules: only where Spark runs (the server never imports pyspark); _compat/pyspark.py is spark/'s
+PYSPARK_ALLOWED = {"spark", "optimizer", "demo", "_compat"}
 
 
 def _imports(path: Path, imported: bool = False) -> list[str]:
@@ -56,6 +58,9 @@ def test_dependencies_point_one_way(path: Path) -> None:
     for name in _imports(path):
         if name.split(".")[0] == "pyspark":
             assert room in PYSPARK_ALLOWED, f"{path.name} imports pyspark"
+            assert room != "_compat" or path.name == "pyspark.py", f"{path.name} imports pyspark"
+        if name == "lakewarden._compat.pyspark":
+            assert room == "spark", f"{room}/{path.name} imports pyspark's compatibility module"
         if room in ALLOWED and (name == "lakewarden" or name.startswith("lakewarden.")):
             target = name.split(".")[1] if "." in name else ""
             target = target.removesuffix(".py")

@@ -1,8 +1,9 @@
 """Listing a SQL (JDBC) catalog's tables in one read (`metadata.catalogs.table_locations`).
 
 That read goes to the catalog's own `iceberg_tables` table through pyiceberg's ORM model, and leaves views out
-with pyiceberg's private `SqlCatalog._iceberg_type_filter` (Iceberg's Java and Rust catalogs keep views in the
-same table). A pyiceberg upgrade that renames the helper must fail here, not list views as tables."""
+with pyiceberg's private `SqlCatalog._iceberg_type_filter` (lakewarden/_compat/pyiceberg.py; Iceberg's Java and Rust
+catalogs keep views in the same table). A pyiceberg upgrade that renames the helper must fail here, not list views as
+tables."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 from sqlalchemy.orm import Session
 
+from lakewarden._compat.pyiceberg import views_filter
 from lakewarden.domain.catalogs import TableFilter
 from lakewarden.metadata.catalogs import table_locations
 
@@ -26,7 +28,7 @@ def test_a_sql_catalog_lists_its_tables_locations_and_not_its_views(tmp_path: Pa
     catalog.create_namespace("scratch")
     events = catalog.create_table("db.events", SCHEMA)
     scratch = catalog.create_table("scratch.tmp", SCHEMA)
-    assert callable(getattr(SqlCatalog, "_iceberg_type_filter", None)), "pyiceberg's helper is gone: see above"
+    assert views_filter(catalog) is not None, "pyiceberg's helper is gone: see above"
     with Session(catalog.engine) as session:  # a view, as Iceberg's Java JDBC catalog records it
         session.add(
             IcebergTables(

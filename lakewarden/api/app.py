@@ -17,9 +17,9 @@ from lakewarden import __version__
 from lakewarden.api import errors
 from lakewarden.api.auth import OPEN, authorize_api, authorize_catalog, caller
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.dispatch import CatalogDispatch
+from lakewarden.api.fast_path.catalog import CatalogFastPath
+from lakewarden.api.fast_path.routing import PrefixRouter, prepare_routes
 from lakewarden.api.forwarding import LeaderForwarding
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
 from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
@@ -46,7 +46,6 @@ from lakewarden.api.routes import (
     security,
     tables,
 )
-from lakewarden.api.routing import PrefixRouter, prepare_routes
 from lakewarden.api.schemas import Health, NodeRead
 from lakewarden.config import Config
 from lakewarden.domain.errors import Forbidden
@@ -56,7 +55,7 @@ from lakewarden.store.database import utcnow
 
 log = logging.getLogger(__name__)
 DASHBOARD = Path(__file__).resolve().parent.parent / "dashboard"
-health_router = APIRouter(tags=["health"], route_class=LeanRoute)
+health_router = APIRouter(tags=["health"])
 
 
 @health_router.get("/health", response_model=Health, **OPEN)
@@ -82,25 +81,25 @@ def nodes(ctx: Annotated[ServerContext, Depends(server_context)]) -> list[NodeRe
 
 
 class ServerApp(FastAPI):
-    """FastAPI, with the REST catalog's requests served from the root in one step (api/dispatch.py) where they
-    need nothing of the layers between but their checks; `dispatch_catalog = False` sends every request through
-    every layer (tests compare the two)."""
+    """FastAPI, with the REST catalog's requests served from the root in one step (api/fast_path/catalog.py) where
+    they need nothing of the layers between but their checks. `fast_path` is built when the server starts;
+    `use_fast_path = False` sends every request through every layer (tests compare the two)."""
 
     catalog_router: PrefixRouter | None = None
-    dispatch_catalog = True
-    # the middleware stack the dispatch flattens, and the dispatch (None: off for that stack); a new stack (not in a
-    # running server) needs a new dispatch
-    _dispatch: tuple[Any, CatalogDispatch | None] | None = None
+    fast_path: CatalogFastPath | None = None
+    use_fast_path = True
+
+    def start_fast_path(self) -> None:
+        """Built from the middleware stack as it stands when the server starts (Starlette takes no middleware after
+        that); a stack it does not know refuses to start (CatalogFastPath.of)."""
+        self.fast_path = None if self.catalog_router is None else CatalogFastPath.of(self, self.catalog_router)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.dispatch_catalog and self.catalog_router is not None:
-            built = self._dispatch
-            if built is None or built[0] is not self.middleware_stack:
-                dispatch = CatalogDispatch.of(self, self.catalog_router)
-                built = self._dispatch = (self.middleware_stack, dispatch)
-            dispatch = built[1]
-            if dispatch is not None and (taken := dispatch.take(scope)) is not None:
-                await dispatch.serve(taken, receive, send)
+        fast_path = self.fast_path
+        if fast_path is not None and scope["type"] == "http" and self.use_fast_path:
+            taken = fast_path.take(scope)
+            if taken is not None:
+                await fast_path.serve(taken, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -115,7 +114,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
     metrics_registry = CollectorRegistry()  # the server's own metrics, not the process-wide default registry
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: ServerApp) -> AsyncIterator[None]:
         runtime = ServerRuntime.build(config, server_url)  # every service, wired (services/composition.py)
         collectors = [
             DatabaseCollector(runtime.db),
@@ -133,6 +132,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
         app.state.context = runtime
         runtime.start(background=start_services)
         prepare_routes(app, (api.prefix, catalog.prefix))
+        app.start_fast_path()
         if on_started is not None:
             on_started()
         log.info("lakewarden %s serving; system database %s", __version__, runtime.db.engine.url.render_as_string())
@@ -155,7 +155,8 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
     )
     errors.install(app)
     # every route is checked (api/auth.py): a role for /api/v1, a grant for /iceberg/v1
-    api = PrefixRouter(prefix="/api/v1", dependencies=[Depends(authorize_api)])
+    # the management API: FastAPI's own routing and handling within its prefix (the fast path is the catalog's)
+    api = PrefixRouter(prefix="/api/v1", indexed=False, dependencies=[Depends(authorize_api)])
     routers = (
         health_router,
         catalogs.router,
@@ -170,7 +171,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
     for router in routers:
         api.include_router(router)
     app.include_router(api, responses=errors.ERROR_RESPONSES)
-    catalog = PrefixRouter(prefix="/iceberg/v1")  # the Iceberg REST catalog (api/routing.py: why by prefix)
+    catalog = PrefixRouter(prefix="/iceberg/v1")  # the Iceberg REST catalog (api/fast_path/routing.py: why by prefix)
     catalog.include_router(iceberg_oauth.router)
     # views first: the tables' router ends with the catch-all that answers 406 for routes not served
     for router in (iceberg_views.router, iceberg_rest.router):

@@ -1,5 +1,5 @@
-"""A request's blocking work, in a worker thread: its routes' plain functions (api/handlers.py), a commit, a
-metadata file to read.
+"""A request's blocking work, in a worker thread: its routes' plain functions (api/fast_path/lean_routes.py), a
+commit, a metadata file to read.
 
 Starlette's `run_in_threadpool` goes through anyio: a capacity limiter taken and given back, cancel scopes, a
 lookup of the running async library, each time, about 90 µs of the event loop's time per hop on this machine

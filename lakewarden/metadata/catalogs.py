@@ -13,6 +13,7 @@ from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from lakewarden._compat.pyiceberg import views_filter
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.tables import TableSnapshot
@@ -124,7 +125,7 @@ def table_locations(catalog: Any, table_filter: TableFilter) -> dict[tuple[str, 
         query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location).where(
             IcebergTables.catalog_name == catalog.name
         )
-        views = getattr(catalog, "_iceberg_type_filter", lambda: None)()  # pyiceberg's: views share the table
+        views = views_filter(catalog)  # views share the table
         if views is not None:
             query = query.where(views)
         with Session(catalog.engine) as session:

@@ -29,11 +29,10 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     PartitionFieldSummary,
-    # pyiceberg private API (pinned: pyiceberg==0.12.0 in requirements.lock): how a manifest entry inherits
-    # its snapshot id and sequence numbers from its manifest, as ManifestFile.fetch_manifest_entry does
-    _inherit_from_manifest,
 )
 from pyiceberg.table.snapshots import Snapshot
+
+from lakewarden._compat.pyiceberg import inherit_from_manifest
 
 _ENTRY_TYPES: dict[int, Any] = {-1: ManifestEntry, 2: DataFile}
 # positions of the fields of format version 3 in a DataFile read with read_version=3 (pyiceberg 0.12 has no
@@ -120,7 +119,7 @@ def entries(
     read_schema = MANIFEST_ENTRY_SCHEMAS[read_version]
     with _ResolvedOnceAvroFile(io.new_input(manifest.manifest_path), read_schema, _ENTRY_TYPES, _ENTRY_ENUMS) as reader:
         return [
-            _inherit_from_manifest(entry, manifest)
+            inherit_from_manifest(entry, manifest)
             for entry in reader
             if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
         ]

@@ -23,7 +23,6 @@ from typing import Any
 
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, EqualTo
 from pyiceberg.expressions.visitors import (
-    _InclusiveMetricsEvaluator,
     bind,
     expression_evaluator,
     extract_field_ids,
@@ -47,6 +46,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 from pyiceberg.typedef import Record
 
+from lakewarden._compat.pyiceberg import InclusiveMetricsEvaluator
 from lakewarden.domain.errors import InvalidField
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.metadata.manifests import FILE_PATH_FIELD_ID, referenced_data_file, v3_field
@@ -178,7 +178,7 @@ class _Pruning:
             self.metrics = _not_empty  # what the evaluator decides for `true`, without visiting it
             return
         try:
-            self.metrics = _InclusiveMetricsEvaluator(schema, row_filter, case_sensitive, False).eval
+            self.metrics = InclusiveMetricsEvaluator(schema, row_filter, case_sensitive, False).eval
             self.field_ids = frozenset(extract_field_ids(bind(schema, row_filter, case_sensitive)))
         except ValueError as exc:
             raise InvalidField("filter", str(exc)) from None
@@ -257,7 +257,7 @@ def _within_path_bounds(delete_file: DataFile, data_path: str) -> bool:
     if lower is None or upper is None:
         return True
     same_path = EqualTo(term="file_path", value=data_path)
-    return bool(_InclusiveMetricsEvaluator(POSITIONAL_DELETE_SCHEMA, same_path).eval(delete_file))
+    return bool(InclusiveMetricsEvaluator(POSITIONAL_DELETE_SCHEMA, same_path).eval(delete_file))
 
 
 class _DeleteIndex:

@@ -41,15 +41,11 @@ from pyiceberg.table.update import (
     SetPropertiesUpdate,
     TableUpdate,
     UpgradeFormatVersionUpdate,
-    # pyiceberg private API (pinned: pyiceberg==0.12.0 in requirements.lock): the per-update handler, its
-    # context and the metadata-log step of update_table_metadata, reused without its final deep copy
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-    _update_table_metadata_log,
 )
 from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from lakewarden._compat.pyiceberg import TableMetadataUpdateContext, apply_table_update, update_table_metadata_log
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 from lakewarden.metadata.paths import is_under
@@ -123,7 +119,7 @@ def apply_updates(
     """A commit's updates applied to `base`, as pyiceberg's `update_table_metadata` does, plus v3 upgrades.
 
     Raises ValueError (or KeyError) when an update cannot apply."""
-    context = _TableMetadataUpdateContext()
+    context = TableMetadataUpdateContext()
     metadata = base
     for update in updates:
         if isinstance(update, RemoveSnapshotsUpdate):
@@ -139,10 +135,10 @@ def apply_updates(
                 context.add_update(update)
             metadata = upgraded
         else:
-            metadata = _apply_table_update(update, metadata, context)
+            metadata = apply_table_update(update, metadata, context)
     if context.has_changes():
         if metadata_location:
-            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+            metadata = update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
         if base.last_updated_ms == metadata.last_updated_ms:
             now = datetime_to_millis(datetime.now().astimezone())
             metadata = metadata.model_copy(update={"last_updated_ms": now})
@@ -151,7 +147,7 @@ def apply_updates(
     return metadata
 
 
-def _upgrade_to_v3(metadata: TableMetadata, version: int, context: _TableMetadataUpdateContext) -> TableMetadata:
+def _upgrade_to_v3(metadata: TableMetadata, version: int, context: TableMetadataUpdateContext) -> TableMetadata:
     if version > MAX_FORMAT_VERSION:
         raise ValueError(f"Unsupported table format version: {version}")
     if metadata.format_version == version:
@@ -159,7 +155,7 @@ def _upgrade_to_v3(metadata: TableMetadata, version: int, context: _TableMetadat
     if metadata.format_version > version:
         raise ValueError(f"Cannot downgrade v{metadata.format_version} table to v{version}")
     if metadata.format_version < 2:  # pyiceberg knows v1 -> v2
-        metadata = _apply_table_update(UpgradeFormatVersionUpdate(format_version=2), metadata, context)
+        metadata = apply_table_update(UpgradeFormatVersionUpdate(format_version=2), metadata, context)
     fields = {**dict(metadata), "format_version": 3, "next_row_id": 0}  # row lineage starts now
     return TableMetadataV3.model_construct(**fields)
 

@@ -29,6 +29,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakewarden._compat.pyspark import spark_home
+
 ICEBERG_VERSION = "1.10.2"
 SCALA_BINARY = "2.12"
 RELOCATED_JAR = "iceberg-deps-relocated.jar"
@@ -117,9 +119,7 @@ def _iceberg_jars() -> list[Path]:
 
 
 def _pyspark_jackson_jars() -> list[Path]:
-    from pyspark.find_spark_home import _find_spark_home
-
-    base = Path(_find_spark_home()) / "jars"  # type: ignore[no-untyped-call]  # also under spark-submit (a zip)
+    base = spark_home() / "jars"
     found = []
     for artifact in JACKSON_ARTIFACTS:
         matches = sorted(base.glob(f"{artifact}-2.*.jar"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lakewarden._compat.pyspark import spark_home
 from lakewarden.spark.jars import ensure_spark_jars
 from lakewarden.spark.session import MAVEN_RUNTIME
 
@@ -14,9 +15,7 @@ DEPLOY_MODES = ("client", "cluster")
 
 def spark_submit_path() -> str:
     """pyspark's own spark-submit."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    return str(Path(_find_spark_home()) / "bin" / "spark-submit")  # type: ignore[no-untyped-call]
+    return str(spark_home() / "bin" / "spark-submit")
 
 
 def optimizer_program() -> str:

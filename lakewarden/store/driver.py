@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from typing import cast as typed
@@ -21,6 +21,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.base import Executable
 
+from lakewarden._compat.sqlalchemy import bind_processors
 from lakewarden.domain.errors import WouldWait
 from lakewarden.store.async_reads import AsyncReads
 from lakewarden.store.failures import answer_lost, state_unknown
@@ -219,7 +220,7 @@ class Driver:
         if shape is None:
             compiled = statement.compile(dialect=self.engine.dialect)  # type: ignore[attr-defined]
             bound = compiled.construct_params(params)
-            processors: Mapping[str, Any] = compiled._bind_processors  # what SQLAlchemy's execution applies
+            processors = bind_processors(compiled)  # what SQLAlchemy's execution applies
             positions = compiled.positiontup  # a positional paramstyle's order of the names
             names = list(bound) if positions is None else list(positions)
             fixed = {name: bound[name] for name in names if name not in params}

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Depends, Response
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import CatalogCreate, CatalogRead, CatalogUpdate, RefreshRead
 from lakewarden.domain.catalogs import CatalogSpec, redact, validate_catalog, with_internal_defaults
 from lakewarden.domain.errors import Conflict, InvalidField
@@ -20,7 +19,7 @@ from lakewarden.store import rest_catalog as rest_store
 from lakewarden.store.models import CatalogRow
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/catalogs", tags=["catalogs"], route_class=LeanRoute)
+router = APIRouter(prefix="/catalogs", tags=["catalogs"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 

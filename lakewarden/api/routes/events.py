@@ -8,12 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, _Read
 from lakewarden.store import rest_catalog as store
 from lakewarden.store import views as view_store
 
-router = APIRouter(tags=["events"], route_class=LeanRoute)
+router = APIRouter(tags=["events"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 

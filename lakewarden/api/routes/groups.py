@@ -10,7 +10,6 @@ from pydantic import Field
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate, _Read, _Request
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.groups import validate_group, validate_group_update
@@ -20,7 +19,7 @@ from lakewarden.store import processes as optimizer_store
 from lakewarden.store import shapes, stats
 from lakewarden.store.models import ResourceGroupRow
 
-router = APIRouter(prefix="/resource-groups", tags=["resource groups"], route_class=LeanRoute)
+router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from lakewarden.api.auth import OPEN, Auth, client_address
-from lakewarden.api.handlers import LeanRoute
+from lakewarden.api.fast_path.lean_routes import LeanRoute
 from lakewarden.domain.errors import NotAuthorized, TooManyRequests
 
 router = APIRouter(tags=["iceberg rest catalog"], route_class=LeanRoute)

@@ -20,9 +20,9 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
+from lakewarden.api.fast_path.lean_routes import LeanRoute
+from lakewarden.api.fast_path.responses import JSONBytes
 from lakewarden.api.idempotency import LIFETIME_ISO
-from lakewarden.api.responses import JSONBytes
 from lakewarden.api.schemas import ClientBody
 from lakewarden.api.threads import in_thread
 from lakewarden.domain.errors import (

@@ -12,7 +12,7 @@ from pyiceberg.view.metadata import ViewVersion
 
 from lakewarden.api.auth import Caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
+from lakewarden.api.fast_path.lean_routes import LeanRoute
 from lakewarden.api.routes.iceberg_rest import TableRef, _ns, _page
 from lakewarden.api.schemas import ClientBody
 from lakewarden.domain.errors import NoSuchView

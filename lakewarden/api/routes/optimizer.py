@@ -15,7 +15,6 @@ from fastapi import APIRouter, Depends, Response
 
 from lakewarden.api.auth import OPTIMIZER, Caller
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.domain.errors import Forbidden, InvalidField
 from lakewarden.domain.security import Principal, Role
 from lakewarden.protocol import (
@@ -33,7 +32,7 @@ from lakewarden.protocol import (
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store
 
-router = APIRouter(prefix="/optimizer", tags=["optimizer protocol"], route_class=LeanRoute)
+router = APIRouter(prefix="/optimizer", tags=["optimizer protocol"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 HEARTBEAT_SECONDS = 10.0
 

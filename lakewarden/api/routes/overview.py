@@ -8,13 +8,12 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.store import stats
 
-router = APIRouter(tags=["overview"], route_class=LeanRoute)
+router = APIRouter(tags=["overview"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 

@@ -11,7 +11,6 @@ from pydantic import Field
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, _Read
 from lakewarden.domain.costs import total_usage
 from lakewarden.domain.errors import InvalidField
@@ -24,7 +23,7 @@ from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc
 from lakewarden.store.models import ProcessRow, TaskRow
 
-router = APIRouter(prefix="/processes", tags=["processes"], route_class=LeanRoute)
+router = APIRouter(prefix="/processes", tags=["processes"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 ProcessId = Annotated[int, Path(ge=1, le=ID_MAX)]
 

@@ -18,7 +18,6 @@ from pydantic import Field
 
 from lakewarden.api.auth import ADMIN_ONLY, CSRF_COOKIE, OPEN, SESSION_COOKIE, Auth, Caller, client_address
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, _Read, _Request
 from lakewarden.config import Duration
 from lakewarden.domain.errors import Conflict, InvalidField
@@ -27,7 +26,7 @@ from lakewarden.services.access.auth import SESSION
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import security as store
 
-router = APIRouter(tags=["security"], route_class=LeanRoute)
+router = APIRouter(tags=["security"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.@-]{0,127}$")
 

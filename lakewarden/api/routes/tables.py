@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.handlers import LeanRoute
 from lakewarden.api.schemas import ID_MAX, MaintenanceRead, TableBrief, TableRead, _Read
 from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import maintenance_states
@@ -27,7 +26,7 @@ from lakewarden.store.database import as_utc
 from lakewarden.store.models import TableShapeRow
 from lakewarden.store.tables import TableRecord
 
-router = APIRouter(prefix="/tables", tags=["tables"], route_class=LeanRoute)
+router = APIRouter(prefix="/tables", tags=["tables"])
 Ctx = Annotated[ServerContext, Depends(server_context)]
 
 

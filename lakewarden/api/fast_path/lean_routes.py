@@ -25,13 +25,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import fastapi.routing
 from fastapi import params
-from fastapi._body_limit import get_body_limit_error
-from fastapi._compat import field_annotation_is_sequence
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies import utils as dependency_utils
-from fastapi.dependencies.models import Dependant, _is_async_gen_callable, _is_coroutine_callable, _is_gen_callable
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic.fields import FieldInfo
@@ -42,6 +39,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from lakewarden._compat.fastapi import (
+    EFFECTIVE_ROUTE,
+    FASTAPI_SCOPE,
+    effective_route_context,
+    embeds_body_fields,
+    field_annotation_is_sequence,
+    get_body_limit_error,
+    is_async_gen_callable,
+    is_coroutine_callable,
+    is_gen_callable,
+    is_json_field,
+    param_aliases,
+    param_model,
+    validate_value_with_model_field,
+)
 from lakewarden.api.threads import in_thread
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -53,7 +65,7 @@ class LeanRoute(APIRoute):
         fallback = super().get_route_handler()
         # FastAPI builds an included route's handler with the inclusion's context (its prefix, its dependencies)
         # set in a context variable; the plan is made of the same context
-        context = fastapi.routing._effective_route_context_var.get()
+        context = effective_route_context.get()
         route = context if context is not None and context.original_route is self else self
         plan = Plan.of(route)
         if plan is None:
@@ -87,7 +99,7 @@ class LeanRoute(APIRoute):
         """A planned route is answered here, without FastAPI's wrapping of its handler (exit stacks for
         dependencies with `yield`, which a plan has none of; an exception handling that the application's own
         handles the same way, with the same handlers, one step further out)."""
-        context = (scope.get("fastapi") or {}).get("effective_route_context")
+        context = (scope.get(FASTAPI_SCOPE) or {}).get(EFFECTIVE_ROUTE)
         planned = self._plan_of(context if context is not None and context.original_route is self else self)
         if planned is None:
             await super().handle(scope, receive, send)
@@ -116,14 +128,14 @@ class Params:
     def of(cls, fields: list[Any]) -> Params | None:
         keys, names, reads = [], [], []
         for f in fields:
-            if dependency_utils._get_param_model(f) is not None:  # a model of parameters: FastAPI's way only
+            if param_model(f) is not None:  # a model of parameters: FastAPI's way only
                 return None
-            aliases = [key for _, key in dependency_utils._get_param_aliases(f)]
+            aliases = [key for _, key in param_aliases(f)]
             keys.append(aliases[0])
             names.extend(aliases)
             # what FastAPI's request_params_to_args asks of the field's type again for every request
             sequence = field_annotation_is_sequence(f.field_info.annotation)
-            every = sequence and not dependency_utils._is_json_field(f)  # all the values sent under its key
+            every = sequence and not is_json_field(f)  # all the values sent under its key
             reads.append((f, aliases, every, sequence, f.field_info.in_.value))
         defaults: dict[str, Any] | None = {}
         for f in fields:
@@ -152,9 +164,7 @@ class Params:
             value = received.getlist(alias) if every and multiple else received.get(alias, None)
             if value is None or (sequence and len(value) == 0):
                 value = Undefined
-            found, problems = dependency_utils._validate_value_with_model_field(
-                field=f, value=value, values=values, loc=(kind, alias)
-            )
+            found, problems = validate_value_with_model_field(field=f, value=value, values=values, loc=(kind, alias))
             if problems:
                 errors.extend(problems)
             else:
@@ -189,8 +199,8 @@ class Step:
             or dependant.own_oauth_scopes
             or dependant.parent_oauth_scopes
             or dependant.concurrency is not None
-            or _is_gen_callable(call)
-            or _is_async_gen_callable(call)
+            or is_gen_callable(call)
+            or is_async_gen_callable(call)
         )
         if unsupported or call is None:
             return None
@@ -207,7 +217,7 @@ class Step:
             call=call,
             name=dependant.name,
             use_cache=dependant.use_cache,
-            coroutine=_is_coroutine_callable(call),
+            coroutine=is_coroutine_callable(call),
             path=kinds[0],
             query=kinds[1],
             header=kinds[2],
@@ -269,7 +279,7 @@ class Plan:
             return None
         strict = route.strict_content_type
         strict = strict.value if isinstance(strict, DefaultPlaceholder) else strict
-        return cls(top, list(route.dependant.body_params), bool(route._embed_body_fields), bool(strict))
+        return cls(top, list(route.dependant.body_params), embeds_body_fields(route), bool(strict))
 
     async def handle(self, request: Request) -> Response:
         body = await self._read_body(request) if self.body_fields else Undefined

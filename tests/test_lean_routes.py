@@ -1,5 +1,5 @@
-"""Planned request handling (api/handlers.py) answers every request as FastAPI's own handling does: the same
-values reach the endpoint, the same dependencies run (once per request when cached), and bad input gets the
+"""Planned request handling (api/fast_path/lean_routes.py) answers every request as FastAPI's own handling does: the
+same values reach the endpoint, the same dependencies run (once per request when cached), and bad input gets the
 same errors. Compared side by side: one router's routes served by both, the same requests sent to each."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from pydantic import AliasChoices, BaseModel, Field
 
 from lakewarden.api import errors
-from lakewarden.api.handlers import LeanRoute, Plan
+from lakewarden.api.fast_path.lean_routes import LeanRoute, Plan
 from lakewarden.api.threads import WORKERS, in_thread
 from lakewarden.domain.errors import Forbidden
 

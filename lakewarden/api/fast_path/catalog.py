@@ -2,13 +2,12 @@
 
 A request to `/iceberg/v1` passes fourteen ASGI layers on its way to its route: Starlette's and FastAPI's
 (errors, telemetry, a body limit, exception handlers, an exit stack, the router and the catalog's inclusion)
-and lakewarden's eight middlewares. Each layer is a coroutine call and most wrap `send`, and together they
-cost about as much of the event loop's time per cached loadTable as the load's own work
-(`bench/rest_catalog.py`, BENCHMARKS session 24). `CatalogDispatch` flattens that chain for the requests
-that need nothing of it but checks: it finds the route with the catalog router's `RouteIndex`, makes the
-checks each layer would make, in the layers' order, runs the route's plan (api/handlers.py), answers an
-exception with the application's own handlers as Starlette's two error middlewares would, and observes the
-request's latency under its route, as `LatencyMiddleware` does.
+and lakewarden's eight middlewares. Each layer is a coroutine call and most wrap `send`, and together they cost
+a cached loadTable about as much of the event loop's time as the load's own work (bench/rest_catalog.py).
+`CatalogFastPath` flattens that chain for the requests that need nothing of it but checks: it finds the route
+with the catalog router's `RouteIndex`, makes the checks each layer would make, in the layers' order, runs the
+route's plan (lean_routes.py), answers an exception with the application's own handlers as Starlette's two error
+middlewares would, and observes the request's latency under its route, as `LatencyMiddleware` does.
 
 Everything else goes down the chain unchanged, decided before anything is read or sent:
 - a path outside the catalog, a path no planned route takes (404, 405, 406), a route not planned;
@@ -18,11 +17,11 @@ Everything else goes down the chain unchanged, decided before anything is read o
   and AuditLog do work for those, not only checks;
 - a request the leader serves (api/forwarding.py; none is under `/iceberg/v1` today).
 
-The dispatch knows the chain it flattens: it is built from the application's middleware stack, layer by
-layer, and stays off (every request down the chain) if the stack holds a layer it does not know, in another
-order, or in a setting it does not flatten (debug answers, FastAPI's telemetry or body limit, a root path).
-tests/test_dispatch.py serves the same requests both ways and compares the answers, the latency metric and
-the audit log.
+The fast path knows the chain it flattens (CHAIN): it is built from the application's middleware stack, layer by
+layer, when the server starts, and a stack that holds a layer it does not know, or in another order, refuses to
+start (UnknownChain) instead of quietly sending every request down the chain. Settings it does not flatten (debug
+answers, FastAPI's telemetry, a root path) turn it off. tests/test_catalog_fast_path.py serves the same requests
+both ways and compares the answers, the latency metric and the audit log.
 """
 
 from __future__ import annotations
@@ -31,19 +30,25 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from fastapi._body_limit import AppBodyLimitMiddleware
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
-from fastapi.telemetry._asgi import ExceptionTelemetryMiddleware
-from starlette._exception_handler import _lookup_exception_handler
-from starlette._utils import is_async_callable
 from starlette.exceptions import HTTPException
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from lakewarden._compat.fastapi import (
+    EFFECTIVE_ROUTE,
+    FASTAPI_SCOPE,
+    INCLUDED_ROUTER,
+    AppBodyLimitMiddleware,
+    ExceptionTelemetryMiddleware,
+    native_telemetry_on,
+)
+from lakewarden._compat.starlette import exception_handlers, is_async_callable, lookup_exception_handler
+from lakewarden.api.fast_path.lean_routes import LeanRoute, Plan
+from lakewarden.api.fast_path.routing import PrefixRouter
 from lakewarden.api.forwarding import LeaderForwarding, leaders_request
-from lakewarden.api.handlers import LeanRoute, Plan
 from lakewarden.api.idempotency import HEADER as IDEMPOTENCY_KEY
 from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import UNMATCHED, LatencyMiddleware
@@ -58,7 +63,6 @@ from lakewarden.api.middleware import (
     catalog_at_root,
     java_decoded,
 )
-from lakewarden.api.routing import EFFECTIVE_ROUTE, FASTAPI_SCOPE, INCLUDED_ROUTER, PrefixRouter
 from lakewarden.api.threads import in_thread
 
 if TYPE_CHECKING:
@@ -67,8 +71,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # the chain flattened, from the outside in: Starlette's and FastAPI's layers around and inside the application's
-# own (api/app.py adds those). Three do nothing for a request the dispatch takes: FastAPI's telemetry and body
-# limit (the dispatch is off when either is set) and its exit stack (closed files of forms, which a plan has none
+# own (api/app.py adds those). Three do nothing for a request the fast path takes: FastAPI's telemetry and body
+# limit (the fast path is off when either is set) and its exit stack (closed files of forms, which a plan has none
 # of); the others' checks are made by `serve`, or their work is why a request goes down the chain
 CHAIN = (
     ServerErrorMiddleware,
@@ -89,7 +93,18 @@ CONTENT_LENGTH = b"content-length"
 Taken = tuple[Any, Any, Plan, bytes]
 
 
-class CatalogDispatch:
+class UnknownChain(RuntimeError):
+    """The application's layers or routes are not those the fast path flattens."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what}: the REST catalog's fast path (api/fast_path/catalog.py) flattens the chain of CHAIN exactly; "
+            "give it the new layer's checks (and tests/test_catalog_fast_path.py a request that needs them), or "
+            "leave the layers as they are"
+        )
+
+
+class CatalogFastPath:
     def __init__(self, app: FastAPI, layers: dict[type, Any], catalog: PrefixRouter, included: Any):
         self.app = app
         self.catalog = catalog
@@ -100,39 +115,36 @@ class CatalogDispatch:
         self.body_limit: BodyLimit = layers[BodyLimit]
         self.server_errors: ServerErrorMiddleware = layers[ServerErrorMiddleware]  # the handler of Exception
         errors: ExceptionMiddleware = layers[ExceptionMiddleware]
-        self.exception_handlers = errors._exception_handlers
-        self.status_handlers = errors._status_handlers
+        self.exception_handlers, self.status_handlers = exception_handlers(errors)
 
     @classmethod
-    def of(cls, app: FastAPI, catalog: PrefixRouter) -> CatalogDispatch | None:
-        """The dispatch of `app`'s middleware stack (built if it is not yet), or None where it cannot stand in
-        for the chain (the module's docstring says when)."""
+    def of(cls, app: FastAPI, catalog: PrefixRouter) -> CatalogFastPath | None:
+        """The fast path of `app`'s middleware stack (built if it is not yet); None (every request down the chain)
+        when a setting asks for what it does not do: debug answers, a root path, FastAPI's telemetry. A chain it
+        does not know (a layer added, removed or moved; the catalog's router not where it is looked for) is a
+        mistake in the code, not a setting: UnknownChain, so that every test of a server fails on it."""
         if app.middleware_stack is None:
             app.middleware_stack = app.build_middleware_stack()
         layers: dict[type, Any] = {}
         layer: Any = app.middleware_stack
         while layer is not app.router:
             if type(layer) in layers or len(layers) == len(CHAIN) or type(layer) is not CHAIN[len(layers)]:
-                return cls._off(f"the middleware stack holds {type(layer).__name__} where it is not flattened")
+                raise UnknownChain(f"the middleware stack holds {type(layer).__name__} where the fast path has none")
             layers[type(layer)] = layer
             layer = layer.app
         if len(layers) != len(CHAIN):
-            return cls._off("the middleware stack lacks a layer it flattens")
-        if app.debug or app.root_path or app._native_telemetry.enabled():
-            return cls._off("debug answers, a root path or FastAPI's telemetry are set")
+            raise UnknownChain(f"the middleware stack lacks {CHAIN[len(layers)].__name__}")
         routes = app.router.routes
         position = next((i for i, r in enumerate(routes) if getattr(r, "original_router", None) is catalog), None)
         if position is None:
-            return cls._off("the catalog's router is not included at the application's root")
+            raise UnknownChain("the catalog's router is not included at the application's root")
         for before in routes[:position]:  # a route tried first must not take a catalog path
             if not _apart(before, catalog.prefix + "/"):
-                return cls._off(f"a route before the catalog's may take its paths: {before!r}")
+                raise UnknownChain(f"a route before the catalog's may take its paths: {before!r}")
+        if app.debug or app.root_path or native_telemetry_on(app):
+            log.warning("the REST catalog's requests go through every layer: debug, a root path or telemetry is set")
+            return None
         return cls(app, layers, catalog, routes[position])
-
-    @staticmethod
-    def _off(why: str) -> None:
-        log.warning("the REST catalog's requests go through every layer of the application: %s", why)
-        return None
 
     def take(self, scope: Any) -> Taken | None:
         """The request's scope as its route will see it, its route's effective context and plan, and its
@@ -209,7 +221,7 @@ class CatalogDispatch:
         ServerErrorMiddleware does (the server logs it)."""
         handler = self.status_handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
         if handler is None:
-            handler = _lookup_exception_handler(self.exception_handlers, exc)
+            handler = lookup_exception_handler(self.exception_handlers, exc)
         if handler is None:
             last = self.server_errors.handler
             if last is None:

@@ -22,16 +22,22 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-import fastapi.routing
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
-from starlette._utils import get_route_path  # what FastAPI and Starlette match routes against
 from starlette.routing import Match
 
-FASTAPI_SCOPE = "fastapi"  # FastAPI's own part of the scope (fastapi.routing, pinned in requirements.lock)
-INCLUDED_ROUTER = "included_router"  # there: the included router being matched or handled
-EFFECTIVE_ROUTE = "effective_route_context"  # there: the route chosen, as included (prefixes, dependencies)
-SELECTED = "lakewarden.selected"  # there: what a PrefixRouter's index chose, for its handle()
+from lakewarden._compat.fastapi import (
+    EFFECTIVE_ROUTE,
+    FASTAPI_SCOPE,
+    INCLUDED_ROUTER,
+    extract_endpoint_context,
+    route_selected,
+    routes_version,
+    update_scope,
+)
+from lakewarden._compat.starlette import get_route_path
+
+SELECTED = "lakewarden.selected"  # in FastAPI's part of the scope: what a PrefixRouter's index chose, for handle()
 _GROUP = re.compile(r"\(\?P<[^>]+>")
 # a method's routes as one pattern: the pattern, the routes (effective contexts), each route's parameters (name,
 # group in the pattern, convertor)
@@ -41,13 +47,15 @@ Compiled = tuple[re.Pattern[str] | None, list[Any], list[list[tuple[str, int, An
 class PrefixRouter(APIRouter):
     """An `APIRouter` that answers "no match" at once for a path outside its prefix. For routers included
     at the application's root with no further prefix (what the prefix means once included elsewhere is
-    the including router's business, so it is not checked there)."""
+    the including router's business, so it is not checked there). `indexed`: within the prefix, a route is
+    found by the router's `RouteIndex` (the REST catalog); else by FastAPI's own walk (the management API)."""
 
-    def __init__(self, prefix: str, **kwargs: Any) -> None:
+    def __init__(self, prefix: str, indexed: bool = True, **kwargs: Any) -> None:
         if not prefix:
             raise ValueError("a PrefixRouter needs a prefix")
         super().__init__(prefix=prefix, **kwargs)
         self._under = prefix + "/"
+        self.indexed = indexed
 
         self._indexes: dict[int, RouteIndex] = {}  # by the included router's id (one per inclusion)
 
@@ -72,8 +80,8 @@ class PrefixRouter(APIRouter):
             await super().handle(scope, receive, send)
             return
         _, context, child_scope = selected
-        fastapi.routing._update_scope(scope, child_scope)
-        fastapi.routing._route_selected(scope=scope, path=context.path_format)  # type: ignore[attr-defined]
+        update_scope(scope, child_scope)
+        route_selected(scope=scope, path=context.path_format)
         scope[FASTAPI_SCOPE][EFFECTIVE_ROUTE] = context
         scope["route"] = context.original_route
         await context.original_route.handle(scope, receive, send)
@@ -81,7 +89,7 @@ class PrefixRouter(APIRouter):
     def index_of(self, included: Any) -> RouteIndex | None:
         """The index of this router as `included` (FastAPI's `_IncludedRouter`), built on first use and again
         whenever the router's routes change; None where it cannot stand in for FastAPI's matching."""
-        if included is None or getattr(included, "original_router", None) is not self:
+        if not self.indexed or included is None or getattr(included, "original_router", None) is not self:
             return None
         index = self._indexes.get(id(included))
         if index is None or not index.current():
@@ -103,9 +111,8 @@ class RouteIndex:
     def of(cls, included: Any, router: APIRouter) -> RouteIndex:
         """The index of `router` as `included`. It stands while no router in its tree changes: FastAPI counts a
         router's changes in its `_routes_version` (a route added, a router included), and sums the counts of a
-        tree at every request; the index keeps each router's count and compares them (fastapi.routing, pinned in
-        requirements.lock)."""
-        versions = [(r, r._routes_version) for r in _tree(router, set())]
+        tree at every request; the index keeps each router's count and compares them."""
+        versions = [(r, routes_version(r)) for r in _tree(router, set())]
         contexts = list(included.effective_route_contexts())
         # only FastAPI routes, included with no form limits (handled directly, an inclusion's limits are not
         # applied on the way): anything else leaves the router to FastAPI's own matching
@@ -116,7 +123,7 @@ class RouteIndex:
 
     def current(self) -> bool:
         """Whether no router of the tree changed since the index was built."""
-        return all(router._routes_version == version for router, version in self.versions)
+        return all(routes_version(router) == version for router, version in self.versions)
 
     def select(self, method: str, path: str, scope: Any) -> tuple[Any, dict[str, Any]] | None:
         """The first route (its effective context) whose methods hold `method` and whose pattern matches `path`
@@ -189,14 +196,10 @@ def prepare_routes(app: FastAPI, prefixes: Iterable[str]) -> None:
 
 def _endpoint_contexts(routes: Iterable[Any]) -> None:
     """FastAPI also finds an endpoint's source file and line (for its error messages) on the endpoint's first
-    request, reading and tokenizing its module's source (fastapi.routing._extract_endpoint_context, pinned with
-    fastapi in requirements.lock; skipped should a version drop it): done here for every endpoint."""
-    extract = getattr(fastapi.routing, "_extract_endpoint_context", None)
-    if extract is None:
-        return
+    request, reading and tokenizing its module's source: done here for every endpoint."""
     for route in routes:
         endpoint = getattr(route, "endpoint", None)
         if isinstance(route, APIRoute) and endpoint is not None:
-            extract(endpoint)
+            extract_endpoint_context(endpoint)
         included = getattr(route, "original_router", route)  # FastAPI keeps an included router as such
         _endpoint_contexts(getattr(included, "routes", ()))

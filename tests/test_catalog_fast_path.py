@@ -1,5 +1,5 @@
-"""The REST catalog's dispatch from the root (api/dispatch.py) answers every request as the whole chain of layers
-does. Compared side by side: two servers, one with the dispatch and one without, get the same requests (reads,
+"""The REST catalog's fast path from the root (api/fast_path/catalog.py) answers every request as the whole chain of
+layers does. Compared side by side: two servers, one with the dispatch and one without, get the same requests (reads,
 commits, every kind of error, the requests the dispatch leaves to the chain) and must give the same answers,
 record the same latencies under the same routes and write the same audit log."""
 
@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from starlette.middleware.gzip import GZipMiddleware
 
 from lakewarden.api.app import create_app
-from lakewarden.api.dispatch import CatalogDispatch
+from lakewarden.api.fast_path.catalog import CatalogFastPath, UnknownChain
 from lakewarden.services.rest_catalog.loads import TableLoads
 from tests.conftest import as_admin, make_config
 from tests.test_security import principal
@@ -27,12 +27,12 @@ KEPT_HEADERS = ("content-type", "retry-after", "www-authenticate", "idempotent-r
 
 
 class Side:
-    """One server of the comparison: its client, its data directory, and the requests its dispatch served."""
+    """One server of the comparison: its client, its data directory, and the requests its fast path served."""
 
     def __init__(self, tmp: Path, direct: bool) -> None:
         self.config = make_config(tmp / "data", http_server__max_body_size=MAX_BODY)
         self.app = create_app(self.config, start_services=False)
-        self.app.dispatch_catalog = direct
+        self.app.use_fast_path = direct
         self.client = TestClient(self.app, raise_server_exceptions=False)
         self.served: list[str] = []
         self.root = str(tmp)
@@ -40,10 +40,10 @@ class Side:
     def start(self) -> None:
         self.client.__enter__()
         as_admin(self.client, self.config)
-        assert self.client.get("/api/v1/health").status_code == 200  # the first request builds the dispatch
-        if self.app.dispatch_catalog:
-            dispatch = self.app._dispatch[1] if self.app._dispatch else None
-            assert dispatch is not None, "the dispatch is off for the server's own application"
+        assert self.client.get("/api/v1/health").status_code == 200
+        if self.app.use_fast_path:
+            dispatch = self.app.fast_path
+            assert dispatch is not None, "the fast path is off for the server's own application"
             serve = dispatch.serve
 
             async def counted(taken: Any, receive: Any, send: Any) -> None:
@@ -229,16 +229,15 @@ def _chunks(body: dict[str, Any]) -> Iterator[bytes]:
     yield data[10:]
 
 
-def test_the_dispatch_stays_off_for_a_chain_it_does_not_know_and_under_overrides(tmp_path: Path) -> None:
+def test_a_chain_the_fast_path_does_not_know_refuses_to_start_and_overrides_turn_it_off(tmp_path: Path) -> None:
+    """A middleware added without teaching the fast path its checks would be skipped by every catalog request the
+    fast path serves: the server refuses to start, naming it, so that every test of a server fails on it."""
     config = make_config(tmp_path / "data")
     app = create_app(config, start_services=False)
     app.add_middleware(GZipMiddleware)
-    with TestClient(app) as client:
-        as_admin(client, config)
-        assert client.get("/iceberg/v1/config", params={"warehouse": "x"}).status_code == 404
-        assert app._dispatch is not None and app._dispatch[1] is None
-        assert app.catalog_router is not None
-        assert CatalogDispatch.of(app, app.catalog_router) is None
+    with pytest.raises(UnknownChain, match="GZipMiddleware"), TestClient(app):
+        pass
+    assert app.fast_path is None
 
     config = make_config(tmp_path / "other")
     app = create_app(config, start_services=False)
@@ -246,12 +245,12 @@ def test_the_dispatch_stays_off_for_a_chain_it_does_not_know_and_under_overrides
         as_admin(client, config)
         assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
         assert app.catalog_router is not None
-        dispatch = CatalogDispatch.of(app, app.catalog_router)
+        dispatch = CatalogFastPath.of(app, app.catalog_router)
         assert dispatch is not None
         path = "/iceberg/v1/lake/namespaces/db/tables/t"
         scope = {"type": "http", "method": "GET", "path": path, "headers": [], "state": {}}
         assert dispatch.take(dict(scope)) is not None
-        app.dependency_overrides[CatalogDispatch] = lambda: None  # any override: FastAPI's own handling
+        app.dependency_overrides[CatalogFastPath] = lambda: None  # any override: FastAPI's own handling
         assert dispatch.take(dict(scope)) is None
         app.dependency_overrides.clear()
         assert dispatch.take({**scope, "method": "POST", "headers": [(b"content-length", b"2")]}) is not None

@@ -1,0 +1,63 @@
+"""pyiceberg's private names, as metadata/ uses them: a commit's updates applied as pyiceberg applies them (the
+REST catalog stages commits on the server), a manifest's entries inheriting from their manifest as pyiceberg reads
+them, pyiceberg's metrics evaluator (scan planning prunes files as pyiceberg does), and the SQL catalog's filter
+that leaves views out of its table listing. tests/test_compat.py checks each contract against the installed
+pyiceberg."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lakewarden._compat._check import broken
+
+LIBRARY = "pyiceberg"
+SUPPORTED = "==0.12.0"  # pyproject.toml pins the same
+
+try:
+    # pyiceberg.expressions.visitors: the evaluator of a filter against a file's column metrics (lower and upper
+    # bounds, null and NaN counts), as pyiceberg's own planning uses it
+    from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator as InclusiveMetricsEvaluator
+
+    # pyiceberg.manifest: an entry's snapshot id and sequence numbers inherited from its manifest, as a read does
+    from pyiceberg.manifest import _inherit_from_manifest as inherit_from_manifest
+
+    # pyiceberg.table.update: one update applied to table metadata (a singledispatch over the update models), the
+    # context that collects what a commit changed, and the metadata log's entry of the version a commit replaces
+    from pyiceberg.table.update import _apply_table_update as apply_table_update
+    from pyiceberg.table.update import _TableMetadataUpdateContext as TableMetadataUpdateContext
+    from pyiceberg.table.update import _update_table_metadata_log as update_table_metadata_log
+except ImportError as exc:
+    raise broken(LIBRARY, SUPPORTED, exc) from exc
+
+__all__ = [
+    "InclusiveMetricsEvaluator",
+    "TableMetadataUpdateContext",
+    "apply_table_update",
+    "inherit_from_manifest",
+    "update_table_metadata_log",
+]
+
+
+def views_filter(catalog: Any) -> Any:
+    """A SQL catalog's condition that leaves views out of its `iceberg_tables` rows (`SqlCatalog._iceberg_type_filter`:
+    Iceberg's Java and Rust catalogs keep views in the same table), or None for rows of tables only. Without it a
+    listing would take views for tables: a pyiceberg that lacks it is refused."""
+    filtering = getattr(catalog, "_iceberg_type_filter", None)
+    if filtering is None:
+        raise broken(LIBRARY, SUPPORTED, "SqlCatalog._iceberg_type_filter is gone")
+    return filtering()
+
+
+CONTRACT: Mapping[str, Callable[..., Any]] = {
+    "InclusiveMetricsEvaluator": InclusiveMetricsEvaluator,
+    "inherit_from_manifest": inherit_from_manifest,
+    "apply_table_update": apply_table_update,
+    "update_table_metadata_log": update_table_metadata_log,
+}
+PARAMETERS = {
+    "InclusiveMetricsEvaluator": ["schema", "expr", "case_sensitive", "include_empty_files"],
+    "inherit_from_manifest": ["entry", "manifest"],
+    "apply_table_update": ["update", "base_metadata", "context"],
+    "update_table_metadata_log": ["base_metadata", "metadata_location", "last_updated_ms"],
+}
