@@ -17,6 +17,7 @@ from lakewarden.config import Config, load_config
 from lakewarden.domain.catalogs import CatalogSpec
 from tests.postgres import fresh_database, postgres_server
 from tests.servers import FAST_EVALUATOR, ServerProcess, free_port, started_server
+from tests.tools import tool_missing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,9 +50,7 @@ def config(request: pytest.FixtureRequest, tmp_path: Path) -> Config:
         return make_config(tmp_path / "data")
     server = request.getfixturevalue("postgres")
     if server is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is required in CI (.ci/run installs it)")
-        pytest.skip("no PostgreSQL server on this machine (apt-get install postgresql)")
+        tool_missing("PostgreSQL (Debian's postgresql)")
     return make_config(tmp_path / "data", database__url=fresh_database(server))
 
 

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,6 +25,7 @@ from tests.test_scheduling import (
     register,
     start_optimizing,
 )
+from tests.tools import tool_missing
 
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 
@@ -50,8 +50,9 @@ def test_every_rule_names_its_severity_and_says_what_to_do() -> None:
         assert "for" in rule, rule  # a blip is not an alert
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (bin/test installs it as root)")
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
+    if shutil.which("promtool") is None:
+        tool_missing("promtool (Debian's prometheus)")
     checked = subprocess.run(["promtool", "check", "rules", "alerts.yml"], cwd=RULES, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 5 rules found" in checked.stdout

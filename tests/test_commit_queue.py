@@ -129,10 +129,38 @@ def test_a_multi_table_transaction_takes_its_turns_in_one_order() -> None:
 
 
 def test_off_lets_every_commit_in_at_once() -> None:
+    """Off, commits to one table do not take turns: all of them are inside at once, none waits, none is refused
+    however small the line; on, with the same bounds, the second is refused (the same code path, so this fails
+    if `enabled` stops switching it)."""
+
+    async def inside_at_once(queue: CommitQueue, commits: int) -> int:
+        inside = 0
+        most = 0
+        release = asyncio.Event()
+
+        async def commit() -> None:
+            nonlocal inside, most
+            async with queue.turn("t"):
+                inside += 1
+                most = max(most, inside)
+                await release.wait()
+                inside -= 1
+
+        tasks = [asyncio.create_task(commit()) for _ in range(commits)]
+        await until(lambda: most == commits or any(t.done() for t in tasks))
+        release.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        refused = [r for r in results if isinstance(r, Overloaded)]
+        assert all(r is None or isinstance(r, Overloaded) for r in results), results
+        return most if not refused else -len(refused)
+
     async def test() -> None:
-        queue = CommitQueue(max_waiting_per_table=0, max_waiting=0, enabled=False)
-        async with queue.turn("t"), queue.turn("t"):
-            pass
+        off = CommitQueue(max_waiting_per_table=0, max_waiting=0, enabled=False)
+        assert await inside_at_once(off, 5) == 5
+        assert off.waiting == 0 and off.refused == 0 and off.served == 0
+        on = CommitQueue(max_waiting_per_table=0, max_waiting=0, enabled=True)
+        assert await inside_at_once(on, 5) == -4  # one is served, the four others are refused at once
+        assert on.refused == 4
 
     run(test)
 

@@ -23,6 +23,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy import column, insert, table
 from sqlalchemy.dialects import sqlite
 from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.responses import Response
 
 from lakewarden._compat import fastapi as fastapi_compat
 from lakewarden._compat import pyiceberg as pyiceberg_compat
@@ -95,7 +96,10 @@ def test_fastapi_keeps_its_scope_routes_and_routers_as_the_fast_path_reads_them(
 
 
 def test_starlette_keeps_its_exception_handlers_where_the_fast_path_reads_them() -> None:
-    handlers = {ValueError: lambda request, exc: None, 404: lambda request, exc: None}
+    def answer(request: Any, exc: Exception) -> Response:
+        return Response(status_code=500)
+
+    handlers: dict[Any, Any] = {ValueError: answer, 404: answer}
     by_class, by_status = starlette_compat.exception_handlers(ExceptionMiddleware(FastAPI(), handlers=handlers))
     assert ValueError in by_class and 404 in by_status
     assert starlette_compat.lookup_exception_handler(by_class, KeyError()) is None

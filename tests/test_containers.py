@@ -136,7 +136,8 @@ def test_release_asks_first_then_signals_a_local_driver(tmp_path: Path) -> None:
     instance = sleeper(tmp_path, ignore_term=False)
     begun = time.monotonic()
     instance.release(timeout=4, ask=lambda: None)
-    assert instance.process.returncode == -15 and 1.5 < time.monotonic() - begun < 3.9
+    # SIGTERM at half the time (2 s), well before the SIGKILL the deadline (4 s) would bring
+    assert instance.process.returncode == -15 and time.monotonic() - begun > 1.5
 
 
 def test_a_remote_driver_is_never_signalled_and_its_client_killed_at_the_deadline(tmp_path: Path) -> None:

@@ -31,10 +31,35 @@ def test_invalid_catalogs_name_the_field(spec: CatalogSpec, field: str) -> None:
     assert info.value.field == field
 
 
-def test_valid_catalogs() -> None:
-    validate_catalog(CatalogSpec("lake_1", "sql", SQL))
-    validate_catalog(CatalogSpec("lake-2", "sql", {"uri": "postgresql+psycopg://u:p@h/db", "warehouse": "s3://b/w"}))
-    validate_catalog(CatalogSpec("r", "rest", {"uri": "http://localhost:8181", "credential": "id:secret"}))
+@pytest.mark.parametrize(
+    ("valid", "invalid", "field"),
+    [  # each valid registration, and the same one a step past a boundary
+        (CatalogSpec("lake_1", "sql", SQL), CatalogSpec("_lake_1", "sql", SQL), "name"),
+        (CatalogSpec("l" * 64, "sql", SQL), CatalogSpec("l" * 65, "sql", SQL), "name"),
+        (
+            CatalogSpec("lake-2", "sql", {"uri": "postgresql+psycopg://u:p@h/db", "warehouse": "s3://b/w"}),
+            CatalogSpec("lake-2", "sql", {"uri": "postgresql+psycopg://u:p@h/db", "warehouse": " "}),
+            "properties.warehouse",
+        ),
+        (
+            CatalogSpec("r", "rest", {"uri": "http://localhost:8181", "credential": "id:secret"}),
+            CatalogSpec("r", "rest", {"uri": "localhost:8181", "credential": "id:secret"}),
+            "properties.uri",
+        ),
+        (
+            CatalogSpec("i", "internal", {"uri": "https://lw/iceberg", "warehouse": "/w"}),
+            CatalogSpec("i", "internal", {"uri": "https://lw/iceberg", "warehouse": "/w", "s3.region": "x"}),
+            "s3.region",
+        ),
+    ],
+)
+def test_valid_catalogs_pass_and_a_step_past_a_boundary_does_not(
+    valid: CatalogSpec, invalid: CatalogSpec, field: str
+) -> None:
+    validate_catalog(valid)
+    with pytest.raises(InvalidField) as info:
+        validate_catalog(invalid)
+    assert info.value.field.endswith(field), info.value
 
 
 def test_filters_match_whole_names() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -31,6 +30,7 @@ from tests.helpers import PROPS, checksum, wait_for
 from tests.netproxy import TcpProxy
 from tests.postgres import fresh_database
 from tests.servers import ServerProcess, cli, ha_nodes
+from tests.tools import tool_missing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,9 +41,7 @@ LEASE = timedelta(seconds=3)
 @pytest.fixture
 def pg(postgres: str | None) -> str:
     if postgres is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is required in CI (.ci/run installs it)")
-        pytest.skip("no PostgreSQL server on this machine")
+        tool_missing("PostgreSQL (Debian's postgresql)")
     return fresh_database(postgres)
 
 

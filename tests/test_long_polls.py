@@ -40,7 +40,7 @@ def test_a_poll_past_the_bound_answers_at_once_and_the_optimizer_comes_back_late
             started = time.monotonic()
             with pytest.raises(PollLater) as later:
                 client.poll(token, 2)
-            assert time.monotonic() - started < 1.0  # not held: it did not wait for a task
+            assert time.monotonic() - started < 2.5  # not held: a poll that waits for a task takes 3 s
             assert later.value.seconds == 3.0  # the wait it was denied (the poll's own timeout)
             answer = server.http.post(
                 f"{server.url}/api/v1/optimizer/poll", json={"token": token, "thread_id": 2, "timeout_seconds": 1.5}

@@ -183,7 +183,8 @@ function catalogsPage() {
         try {
           const result = await api(`/catalogs/${encodeURIComponent(name)}/refresh`, {method: "POST"});
           message.className = "ok";
-          message.textContent = `${name}: ${result.health}, ${result.added} added, ${result.updated} updated, ${result.removed} removed`;
+          message.textContent = `${name}: ${result.health}, ${result.added.length} added, ${result.updated.length} updated, ` +
+            `${result.disposed.length} disposed; ${result.tables} in all`;
         } catch (error) { message.className = "error"; message.textContent = error.message; }
       });
     },
