@@ -19,7 +19,7 @@ Reported: the evaluator's and explorer's CPU (`lakewarden_service_cpu_seconds_to
 the changing minutes; how far the evaluator lags (tables changed but not yet evaluated, sampled); the explorer's
 full pass; a minute's worth of changes landing at once and the time until every one is evaluated; p50/p99 of
 `/api/v1/tables` pages (by offset at the start, middle and end; one namespace; by status) and the overview.
-Goals (issue 18): evaluator + explorer < 25% of a core; a full pass < 5 min; list pages < 200 ms. Maintenance runs
+Goals: evaluator + explorer < 25% of a core; a full pass < 5 min; list pages < 200 ms. Maintenance runs
 on the default schedules, its looks generated as a steady state leaves them (each table's last look at a moment of
 the last interval, nothing to do until it changes): its trigger's CPU is reported apart, with the processes it
 created for the changed tables (no optimizer runs them here).

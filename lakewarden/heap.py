@@ -1,10 +1,10 @@
 """The server process's heap and Python's garbage collector.
 
 CPython's cyclic collector walks every object of a generation it collects. The oldest generation holds what
-lives long: the modules and services built at start (~300,000 objects), and the server's caches — a parsed
-manifest entry with its data file is about a dozen objects, so the manifests of a 100,000-file table are 1.2
-million. A full collection walks them all (0.36 s for those 1.2 million here) and it runs inside whatever
-request allocated last, so as the caches fill, the pauses grow with them (`bench/gc_pauses.py`).
+lives long: the modules and services built at start (hundreds of thousands of objects), and the server's
+caches — a parsed manifest entry with its data file is about a dozen objects, so the manifests of a
+100,000-file table are over a million. A full collection walks them all, and it runs inside whatever request
+allocated last, so as the caches fill, the pauses grow with them (`bench/gc_pauses.py`).
 
 Frozen objects (`gc.freeze`) are left out of every collection; they are still freed the usual way, when their
 last reference goes (an entry evicted from a cache), as long as they are in no reference cycle. So the heap is
@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-FREEZE_AFTER = 100_000  # objects left in the oldest generation by a full collection (which took ~30 ms here)
+FREEZE_AFTER = 100_000  # objects left in the oldest generation by a full collection, before it freezes them
 
 
 def freeze() -> None:

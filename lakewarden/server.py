@@ -27,7 +27,7 @@ def _exit_cleanly(_signum: int, _frame: FrameType | None) -> None:
 
 
 # modules the first request that needs them would otherwise import, inside that request: pyiceberg's FileIO
-# over pyarrow (with pyarrow's compute, dataset and parquet modules: ~90 ms here), read for any metadata file
+# over pyarrow (with pyarrow's compute, dataset and parquet modules, slow to import), read for any metadata file
 # that is not cached, and pyiceberg's compiled Avro decoder, for any manifest
 FIRST_REQUEST_MODULES = ("pyiceberg.io.pyarrow", "pyiceberg.avro.decoder_fast")
 
@@ -40,8 +40,8 @@ def _preload() -> None:
 
 def _started() -> None:
     """Once the server is built, before it takes requests: the first request's imports done, then the heap
-    frozen (with them in it): the modules and services built at start are ~300,000 objects that live as long as
-    the process, and every full collection walked them (~150 ms here, inside a request). From then on the heap
+    frozen (with them in it): the modules and services built at start are hundreds of thousands of objects that
+    live as long as the process, and every full collection would walk them, inside a request. From then on the heap
     freezer freezes, after full collections, what the caches add (lakewarden/heap.py)."""
     _preload()
     heap.freeze()
@@ -60,8 +60,9 @@ def serve(config: Config, log_level: str = "info") -> None:
     if claim is not None:
         claim.release()
     # A worker thread (a commit, a plan) gives the GIL up at each file or database call and then waits for the
-    # event loop to give it back, up to the switch interval (5 ms) each time: under a burst of requests a commit
-    # of a dozen such calls took 50 ms instead of 8. A shorter interval hands it back sooner.
+    # event loop to give it back, up to the switch interval (Python's default is 5 ms) each time: under a burst of
+    # requests a commit of a dozen such calls would wait for the lock most of its time. A shorter interval hands it
+    # back sooner.
     sys.setswitchinterval(float(os.environ.get("LAKEWARDEN_SWITCH_INTERVAL", "0.0005")))
     ssl = config.ams.http_server.ssl
     uvicorn.run(

@@ -1,4 +1,4 @@
-"""What each process cost (issue 19, item 1): Spark's own figures of every task, priced by the task's group.
+"""What each process cost: Spark's own figures of every task, priced by the task's group.
 
 The figures come from the optimizer's Spark driver (its status store, behind the Spark UI): they are checked
 against what the Spark UI's REST API shows for the same job group, then followed into the process, the table,

@@ -1,4 +1,4 @@
-"""Which tables the evaluator reads (issue 18, item 5): a table whose snapshot and configuration do not change is
+"""Which tables the evaluator reads: a table whose snapshot and configuration do not change is
 read again only when its verdict says a time-based trigger can fire, when a process of it ends, when a failed
 evaluation is retried or a chart's sample waits; never on a fixed recheck unless one is configured."""
 

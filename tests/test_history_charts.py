@@ -1,4 +1,4 @@
-"""What the dashboard's charts read (issue 19, item 2): each table's shape sampled on a change at most every
+"""What the dashboard's charts read: each table's shape sampled on a change at most every
 interval, each group's load sampled by the leader, both served by the API and pruned like the rest of history."""
 
 from __future__ import annotations

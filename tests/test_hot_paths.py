@@ -220,10 +220,10 @@ def test_every_route_is_prepared_before_the_first_request(tmp_path: Path, monkey
 
 
 def test_the_servers_heap_is_frozen_once_it_has_started(tmp_path: Path) -> None:
-    """What the server builds at start lives as long as it does: frozen, no full collection walks it again
-    (each took ~150 ms and fell inside requests). Before that, the modules a first request would import are
-    imported (pyiceberg's pyarrow FileIO took ~90 ms inside a server's first loadTable or plan). Checked in a
-    process of its own: freezing and imports are process-wide."""
+    """What the server builds at start lives as long as it does: frozen, no full collection walks it again (each
+    would fall inside a request). Before that, the modules a first request would import are imported (pyiceberg's
+    pyarrow FileIO, slow to import, inside a server's first loadTable or plan). Checked in a process of its own:
+    freezing and imports are process-wide."""
     code = (
         "import gc, sys\n"
         "from fastapi.testclient import TestClient\n"

@@ -1,15 +1,13 @@
-"""A request's blocking work, in a worker thread: its routes' plain functions (api/fast_path/lean_routes.py), a
-commit, a metadata file to read.
+"""A request's blocking work, in a worker thread: its routes' plain functions (api/fast_path/lean_routes.py), a commit,
+a metadata file to read.
 
-Starlette's `run_in_threadpool` goes through anyio: a capacity limiter taken and given back, cancel scopes, a
-lookup of the running async library, each time, about 90 µs of the event loop's time per hop on this machine
-against 55 µs for asyncio's own `run_in_executor` (`bench/rest_catalog.py`; a commit hops there and back). Here
-the hop is the server's own pool of threads and one future handed back to the loop, with what anyio's gives a
-caller kept: the caller's context variables are the thread's, and a caller that is cancelled (its client gone,
-the server stopping) still has its work run and waits for it to finish before it unwinds, so that nothing the
-work holds (a table's turn to commit) is released while it runs, and nothing it was to write (an audit record)
-is dropped. On uvloop the hop costs the loop 30-33 µs, against 35-42 µs for a wrapped future under
-`asyncio.shield` (session 28, interleaved runs).
+Starlette's `run_in_threadpool` goes through anyio: a capacity limiter taken and given back, cancel scopes, a lookup of
+the running async library, each time, which costs the event loop more per hop than asyncio's own `run_in_executor`
+(`bench/rest_catalog.py`; a commit hops there and back). Here the hop is the server's own pool of threads and one future
+handed back to the loop, with what anyio's gives a caller kept: the caller's context variables are the thread's, and a
+caller that is cancelled (its client gone, the server stopping) still has its work run and waits for it to finish before
+it unwinds, so that nothing the work holds (a table's turn to commit) is released while it runs, and nothing it was to
+write (an audit record) is dropped, at less of the loop's time than a wrapped future under `asyncio.shield` would cost.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ async def in_thread(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> 
     # the pool's future handed back to the loop one way only: not asyncio.wrap_future, whose cancellation
     # would cancel work no thread has taken yet, under asyncio.shield, which keeps it running but costs every
     # hop a third future and its callbacks (nor run_in_executor, which also unwraps `call` to check that it is
-    # no coroutine function: a tenth of the hop)
+    # no coroutine function, every time)
     answer: asyncio.Future[T] = loop.create_future()
     running.add_done_callback(functools.partial(_hand_back, loop, answer))
     try:

@@ -161,7 +161,7 @@ class Driver:
         nothing, when another writer of this process or another process holds the database longer than Python's
         switch interval (`sys.getswitchinterval()`, 0.5 ms in the server): as long as a thread running Python may
         keep the loop waiting for the interpreter's lock anyway. It runs on a connection of its own, kept out of
-        the pool (checking one out and in was a tenth of a commit's time in the database)."""
+        the pool (checking one out and in shows in a commit's time in the database)."""
         if not self.in_process:
             raise RuntimeError("Driver.write is for SQLite")
         if wait:
@@ -214,7 +214,7 @@ class Driver:
         """A write statement compiled once for this database, and its arguments in the driver's form (SQLite's are
         positional, psycopg's named), each converted by the statement's bind processor (dates, JSON) as
         SQLAlchemy's execution converts it. What it takes of the compiled statement is kept as `_statement` keeps
-        a read's: SQLAlchemy's construction of the parameters on every call was a tenth of a commit's time in
+        a read's: SQLAlchemy's construction of the parameters on every call would show in a commit's time in
         the database."""
         shape = self._write_shapes.get(statement)
         if shape is None:
@@ -238,8 +238,8 @@ class Driver:
     ) -> tuple[str, Any]:
         """The query compiled once for this database's dialect (or `dialect`: the event loop's driver's), and its
         arguments in the driver's form: the values of `params` in the statement's order (its own literal values
-        kept from the first time), without SQLAlchemy's construction of the parameters on every call (a fifth
-        of a pointer's read)."""
+        kept from the first time), without SQLAlchemy's construction of the parameters on every call (a large
+        share of a pointer's read)."""
         key = query if dialect is None else (query, dialect.driver)
         shape = self._shapes.get(key)
         if shape is None:

@@ -1,7 +1,7 @@
 """Answers whose body is already JSON bytes (a loadTable or commit answer, serialised once per metadata file):
 their headers made in one step. Starlette's `Response` builds them from a mapping on every answer (each name
-lowered and encoded, the list searched for a length and a type), about a tenth of a cached load's own work on
-the event loop."""
+lowered and encoded, the list searched for a length and a type), a share of a cached load's own work on the
+event loop."""
 
 from __future__ import annotations
 

@@ -4,12 +4,12 @@ offered to a router's routes only when its path is under that router's prefix.
 
 FastAPI tries an application's routes one after the other, and each try costs a few microseconds (a
 regular expression and FastAPI's bookkeeping in the scope). With some ninety routes, a catalog request
-used to pass the whole management API first: about a third of a cached loadTable's time on this machine
-(`bench/rest_catalog.py`). One string comparison per API now stands in for those tries.
+would pass the whole management API first, a large share of a cached loadTable's time (`bench/rest_catalog.py`).
+One string comparison per API stands in for those tries.
 
 Within a router, FastAPI (0.165) then walks its routes twice per request, once to say the router matches and
-once to handle the request, through every included router on the way: some fifty tries for a loadTable, 40%
-of its time in the server. A `RouteIndex` finds the same route with one match of one regular expression per
+once to handle the request, through every included router on the way: some fifty tries for a loadTable. A
+`RouteIndex` finds the same route with one match of one regular expression per
 method: every route's path pattern, in the router's order, as alternatives. A regular expression takes the
 first alternative that matches the whole path, as FastAPI takes the first route that matches it fully, so
 the route found is the route FastAPI would find. What the index does not find (a path no route of that

@@ -80,8 +80,9 @@ class _SwapLost(Exception):
 
 def _paths_changed(base: TableMetadata, metadata: TableMetadata) -> bool:
     """Whether a commit changes where the table's files go (its location, a path property): what it keeps was
-    confined to the warehouse when it was committed. Resolving the paths (their symlinks) on every commit took
-    a tenth of a commit; lakewarden's own deletions check each file against the table's location as they delete it."""
+    confined to the warehouse when it was committed. Resolving the paths (their symlinks) on every commit would
+    cost each commit file system calls; lakewarden's own deletions check each file against the table's location
+    as they delete it."""
     if metadata.location != base.location:
         return True
     return any(metadata.properties.get(k) != base.properties.get(k) for k in PATH_PROPERTIES)
@@ -125,8 +126,8 @@ class TableCommits:
 
         Without `wait` it is made only if nothing in it can wait: the event loop's commit (the REST catalog's
         route), which saves the hop to a worker thread and back. Under Python's global lock a thread runs the
-        commit no sooner, and each hand-off between threads costs this machine more than a tenth of the commit
-        (BENCHMARKS, session 29). That is a commit on SQLite and local files, staged on a cached version of at
+        commit no sooner, and each hand-off between threads costs a share of the commit (bench/rest_catalog.py
+        measures it). That is a commit on SQLite and local files, staged on a cached version of at
         most about LOOP_JSON_BYTES of JSON whose requirements hold (no rebase, no manifest read), with no other
         writer of the database at work. Anything else raises WouldWait before any effect: the caller makes it
         again in a thread, where it may wait."""

@@ -25,7 +25,8 @@ from lakewarden.domain.lru import SizedLRU
 from lakewarden.metadata.table_metadata import metadata_json, referenced_only
 
 DEFAULT_MAX_BYTES = 256 * 1024**2
-METADATA_BYTES_PER_JSON_BYTE = 7  # a parsed TableMetadata, per byte of its JSON (6.0-6.5 measured)
+# a parsed TableMetadata, per byte of its JSON: an upper estimate, checked by tests/test_metadata_cache.py
+METADATA_BYTES_PER_JSON_BYTE = 7
 # the largest metadata (its JSON) a commit is staged on by the event loop (TableCommits.commit_table without
 # `wait`): its serialisation, the largest part, takes about a millisecond at this size
 LOOP_JSON_BYTES = 256 * 1024
@@ -91,8 +92,8 @@ class MetadataFiles:
 
     def _remember_body(self, location: str, metadata_text: str, variant: str = "") -> bytes:
         """The body kept is whole, ending with NO_CONFIG: the answer itself when the client is told nothing more
-        (a local warehouse), sent as it is. Putting a body of 20 KB together for every load (a copy, an
-        allocation freed once it is sent) cost a tenth of a cached load's time on the event loop."""
+        (a local warehouse), sent as it is: putting a body together for every load would copy it and allocate
+        what is freed once it is sent, a share of a cached load's time on the event loop."""
         body = f'{{"metadata-location": {json.dumps(location)}, "metadata": {metadata_text}'.encode() + NO_CONFIG
         self.lru.put(("body", location + variant), body, len(body))
         return body

@@ -67,7 +67,7 @@ class Warehouses:
         with self._lock:
             known = self._ios.get(spec.name)
         if known is not None and known[0] == key:
-            return known[1]  # made once per catalog: making one costs about a tenth of a commit
+            return known[1]  # made once per catalog: making one is a noticeable part of a commit
         io = load_file_io(properties, spec.properties["warehouse"])
         with self._lock:
             self._ios[spec.name] = (key, io)

@@ -12,8 +12,8 @@ External catalogs are swept every `refresh-external-catalogs.interval`, as Amoro
 creates, commits, renames and drops reach lakewarden as events (refresh_tables), so its sweep is only a safety
 net for an event missed (one committed while no node led, a refresh that failed): it runs at a node's first
 pass, when the catalog's table defaults changed, and every `refresh-internal-catalogs.interval` (1 h). Amoro
-does not explore its internal catalogs at all; a sweep of a million tables takes about 45 s of a core, which an
-hourly net affords and a 3-minute one does not.
+does not explore its internal catalogs at all; a sweep of a million tables costs a core for a long while, which
+an hourly net affords and a 3-minute one does not (bench/million_tables.py).
 """
 
 from __future__ import annotations

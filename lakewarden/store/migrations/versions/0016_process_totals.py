@@ -1,17 +1,15 @@
-"""Running totals of ended processes, per table, action, type, status and the group that ran them; and each
-table's streak of failures per action.
+"""Running totals of ended processes, per table, action, type, status and the group that ran them; and each table's
+streak of failures per action.
 
-Why: the overview and the Prometheus scrape summed every kept process's JSON summary (plus what pruning had
-folded into `pruned_process_totals`), so they slowed down with the history kept: 36 -> 130 ms and 58 -> 151 ms
-over a simulated week. A process is now added to `process_totals` in the transaction that ends it, and those
-read the totals and the running processes only. The upgrade moves the pruned totals (to the group their table
-is in now, as they were shown) and adds every ended process still kept; the downgrade gives back the part of
-the totals that kept processes do not account for as pruned totals. The maintenance back-off and the failure
-alerts ranked every kept process to find each table's failures in a row; `process_streak` keeps them as
-processes end, starting from the processes kept.
+Why: the overview and the Prometheus scrape summed every kept process's JSON summary (plus what pruning had folded into
+`pruned_process_totals`), so they slowed down as the history kept grew (bench/history.py). A process is now added to
+`process_totals` in the transaction that ends it, and those read the totals and the running processes only. The upgrade
+moves the pruned totals (to the group their table is in now, as they were shown) and adds every ended process still
+kept; the downgrade gives back the part of the totals that kept processes do not account for as pruned totals. The
+maintenance back-off and the failure alerts ranked every kept process to find each table's failures in a row;
+`process_streak` keeps them as processes end, starting from the processes kept.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0016 Revises: 0015
 """
 
 from typing import Any
