@@ -55,10 +55,33 @@ class S3Server:
         return [json.loads(role.policy) for role in roles if role.policy]
 
 
+def _checking_every_signed_header() -> Any:
+    """moto checks a signature by signing the request again with botocore, which never signs User-Agent (nor
+    Expect, X-Amzn-Trace-Id); the AWS SDK for Java v1, which Hadoop's S3A uses, does sign it, and S3 checks the
+    headers the request's SignedHeaders names, whatever they are. So that moto checks S3A's requests as S3 would,
+    its S3 signature check signs again every header the request signed (moto's own code picks them out)."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import HTTPHeaders
+    from moto.iam.access_control import S3IAMRequest
+
+    class AsSigned(S3SigV4Auth):  # type: ignore[misc]  # botocore has no type hints
+        def headers_to_sign(self, request: Any) -> Any:
+            headers = HTTPHeaders()
+            for name, value in request.headers.items():
+                headers[name.lower()] = value
+            return headers
+
+    original = S3IAMRequest._create_auth
+    S3IAMRequest._create_auth = lambda self, credentials: AsSigned(credentials, self._service, self._region)  # type: ignore[method-assign]
+    return original
+
+
 @contextmanager
 def s3_server() -> Iterator[S3Server]:
+    from moto.iam.access_control import S3IAMRequest
     from moto.server import ThreadedMotoServer
 
+    original_check = _checking_every_signed_header()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -88,3 +111,4 @@ def s3_server() -> Iterator[S3Server]:
         httpx.post(f"{endpoint}/moto-api/reset", timeout=10)  # its state is the process's: leave none behind
         httpx.post(f"{endpoint}/moto-api/reset-auth", content=b"inf", timeout=10)
         server.stop()
+        S3IAMRequest._create_auth = original_check  # type: ignore[method-assign]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
+S3A = "org.apache.hadoop.fs.s3a"
 
 
 CONFLICT, TRANSIENT, FINAL = FailureKind.CONFLICT, FailureKind.TRANSIENT, FailureKind.FINAL
@@ -52,6 +53,19 @@ CONFLICT, TRANSIENT, FINAL = FailureKind.CONFLICT, FailureKind.TRANSIENT, Failur
         # a SparkException is judged by what it wraps
         ([("org.apache.spark.SparkException", "Job aborted"), ("java.lang.IllegalArgumentException", "bad")], FINAL),
         ([("org.apache.spark.SparkException", "Job aborted due to stage failure: executor lost")], TRANSIENT),
+        # storage that refuses the task is final, whatever wraps it; throttling and 5xx are retried
+        (
+            [
+                ("org.apache.iceberg.exceptions.RuntimeIOException", "Failed to open"),
+                ("java.nio.file.AccessDeniedException", "s3a://lake/wh/t/x.parquet: getFileStatus: 403 Forbidden"),
+            ],
+            FINAL,
+        ),
+        ([("java.io.UncheckedIOException", "x"), (f"{S3A}.UnknownStoreException", "s3a://nobucket/: Bucket")], FINAL),
+        ([(f"{S3A}.AWSClientIOException", "put on s3a://lake/x"), ("java.net.ConnectException", "refused")], FINAL),
+        ([("java.io.UncheckedIOException", "x"), ("java.net.UnknownHostException", "s3.nowhere.invalid")], FINAL),
+        ([(f"{S3A}.AWSServiceThrottledException", "503 SlowDown"), ("java.io.IOException", "x")], TRANSIENT),
+        ([(f"{S3A}.AWSStatus500Exception", "s3a://lake/x: 500 InternalError")], TRANSIENT),
         # what is not known is retried: retries are bounded
         ([("java.lang.RuntimeException", "something else")], TRANSIENT),
         ([], TRANSIENT),

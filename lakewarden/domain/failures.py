@@ -31,7 +31,6 @@ RETRYABLE = frozenset(
         "java.io.UncheckedIOException",
         "java.io.FileNotFoundException",
         "java.nio.file.NoSuchFileException",
-        "java.nio.file.AccessDeniedException",
         "java.net.SocketTimeoutException",
         "java.net.ConnectException",
         "java.util.concurrent.TimeoutException",
@@ -67,6 +66,21 @@ DETERMINISTIC = frozenset(
     }
 )
 
+# storage that refuses the task for good, whatever the retry: keys that are wrong, expired or not allowed (S3A's
+# 403, a local file's permissions), a bucket that does not exist, a request the store rejects as malformed or
+# sends to another region, an endpoint whose name does not resolve. S3A has already retried what it retries
+STORAGE_REFUSED = frozenset(
+    {
+        "java.nio.file.AccessDeniedException",
+        "org.apache.hadoop.fs.s3a.UnknownStoreException",
+        "org.apache.hadoop.fs.s3a.AWSBadRequestException",
+        "org.apache.hadoop.fs.s3a.AWSRedirectException",
+        "java.net.UnknownHostException",
+    }
+)
+# S3A's failure to reach its endpoint at all, after its own retries: the endpoint is wrong or down for long
+UNREACHABLE_STORE = ("org.apache.hadoop.fs.s3a.AWSClientIOException", "java.net.ConnectException")
+
 # Iceberg reports a commit that conflicts with a concurrent one as a ValidationException too
 # (MergingSnapshotProducer, ManifestFilterManager): those messages are conflicts, and a retry plans anew
 _CONFLICT = re.compile(
@@ -88,11 +102,14 @@ STALE_PLAN = frozenset({"python:StalePlan", "python:PlanMismatch"})
 
 
 def classify(chain: Sequence[tuple[str, str]]) -> FailureKind:
-    """What kind of failure this cause chain is. A stale plan is final; a conflict anywhere in the chain makes it
-    a conflict; else an I/O failure anywhere makes it transient; else a known deterministic refusal anywhere
-    makes it final; a failure of a kind not known here is transient (the cautious choice: retries are bounded)."""
+    """What kind of failure this cause chain is. A stale plan or storage that refuses the task is final; a
+    conflict anywhere in the chain makes it a conflict; else an I/O failure anywhere makes it transient (a store's
+    throttling and 5xx answers among them); else a known deterministic refusal anywhere makes it final; a failure
+    of a kind not known here is transient (the cautious choice: retries are bounded)."""
     names = [name for name, _ in chain]
-    if any(name in STALE_PLAN for name in names):
+    if any(name in STALE_PLAN or name in STORAGE_REFUSED for name in names):
+        return FailureKind.FINAL
+    if all(name in names for name in UNREACHABLE_STORE):
         return FailureKind.FINAL
     for name, message in chain:
         if name in CONFLICTS or (
@@ -138,7 +155,28 @@ _HINTS: tuple[tuple[frozenset[str], re.Pattern[str] | None, str], ...] = (
         frozenset({"java.nio.file.AccessDeniedException", "org.apache.iceberg.exceptions.ForbiddenException"})
         | frozenset({"org.apache.iceberg.exceptions.NotAuthorizedException"}),
         None,
-        "Permission denied: the optimizer's credentials cannot read or write the table's storage or catalog.",
+        "Permission denied: the optimizer's credentials cannot read or write the table's storage or catalog "
+        "(for S3: the catalog's keys or role, or the credentials it vends, are wrong, expired or not allowed "
+        "the table's prefix). Not retried: fix the catalog's storage settings.",
+    ),
+    (
+        frozenset({"org.apache.hadoop.fs.s3a.UnknownStoreException"}),
+        None,
+        "The bucket does not exist (or not in this endpoint and region): check the catalog's warehouse and "
+        "s3.endpoint / s3.region. Not retried.",
+    ),
+    (
+        frozenset({"java.net.UnknownHostException", "org.apache.hadoop.fs.s3a.AWSRedirectException"})
+        | frozenset({"org.apache.hadoop.fs.s3a.AWSBadRequestException"}),
+        None,
+        "The storage's endpoint is wrong (its name does not resolve, or it belongs to another region): check the "
+        "catalog's s3.endpoint and s3.region. Not retried.",
+    ),
+    (
+        frozenset({UNREACHABLE_STORE[0]}),
+        None,
+        "The storage's endpoint did not answer, after S3A's own retries: check the catalog's s3.endpoint and that "
+        "the optimizers reach it. Not retried.",
     ),
     (
         frozenset({"java.net.ConnectException", "java.net.SocketTimeoutException", "python:Py4JNetworkError"})

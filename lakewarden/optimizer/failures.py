@@ -7,12 +7,14 @@ an Iceberg ValidationException three causes deep is seen as such. The rules are 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from lakewarden.domain.failures import classify, diagnose
 from lakewarden.protocol import FailureDiagnosis, FailureKind
 
 MAX_MESSAGE = 4000
+_LOCATION = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:;,)]+")  # s3a://bucket/key, file:/… is a path, hdfs://…
 MAX_CAUSES = 20
 
 
@@ -67,6 +69,10 @@ def describe_failure(exc: BaseException) -> tuple[str, FailureKind]:
         text = f"{name.rsplit('.', 1)[-1]}: {message}"
         if len(java) > 1:
             text = f"{java[0][0].rsplit('.', 1)[-1]} caused by {text}"
+        # a store's own error (an S3 403) names no object: the outer one that does says where it happened
+        where = next((found.group(0) for _, m in java if (found := _LOCATION.search(m or ""))), None)
+        if where is not None and where not in message:
+            text += f" (at {where})"
     else:
         text = f"{type(exc).__name__}: {exc}"
     return text[:MAX_MESSAGE], classify(chain)

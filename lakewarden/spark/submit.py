@@ -36,11 +36,11 @@ def optimizer_submit_arguments(deploy_mode: str = "client", maven: bool = False)
         return ["--packages", ",".join(MAVEN_PACKAGES), optimizer_program()]
     jars = ensure_spark_jars(quiet=True)
     if deploy_mode == "cluster":
-        return ["--jars", jars.spark_jars, optimizer_program()]
+        return ["--jars", jars.shipped_jars, optimizer_program()]
     library = jars.native_library_dir
     return [
         "--jars",
-        jars.spark_jars,
+        jars.shipped_jars,
         "--driver-class-path",
         jars.driver_classpath,
         "--driver-library-path",

@@ -1,0 +1,310 @@
+/*
+ * Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except in
+ * compliance with the License. You may obtain a copy of the License at
+ * http://www.apache.org/licenses/LICENSE-2.0
+ */
+package io.lakewarden.iceberg;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.URI;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocatedFileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RemoteIterator;
+import org.apache.iceberg.exceptions.RuntimeIOException;
+import org.apache.iceberg.hadoop.HadoopFileIO;
+import org.apache.iceberg.hadoop.HadoopInputFile;
+import org.apache.iceberg.hadoop.HadoopOutputFile;
+import org.apache.iceberg.io.BulkDeletionFailureException;
+import org.apache.iceberg.io.FileInfo;
+import org.apache.iceberg.io.InputFile;
+import org.apache.iceberg.io.OutputFile;
+import org.apache.iceberg.io.StorageCredential;
+import org.apache.iceberg.io.SupportsStorageCredentials;
+import org.apache.iceberg.util.Tasks;
+import org.apache.iceberg.util.ThreadPools;
+
+/**
+ * Iceberg's HadoopFileIO, reaching S3 through Hadoop's S3A with the settings a catalog gives its tables: the
+ * storage profile in a table's `config` (s3.endpoint, s3.region / client.region, s3.path-style-access), static
+ * keys (s3.access-key-id, s3.secret-access-key), and the credentials a REST catalog vends for a table's prefixes
+ * (`storage-credentials`), renewed before they expire through the catalog's refresh endpoint
+ * (VendedCredentialsProvider).
+ *
+ * <p>HadoopFileIO reads every file through the Hadoop configuration of the Spark session, whose FileSystem
+ * cache is keyed by bucket and user, not by credentials: two tables of one bucket with credentials scoped to
+ * each would share one client. Here every S3 location is reached through a FileSystem made for the
+ * credentials that apply to it (the storage credential with the longest prefix of the location, else the
+ * catalog's keys), kept in a process-wide cache keyed by those credentials' identity, so that tasks on
+ * executors share them too. Other schemes (local files, HDFS) are HadoopFileIO's.
+ */
+public class StorageFileIO extends HadoopFileIO implements SupportsStorageCredentials {
+  static final String PREFIX = "fs.s3a.lakewarden.";
+  private static final int FILE_SYSTEMS_KEPT = 256;
+  // clients by the identity of their credentials, least recently used first; one evicted is closed
+  private static final Map<String, FileSystem> FILE_SYSTEMS =
+      new java.util.LinkedHashMap<String, FileSystem>(16, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, FileSystem> eldest) {
+          if (size() <= FILE_SYSTEMS_KEPT) {
+            return false;
+          }
+          try {
+            eldest.getValue().close();
+          } catch (IOException e) {
+            // closing a client of credentials nobody uses any more: nothing to do about it
+          }
+          return true;
+        }
+      };
+  private static final int DELETE_RETRIES = 3;
+  private static volatile ExecutorService deletes;
+
+  private ArrayList<StorageCredential> storageCredentials = new ArrayList<>();
+
+  @Override
+  public void setCredentials(List<StorageCredential> credentials) {
+    this.storageCredentials = new ArrayList<>(credentials);
+  }
+
+  @Override
+  public List<StorageCredential> credentials() {
+    return storageCredentials;
+  }
+
+  static boolean isS3(String location) {
+    String lower = location.toLowerCase(Locale.ROOT);
+    return lower.startsWith("s3://") || lower.startsWith("s3a://") || lower.startsWith("s3n://");
+  }
+
+  /** `s3a://b/k` and `s3n://b/k` name the object `s3://b/k` names: prefixes are compared in that form. */
+  static String normalized(String location) {
+    int colon = location.indexOf("://");
+    return "s3" + location.substring(colon);
+  }
+
+  static String bucketOf(String location) {
+    URI uri = URI.create(normalized(location));
+    if (uri.getHost() == null) {
+      throw new IllegalArgumentException("no bucket in " + location);
+    }
+    return uri.getHost();
+  }
+
+  /** The storage credential whose prefix is the longest one of `location`'s, or null. */
+  public StorageCredential credentialFor(String location) {
+    String object = normalized(location);
+    StorageCredential best = null;
+    for (StorageCredential credential : storageCredentials) {
+      if (!isS3(credential.prefix())) {
+        continue;
+      }
+      String prefix = normalized(credential.prefix());
+      // whole path segments: the prefix `…/t1/` (or `…/t1`) covers `…/t1` and `…/t1/x`, never `…/t10/x`
+      boolean under = (object + "/").startsWith(prefix.endsWith("/") ? prefix : prefix + "/");
+      if (under && (best == null || prefix.length() > normalized(best.prefix()).length())) {
+        best = credential;
+      }
+    }
+    return best;
+  }
+
+  /** The Hadoop configuration of the S3A client for `location`, and the identity of its credentials. */
+  Configuration s3Conf(String location) {
+    Map<String, String> properties = properties();
+    String scheme = location.substring(0, location.indexOf("://")).toLowerCase(Locale.ROOT);
+    String bucket = bucketOf(location);
+    Configuration conf = new Configuration(getConf());
+    conf.set("fs." + scheme + ".impl", "org.apache.hadoop.fs.s3a.S3AFileSystem");
+    String endpoint = properties.get("s3.endpoint");
+    if (endpoint != null && !endpoint.isEmpty()) {
+      conf.set("fs.s3a.endpoint", endpoint);
+      conf.setBoolean("fs.s3a.connection.ssl.enabled", endpoint.startsWith("https"));
+    }
+    String region = properties.getOrDefault("s3.region", properties.get("client.region"));
+    if (region != null && !region.isEmpty()) {
+      conf.set("fs.s3a.endpoint.region", region);
+    }
+    if (properties.containsKey("s3.path-style-access")) {
+      conf.setBoolean("fs.s3a.path.style.access", Boolean.parseBoolean(properties.get("s3.path-style-access")));
+    }
+    StorageCredential vended = credentialFor(location);
+    Map<String, String> keys = vended != null ? vended.config() : properties;
+    String keyId = keys.get("s3.access-key-id");
+    String identity;
+    if (keyId != null && !keyId.isEmpty()) {
+      conf.set("fs.s3a.access.key", keyId);
+      conf.set("fs.s3a.secret.key", keys.getOrDefault("s3.secret-access-key", ""));
+      String session = keys.get("s3.session-token");
+      if (session != null && !session.isEmpty()) {
+        conf.set("fs.s3a.session.token", session);
+        conf.set("fs.s3a.aws.credentials.provider", VendedCredentialsProvider.class.getName());
+        conf.set(PREFIX + "expires-at-ms", keys.getOrDefault("s3.session-token-expires-at-ms", ""));
+        String endpointPath = properties.get("client.refresh-credentials-endpoint");
+        String catalog = properties.get("uri");
+        String token = properties.get("token");
+        if (vended != null && endpointPath != null && catalog != null && token != null) {
+          String base = catalog.endsWith("/") ? catalog : catalog + "/";
+          conf.set(PREFIX + "refresh-url", endpointPath.contains("://") ? endpointPath : base + endpointPath);
+          conf.set(PREFIX + "refresh-token", token);
+          conf.set(PREFIX + "prefix", vended.prefix());
+        }
+        // a table's vended credentials: one client per table prefix, renewed in place where the catalog can be
+        // asked again, else one per set of credentials (a later load of the table brings fresh ones)
+        String renewable = conf.get(PREFIX + "refresh-url") != null ? "renewed" : keyId;
+        identity = "vended|" + (vended != null ? normalized(vended.prefix()) : keyId) + "|" + renewable;
+      } else {
+        conf.set(
+            "fs.s3a.aws.credentials.provider", "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider");
+        identity = "keys|" + keyId;
+      }
+    } else {
+      identity = "default"; // the session's own S3A settings (or the environment's)
+    }
+    conf.set(PREFIX + "identity", String.join("|", scheme, bucket, String.valueOf(endpoint), identity));
+    return conf;
+  }
+
+  FileSystem fs(String location) {
+    Configuration conf = s3Conf(location);
+    String key = conf.get(PREFIX + "identity");
+    synchronized (FILE_SYSTEMS) {
+      FileSystem known = FILE_SYSTEMS.get(key);
+      if (known != null) {
+        return known;
+      }
+      try {
+        String scheme = location.substring(0, location.indexOf("://"));
+        FileSystem made = FileSystem.newInstance(URI.create(scheme + "://" + bucketOf(location) + "/"), conf);
+        FILE_SYSTEMS.put(key, made);
+        return made;
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+  }
+
+  @Override
+  public InputFile newInputFile(String path) {
+    if (!isS3(path)) {
+      return super.newInputFile(path);
+    }
+    FileSystem fs = fs(path);
+    return HadoopInputFile.fromPath(new Path(path), fs, fs.getConf());
+  }
+
+  @Override
+  public InputFile newInputFile(String path, long length) {
+    if (!isS3(path)) {
+      return super.newInputFile(path, length);
+    }
+    FileSystem fs = fs(path);
+    return HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf());
+  }
+
+  @Override
+  public OutputFile newOutputFile(String path) {
+    if (!isS3(path)) {
+      return super.newOutputFile(path);
+    }
+    FileSystem fs = fs(path);
+    return HadoopOutputFile.fromPath(new Path(path), fs, fs.getConf());
+  }
+
+  @Override
+  public void deleteFile(String path) {
+    if (!isS3(path)) {
+      super.deleteFile(path);
+      return;
+    }
+    try {
+      fs(path).delete(new Path(path), false /* one object, never a directory's contents */);
+    } catch (IOException e) {
+      throw new RuntimeIOException(e, "Failed to delete file: %s", path);
+    }
+  }
+
+  @Override
+  public void deleteFiles(Iterable<String> paths) throws BulkDeletionFailureException {
+    AtomicInteger failures = new AtomicInteger(0);
+    Tasks.foreach(paths)
+        .executeWith(deletes())
+        .retry(DELETE_RETRIES)
+        .stopRetryOn(java.io.FileNotFoundException.class)
+        .suppressFailureWhenFinished()
+        .onFailure((path, e) -> failures.incrementAndGet())
+        .run(this::deleteFile);
+    if (failures.get() != 0) {
+      throw new BulkDeletionFailureException(failures.get());
+    }
+  }
+
+  private static ExecutorService deletes() {
+    if (deletes == null) {
+      synchronized (StorageFileIO.class) {
+        if (deletes == null) {
+          deletes = ThreadPools.newExitingWorkerPool("lakewarden-storage-delete", 16);
+        }
+      }
+    }
+    return deletes;
+  }
+
+  @Override
+  public Iterable<FileInfo> listPrefix(String prefix) {
+    if (!isS3(prefix)) {
+      return super.listPrefix(prefix);
+    }
+    FileSystem fs = fs(prefix);
+    Path root = new Path(prefix);
+    return () -> {
+      try {
+        RemoteIterator<LocatedFileStatus> found = fs.listFiles(root, true /* recursive: pages through it */);
+        return new Iterator<FileInfo>() {
+          @Override
+          public boolean hasNext() {
+            try {
+              return found.hasNext();
+            } catch (IOException e) {
+              throw new UncheckedIOException(e);
+            }
+          }
+
+          @Override
+          public FileInfo next() {
+            try {
+              LocatedFileStatus status = found.next();
+              return new FileInfo(status.getPath().toString(), status.getLen(), status.getModificationTime());
+            } catch (IOException e) {
+              throw new UncheckedIOException(e);
+            }
+          }
+        };
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    };
+  }
+
+  @Override
+  public void deletePrefix(String prefix) {
+    if (!isS3(prefix)) {
+      super.deletePrefix(prefix);
+      return;
+    }
+    try {
+      fs(prefix).delete(new Path(prefix), true);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+}

@@ -1,0 +1,245 @@
+"""Spark on S3: tables of lakewarden's REST catalog on an `s3://` warehouse (moto's S3 and STS server, with IAM
+authentication on), written by Spark and compacted and maintained by lakewarden's optimizer, each reaching S3
+through S3A with nothing but the catalog: its URI and token. The storage profile (endpoint, region, path
+style) and the temporary credentials the catalog vends for each table become the table's S3A settings
+(lakewarden's StorageFileIO, `lakewarden/spark/java/`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.spark.session import configure_catalogs
+from tests.helpers import checksum, running_optimizer, wait_for
+from tests.s3 import BUCKET, REGION, S3Server, s3_server
+from tests.servers import ServerProcess, started_server
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+SMALL = (
+    "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+    "'self-optimizing.minor.trigger.file-count'='4', 'self-optimizing.min-plan-interval'='0'"
+)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with s3_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory, s3: S3Server) -> Iterator[ServerProcess]:
+    """A server whose internal catalog `s3lake` keeps its tables on S3 and vends temporary credentials (STS)."""
+    with started_server(tmp_path_factory.mktemp("server"), extra="  evaluator: {interval: 1s}\n") as server:
+        properties = {
+            "warehouse": f"s3://{BUCKET}/wh",
+            "s3.endpoint": s3.endpoint,
+            "s3.region": REGION,
+            "s3.path-style-access": "true",
+            "s3.access-key-id": s3.access_key_id,
+            "s3.secret-access-key": s3.secret_access_key,
+            "credentials.role-arn": s3.role_arn,
+            "credentials.sts-endpoint": s3.endpoint,
+        }
+        answer = server.http.post(
+            f"{server.url}/api/v1/catalogs", json={"name": "s3lake", "type": "internal", "properties": properties}
+        )
+        assert answer.status_code == 201, answer.text
+        yield server
+
+
+@pytest.fixture(scope="module")
+def on_s3(lake: ServerProcess, spark: SparkSession) -> str:
+    """Spark's catalog `s3lake`: the catalog's URI and the admin's token, nothing about S3."""
+    configure_catalogs(spark, [CatalogSpec("s3lake", "internal", {"uri": f"{lake.url}/iceberg", "token": lake.token})])
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS s3lake.db")
+    return "s3lake.db"
+
+
+def _location(spark: SparkSession, table: str) -> str:
+    row = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()
+    assert row is not None
+    return str(row[1])
+
+
+def _key(location: str) -> str:
+    return location.split("://", 1)[1].removeprefix(f"{BUCKET}/")
+
+
+def _data_files(spark: SparkSession, table: str) -> int:
+    spark.sql(f"REFRESH TABLE {table}")
+    row = spark.sql(f"SELECT count(*) FROM {table}.files WHERE content = 0").first()
+    assert row is not None
+    return int(row[0])
+
+
+def _finished(api: httpx.Client, process_id: int) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        process = dict(api.get(f"/processes/{process_id}").json())
+        return process if process["status"] != "running" else None
+
+    return dict(wait_for(f"process {process_id} to end", ended, timeout=240))
+
+
+def test_spark_writes_and_lakewarden_compacts_a_table_on_s3_given_only_the_catalog(
+    lake: ServerProcess, s3: S3Server, spark: SparkSession, on_s3: str
+) -> None:
+    table = f"{on_s3}.events"
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ({SMALL})")
+    for i in range(6):
+        spark.sql(f"INSERT INTO {table} SELECT id, 'v' FROM range({i * 100}, {i * 100 + 100})")
+    spark.sql(f"DELETE FROM {table} WHERE id % 10 = 0")  # position deletes, written to S3 too
+    before = checksum(spark, table, "id, v")
+    assert before[0] == 540
+    location = _location(spark, table)
+    assert location.startswith(f"s3://{BUCKET}/wh/db/events-")
+    written = s3.keys(_key(location) + "/")
+    assert sum(k.endswith(".parquet") for k in written) >= 7  # every data and delete file is on S3
+    assert _data_files(spark, table) >= 6  # small files, one insert or more each
+
+    api = lake.api()
+    api.post("/catalogs/s3lake/refresh")
+    with running_optimizer(lake, spark):
+        wait_for("the table compacted", lambda: _data_files(spark, table) == 1, timeout=240)
+    assert checksum(spark, table, "id, v") == before  # the same rows, byte for byte
+    processes = api.get("/processes", params={"table": "s3lake.db.events"}).json()
+    assert any(p["action"] == "optimizing" and p["status"] == "success" for p in processes), processes
+    # whatever the optimizer wrote lies under the table's own prefix
+    assert all(k.startswith(_key(location) + "/") for k in s3.keys("wh/db/events-"))
+
+
+def test_maintenance_on_s3_lists_every_page_and_deletes_only_in_the_tables_prefix(
+    lake: ServerProcess, s3: S3Server, spark: SparkSession, on_s3: str
+) -> None:
+    table = f"{on_s3}.t1"
+    quiet = (
+        "'self-optimizing.enabled'='false', 'clean-orphan-file.min-existing-time-minutes'='0', "
+        "'snapshot.keep.duration'='0min'"
+    )
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ({quiet})")
+    for i in range(3):
+        spark.sql(f"INSERT INTO {table} SELECT id, 'v' FROM range({i * 10}, {i * 10 + 10})")
+    replaced = _data_files(spark, table)
+    spark.sql(f"INSERT OVERWRITE {table} SELECT id, 'w' FROM range(0, 30)")  # older snapshots keep the first files
+    before = checksum(spark, table, "id, v")
+    location = _location(spark, table)
+    key = _key(location)
+    objects = s3.client()
+    # more orphans than a listing's page (1,000 keys), under the table's prefix; and a neighbour whose name merely
+    # starts with the table's directory name, as `t10` starts with `t1`
+    orphans = [f"{key}/data/orphan-{i:04d}.parquet" for i in range(1_005)]
+    for name in orphans:
+        objects.put_object(Bucket=BUCKET, Key=name, Body=b"nobody's")
+    neighbour = f"{key}0/data/not-this-table.parquet"
+    objects.put_object(Bucket=BUCKET, Key=neighbour, Body=b"another table's")
+    time.sleep(1.1)  # older than the minimum age of zero minutes, by the objects' own times
+
+    api = lake.api()
+    api.post("/catalogs/s3lake/refresh")
+    dry = api.post("/tables/s3lake/db/t1/actions/clean-orphan-files", json={"dry_run": True})
+    assert dry.status_code == 201, dry.text
+    with running_optimizer(lake, spark):
+        looked = _finished(api, int(dry.json()["process_id"]))
+        assert looked["status"] == "success", looked
+        summary = looked["summary"]
+        assert summary["orphan_files_found"] == len(orphans)  # the overwritten files: an old snapshot's, not orphans
+        assert summary["files_deleted"] == 0 and len(s3.keys(f"{key}/data/orphan-")) == len(orphans)
+
+        cleaned = api.post("/tables/s3lake/db/t1/actions/clean-orphan-files", json={})
+        process = _finished(api, int(cleaned.json()["process_id"]))
+        assert process["status"] == "success", process
+        assert process["summary"]["files_deleted"] == len(orphans)
+        assert s3.keys(f"{key}/data/orphan-") == []
+        assert s3.keys(f"{key}0/") == [neighbour]  # the neighbour is another table's: never touched
+
+        expired = api.post("/tables/s3lake/db/t1/actions/expire-snapshots", json={})
+        process = _finished(api, int(expired.json()["process_id"]))
+        assert process["status"] == "success", process
+        assert process["summary"]["snapshots_expired"] >= 3 and process["summary"]["data_files_deleted"] == replaced
+    assert checksum(spark, table, "id, v") == before
+    spark.sql(f"REFRESH TABLE {table}")
+    live = {str(r[0]) for r in spark.sql(f"SELECT file_path FROM {table}.files").collect()}
+    assert {f"s3://{BUCKET}/{k}" for k in s3.keys(f"{key}/data/")} == live  # what is left is what the table reads
+    assert s3.keys(f"{key}0/") == [neighbour]
+
+
+def test_vended_credentials_are_renewed_from_the_catalog_before_they_expire(
+    lake: ServerProcess, spark: SparkSession, on_s3: str
+) -> None:
+    """S3A's credentials of a table (VendedCredentialsProvider): kept while they last, asked of the catalog's
+    refresh endpoint again when they are about to expire."""
+    table = f"{on_s3}.renewed"
+    spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg")
+    location = _location(spark, table)
+    jvm: Any = spark._jvm
+    refresh = f"{lake.url}/iceberg/v1/s3lake/namespaces/db/tables/renewed/credentials"
+
+    def provider(expires_in_ms: int) -> Any:
+        conf = jvm.org.apache.hadoop.conf.Configuration(False)
+        for name, value in {
+            "fs.s3a.access.key": "ASIAOLD",
+            "fs.s3a.secret.key": "old",
+            "fs.s3a.session.token": "old",
+            "fs.s3a.lakewarden.expires-at-ms": str(int(time.time() * 1000) + expires_in_ms),
+            "fs.s3a.lakewarden.refresh-url": refresh,
+            "fs.s3a.lakewarden.refresh-token": lake.token,
+            "fs.s3a.lakewarden.prefix": location + "/",
+        }.items():
+            conf.set(name, value)
+        return jvm.io.lakewarden.iceberg.VendedCredentialsProvider(jvm.java.net.URI("s3a://lake/"), conf)
+
+    assert provider(3_600_000).getCredentials().getAWSAccessKeyId() == "ASIAOLD"  # an hour left: kept
+    renewed = provider(60_000).getCredentials()  # a minute left: renewed
+    assert renewed.getAWSAccessKeyId().startswith("ASIA") and renewed.getAWSAccessKeyId() != "ASIAOLD"
+    assert renewed.getSessionToken() not in ("", "old")
+
+
+def test_a_table_path_named_with_s3a_is_the_object_s3_names(spark: SparkSession) -> None:
+    """StorageFileIO picks a table's credentials by prefix whatever the scheme's spelling (s3, s3a, s3n)."""
+    jvm: Any = spark._jvm
+    io = jvm.io.lakewarden.iceberg.StorageFileIO()
+    credential = jvm.org.apache.iceberg.io.StorageCredential.create(
+        "s3://lake/wh/db/t1", jvm.java.util.HashMap({"s3.access-key-id": "ASIAT1"})
+    )
+    io.setCredentials(jvm.java.util.ArrayList([credential]))
+    io.initialize(jvm.java.util.HashMap())
+    assert io.credentialFor("s3a://lake/wh/db/t1/data/x.parquet") is not None
+    assert io.credentialFor("s3n://lake/wh/db/t1") is not None
+    assert io.credentialFor("s3://lake/wh/db/t10/data/x.parquet") is None  # a neighbour, not under the prefix
+    assert io.credentialFor("s3://other/wh/db/t1/data/x.parquet") is None
+
+
+def test_storage_that_refuses_fails_at_once_naming_the_bucket(spark: SparkSession, s3: S3Server) -> None:
+    """Wrong keys or a bucket that does not exist fail for good (not retried as if they might pass), and the
+    message names the object and the reason."""
+    from lakewarden.optimizer.failures import describe_failure
+    from lakewarden.protocol import FailureKind
+
+    jvm: Any = spark._jvm
+
+    def failure(location: str, **keys: str) -> tuple[str, FailureKind]:
+        io = jvm.io.lakewarden.iceberg.StorageFileIO()
+        settings = {"s3.endpoint": s3.endpoint, "s3.region": REGION, "s3.path-style-access": "true", **keys}
+        io.initialize(jvm.java.util.HashMap(settings))
+        try:
+            io.newInputFile(location).getLength()
+        except Exception as exc:
+            return describe_failure(exc)
+        raise AssertionError(f"{location} was read")
+
+    server_keys = {"s3.access-key-id": s3.access_key_id, "s3.secret-access-key": s3.secret_access_key}
+    message, kind = failure(f"s3://{BUCKET}/wh/x.parquet", **{**server_keys, "s3.access-key-id": "AKIANOTISSUED"})
+    assert kind is FailureKind.FINAL and f"{BUCKET}/wh/x.parquet" in message, message
+    message, kind = failure("s3://no-such-bucket/wh/x.parquet", **server_keys)
+    assert kind is FailureKind.FINAL and "no-such-bucket" in message, message
+    # an object that is not there is not the storage refusing: a retry may find the table's new state
+    message, kind = failure(f"s3://{BUCKET}/wh/not-there.parquet", **server_keys)
+    assert kind is FailureKind.TRANSIENT and "not-there.parquet" in message, message
