@@ -43,22 +43,36 @@ def equality_delete(spark: SparkSession, name: str, keys: dict[str, list[Any]], 
         kind = _TYPES[str(field.type().typeId().toString()).lower()]
         fields.append(pa.field(column, kind, nullable=False, metadata={b"PARQUET:field_id": str(field.fieldId())}))
     rows = pa.table({c: pa.array(v, f.type) for (c, v), f in zip(keys.items(), fields, strict=True)}, pa.schema(fields))
-    location = str(table.location()).removeprefix("file:")
-    path = Path(location, "data", partition, f"eq-{uuid.uuid4().hex}.parquet")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(rows, path)
+    name = f"eq-{uuid.uuid4().hex}.parquet"
+    location = str(table.location())
+    if "://" in location and not location.startswith(
+        "file:"
+    ):  # object storage: written through the table's own FileIO, as a writer's files are
+        sink = pa.BufferOutputStream()
+        pq.write_table(rows, sink)
+        data = sink.getvalue().to_pybytes()
+        written = "/".join([location.rstrip("/"), "data", *([partition] if partition else []), name])
+        out = table.io().newOutputFile(written).create()
+        out.write(bytearray(data))
+        out.close()
+        size = len(data)
+    else:
+        path = Path(location.removeprefix("file:"), "data", partition, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, path)
+        written, size = str(path), path.stat().st_size
     builder = (
         jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
         .ofEqualityDeletes(ids)
-        .withPath(str(path))
+        .withPath(written)
         .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-        .withFileSizeInBytes(path.stat().st_size)
+        .withFileSizeInBytes(size)
         .withRecordCount(rows.num_rows)
     )
     if partition:
         builder = builder.withPartitionPath(partition)
     table.newRowDelta().addDeletes(builder.build()).commit()
-    return str(path)
+    return written
 
 
 def upsert(

@@ -6,6 +6,7 @@ style) and the temporary credentials the catalog vends for each table become the
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -243,3 +244,192 @@ def test_storage_that_refuses_fails_at_once_naming_the_bucket(spark: SparkSessio
     # an object that is not there is not the storage refusing: a retry may find the table's new state
     message, kind = failure(f"s3://{BUCKET}/wh/not-there.parquet", **server_keys)
     assert kind is FailureKind.TRANSIENT and "not-there.parquet" in message, message
+
+
+# ---- every action on S3, through an SQL catalog whose definition carries its storage settings
+
+
+@pytest.fixture(scope="module")
+def s3_sql(spark: SparkSession, s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> CatalogSpec:
+    """An Iceberg SQL catalog with its warehouse on S3 and the keys in its own properties, as a team registers
+    one; pyiceberg (the planner here, the server in production) and Spark both read them from there."""
+    from lakewarden.metadata.catalogs import initialize_catalog
+
+    tmp = tmp_path_factory.mktemp("s3sql")
+    spec = CatalogSpec(
+        "s3sql",
+        "sql",
+        {
+            "uri": f"sqlite:///{tmp}/s3sql.db",
+            "warehouse": f"s3://{BUCKET}/sqlwh",
+            "s3.endpoint": s3.endpoint,
+            "s3.region": REGION,
+            "s3.path-style-access": "true",
+            "s3.access-key-id": s3.access_key_id,
+            "s3.secret-access-key": s3.secret_access_key,
+        },
+    )
+    initialize_catalog(spec)
+    configure_catalogs(spark, [spec])
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS s3sql.db")
+    return spec
+
+
+PLANNED = itertools.count(1000)
+
+
+def _create(spark: SparkSession, name: str, **props: str) -> str:
+    table = f"s3sql.db.{name}"
+    settings = {
+        "self-optimizing.target-size": "32768",
+        "self-optimizing.minor.trigger.file-count": "3",
+        "write.delete.mode": "merge-on-read",
+        **props,
+    }
+    listed = ", ".join(f"'{k}'='{v}'" for k, v in settings.items())
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({listed})")
+    return table
+
+
+def _write(spark: SparkSession, table: str, start: int, rows: int = 10) -> None:
+    spark.sql(f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, 'a', 'v' FROM range({start}, {start + rows})")
+
+
+def _files(spark: SparkSession, table: str) -> tuple[int, int]:
+    """Data files and delete files (position, deletion vectors and equality) of the table now."""
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = spark.sql(f"SELECT content FROM {table}.files").collect()
+    return sum(r[0] == 0 for r in rows), sum(r[0] != 0 for r in rows)
+
+
+def _plan(spec: CatalogSpec, table: str, full: bool = False) -> Any:
+    """The table's process as the server would plan it (pyiceberg, on S3 with the catalog's own settings)."""
+    from lakewarden.domain.evaluator import OptimizingClock
+    from lakewarden.domain.optimizing_config import OptimizingConfig
+    from lakewarden.metadata.catalogs import open_catalog
+    from lakewarden.metadata.files import snapshot_files
+    from lakewarden.metadata.manifest_cache import ManifestCache
+    from lakewarden.services.processes.self_optimizing import plan_process
+
+    name = table.split(".", 1)[1]
+    loaded = open_catalog(spec).load_table(tuple(name.split(".")))
+    now = int(time.time() * 1000)
+    clock = OptimizingClock(now, last_minor_ms=now, last_full_ms=0 if full else now)
+    config = OptimizingConfig.of(loaded.properties)
+    return plan_process(name, loaded, snapshot_files(loaded, ManifestCache()), config, clock)
+
+
+def _run(spark: SparkSession, spec: CatalogSpec, work: dict[str, Any], gate: Any = None) -> Any:
+    """One task on the test session's Spark, as an optimizer runs it."""
+    from lakewarden.optimizer.executor import execute_task
+    from tests.helpers import assignment
+
+    if gate is None:
+        return execute_task(spark, assignment(spec, work, next(PLANNED), 1), "test")
+    return execute_task(spark, assignment(spec, work, next(PLANNED), 1), "test", gate=gate)
+
+
+def _optimize(spark: SparkSession, spec: CatalogSpec, table: str, full: bool = False) -> None:
+    """Plan the table and run every task, stage by stage."""
+    planned = _plan(spec, table, full)
+    assert planned.tasks, f"nothing planned for {table}"
+    for task in sorted(planned.tasks, key=lambda t: t.stage):
+        _run(spark, spec, task.input.model_dump(mode="json"))
+
+
+def test_every_rewrite_runs_on_s3_through_an_sql_catalogs_own_settings(
+    spark: SparkSession, s3_sql: CatalogSpec, s3: S3Server
+) -> None:
+    from tests.cdc import equality_delete
+
+    # minor: fragments, a position delete and an equality delete (as Flink writes it) are rewritten away
+    table = _create(spark, "mixed")
+    for i in range(4):
+        _write(spark, table, i * 100)
+    spark.sql(f"DELETE FROM {table} WHERE id = 101")
+    equality_delete(spark, table, {"id": [202, 303]})
+    before = checksum(spark, table, "id, cat, v")
+    assert before[0] == 37 and _files(spark, table) == (4, 2)
+    _optimize(spark, s3_sql, table)
+    assert checksum(spark, table, "id, cat, v") == before and _files(spark, table) == (1, 0)
+
+    # full, clustered by the table's sort order, on format version 3 with deletion vectors
+    table = _create(spark, "v3sorted", **{"format-version": "3"})
+    spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY id")
+    for start in (300, 0, 200, 100):
+        _write(spark, table, start)
+    spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")  # a deletion vector per data file
+    before = checksum(spark, table, "id, cat, v")
+    assert _files(spark, table)[1] > 0
+    _optimize(spark, s3_sql, table, full=True)
+    assert checksum(spark, table, "id, cat, v") == before and _files(spark, table)[1] == 0
+    bounds = spark.sql(f"SELECT readable_metrics.id.lower_bound, readable_metrics.id.upper_bound FROM {table}.files")
+    ranges = sorted((int(r[0]), int(r[1])) for r in bounds.collect())
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))  # sorted: the files hold disjoint ranges
+    every = [f"s3://{BUCKET}/{k}" for k in s3.keys("sqlwh/db/")]
+    assert every and all(k.startswith(f"s3://{BUCKET}/sqlwh/db/") for k in every)
+
+
+def test_a_revoked_rewrite_on_s3_commits_nothing_and_leaves_no_object(
+    spark: SparkSession, s3_sql: CatalogSpec, s3: S3Server
+) -> None:
+    from lakewarden.optimizer.rewrite import TaskRevoked
+
+    table = _create(spark, "revoked")
+    for i in range(3):
+        _write(spark, table, i * 100)
+    location = _location(spark, table)
+    objects = set(s3.keys(_key(location) + "/data/"))
+    snapshots = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]  # type: ignore[index]
+
+    def revoked() -> None:
+        raise TaskRevoked("the process was canceled")
+
+    planned = _plan(s3_sql, table)
+    with pytest.raises(TaskRevoked):
+        _run(spark, s3_sql, planned.tasks[0].input.model_dump(mode="json"), gate=revoked)
+    spark.sql(f"REFRESH TABLE {table}")
+    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # type: ignore[index]
+    assert set(s3.keys(_key(location) + "/data/")) == objects  # what it wrote is gone again
+
+
+def test_the_other_maintenance_actions_run_on_s3(spark: SparkSession, s3_sql: CatalogSpec, s3: S3Server) -> None:
+    table = _create(spark, "kept")
+    spark.sql(f"ALTER TABLE {table} ADD COLUMNS (at TIMESTAMP)")
+    old = "TIMESTAMP '2020-01-01 00:00:00'"
+    spark.sql(f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, 'a', 'old', {old} FROM VALUES (1), (3) AS t(id)")
+    spark.sql(f"INSERT INTO {table} VALUES (2, 'a', 'new', current_timestamp())")
+
+    def run(work: dict[str, Any]) -> Any:
+        return _run(spark, s3_sql, {"table": "db.kept", **work})
+
+    expired = run(
+        {
+            "action": "expire-data",
+            "field": "at",
+            "field_type": "timestamptz",
+            "retention_ms": 86_400_000,
+            "level": "file",
+            "string_pattern": "yyyy-MM-dd",
+            "number_format": "TIMESTAMP_MS",
+            "base_on_rule": "CURRENT_TIME",
+        }
+    )
+    assert expired.data_files_deleted == 1 and expired.records_deleted == 2
+    # position deletes left applying to nothing by a rewrite that gave the new files fresh sequence numbers
+    spark.sql(
+        "CREATE TABLE s3sql.db.dang (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"
+    )
+    spark.sql("INSERT INTO s3sql.db.dang SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range(100)")
+    spark.sql("DELETE FROM s3sql.db.dang WHERE id % 5 = 0")
+    options = "map('rewrite-all', 'true', 'use-starting-sequence-number', 'false')"
+    spark.sql(f"CALL s3sql.system.rewrite_data_files(table => 'db.dang', options => {options})")
+    dangling = _run(spark, s3_sql, {"action": "clean-dangling-delete-files", "table": "db.dang"})
+    assert dangling.delete_files_removed == 2 and dangling.bytes_freed > 0
+    snapshot = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC").first()[0]  # type: ignore[index]
+    tagged = run({"action": "auto-create-tags", "tag": "tag-s3", "snapshot_id": snapshot})
+    assert tagged.tags_created == 1
+    manifests = run({"action": "rewrite-manifests"})
+    assert manifests.manifests_added >= 1
+    assert [r[0] for r in spark.sql(f"SELECT id FROM {table}").collect()] == [2]
