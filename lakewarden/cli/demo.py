@@ -7,6 +7,10 @@ data files, their average size, its delete files, its status and how long a quer
 lakewarden compacts the small files away. At the end (or on Ctrl-C) the writer stops, every table
 is checked to hold exactly the rows that were written, and a summary is printed; then the server
 and its optimizer stop.
+
+With `--storage s3` the catalog's warehouse is a bucket of an S3 server the demo starts itself (moto's, on
+loopback): the server keeps the tables' metadata there and vends temporary credentials (STS) for each table,
+with which the writer's Spark and lakewarden's optimizer reach its files. Nothing else changes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -58,6 +63,7 @@ class DemoOptions:
     data_dir: Path | None = None  # default: a fresh temporary directory, removed afterwards
     port: int | None = None
     keep: bool = False
+    storage: str = "local"  # or "s3": an S3 server of the demo's own (moto)
 
 
 @dataclass
@@ -90,15 +96,88 @@ def _free_port(preferred: int) -> int:
     raise RuntimeError("no free port")
 
 
+STORAGES = ("local", "s3")
+DEMO_BUCKET = "lakewarden-demo"
+DEMO_REGION = "us-east-1"
+
+
 @contextmanager
-def demo_server(data_dir: Path, port: int, console: Console) -> Iterator[tuple[str, str]]:
+def demo_storage(storage: str, data_dir: Path, console: Console) -> Iterator[dict[str, str] | None]:
+    """The warehouse of the demo's catalog `lake`: None for the local default; for `s3`, the properties of a
+    bucket on an S3 server (with STS) the demo runs itself, moto's, on loopback, stopped afterwards."""
+    if storage not in STORAGES:
+        raise DemoError(f"--storage: {storage!r} is none of {', '.join(STORAGES)}")
+    if storage == "local":
+        yield None
+        return
+    try:
+        import boto3
+        import moto.server  # noqa: F401  (only checked for: it runs in a process of its own)
+    except ImportError:
+        raise DemoError("--storage s3 runs moto's S3 server: pip install 'moto[server]' boto3") from None
+    port = _free_port(0)
+    endpoint = f"http://127.0.0.1:{port}"
+    log = (data_dir / "s3.log").open("ab")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if server.poll() is not None:
+                raise DemoError(f"the S3 server exited; see {data_dir / 's3.log'}")
+            try:
+                httpx.get(f"{endpoint}/moto-api/", timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise DemoError(f"the S3 server did not start; see {data_dir / 's3.log'}") from None
+                time.sleep(0.2)
+        keys = {"region_name": DEMO_REGION, "aws_access_key_id": "demo", "aws_secret_access_key": "demo"}
+        boto3.client("s3", endpoint_url=endpoint, **keys).create_bucket(Bucket=DEMO_BUCKET)
+        trust = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, ' + (
+            '"Action": "sts:AssumeRole"}]}'
+        )
+        role = boto3.client("iam", endpoint_url=endpoint, **keys).create_role(
+            RoleName="tables", AssumeRolePolicyDocument=trust
+        )
+        console.print(f"S3 server (moto) at {endpoint}; the tables go to s3://{DEMO_BUCKET}/warehouse")
+        yield {
+            "warehouse": f"s3://{DEMO_BUCKET}/warehouse",
+            "s3.endpoint": endpoint,
+            "s3.region": DEMO_REGION,
+            "s3.path-style-access": "true",
+            "s3.access-key-id": "demo",
+            "s3.secret-access-key": "demo",
+            "credentials.role-arn": role["Role"]["Arn"],  # each table's own temporary credentials, from STS
+            "credentials.sts-endpoint": endpoint,
+        }
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+@contextmanager
+def demo_server(
+    data_dir: Path, port: int, console: Console, warehouse: dict[str, str] | None = None
+) -> Iterator[tuple[str, str]]:
     """The server on the embedded default, in its own session (Ctrl-C is the demo's to handle); yields its
-    URL and the admin token its first start wrote."""
+    URL and the admin token its first start wrote. `warehouse`: the catalog `lake`'s properties (S3)."""
     config = data_dir / "lakewarden.yaml"
+    catalogs = ""
+    if warehouse is not None:
+        catalogs = yaml.safe_dump({"catalogs": [{"name": "lake", "type": "internal", "properties": warehouse}]})
     config.write_text(
         f"ams:\n  data-dir: {data_dir / 'lakewarden'}\n  http-server: {{bind-port: {port}}}\n"
         "  evaluator: {interval: 2s, recheck-interval: 10s}\n"
-        "resource-groups:\n  - {name: default, container: local, properties: {instances: '1', memory: 1g}}\n"
+        "resource-groups:\n  - {name: default, container: local, properties: {instances: '1', memory: 1g}}\n" + catalogs
     )
     log = (data_dir / "server.log").open("ab")
     server = subprocess.Popen(
@@ -300,7 +379,11 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     signal.signal(signal.SIGINT, ask_to_stop)
     spark_log = data_dir / "spark.log"
     try:
-        with demo_server(data_dir, port, console) as (url, token), _stderr_to(spark_log):
+        with (
+            demo_storage(options.storage, data_dir, console) as warehouse,
+            demo_server(data_dir, port, console, warehouse) as (url, token),
+            _stderr_to(spark_log),
+        ):
             api = httpx.Client(base_url=f"{url}/api/v1", timeout=30, headers={"Authorization": f"Bearer {token}"})
             console.print(f"server at {url} (dashboard); starting Spark for the writer…")
             spark = build_spark_session(

@@ -101,6 +101,9 @@ def demo(
     merge_every: Annotated[int, typer.Option(min=2, max=1000, help="Every n-th commit is a MERGE update")] = 4,
     data_dir: Annotated[Path | None, typer.Option(help="Keep everything here (default: a temporary dir)")] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Server port (default 1630 or a free one)")] = None,
+    storage: Annotated[
+        str, typer.Option(help="local (the embedded default) or s3: an S3 server of the demo's own (moto)")
+    ] = "local",
 ) -> None:
     """The main job, live: a server on the embedded default, a writer making small files, lakewarden compacting them."""
     from lakewarden.cli.demo import DemoError, DemoOptions, run_demo
@@ -108,7 +111,13 @@ def demo(
     try:
         code = run_demo(
             DemoOptions(
-                minutes=minutes, tables=tables, rows=rows, merge_every=merge_every, data_dir=data_dir, port=port
+                minutes=minutes,
+                tables=tables,
+                rows=rows,
+                merge_every=merge_every,
+                data_dir=data_dir,
+                port=port,
+                storage=storage,
             )
         )
     except DemoError as exc:
