@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from contextlib import suppress
 
 from tests.servers import free_port
@@ -68,3 +69,74 @@ class TcpProxy:
                 sink.sendall(data)
             except OSError:
                 return
+
+
+class LatencyProxy:
+    """Forwards 127.0.0.1:`port` to `target`, adding a fixed latency to every HTTP request: a store across a
+    network, in front of a local S3 server. A connection carries requests and answers in turn (HTTP/1.1
+    keep-alive), so a request starts with the first bytes the client sends after the server last answered on that
+    connection; those wait `delay_seconds` before they are forwarded (a body's later bytes are not held again).
+    `requests` counts them."""
+
+    def __init__(self, target_host: str, target_port: int, delay_seconds: float) -> None:
+        self.target = (target_host, target_port)
+        self.delay = delay_seconds
+        self.requests = 0  # requests delayed so far
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._closed.set()
+        with suppress(OSError):
+            self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            answered = threading.Event()
+            answered.set()  # the connection's first bytes start a request
+            threading.Thread(target=self._requests, args=(client, upstream, answered), daemon=True).start()
+            threading.Thread(target=self._answers, args=(upstream, client, answered), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket, answered: threading.Event) -> None:
+        try:
+            while data := client.recv(65536):
+                if answered.is_set():  # a new request: it crosses the network first
+                    answered.clear()
+                    with self._lock:
+                        self.requests += 1
+                    time.sleep(self.delay)
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (client, upstream):
+                with suppress(OSError):
+                    sock.close()
+
+    def _answers(self, upstream: socket.socket, client: socket.socket, answered: threading.Event) -> None:
+        try:
+            while data := upstream.recv(65536):
+                answered.set()
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (client, upstream):
+                with suppress(OSError):
+                    sock.close()

@@ -433,3 +433,41 @@ def test_the_other_maintenance_actions_run_on_s3(spark: SparkSession, s3_sql: Ca
     manifests = run({"action": "rewrite-manifests"})
     assert manifests.manifests_added >= 1
     assert [r[0] for r in spark.sql(f"SELECT id FROM {table}").collect()] == [2]
+
+
+def test_a_small_object_is_read_ahead_whole_in_one_request(spark: SparkSession, s3: S3Server) -> None:
+    """StorageFileIO's read-ahead: an object asked for with its length is fetched whole in the background, in one
+    request (its length known: no request for its status first), and read from memory; at
+    `lakewarden.read-parallelism` 1 it is read as usual. Requests counted by a proxy in front of the store."""
+    from tests.netproxy import LatencyProxy
+
+    host, port = s3.endpoint.removeprefix("http://").split(":")
+    proxy = LatencyProxy(host, int(port), 0.0)
+    data = bytes(range(256)) * 40  # 10 KB
+    s3.client().put_object(Bucket=BUCKET, Key="ahead/small.bin", Body=data)
+    jvm: Any = spark._jvm
+    keys = {"s3.access-key-id": s3.access_key_id, "s3.secret-access-key": s3.secret_access_key}
+
+    def read(parallelism: int) -> tuple[bytes, int, str]:
+        io = jvm.io.lakewarden.iceberg.StorageFileIO()
+        settings = {"s3.endpoint": proxy.endpoint, "s3.region": REGION, "s3.path-style-access": "true", **keys}
+        io.initialize(jvm.java.util.HashMap({**settings, "lakewarden.read-parallelism": str(parallelism)}))
+        before = proxy.requests
+        file = io.newInputFile(f"s3://{BUCKET}/ahead/small.bin", len(data))
+        stream = file.newStream()
+        read_all = jvm.org.apache.commons.io.IOUtils.toByteArray  # a byte[] answered comes back as bytes
+        stream.seek(len(data) - 8)  # as a Parquet reader does: the footer first, then back to the start
+        tail = bytes(read_all(stream))
+        stream.seek(0)
+        whole = bytes(read_all(stream))
+        stream.close()
+        assert tail == data[-8:]
+        return whole, proxy.requests - before, str(file.getClass().getSimpleName())
+
+    try:
+        ahead, requests, kind = read(16)
+        assert ahead == data and requests == 1 and kind == "ReadAheadFile"
+        usual, _, kind = read(1)
+        assert usual == data and kind != "ReadAheadFile"
+    finally:
+        proxy.close()

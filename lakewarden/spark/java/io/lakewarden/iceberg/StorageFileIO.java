@@ -5,21 +5,32 @@
  */
 package io.lakewarden.iceberg;
 
+import java.io.EOFException;
 import java.io.IOException;
+import java.io.InterruptedIOException;
 import java.io.UncheckedIOException;
+import java.lang.ref.Cleaner;
 import java.net.URI;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocatedFileStatus;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RemoteIterator;
+import org.apache.hadoop.fs.s3a.S3AFileStatus;
 import org.apache.iceberg.exceptions.RuntimeIOException;
 import org.apache.iceberg.hadoop.HadoopFileIO;
 import org.apache.iceberg.hadoop.HadoopInputFile;
@@ -28,8 +39,10 @@ import org.apache.iceberg.io.BulkDeletionFailureException;
 import org.apache.iceberg.io.FileInfo;
 import org.apache.iceberg.io.InputFile;
 import org.apache.iceberg.io.OutputFile;
+import org.apache.iceberg.io.SeekableInputStream;
 import org.apache.iceberg.io.StorageCredential;
 import org.apache.iceberg.io.SupportsStorageCredentials;
+import org.apache.iceberg.util.PropertyUtil;
 import org.apache.iceberg.util.Tasks;
 import org.apache.iceberg.util.ThreadPools;
 
@@ -46,6 +59,13 @@ import org.apache.iceberg.util.ThreadPools;
  * credentials that apply to it (the storage credential with the longest prefix of the location, else the
  * catalog's keys), kept in a process-wide cache keyed by those credentials' identity, so that tasks on
  * executors share them too. Other schemes (local files, HDFS) are HadoopFileIO's.
+ *
+ * <p>Read-ahead: on an object store every file read costs a round trip or more, and a Spark task reads its
+ * split's files one after the other. Iceberg's Spark reader asks for the InputFile of every file of its split
+ * before it reads the first; a small object (up to WHOLE_OBJECT_BYTES) asked for with its length is then fetched
+ * whole, in one request, by a pool of `lakewarden.read-parallelism` threads (per process; 1 turns it off), so
+ * that the reader finds the next files already there. What is fetched and not yet read is bounded by
+ * READ_AHEAD_BYTES per process; past it a file is read as usual.
  */
 public class StorageFileIO extends HadoopFileIO implements SupportsStorageCredentials {
   static final String PREFIX = "fs.s3a.lakewarden.";
@@ -68,6 +88,14 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       };
   private static final int DELETE_RETRIES = 3;
   private static volatile ExecutorService deletes;
+
+  static final String READ_PARALLELISM = "lakewarden.read-parallelism";
+  static final int DEFAULT_READ_PARALLELISM = 16;
+  static final long WHOLE_OBJECT_BYTES = 4L << 20;
+  static final long READ_AHEAD_BYTES = 128L << 20;
+  private static final AtomicLong READ_AHEAD = new AtomicLong(); // bytes fetched ahead, not yet handed to a reader
+  private static final Map<Integer, ExecutorService> READERS = new ConcurrentHashMap<>();
+  private static final Cleaner RELEASES = Cleaner.create();
 
   private ArrayList<StorageCredential> storageCredentials = new ArrayList<>();
 
@@ -208,7 +236,172 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       return super.newInputFile(path, length);
     }
     FileSystem fs = fs(path);
-    return HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf());
+    InputFile file = HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf());
+    int parallelism = PropertyUtil.propertyAsInt(properties(), READ_PARALLELISM, DEFAULT_READ_PARALLELISM);
+    if (parallelism <= 1 || length > WHOLE_OBJECT_BYTES || !reserve(length)) {
+      return file;
+    }
+    ExecutorService readers =
+        READERS.computeIfAbsent(
+            parallelism, n -> ThreadPools.newExitingWorkerPool("lakewarden-read-ahead-" + n, n));
+    return new ReadAheadFile(file, fs, new Path(path), length, readers);
+  }
+
+  private static boolean reserve(long bytes) {
+    while (true) {
+      long now = READ_AHEAD.get();
+      if (now + bytes > READ_AHEAD_BYTES) {
+        return false;
+      }
+      if (READ_AHEAD.compareAndSet(now, now + bytes)) {
+        return true;
+      }
+    }
+  }
+
+  /** Gives a file's reserved bytes back once: when its reader takes them, or when nobody will. */
+  private static final class Release implements Runnable {
+    private final long bytes;
+    private final AtomicBoolean done = new AtomicBoolean(false);
+
+    Release(long bytes) {
+      this.bytes = bytes;
+    }
+
+    @Override
+    public void run() {
+      if (done.compareAndSet(false, true)) {
+        READ_AHEAD.addAndGet(-bytes);
+      }
+    }
+  }
+
+  /** A small object, fetched whole in the background as soon as it is asked for. */
+  static final class ReadAheadFile implements InputFile {
+    private final InputFile file;
+    private final long length;
+    private final Future<byte[]> bytes;
+    private final Cleaner.Cleanable release;
+
+    ReadAheadFile(InputFile file, FileSystem fs, Path path, long length, ExecutorService readers) {
+      this.file = file;
+      this.length = length;
+      this.bytes = readers.submit(() -> whole(fs, path, length));
+      this.release = RELEASES.register(this, new Release(length));
+    }
+
+    /** The object's bytes in one request: opened with its length known (no request for its status first). */
+    private static byte[] whole(FileSystem fs, Path path, long length) throws IOException {
+      byte[] data = new byte[(int) length];
+      // S3A takes a status of its own kind only (a plain FileStatus is looked up again, a request more)
+      FileStatus known = new S3AFileStatus(length, 0, fs.makeQualified(path), 0, null, null, null);
+      FSDataInputStream in;
+      try {
+        in = fs.openFile(path).withFileStatus(known).build().get();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new InterruptedIOException("interrupted opening " + path);
+      } catch (ExecutionException e) {
+        if (e.getCause() instanceof IOException) {
+          throw (IOException) e.getCause();
+        }
+        throw new IOException(e.getCause());
+      }
+      try (FSDataInputStream opened = in) {
+        opened.readFully(0, data);
+      }
+      return data;
+    }
+
+    @Override
+    public long getLength() {
+      return length;
+    }
+
+    @Override
+    public SeekableInputStream newStream() {
+      try {
+        return new Bytes(bytes.get());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new RuntimeIOException(new InterruptedIOException("interrupted reading " + location()));
+      } catch (ExecutionException e) {
+        Throwable cause = e.getCause();
+        if (cause instanceof IOException) {
+          throw new RuntimeIOException((IOException) cause, "Failed to read %s", location());
+        }
+        if (cause instanceof RuntimeException) {
+          throw (RuntimeException) cause;
+        }
+        throw new IllegalStateException(cause);
+      } finally {
+        release.clean();
+      }
+    }
+
+    @Override
+    public String location() {
+      return file.location();
+    }
+
+    @Override
+    public boolean exists() {
+      return file.exists();
+    }
+  }
+
+  /** A file's bytes, in memory, as Iceberg's readers seek and read them. */
+  static final class Bytes extends SeekableInputStream {
+    private final byte[] data;
+    private int pos = 0;
+
+    Bytes(byte[] data) {
+      this.data = data;
+    }
+
+    @Override
+    public long getPos() {
+      return pos;
+    }
+
+    @Override
+    public void seek(long newPos) throws IOException {
+      if (newPos < 0 || newPos > data.length) {
+        throw new EOFException("seek to " + newPos + " outside 0.." + data.length);
+      }
+      this.pos = (int) newPos;
+    }
+
+    @Override
+    public int read() {
+      return pos < data.length ? data[pos++] & 0xff : -1;
+    }
+
+    @Override
+    public int read(byte[] into, int offset, int count) {
+      if (count == 0) {
+        return 0;
+      }
+      if (pos >= data.length) {
+        return -1;
+      }
+      int n = Math.min(count, data.length - pos);
+      System.arraycopy(data, pos, into, offset, n);
+      pos += n;
+      return n;
+    }
+
+    @Override
+    public long skip(long n) {
+      long skipped = Math.max(0, Math.min(n, data.length - pos));
+      pos += (int) skipped;
+      return skipped;
+    }
+
+    @Override
+    public int available() {
+      return data.length - pos;
+    }
   }
 
   @Override
