@@ -4,14 +4,17 @@ One real `lakewarden server` (SQLite system database, its embedded `local` SQL c
 catalog, one optimizer of its local container) lives across the schedules; each schedule makes its own three
 tables, writes to them from Spark and pyiceberg while lakewarden optimizes and maintains them and faults strike
 (SIGKILL/SIGSTOP of the server, a restart, SIGKILL/SIGSTOP of the optimizer or of its Spark JVM alone, a
-table's storage refusing every write for a moment), then settles and checks: rows equal the writers' model,
+table's storage failing for a moment), then settles and checks: rows equal the writers' model,
 no live file deleted, no orphan left after lakewarden's cleanup, every process ended within two timeouts.
+
+With `--storage s3` both catalogs keep their tables on an S3 server (moto, behind a proxy that refuses or
+slows the requests on one table's objects among the faults); results go to bench/results/chaos_s3.*.
 
 Prints one line per schedule and the seed of each failure (`--first-seed N --schedules 1` replays one);
 results and a plot land in bench/results/chaos.*. Runs are additive: `--first-seed` lets several runs cover
 the seeds 1..500 between them.
 
-    .venv/bin/python bench/chaos.py [--schedules 500] [--first-seed 1] [--ops 8] [--faults 3]
+    .venv/bin/python bench/chaos.py [--schedules 500] [--first-seed 1] [--ops 8] [--faults 3] [--storage s3]
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import RESULTS, bar_chart, in_temporary_dir, write
-from tests.chaos import FAULTS, Outcome, chaos_lake, run_schedule
+from tests.chaos import Outcome, chaos_lake, run_schedule
 
 
 def main() -> None:
@@ -39,7 +42,8 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--ops", type=int, default=8, help="operations per writer (three writers)")
     parser.add_argument("--faults", type=int, default=3, help="faults per schedule")
-    parser.add_argument("--append", action="store_true", help="add to bench/results/chaos.json's totals")
+    parser.add_argument("--storage", choices=("local", "s3"), default="local", help="where the tables live")
+    parser.add_argument("--append", action="store_true", help="add to the earlier results' totals")
     args = parser.parse_args()
     warnings.simplefilter("ignore", UserWarning)  # pyiceberg's notes on the writers' threads
     in_temporary_dir(lambda tmp: run(tmp, args))
@@ -58,12 +62,13 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
     )
     seeds = range(args.first_seed, args.first_seed + args.schedules)
     earlier: list[dict[str, Any]] = []
-    if args.append and (RESULTS / "chaos.json").exists():
-        earlier = [o for o in json.loads((RESULTS / "chaos.json").read_text())["schedules"] if o["seed"] not in seeds]
+    name = "chaos" if args.storage == "local" else f"chaos_{args.storage}"
+    if args.append and (RESULTS / f"{name}.json").exists():
+        earlier = [o for o in json.loads((RESULTS / f"{name}.json").read_text())["schedules"] if o["seed"] not in seeds]
     outcomes: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
-        with chaos_lake(tmp, spark) as lake:
+        with chaos_lake(tmp, spark, args.storage) as lake:
             for seed in seeds:
                 try:
                     outcome = run_schedule(lake, seed, ops=args.ops, faults=args.faults)
@@ -88,12 +93,12 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
                         "problems": outcome.problems,
                     }
                 )
-                save(earlier + outcomes)  # after each schedule: a run stopped part-way keeps what it did
+                save(name, earlier + outcomes)  # after each schedule: a run stopped part-way keeps what it did
     except KeyboardInterrupt:
         print("\ninterrupted: reporting the schedules that finished")
     finally:
         spark.stop()
-    report(earlier + outcomes, time.monotonic() - started)
+    report(name, earlier + outcomes, time.monotonic() - started)
 
 
 def totals(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,12 +116,12 @@ def totals(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def save(outcomes: list[dict[str, Any]]) -> None:
+def save(name: str, outcomes: list[dict[str, Any]]) -> None:
     with contextlib.redirect_stdout(io.StringIO()):  # quietly: the summary at the end says where it went
-        write("chaos", {"schedules": outcomes, "totals": totals(outcomes)})
+        write(name, {"schedules": outcomes, "totals": totals(outcomes)})
 
 
-def report(outcomes: list[dict[str, Any]], seconds: float) -> None:
+def report(name: str, outcomes: list[dict[str, Any]], seconds: float) -> None:
     summary = totals(outcomes)
     failed = summary["failed_seeds"]
     print(
@@ -125,11 +130,11 @@ def report(outcomes: list[dict[str, Any]], seconds: float) -> None:
     )
     print(f"faults: {summary['faults']}")
     print(f"writers' operations: {summary['operations']}; lakewarden's processes: {summary['processes']}")
-    write("chaos", {"schedules": outcomes, "totals": summary})
+    write(name, {"schedules": outcomes, "totals": summary})
     bar_chart(
-        "chaos",
+        name,
         f"{len(outcomes)} seeded schedules, {len(failed)} failed: faults injected",
-        {fault: float(summary["faults"].get(fault, 0)) for fault in FAULTS},
+        {fault: float(count) for fault, count in sorted(summary["faults"].items())},
         "faults",
     )
 

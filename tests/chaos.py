@@ -8,7 +8,10 @@ One schedule (`run_schedule`) makes three tables in a namespace of its own and r
   JVM), expiry of snapshots and cleanup of dangling deletes;
 - faults at random moments: SIGKILL of the server (restarted after a pause), SIGSTOP of the server, a clean
   restart, SIGKILL or SIGSTOP of the optimizer (with its JVM) or of its Spark JVM alone, and a table's
-  storage failing every write for a moment (`chattr +i`: not even root writes there).
+  storage failing for a moment (tests/chaos_storage.py: on the local disk, every write refused; on S3, every
+  request on the table's objects refused with a 503 or 500, or slowed).
+
+The tables live on the local disk, or with `storage="s3"` on an S3 server (moto) reached through a proxy.
 
 The writers keep a model of each table (its rows by id); an operation that raised must have applied entirely
 or not at all. Then the schedule settles (faults undone, writers done, optimizing and expiry turned off on its
@@ -19,6 +22,7 @@ tables) and is checked:
    resurrected by a rewrite, shows here);
 4. lakewarden's orphan cleanup, run with no minimum age once nothing writes, leaves no file under the table
    that no retained snapshot or metadata file names (files of killed rewrites and failed commits included).
+   Files are listed from the storage itself (the bucket, past the proxy).
 
 bench/chaos.py runs many seeds; tests/test_chaos.py a few. A failing seed replays: the schedule is a function
 of the seed (the timing of the processes it races is not, so a replay may need a few runs).
@@ -45,7 +49,8 @@ from pyiceberg.exceptions import CommitFailedException
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.services.resources.containers import descendants
 from lakewarden.spark.session import configure_catalogs
-from tests.chaos_writers import Writers, diff, local_path
+from tests.chaos_storage import LocalStorage, Storage, object_storage
+from tests.chaos_writers import Writers, diff
 from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
@@ -79,14 +84,13 @@ TABLE_PROPERTIES = {
     "table-expire.interval": "5s",
     "clean-dangling-delete-files.interval": "5s",
 }
-FAULTS = (
+PROCESS_FAULTS = (
     "kill-server",
     "stop-server",
     "restart-server",
     "kill-optimizer",
     "stop-optimizer",
     "kill-optimizer-jvm",
-    "storage-fails",
 )
 
 
@@ -105,14 +109,16 @@ class Outcome:
 
 
 class Lake:
-    """What lives across schedules: the server (restarted by faults), the writers' Spark, the REST catalog."""
+    """What lives across schedules: the server (restarted by faults), the writers' Spark, the REST catalog, the
+    storage of the tables."""
 
-    def __init__(self, server: ServerProcess, spark: SparkSession) -> None:
+    def __init__(self, server: ServerProcess, spark: SparkSession, storage: Storage) -> None:
         self.server = server
         self.spark = spark
+        self.storage = storage
         self.api = server.api()
         catalogs = {c["name"]: c for c in self.api.get("/catalogs").json()}
-        self.local_properties = dict(catalogs["local"]["properties"])
+        self.local_properties = {**catalogs["local"]["properties"], **storage.secrets.get("local", {})}
         lake = CatalogSpec("lake", "internal", {**catalogs["lake"]["properties"], "token": server.token})
         configure_catalogs(spark, [CatalogSpec("local", "sql", self.local_properties), lake])
         for name in ("local", "lake"):  # every statement reads the table's newest metadata
@@ -185,10 +191,6 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def _immutable(path: Path, on: bool) -> None:
-    subprocess.run(["chattr", "-R", "+i" if on else "-i", str(path)], capture_output=True, check=False)
-
-
 class Schedule:
     def __init__(self, lake: Lake, seed: int, ops: int, faults: int) -> None:
         self.lake = lake
@@ -199,7 +201,7 @@ class Schedule:
         self.outcome = Outcome(seed)
         self.writers = Writers(lake.spark, lake.rest, self.ns, seed, ops, self.problem, self._count, 3 * TIMEOUT)
         self._stopped: list[tuple[int, bool]] = []  # (pid, whole group) SIGSTOPped and not yet continued
-        self._immutable: list[Path] = []
+        self._failing: list[tuple[str, str]] = []  # (fault, table location) of storage failing now
         self._lock = threading.Lock()
         self._writing = threading.Event()
 
@@ -241,7 +243,7 @@ class Schedule:
             time.sleep(rng.uniform(0.5, 6.0))
             if not self._writing.is_set():
                 return
-            fault = rng.choice(FAULTS)
+            fault = rng.choice(PROCESS_FAULTS + lake.storage.faults)
             pause = rng.uniform(0.5, 6.0)
             self.outcome.faults.append(f"{fault} ({pause:.1f}s)")
             proc = lake.server.proc
@@ -267,15 +269,15 @@ class Schedule:
                     jvms = [p for p, name in descendants(pid) if name == "java"]
                     for jvm in jvms:
                         _signal(jvm, signal.SIGKILL)
-            elif fault == "storage-fails":
+            elif fault in lake.storage.faults:
                 location = rng.choice(sorted(self.writers.locations.values()))
                 with self._lock:
-                    self._immutable.append(location)
-                _immutable(location, True)
+                    self._failing.append((fault, location))
+                self.outcome.faults[-1] += lake.storage.begin(fault, location, rng)
                 time.sleep(pause)
-                _immutable(location, False)
+                lake.storage.end(fault, location)
                 with self._lock:
-                    self._immutable.remove(location)
+                    self._failing.remove((fault, location))
 
     def _pause(self, pid: int, group: bool, seconds: float) -> None:
         (_signal_group if group else _signal)(pid, signal.SIGSTOP)
@@ -291,8 +293,8 @@ class Schedule:
         with self._lock:
             for pid, group in self._stopped:
                 (_signal_group if group else _signal)(pid, signal.SIGCONT)
-            for location in self._immutable:
-                _immutable(location, False)
+            for fault, location in self._failing:
+                self.lake.storage.end(fault, location)
         self.lake.server_up()
 
     def _processes(self) -> list[dict[str, Any]]:
@@ -390,8 +392,9 @@ class Schedule:
 
     def _check_files(self, table: str) -> None:
         """Live files all exist; after lakewarden's orphan cleanup (no minimum age), nothing else is there."""
+        storage = self.lake.storage
         before = self._named_files(table)
-        missing = sorted(p for p in before if not Path(p).exists())
+        missing = sorted(before - storage.files(self.writers.locations[table]))
         if missing:
             self.problem(f"{table}: {len(missing)} live file(s) deleted, e.g. {missing[0]}")
         catalog, _, name = table.partition(".")
@@ -414,12 +417,7 @@ class Schedule:
         after = self._named_files(table)
         if after != before:
             self.problem(f"{table}: orphan cleanup changed the table's metadata")
-        # Hadoop's local file system keeps a `.<name>.crc` beside what it writes and hides it from listings, as
-        # Iceberg's orphan cleanup lists: those are not counted
-        on_disk = {
-            str(p) for p in self.writers.locations[table].rglob("*") if p.is_file() and not p.name.endswith(".crc")
-        }
-        left = sorted(on_disk - after)
+        left = sorted(storage.files(self.writers.locations[table]) - after)
         if left:
             self.problem(f"{table}: {len(left)} orphan(s) left after cleanup, e.g. {left[0]}")
 
@@ -442,7 +440,7 @@ class Schedule:
                 named.add(manifest.manifest_path)
                 for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                     named.add(entry.data_file.file_path)
-        return {local_path(path) for path in named}
+        return {self.lake.storage.key(path) for path in named}
 
 
 def run_schedule(lake: Lake, seed: int, ops: int = 8, faults: int = 3) -> Outcome:
@@ -454,12 +452,24 @@ def run_schedule(lake: Lake, seed: int, ops: int = 8, faults: int = 3) -> Outcom
 
 
 @contextlib.contextmanager
-def chaos_lake(tmp_path: Path, spark: SparkSession) -> Iterator[Lake]:
-    """A server for chaos runs, with one optimizer of its local container, and the writers' Spark on it."""
-    server = ServerProcess(tmp_path, extra=SERVER_SETTINGS, maintenance=MAINTENANCE, log_level="warning")
+def chaos_lake(tmp_path: Path, spark: SparkSession, storage: str = "local") -> Iterator[Lake]:
+    """A server for chaos runs, with one optimizer of its local container, and the writers' Spark on it; its
+    tables on the local disk or (`s3`) on an S3 server."""
+    with contextlib.ExitStack() as stack:
+        store: Storage = LocalStorage()
+        if storage == "s3":
+            store = stack.enter_context(object_storage(tmp_path / "data"))
+        yield stack.enter_context(_lake(tmp_path, spark, store))
+
+
+@contextlib.contextmanager
+def _lake(tmp_path: Path, spark: SparkSession, storage: Storage) -> Iterator[Lake]:
+    server = ServerProcess(
+        tmp_path, extra=SERVER_SETTINGS, maintenance=MAINTENANCE, log_level="warning", catalogs=storage.catalogs
+    )
     server.start()
     try:
-        yield Lake(server, spark)
+        yield Lake(server, spark, storage)
     finally:
         for name in ("local", "lake"):
             spark.conf.unset(f"spark.sql.catalog.{name}.cache-enabled")

@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -54,7 +53,7 @@ class Writers:
         self.count = count
         self.answer_within = answer_within
         self.models: dict[str, Rows] = {}
-        self.locations: dict[str, Path] = {}
+        self.locations: dict[str, str] = {}  # as the table's metadata names it (a path or a URI)
 
     def create(self, properties: dict[str, str]) -> None:
         text = ", ".join(f"'{k}'='{v}'" for k, v in properties.items())
@@ -64,13 +63,13 @@ class Writers:
             self.spark.sql(f"CREATE TABLE {table} (id BIGINT NOT NULL, v STRING) USING iceberg TBLPROPERTIES ({text})")
             location = self.spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()
             assert location is not None
-            self.locations[table] = Path(local_path(str(location[1])))
+            self.locations[table] = str(location[1])
             self.models[table] = {}
         self.rest.create_namespace(self.ns)
         stream = self.rest.create_table(
             f"{self.ns}.stream", ARROW_SCHEMA, properties={**properties, "write.delete.mode": "copy-on-write"}
         )
-        self.locations[f"lake.{self.ns}.stream"] = Path(local_path(stream.location()))
+        self.locations[f"lake.{self.ns}.stream"] = stream.location()
         self.models[f"lake.{self.ns}.stream"] = {}
 
     def threads(self) -> list[threading.Thread]:
@@ -185,39 +184,40 @@ class Writers:
 
     def _upsert(self, table: str, keys: list[int], tag: str) -> None:
         """As a Flink upsert sink commits: one RowDelta adding an equality delete of the keys and a data file of
-        their new versions (same sequence number, so the delete does not hide them)."""
+        their new versions (same sequence number, so the delete does not hide them). Both files are written
+        through the table's own FileIO, wherever the table lives."""
         spark = self.spark
         jvm: Any = spark._jvm
         java = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-        data_dir = self.locations[table] / "data"
+        io, spec = java.io(), java.spec()
+        data_dir = str(java.location()).rstrip("/") + "/data"
         ids = pa.array(keys, pa.int64())
         key_field = pa.field("id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})
         value_field = pa.field("v", pa.string(), metadata={b"PARQUET:field_id": b"2"})
-        deletes = data_dir / f"eq-{uuid.uuid4().hex}.parquet"
-        pq.write_table(pa.table([ids], pa.schema([key_field])), deletes)
-        data = data_dir / f"up-{uuid.uuid4().hex}.parquet"
-        pq.write_table(pa.table([ids, pa.array([tag] * len(keys))], pa.schema([key_field, value_field])), data)
-        io, spec = java.io(), java.spec()
+        deletes = f"{data_dir}/eq-{uuid.uuid4().hex}.parquet"
+        deletes_size = _put(io, deletes, pa.table([ids], pa.schema([key_field])))
+        data = f"{data_dir}/up-{uuid.uuid4().hex}.parquet"
+        data_size = _put(io, data, pa.table([ids, pa.array([tag] * len(keys))], pa.schema([key_field, value_field])))
         gateway: Any = spark.sparkContext._gateway
         field_ids = gateway.new_array(jvm.int, 1)
         field_ids[0] = 1
         delete_file = (
             jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
             .ofEqualityDeletes(field_ids)
-            .withPath(str(deletes))
+            .withPath(deletes)
             .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-            .withFileSizeInBytes(deletes.stat().st_size)
+            .withFileSizeInBytes(deletes_size)
             .withRecordCount(len(keys))
             .build()
         )
         metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-            io.newInputFile(str(data)), jvm.org.apache.iceberg.MetricsConfig.forTable(java)
+            io.newInputFile(data), jvm.org.apache.iceberg.MetricsConfig.forTable(java)
         )
         data_file = (
             jvm.org.apache.iceberg.DataFiles.builder(spec)
-            .withPath(str(data))
+            .withPath(data)
             .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-            .withFileSizeInBytes(data.stat().st_size)
+            .withFileSizeInBytes(data_size)
             .withMetrics(metrics)
             .build()
         )
@@ -243,6 +243,19 @@ class Writers:
                 self.rest.load_table(name).delete(f"id >= {low} and id < {high}")
 
         self._apply(table, after, attempt)  # a 409 (lost race) resolves as not applied
+
+
+def _put(io: Any, location: str, rows: pa.Table) -> int:
+    """Writes `rows` as one Parquet file at `location` through an Iceberg FileIO (Java); its size."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    data = sink.getvalue().to_pybytes()
+    out = io.newOutputFile(location).create()
+    try:
+        out.write(bytearray(data))
+    finally:
+        out.close()
+    return len(data)
 
 
 def local_path(location: str) -> str:

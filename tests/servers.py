@@ -45,7 +45,9 @@ class ServerProcess:
         data_dir: Path | None = None,
         log_level: str = "info",
         port: int | None = None,
+        catalogs: str = "",
     ) -> None:
+        """`catalogs`: a `catalogs:` section (YAML) in place of the default catalogs."""
         self.log_level = log_level
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -58,6 +60,7 @@ class ServerProcess:
             + maintenance
             # no optimizer started by the server: tests run their own where they need one
             + "resource-groups:\n  - {name: default, container: local}\n"
+            + catalogs
         )
         self.log = tmp_path / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -7,6 +7,7 @@ style) and the temporary credentials the catalog vends for each table become the
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -244,6 +245,39 @@ def test_storage_that_refuses_fails_at_once_naming_the_bucket(spark: SparkSessio
     # an object that is not there is not the storage refusing: a retry may find the table's new state
     message, kind = failure(f"s3://{BUCKET}/wh/not-there.parquet", **server_keys)
     assert kind is FailureKind.TRANSIENT and "not-there.parquet" in message, message
+
+
+@pytest.mark.parametrize("status", [503, 500])
+def test_a_store_that_throttles_or_fails_for_a_moment_is_retried_until_it_answers(
+    spark: SparkSession, s3: S3Server, status: int
+) -> None:
+    """S3's 503 SlowDown and 500 InternalError are passing: the read is retried with backoff and succeeds once
+    the store answers again."""
+    from tests.netproxy import LatencyProxy
+
+    host, port = s3.endpoint.removeprefix("http://").split(":")
+    proxy = LatencyProxy(host, int(port), 0.0)
+    s3.client().put_object(Bucket=BUCKET, Key="busy/x.bin", Body=b"payload")
+    jvm: Any = spark._jvm
+    io = jvm.io.lakewarden.iceberg.StorageFileIO()
+    settings = {
+        "s3.endpoint": proxy.endpoint,
+        "s3.region": REGION,
+        "s3.path-style-access": "true",
+        "s3.access-key-id": s3.access_key_id,
+        "s3.secret-access-key": s3.secret_access_key,
+    }
+    io.initialize(jvm.java.util.HashMap(settings))
+    proxy.refuse(f"/{BUCKET}/busy/", status)
+    healer = threading.Timer(3.0, proxy.heal, args=(f"/{BUCKET}/busy/",))
+    healer.start()
+    try:
+        started = time.monotonic()
+        assert io.newInputFile(f"s3://{BUCKET}/busy/x.bin").getLength() == len(b"payload")
+        assert proxy.refused >= 2 and time.monotonic() - started >= 2.5  # refused, retried, answered
+    finally:
+        healer.cancel()
+        proxy.close()
 
 
 # ---- every action on S3, through an SQL catalog whose definition carries its storage settings
