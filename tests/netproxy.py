@@ -82,7 +82,7 @@ class LatencyProxy:
     network, in front of a local S3 server. A connection carries requests and answers in turn (HTTP/1.1
     keep-alive), so a request starts with the first bytes the client sends after the server last answered on that
     connection; those wait `delay_seconds` before they are forwarded (a body's later bytes are not held again).
-    `requests` counts them.
+    `requests` counts them; `seen` lists each one's method and path.
 
     Faults of a store, by key prefix (a path-style request's path, `/bucket/key`): `slow(prefix, seconds)` holds
     each request under it that much longer; `refuse(prefix, status)` answers each with S3's own error for a busy
@@ -93,6 +93,7 @@ class LatencyProxy:
         self.target = (target_host, target_port)
         self.delay = delay_seconds
         self.requests = 0  # requests delayed so far
+        self.seen: list[str] = []  # "PUT /bucket/key" of each, in order
         self.refused = 0  # requests answered with an error by `refuse`
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
@@ -147,6 +148,7 @@ class LatencyProxy:
         parts = head.split(b"\r\n", 1)[0].split(b" ")
         path = parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) > 1 else ""
         with self._lock:
+            self.seen.append(f"{parts[0].decode('latin-1')} {path}")
             extra = max((s for p, s in self._slow.items() if path.startswith(p)), default=0.0)
             status = next((c for p, c in self._refuse.items() if path.startswith(p)), None)
             self.requests += 1

@@ -404,6 +404,41 @@ def test_every_rewrite_runs_on_s3_through_an_sql_catalogs_own_settings(
     assert every and all(k.startswith(f"s3://{BUCKET}/sqlwh/db/") for k in every)
 
 
+def test_two_catalogs_on_one_bucket_name_each_reach_the_store_they_name(
+    spark: SparkSession, s3_sql: CatalogSpec, s3: S3Server, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Hadoop caches one client per bucket name; a table's data files are written and read through the client
+    of its own catalog's endpoint and keys all the same, never through one another catalog opened first (nor
+    one whose endpoint has gone away since)."""
+    from lakewarden.metadata.catalogs import initialize_catalog
+    from tests.netproxy import LatencyProxy
+
+    direct = _create(spark, "direct")
+    _write(spark, direct, 0)  # the bucket's client in Hadoop's cache, if nothing made one before
+    host, port = s3.endpoint.removeprefix("http://").split(":")
+    proxy = LatencyProxy(host, int(port), 0.0)
+    try:
+        other = CatalogSpec(
+            "s3proxied",
+            "sql",
+            {**s3_sql.properties, "uri": f"sqlite:///{tmp_path_factory.mktemp('s3proxied')}/c.db"}
+            | {"warehouse": f"s3://{BUCKET}/proxiedwh", "s3.endpoint": proxy.endpoint},
+        )
+        initialize_catalog(other)
+        configure_catalogs(spark, [other])
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS s3proxied.db")
+        spark.sql("CREATE TABLE s3proxied.db.t (id BIGINT) USING iceberg")
+        spark.sql("INSERT INTO s3proxied.db.t SELECT id FROM range(0, 10)")
+        assert spark.sql("SELECT count(*) FROM s3proxied.db.t").first() == (10,)
+        puts = [r for r in proxy.seen if r.startswith(f"PUT /{BUCKET}/proxiedwh/db/t") and r.endswith(".parquet")]
+        assert puts, proxy.seen  # the data file went through the endpoint its catalog names
+    finally:
+        proxy.close()
+    _write(spark, direct, 10)  # that endpoint gone, the first catalog's tables are written as before
+    spark.sql(f"REFRESH TABLE {direct}")
+    assert spark.sql(f"SELECT count(*) FROM {direct}").first() == (20,)
+
+
 def test_a_revoked_rewrite_on_s3_commits_nothing_and_leaves_no_object(
     spark: SparkSession, s3_sql: CatalogSpec, s3: S3Server
 ) -> None:
