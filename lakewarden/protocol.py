@@ -89,11 +89,17 @@ class OptimizingInput(_Model):
     reasons: list[str] = Field(default_factory=list)
 
 
+WEEK_MS = 7 * 24 * 3_600_000
+
+
 class ExpireSnapshotsInput(_Model):
     action: Literal["expire-snapshots"] = "expire-snapshots"
     table: str
     keep_duration_ms: int
     min_count: int
+    # how long a Flink job's last checkpoint snapshot, and a snapshot staged by write-audit-publish, are kept
+    flink_retention_ms: int = WEEK_MS
+    wap_retention_ms: int = WEEK_MS
     # completed at hand-out: the bases of running optimizing processes (and everything newer) are kept
     protected_snapshot_ids: list[int] = Field(default_factory=list)
 
@@ -225,6 +231,14 @@ class OptimizingResult(_Result):
         return summary
 
 
+class KeptSnapshot(_Model):
+    """A snapshot an expiry kept because a writer needs it (domain/retention.py)."""
+
+    snapshot_id: int
+    need: Literal["optimizing-base", "flink-checkpoint", "last-commit", "wap-staged"]
+    detail: str
+
+
 class ExpireSnapshotsResult(_Result):
     action: Literal["expire-snapshots"] = "expire-snapshots"
     snapshots_expired: int = 0
@@ -238,6 +252,14 @@ class ExpireSnapshotsResult(_Result):
     skipped_outside_location: int = Field(0, description="Unreferenced files left alone: outside the table location")
     cutoff_ms: int | None = None
     protected_snapshot_ids: list[int] = Field(default_factory=list)
+    kept: list[KeptSnapshot] = Field(
+        default_factory=list, description="Snapshots kept, with everything newer, because a writer needs them"
+    )
+    refs_expired: list[str] = Field(default_factory=list, description="Branches and tags dropped for their age")
+    blocked: list[KeptSnapshot] = Field(
+        default_factory=list,
+        description="Snapshots a writer needs that a branch's own retention would expire: then nothing is expired",
+    )
     TOTALS: ClassVar[tuple[str, ...]] = (
         "snapshots_expired",
         "data_files_deleted",
@@ -260,6 +282,9 @@ class CleanOrphanFilesResult(_Result):
     bytes_freed: int = 0
     skipped_outside_location: int = 0
     skipped_too_young: int = 0
+    skipped_flink_manifests: int = Field(
+        0, description="Unreferenced files left alone: manifests of a Flink job's checkpoints not yet committed"
+    )
     files: list[str] = Field(default_factory=list, description=f"The orphans found (at most {MAX_LISTED})")
     TOTALS: ClassVar[tuple[str, ...]] = (
         "orphan_files_found",
@@ -268,6 +293,7 @@ class CleanOrphanFilesResult(_Result):
         "bytes_freed",
         "skipped_outside_location",
         "skipped_too_young",
+        "skipped_flink_manifests",
     )
 
 

@@ -19,11 +19,9 @@ from lakewarden.domain.maintenance import (
     DataExpireConfig,
     ExpireSnapshotsConfig,
     MaintenanceState,
-    SnapshotInfo,
     after_failures,
     dangling_delete_files,
     enabled,
-    expirable_snapshots,
     forbidding_setting,
     format_datetime,
     interval_override,
@@ -31,23 +29,29 @@ from lakewarden.domain.maintenance import (
     tag_due,
 )
 from lakewarden.domain.processes import Action
+from lakewarden.domain.retention import Policy, Ref, Snapshot, plan_expiry
 from lakewarden.domain.tables import TABLE_DEFAULTS
 
 HOUR_MS = 3_600_000
 
 
-def chain(*timestamps_h: int) -> list[SnapshotInfo]:
+def chain(*timestamps_h: int) -> list[Snapshot]:
     """Snapshots 1, 2, … each the parent of the next, committed at the given hours."""
-    return [SnapshotInfo(i + 1, i or None, t * HOUR_MS) for i, t in enumerate(timestamps_h)]
+    return [Snapshot(i + 1, i or None, t * HOUR_MS) for i, t in enumerate(timestamps_h)]
 
 
 def test_expirable_snapshots_respect_cutoff_min_count_refs_and_protection() -> None:
     snapshots = chain(1, 2, 3, 4, 5)
-    assert expirable_snapshots(snapshots, {"main": 5}, 5, 4 * HOUR_MS, 1, set()) == [1, 2, 3]
-    assert expirable_snapshots(snapshots, {"main": 5}, 5, 10 * HOUR_MS, 3, set()) == [1, 2]  # the newest 3 stay
-    assert expirable_snapshots(snapshots, {"main": 5, "t": 2}, 5, 10 * HOUR_MS, 1, set()) == [1, 3, 4]  # a tag
-    assert expirable_snapshots(snapshots, {"main": 5}, 5, 10 * HOUR_MS, 1, {3}) == [1, 2, 4]  # a process's base
-    assert expirable_snapshots(snapshots, {"main": 5}, 5, 0, 1, set()) == []
+    main = Ref("main", 5)
+
+    def expired(refs: list[Ref], cutoff_h: int, min_count: int, bases: dict[int, str] | None = None) -> list[int]:
+        return plan_expiry(snapshots, refs, Policy(keep_ms=0, min_count=min_count), cutoff_h * HOUR_MS, bases).expired
+
+    assert expired([main], 4, 1) == [1, 2, 3]
+    assert expired([main], 10, 3) == [1, 2]  # the newest 3 stay
+    assert expired([main, Ref("t", 2, branch=False)], 10, 1) == [1, 3, 4]  # a tag
+    assert expired([main], 10, 1, {3: "process 7"}) == [1, 2]  # a process's base, and everything newer
+    assert expired([main], 0, 1) == []
 
 
 def test_amoro_defaults_and_bad_values_name_the_property() -> None:
@@ -104,7 +108,7 @@ def test_tag_due_for_the_last_period_on_the_snapshot_current_at_trigger_time() -
     )
     midnight = datetime(2026, 11, 21, tzinfo=UTC)
     ms = int(midnight.timestamp() * 1000)
-    snapshots = [SnapshotInfo(1, None, ms - 7200_000), SnapshotInfo(2, 1, ms - 60_000), SnapshotInfo(3, 2, ms + 60_000)]
+    snapshots = [Snapshot(1, None, ms - 7200_000), Snapshot(2, 1, ms - 60_000), Snapshot(3, 2, ms + 60_000)]
     plan = tag_due(daily, snapshots, [3, 2, 1], {"main": 3}, midnight + timedelta(minutes=5))
     assert plan is not None and (plan.name, plan.snapshot_id) == ("tag-20261120", 2)
     assert tag_due(daily, snapshots, [3, 2, 1], {"main": 3, "tag-20261120": 2}, midnight + timedelta(minutes=5)) is None

@@ -17,14 +17,9 @@ from pyiceberg.types import LongType, NestedField
 
 from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
-from lakewarden.domain.maintenance import (
-    AutoTagConfig,
-    SnapshotInfo,
-    expirable_snapshots,
-    next_expirable_at,
-    next_tag_trigger,
-)
+from lakewarden.domain.maintenance import AutoTagConfig, next_tag_trigger
 from lakewarden.domain.processes import Action
+from lakewarden.domain.retention import Policy, Ref, Snapshot, next_expiry_at, plan_expiry
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.store import processes as process_store
@@ -35,19 +30,24 @@ from lakewarden.store.tables import TableRecord
 HOUR_MS = 3600_000
 
 
-def test_next_expirable_at_is_when_the_first_unkept_snapshot_ages_past_the_keep_duration() -> None:
-    s = [SnapshotInfo(1, None, 1000), SnapshotInfo(2, 1, 2000), SnapshotInfo(3, 2, 5000), SnapshotInfo(4, 3, 9000)]
+def test_the_next_expiry_is_when_the_first_unkept_snapshot_ages_past_the_keep_duration() -> None:
+    s = [Snapshot(1, None, 1000), Snapshot(2, 1, 2000), Snapshot(3, 2, 5000), Snapshot(4, 3, 9000)]
+    keep_two = Policy(keep_ms=HOUR_MS, min_count=2)
+    main, tag = Ref("main", 4), Ref("t", 1, branch=False)
+    year = 365 * 24 * HOUR_MS
     # main at 4, keeping the newest 2 ancestors (4, 3): 1 and 2 may go, 1 first
-    at = next_expirable_at(s, {"main": 4}, 4, HOUR_MS, 2)
+    at = next_expiry_at(s, [main], keep_two, 0, year)
     assert at == 1000 + HOUR_MS + 1
-    assert expirable_snapshots(s, {"main": 4}, 4, at - HOUR_MS - 1, 2, set()) == []  # not a millisecond before
-    assert expirable_snapshots(s, {"main": 4}, 4, at - HOUR_MS, 2, set()) == [1]
+    assert plan_expiry(s, [main], keep_two, at - 1).expired == []  # not a millisecond before
+    assert plan_expiry(s, [main], keep_two, at).expired == [1]
     # a tag's head is never expired: 2 is next
-    assert next_expirable_at(s, {"main": 4, "t": 1}, 4, HOUR_MS, 2) == 2000 + HOUR_MS + 1
+    assert next_expiry_at(s, [main, tag], keep_two, 0, year) == 2000 + HOUR_MS + 1
     # everything kept (refs and min-count): only a change can bring an expiry
-    assert next_expirable_at(s, {"main": 4, "t": 1}, 4, HOUR_MS, 3) is None
-    assert next_expirable_at([SnapshotInfo(9, None, 1)], {"main": 9}, 9, HOUR_MS, 1) is None
-    assert next_expirable_at([], {}, None, HOUR_MS, 1) is None
+    assert next_expiry_at(s, [main, tag], Policy(keep_ms=HOUR_MS, min_count=3), 0, year) is None
+    assert next_expiry_at([Snapshot(9, None, 1)], [Ref("main", 9)], keep_two, 0, year) is None
+    assert next_expiry_at([], [], keep_two, 0, year) is None
+    # nothing is looked for past the horizon
+    assert next_expiry_at(s, [main], keep_two, 0, HOUR_MS) is None
 
 
 def test_the_next_tag_trigger_follows_the_period_and_offset() -> None:

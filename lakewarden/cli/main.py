@@ -405,7 +405,22 @@ def table_show(
         [m["action"], "on" if m["enabled"] else "off", m["blocked_by"] or "", _backoff(m)] for m in item["maintenance"]
     ]
     render.table("maintenance", ["action", "enabled", "blocked by", "failing"], rows)
+    expiries = call(server, lambda c: c.get("/processes", table=item["identifier"], action="expire-snapshots", limit=1))
+    render_kept(expiries)
     render.key_values("effective config", sorted(item["config"].items()))
+
+
+def render_kept(last_expiry: list[dict[str, Any]]) -> None:
+    """The snapshots the last snapshot expiry kept for a writer (each with everything newer), and why."""
+    if not last_expiry:
+        return
+    summary = last_expiry[0].get("summary") or {}
+    rows = [[k["snapshot_id"], k["need"], k["detail"]] for k in summary.get("kept", [])]
+    # a need a branch's own retention would override: the expiry did not run
+    rows += [[k["snapshot_id"], "not expired: blocked", k["detail"]] for k in summary.get("blocked", [])]
+    if rows:
+        title = f"kept by the last snapshot expiry (process {last_expiry[0]['process_id']})"
+        render.table(title, ["snapshot", "kept for", "why"], rows)
 
 
 def _backoff(state: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 from lakewarden.domain.processes import Action
+from lakewarden.domain.retention import LONG_MAX, Policy, Snapshot
 
 MAINTENANCE_ACTIONS = tuple(a for a in Action if a is not Action.OPTIMIZING)
 
@@ -34,6 +35,8 @@ MAINTENANCE_DEFAULTS: dict[str, str] = {
     "table-expire.enabled": "true",
     "snapshot.keep.duration": "720min",
     "snapshot.keep.min-count": "1",
+    "snapshot.keep.flink.checkpoint-retention": "7d",
+    "snapshot.keep.wap.staged-retention": "7d",
     "clean-orphan-file.enabled": "false",
     "clean-orphan-file.min-existing-time-minutes": "2880",
     "clean-dangling-delete-files.enabled": "true",
@@ -157,65 +160,41 @@ def interval_override(props: Mapping[str, str], action: Action) -> timedelta | N
 # ---- snapshot expiry
 
 
+REF_AGE = "history.expire.max-ref-age-ms"  # Iceberg's default for a branch or tag that sets none
+
+
 @dataclass(frozen=True)
 class ExpireSnapshotsConfig:
     keep_duration: timedelta
     min_count: int
+    flink_retention: timedelta = timedelta(days=7)
+    wap_retention: timedelta = timedelta(days=7)
+    max_ref_age_ms: int = LONG_MAX  # Iceberg's `history.expire.max-ref-age-ms`
 
     @classmethod
     def of(cls, props: Mapping[str, str]) -> ExpireSnapshotsConfig:
+        flink = "snapshot.keep.flink.checkpoint-retention"  # Amoro's
+        wap = "snapshot.keep.wap.staged-retention"  # lakewarden's
         return cls(
             _duration(_get(props, "snapshot.keep.duration"), "snapshot.keep.duration"),
             _int(props, "snapshot.keep.min-count", 1),
+            _duration(_get(props, flink), flink),
+            _duration(_get(props, wap), wap),
+            _int(props, REF_AGE, 0) if str(props.get(REF_AGE, "")).strip() else LONG_MAX,
+        )
+
+    def policy(self) -> Policy:
+        return Policy(
+            keep_ms=_ms(self.keep_duration),
+            min_count=self.min_count,
+            max_ref_age_ms=self.max_ref_age_ms,
+            flink_retention_ms=_ms(self.flink_retention),
+            wap_retention_ms=_ms(self.wap_retention),
         )
 
 
-@dataclass(frozen=True)
-class SnapshotInfo:
-    snapshot_id: int
-    parent_id: int | None
-    timestamp_ms: int
-
-
-def expirable_snapshots(
-    snapshots: Sequence[SnapshotInfo],
-    refs: Mapping[str, int],
-    main_head: int | None,
-    cutoff_ms: int,
-    min_count: int,
-    protected: set[int],
-) -> list[int]:
-    """The snapshots an expiry at `cutoff_ms` removes: older than the cutoff, and neither a ref's head,
-    one of the newest `min_count` ancestors of main, nor protected (e.g. a running optimizing
-    process's base). Mirrors Iceberg's rules closely enough to decide whether to run at all."""
-    keep = _kept(snapshots, refs, main_head, min_count) | protected
-    return sorted(s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep)
-
-
-def _kept(
-    snapshots: Sequence[SnapshotInfo], refs: Mapping[str, int], main_head: int | None, min_count: int
-) -> set[int]:
-    """The snapshots no expiry removes however old: the refs' heads and the newest `min_count` ancestors of main."""
-    by_id = {s.snapshot_id: s for s in snapshots}
-    keep = set(refs.values())
-    current = main_head
-    for _ in range(min_count):
-        if current is None or current not in by_id:
-            break
-        keep.add(current)
-        current = by_id[current].parent_id
-    return keep
-
-
-def next_expirable_at(
-    snapshots: Sequence[SnapshotInfo], refs: Mapping[str, int], main_head: int | None, keep_ms: int, min_count: int
-) -> int | None:
-    """When (epoch ms) the first snapshot that is not yet expirable becomes so with no change to the table: the
-    youngest-but-not-young-enough one's time plus the keep duration; None when every snapshot left is kept however
-    old (then only a new snapshot or a ref's move can bring an expiry)."""
-    keep = _kept(snapshots, refs, main_head, min_count)
-    times = [s.timestamp_ms + keep_ms + 1 for s in snapshots if s.snapshot_id not in keep]  # older than: strictly
-    return min(times, default=None)
+def _ms(duration: timedelta) -> int:
+    return int(duration.total_seconds() * 1000)
 
 
 # ---- orphan files
@@ -352,7 +331,7 @@ class TagPlan:
 
 def tag_due(
     config: AutoTagConfig,
-    snapshots: Sequence[SnapshotInfo],
+    snapshots: Sequence[Snapshot],
     main_ancestry: Sequence[int],
     refs: Mapping[str, int],
     now: datetime,

@@ -14,6 +14,23 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.maintenance import format_datetime
+from lakewarden.domain.retention import (
+    FLINK_CHECKPOINT,
+    FLINK_JOB_ID,
+    FLINK_OPERATOR_ID,
+    LONG_MAX,
+    OWN_COMMIT,
+    PUBLISHED_WAP_ID,
+    WAP_ID,
+    Kept,
+    Need,
+    Policy,
+    Ref,
+    Snapshot,
+    flink_jobs,
+    latest_external_commit,
+    plan_expiry,
+)
 from lakewarden.protocol import (
     MAX_LISTED,
     AutoCreateTagsInput,
@@ -26,6 +43,7 @@ from lakewarden.protocol import (
     ExpireDataResult,
     ExpireSnapshotsInput,
     ExpireSnapshotsResult,
+    KeptSnapshot,
     RewriteManifestsInput,
     RewriteManifestsResult,
     TaskInput,
@@ -84,18 +102,38 @@ def _snapshot_ids(table: Any) -> set[int]:
 
 
 def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSnapshotsInput) -> ExpireSnapshotsResult:
-    """Iceberg expires the snapshots and names the files no snapshot left references (expireFiles commits
-    the expiry and deletes nothing); each is deleted here only if it lies under the table's location,
-    so a file another table shares, or a crafted path, is never touched."""
-    cutoff = _now_ms() - work.keep_duration_ms
-    protected = []
-    for snapshot_id in work.protected_snapshot_ids:
-        snapshot = table.snapshot(snapshot_id)
-        if snapshot is not None:  # keep it, and so everything newer: expiry removes what is older only
-            cutoff = min(cutoff, int(snapshot.timestampMillis()))
-            protected.append(snapshot_id)
+    """The plan (domain/retention.py: Iceberg's rules, the snapshots writers need) decides the cutoff; Iceberg's
+    own expiry is asked first what it would remove at that cutoff (`apply`, which commits nothing), and runs
+    only if that spares every snapshot a writer needs. Iceberg expires the snapshots and names the files no
+    snapshot left references (expireFiles commits the expiry and deletes nothing); each is deleted here only if
+    it lies under the table's location, so a file another table shares, or a crafted path, is never touched."""
+    table.refresh()
+    now = _now_ms()
+    snapshots, refs = table_history(table)
+    policy = Policy(
+        keep_ms=work.keep_duration_ms,
+        min_count=work.min_count,
+        max_ref_age_ms=int(table.properties().getOrDefault("history.expire.max-ref-age-ms", str(LONG_MAX))),
+        flink_retention_ms=work.flink_retention_ms,
+        wap_retention_ms=work.wap_retention_ms,
+    )
+    bases = dict.fromkeys(work.protected_snapshot_ids, "a running self-optimizing process")
+    plan = plan_expiry(snapshots, refs, policy, now, bases)
+    kept = [_kept(k) for k in plan.needed]
+    protected = [k.snapshot_id for k in plan.needed if k.need is Need.OPTIMIZING_BASE]
+    retain_last = max(work.min_count, 1)
+    blocked = plan.blocked
+    if not blocked:  # Iceberg decides what goes: whatever the plan said, no snapshot a writer needs may be among it
+        doomed = table.expireSnapshots().expireOlderThan(plan.cutoff_ms).retainLast(retain_last).apply()
+        gone = {int(s.snapshotId()) for s in _iterate(doomed)}
+        blocked = [k for k in plan.needed if k.snapshot_id in gone]
+    if blocked:
+        return ExpireSnapshotsResult(
+            cutoff_ms=plan.cutoff_ms, protected_snapshot_ids=protected, kept=kept, blocked=[_kept(k) for k in blocked]
+        )
     before = _snapshot_ids(table)
-    action = _actions(spark).expireSnapshots(table).expireOlderThan(cutoff).retainLast(work.min_count)
+    refs_before = set(table.refs().keySet())
+    action = _actions(spark).expireSnapshots(table).expireOlderThan(plan.cutoff_ms).retainLast(retain_last)
     unreferenced = [(str(f.getPath()), str(f.getType())) for f in _iterate(action.expireFiles().collectAsList())]
     expired = before - _snapshot_ids(table)
     files = _TableFiles(spark, table)
@@ -110,9 +148,49 @@ def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSn
         files_deleted=deleted,
         bytes_freed=freed,
         skipped_outside_location=outside,
-        cutoff_ms=cutoff,
+        cutoff_ms=plan.cutoff_ms,
         protected_snapshot_ids=protected,
+        kept=kept,
+        refs_expired=sorted(refs_before - set(table.refs().keySet())),
     )
+
+
+def _kept(kept: Kept) -> KeptSnapshot:
+    return KeptSnapshot(snapshot_id=kept.snapshot_id, need=kept.need.value, detail=kept.detail)
+
+
+# the summary entries the retention rules read (the rest of a summary is not fetched from the JVM)
+_RETENTION_KEYS = (OWN_COMMIT, FLINK_JOB_ID, FLINK_OPERATOR_ID, FLINK_CHECKPOINT, WAP_ID, PUBLISHED_WAP_ID)
+
+
+def table_history(table: Any) -> tuple[list[Snapshot], list[Ref]]:
+    """The Java table's snapshots (in metadata order) and refs, as domain/retention.py reads them."""
+    snapshots = []
+    for s in _iterate(table.snapshots()):
+        summary = s.summary()
+        parent = s.parentId()
+        snapshots.append(
+            Snapshot(
+                int(s.snapshotId()),
+                None if parent is None else int(parent),
+                int(s.timestampMillis()),
+                {k: str(summary[k]) for k in _RETENTION_KEYS if k in summary},
+            )
+        )
+    refs = []
+    for ref_name, ref in table.refs().items():
+        at_least, snapshot_age, ref_age = ref.minSnapshotsToKeep(), ref.maxSnapshotAgeMs(), ref.maxRefAgeMs()
+        refs.append(
+            Ref(
+                str(ref_name),
+                int(ref.snapshotId()),
+                bool(ref.isBranch()),
+                None if at_least is None else int(at_least),
+                None if snapshot_age is None else int(snapshot_age),
+                None if ref_age is None else int(ref_age),
+            )
+        )
+    return snapshots, refs
 
 
 # the kinds of FileInfo that Iceberg's expireFiles names (BaseSparkAction), by what the result counts
@@ -228,7 +306,8 @@ def _clean_orphan_files(spark: SparkSession, table: Any, work: CleanOrphanFilesI
     action = _actions(spark).deleteOrphanFiles(table).compareToFileList(listed._jdf).location(files.prefix)
     result = action.olderThan(older_than).deleteWith(collector).execute()
     found: list[tuple[str, int]] = []
-    outside = young = 0
+    outside = young = flink = 0
+    jobs = flink_jobs(table_history(table)[0])
     for location in _iterate(result.orphanFileLocations()):
         name = files.under(str(location))
         if name is None:  # never outside the table's location
@@ -239,6 +318,9 @@ def _clean_orphan_files(spark: SparkSession, table: Any, work: CleanOrphanFilesI
             continue
         if modified >= older_than:
             young += 1  # written (or rewritten) since it was listed
+            continue
+        if name.rsplit("/", 1)[-1].startswith(jobs):
+            flink += 1  # a Flink job's manifest of a checkpoint it has not committed yet
             continue
         found.append((str(location), size))
     deleted = 0 if work.dry_run else files.delete([path for path, _ in found])[0]
@@ -251,6 +333,7 @@ def _clean_orphan_files(spark: SparkSession, table: Any, work: CleanOrphanFilesI
         bytes_freed=0 if work.dry_run else size,
         skipped_outside_location=outside,
         skipped_too_young=young,
+        skipped_flink_manifests=flink,
         files=[path for path, _ in found[:MAX_LISTED]],
     )
 
@@ -294,10 +377,16 @@ def _expire_data(
     value of the field lies before the cutoff, judged by the files' column metrics; a file without
     metrics for the field is kept. Nothing is rewritten."""
     table.refresh()
-    current = table.currentSnapshot()
-    if current is None:
+    if table.currentSnapshot() is None:
         return ExpireDataResult()
-    base = int(current.timestampMillis()) if work.base_on_rule == "LAST_COMMIT_TIME" else _now_ms()
+    if work.base_on_rule == "LAST_COMMIT_TIME":
+        # the last commit of a writer: lakewarden's own rewrites and deletes are not commits of the data (Amoro)
+        last = latest_external_commit(table_history(table)[0])
+        if last is None:
+            return ExpireDataResult()
+        base = last.timestamp_ms
+    else:
+        base = _now_ms()
     cutoff = base - work.retention_ms
     literal = _literal(work, cutoff)
     field = "`" + work.field.replace("`", "``") + "`"

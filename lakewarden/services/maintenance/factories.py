@@ -22,15 +22,13 @@ from lakewarden.domain.maintenance import (
     ExpireSnapshotsConfig,
     OrphanFilesConfig,
     RewriteManifestsConfig,
-    SnapshotInfo,
     dangling_delete_files,
-    expirable_snapshots,
     forbidding_setting,
-    next_expirable_at,
     next_tag_trigger,
     tag_due,
 )
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
+from lakewarden.domain.retention import Ref, Snapshot, next_expiry_at, plan_expiry
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.protocol import TASK_INPUT, TaskInput
@@ -73,16 +71,42 @@ class MaintenanceFactory(ProcessFactory):
         return ProcessPlan(trigger, table.metadata.current_snapshot_id, [TaskSpec(self.action.value, work)], summary)
 
 
-def _snapshots(table: Any) -> list[SnapshotInfo]:
-    return [SnapshotInfo(s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms) for s in table.metadata.snapshots]
+def _snapshots(table: Any) -> list[Snapshot]:
+    """The table's snapshots in metadata order, with their summaries (pyiceberg's metadata)."""
+    return [
+        Snapshot(
+            s.snapshot_id,
+            s.parent_snapshot_id,
+            s.timestamp_ms,
+            dict(s.summary.additional_properties) if s.summary is not None else {},
+        )
+        for s in table.metadata.snapshots
+    ]
 
 
 def _refs(table: Any) -> dict[str, int]:
     return {name: ref.snapshot_id for name, ref in table.metadata.refs.items()}
 
 
+def _retention_refs(table: Any) -> list[Ref]:
+    return [
+        Ref(
+            name,
+            ref.snapshot_id,
+            str(ref.snapshot_ref_type) == "branch",
+            ref.min_snapshots_to_keep,
+            ref.max_snapshot_age_ms,
+            ref.max_ref_age_ms,
+        )
+        for name, ref in table.metadata.refs.items()
+    ]
+
+
 def _now_ms() -> int:
     return int(datetime.now(UTC).timestamp() * 1000)
+
+
+LOOK_AHEAD_MS = 366 * 24 * 3_600_000  # how far ahead an expiry that will come with no change is looked for
 
 
 class ExpireSnapshotsFactory(MaintenanceFactory):
@@ -90,20 +114,28 @@ class ExpireSnapshotsFactory(MaintenanceFactory):
 
     def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = ExpireSnapshotsConfig.of(config)
-        keep_ms = int(cfg.keep_duration.total_seconds() * 1000)
-        refs = _refs(table)
-        expirable = expirable_snapshots(
-            _snapshots(table), refs, refs.get("main"), _now_ms() - keep_ms, cfg.min_count, set()
-        )
+        plan = plan_expiry(_snapshots(table), _retention_refs(table), cfg.policy(), _now_ms())
         beyond = f"older than {cfg.keep_duration} beyond the newest {cfg.min_count}"
-        reason = f"{len(expirable)} snapshot(s) {beyond}" if expirable else f"no snapshot is {beyond}"
-        return {"keep_duration_ms": keep_ms, "min_count": cfg.min_count}, [reason], bool(expirable)
+        reasons = [f"{len(plan.expired)} snapshot(s) {beyond}" if plan.expired else f"no snapshot is {beyond}"]
+        reasons += [f"keeps {kept}" for kept in plan.needed]
+        if plan.expired_refs:
+            reasons.append(f"drops refs past their max-ref-age-ms: {', '.join(plan.expired_refs)}")
+        if plan.blocked:
+            reasons.append(
+                "not run: a branch's own max-snapshot-age-ms would expire "
+                + "; ".join(str(kept) for kept in plan.blocked)
+            )
+        params = {
+            "keep_duration_ms": int(cfg.keep_duration.total_seconds() * 1000),
+            "min_count": cfg.min_count,
+            "flink_retention_ms": int(cfg.flink_retention.total_seconds() * 1000),
+            "wap_retention_ms": int(cfg.wap_retention.total_seconds() * 1000),
+        }
+        return params, reasons, bool(plan.expired) and not plan.blocked
 
     def work_at(self, config: dict[str, Any], table: Any) -> datetime | None:
         cfg = ExpireSnapshotsConfig.of(config)
-        refs = _refs(table)
-        keep_ms = int(cfg.keep_duration.total_seconds() * 1000)
-        at_ms = next_expirable_at(_snapshots(table), refs, refs.get("main"), keep_ms, cfg.min_count)
+        at_ms = next_expiry_at(_snapshots(table), _retention_refs(table), cfg.policy(), _now_ms(), LOOK_AHEAD_MS)
         return None if at_ms is None else datetime.fromtimestamp(at_ms / 1000, UTC)
 
     def dispatch_input(self, session: Session, process: ProcessRow, task_input: TaskInput) -> TaskInput:
