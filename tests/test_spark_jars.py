@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from lakewarden.spark.jars import AWS_SDK_JAR, STORAGE_JAR, _install, ensure_spark_jars
+from lakewarden.spark.jars import AWS_SDK_JAR, JAVA_JAR, _install, ensure_spark_jars
 
 
 def test_second_run_is_a_cache_hit_that_leaves_files_in_place() -> None:
@@ -18,10 +18,10 @@ def test_second_run_is_a_cache_hit_that_leaves_files_in_place() -> None:
     assert "sqlite-jdbc.jar" in first.driver_classpath and "sqlite-jdbc" not in first.spark_jars
     # S3 through S3A: hadoop-aws and lakewarden's StorageFileIO shipped with Spark's jars; the AWS SDK on the
     # JVMs' own class paths (not copied for every local session), and shipped to a cluster
-    assert "hadoop-aws-3.3.1.jar" in first.spark_jars and STORAGE_JAR in first.spark_jars
+    assert "hadoop-aws-3.3.1.jar" in first.spark_jars and JAVA_JAR in first.spark_jars
     assert AWS_SDK_JAR not in first.spark_jars and AWS_SDK_JAR in first.driver_classpath
     assert first.executor_classpath.endswith(AWS_SDK_JAR) and AWS_SDK_JAR in first.shipped_jars
-    with zipfile.ZipFile(next(j for j in first.jars if j.endswith(STORAGE_JAR))) as built:
+    with zipfile.ZipFile(next(j for j in first.jars if j.endswith(JAVA_JAR))) as built:
         assert "io/lakewarden/iceberg/StorageFileIO.class" in built.namelist()
 
 

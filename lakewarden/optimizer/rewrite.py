@@ -7,7 +7,8 @@ For each file group of the task:
   written, uncommitted;
 - for the data files whose deletes are rewritten, Spark reads which of their rows the deletes remove
   (Iceberg's `_deleted` metadata column) and each such file gets one position-delete file of its own,
-  naming it alone (Amoro turns equality deletes into position deletes this way).
+  naming it alone (Amoro turns equality deletes into position deletes this way); on format version 3,
+  one deletion vector instead, replacing the vector the file has.
 Groups are rewritten concurrently (up to MAX_CONCURRENT_GROUPS Spark jobs, as Iceberg's action runs its
 groups), and the position deletes of all groups are found in one Spark job. Then one commit: Iceberg's
 RewriteFiles replaces the rewritten data files and the delete files the task removes, validated against
@@ -24,7 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from lakewarden.optimizer.runners import StalePlan, rewrite_groups, rewrite_positions
+from lakewarden.optimizer.runners import (
+    StalePlan,
+    deletion_vectors_of,
+    rewrite_groups,
+    rewrite_positions,
+    write_deletion_vectors,
+)
 from lakewarden.protocol import MAX_LISTED, FileGroupInput, OptimizingInput, OptimizingResult
 
 if TYPE_CHECKING:
@@ -63,17 +70,18 @@ def run_optimizing(
         return done
     tasks = _scan_tasks(jvm, table, work)
     removed = _delete_files_to_remove(jvm, table, snapshot, set(work.remove_deletes), tasks)
-    # a v3 table's position deletes are deletion vectors, which lakewarden does not write: its segments whose
-    # deletes need rewriting are rewritten whole instead
+    # a v3 table's position deletes are deletion vectors: a segment's deletes become one vector, replacing the
+    # one the segment has
     v3 = int(table.operations().current().formatVersion()) >= 3
     written_data: list[Any] = []
     written_deletes: list[Any] = []
     rewritten: list[Any] = []
     pos_rewritten = 0
+    replaced: list[Any] = []  # deletion vectors the new ones replace, beside the delete files the plan removes
     unreduced: dict[str, list[str]] = {}
     clustered: dict[str, list[str]] = {}
     try:
-        jobs = [(g, [tasks[p] for p in g.rewrite + (g.rewrite_pos if v3 else [])]) for g in work.groups]
+        jobs = [(g, [tasks[p] for p in g.rewrite]) for g in work.groups]
         for group, group_tasks, written in rewrite_groups(spark, table, [(g, t) for g, t in jobs if t]):
             if group.clustering is not None:
                 # files of an older spec land in other partitions: clustered again at the next full optimizing
@@ -84,14 +92,19 @@ def run_optimizing(
             written_data += written
             rewritten += [t.file() for t in group_tasks]
         # every group's segments whose deletes are rewritten: read in one Spark job
-        positions = [] if v3 else [tasks[p] for g in work.groups for p in g.rewrite_pos]
-        if positions:
+        positions = [tasks[p] for g in work.groups for p in g.rewrite_pos]
+        if positions and v3:
+            written_deletes += write_deletion_vectors(spark, table, positions)
+            removing = {_identity(f) for f in removed.values()}
+            replaced = [d for d in deletion_vectors_of(positions) if _identity(d) not in removing]
+            pos_rewritten += len(positions)
+        elif positions:
             written_deletes += rewrite_positions(spark, table, positions)
             pos_rewritten += len(positions)
         if gate is not None:
             gate()
         committed = _commit(
-            jvm, table, snapshot, rewritten, written_data, list(removed.values()), written_deletes, properties
+            jvm, table, snapshot, rewritten, written_data, list(removed.values()), written_deletes, properties, replaced
         )
     except BaseException as exc:
         if not _commit_state_unknown(exc):
@@ -104,10 +117,10 @@ def run_optimizing(
         files_out=len(written_data),
         bytes_out=sum(int(f.fileSizeInBytes()) for f in written_data),
         rewrite_pos_files=pos_rewritten,
-        delete_files_removed=len(removed),
-        delete_bytes_removed=sum(int(f.fileSizeInBytes()) for f in removed.values()),
+        delete_files_removed=len(removed) + len(replaced),
+        delete_bytes_removed=sum(_delete_bytes(f) for f in (*removed.values(), *replaced)),
         delete_files_added=len(written_deletes),
-        delete_bytes_added=sum(int(f.fileSizeInBytes()) for f in written_deletes),
+        delete_bytes_added=sum(_delete_bytes(f) for f in written_deletes),
         snapshot_id=committed,
         rewritten_files=_paths(rewritten),
         added_files=_paths(written_data),
@@ -116,6 +129,18 @@ def run_optimizing(
         unreduced=unreduced if committed is not None else {},
         clustered=clustered if committed is not None else {},
     )
+
+
+def _identity(delete: Any) -> tuple[str, int | None]:
+    """What tells delete files apart: deletion vectors share a Puffin file, each at an offset of its own."""
+    offset = delete.contentOffset()
+    return str(delete.location()), None if offset is None else int(offset)
+
+
+def _delete_bytes(delete: Any) -> int:
+    """A delete file's own bytes: a deletion vector's within its Puffin file."""
+    size = delete.contentSizeInBytes()
+    return int(size) if size is not None else int(delete.fileSizeInBytes())
 
 
 _SUMMARY_COUNTS = (
@@ -236,13 +261,19 @@ def _commit(
     removed: list[Any],
     added_deletes: list[Any],
     properties: dict[str, str],
+    replaced: list[Any] | None = None,
 ) -> int | None:
     """One snapshot (Amoro's UnKeyedTableCommit): the rewritten data files and the removed delete files
     replaced by the new files, validated from the planned snapshot. Iceberg's RewriteFiles cannot add
     delete files without removing one, so then the new position deletes go in a RowDelta of the same
-    transaction, which checks that the data files they name still exist."""
+    transaction, which checks that the data files they name still exist. New deletion vectors always go in
+    the RowDelta, with the vectors they replace: it also checks that no writer added a vector for one of
+    their data files meanwhile (a data file has one at most) and that the replaced ones are still there."""
+    replaced = replaced or []
     if not (rewritten or removed or added_deletes):
         return None
+    vectors = any(str(f.format()) == "PUFFIN" for f in added_deletes)
+    deletes_in_rewrite = bool(removed) and not vectors
     planned = int(snapshot.snapshotId())
     transaction = table.newTransaction()
     if rewritten or removed:
@@ -253,18 +284,22 @@ def _commit(
             rewrite = rewrite.addFile(f)
         for f in removed:
             rewrite = rewrite.deleteFile(f)
-        if removed:
+        if deletes_in_rewrite:
             for f in added_deletes:
                 rewrite = rewrite.addFile(f)
         for key, value in properties.items():
             rewrite = rewrite.set(key, value)
         _checked(rewrite.commit)
-    if added_deletes and not removed:
+    if added_deletes and not deletes_in_rewrite:
         delta = transaction.newRowDelta().validateFromSnapshot(planned)
         referenced = jvm.java.util.ArrayList()
         for f in added_deletes:
             delta = delta.addDeletes(f)
             referenced.add(f.referencedDataFile())
+        for f in replaced:
+            delta = delta.removeDeletes(f)
+        if replaced:
+            delta = delta.validateDeletedFiles()
         delta = delta.validateDataFilesExist(referenced)
         for key, value in properties.items():
             delta = delta.set(key, value)

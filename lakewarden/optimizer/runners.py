@@ -33,6 +33,9 @@ def _static(jvm: Any, gateway: Any, class_name: str, method: str) -> Any:
     return klass.getMethod(method, _classes(jvm, gateway, [])).invoke(None, _objects(jvm, gateway, []))
 
 
+CACHE_CATALOG = "default_cache_iceberg"  # the name Iceberg's Spark source gives its catalog of cached tables
+
+
 class _Staged:
     """Scan tasks staged for Spark under a fresh id, as Iceberg's rewrite runners stage a file group."""
 
@@ -208,13 +211,21 @@ def _invoke(
     return klass.getMethod(method, _classes(jvm, gateway, parameters)).invoke(target, _objects(jvm, gateway, arguments))
 
 
+def _deleted_rows(spark: SparkSession, staged: _Staged) -> Any:
+    """The `_file` and `_pos` of the rows every delete that applies removes from the staged files."""
+    # read as the cached table itself, not as a rewrite's input (`load` of the staged id): on format version 3
+    # that turns the row lineage into data columns and leaves no metadata columns to read
+    spark.conf.set(f"spark.sql.catalog.{CACHE_CATALOG}", "org.apache.iceberg.spark.SparkCachedTableCatalog")
+    frame = spark.read.option("scan-task-set-id", staged.id).table(f"{CACHE_CATALOG}.`{staged.id}`")
+    return frame.select("_file", "_pos", "_deleted").where("_deleted").select("_file", "_pos")
+
+
 def rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:
     """A position-delete file of its own for each data file, holding every row its deletes remove."""
     staged = _Staged(spark, table, tasks)
     try:
-        frame = spark.read.format("iceberg").option("scan-task-set-id", staged.id).load(staged.id)
         # the deleted rows are few (what deletes remove from segments): collected as they are, no shuffle
-        deleted = frame.select("_file", "_pos", "_deleted").where("_deleted").select("_file", "_pos").collect()
+        deleted = _deleted_rows(spark, staged).collect()
     finally:
         staged.close()
     positions: dict[str, list[int]] = {}
@@ -222,6 +233,32 @@ def rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list
         positions.setdefault(path, []).append(pos)
     by_path = {str(t.file().location()): t for t in tasks}
     return [_write_position_deletes(spark, table, by_path[p], sorted(positions[p])) for p in sorted(positions)]
+
+
+def write_deletion_vectors(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:
+    """A deletion vector for each data file (format version 3), holding every row its deletes remove: the ones
+    of the vector it has now included, so the new vector replaces that one (lakewarden's DeletionVectors)."""
+    jvm: Any = spark._jvm
+    staged = _Staged(spark, table, tasks)
+    try:
+        listed = jvm.java.util.ArrayList()
+        for task in tasks:
+            listed.add(task)
+        vectors = jvm.io.lakewarden.iceberg.DeletionVectors.write(table, listed, _deleted_rows(spark, staged)._jdf)
+    finally:
+        staged.close()
+    return list(vectors)
+
+
+def deletion_vectors_of(tasks: list[Any]) -> list[Any]:
+    """The deletion vector each task's data file has now (Iceberg allows one a file), where it has one."""
+    found = []
+    for task in tasks:
+        path = str(task.file().location())
+        for delete in task.deletes():
+            if str(delete.format()) == "PUFFIN" and str(delete.referencedDataFile()) == path:
+                found.append(delete)
+    return found
 
 
 def _write_position_deletes(spark: SparkSession, table: Any, task: Any, positions: list[int]) -> Any:

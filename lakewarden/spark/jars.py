@@ -51,7 +51,7 @@ S3A_JARS = {
     "aws-java-sdk-bundle-1.11.901.jar": "b87175b32a16544cc1b37cf40390eb375833e62bed67f8ce6cde4b7ad6429ead",
 }
 AWS_SDK_JAR = "aws-java-sdk-bundle-1.11.901.jar"
-STORAGE_JAR = "lakewarden-storage.jar"
+JAVA_JAR = "lakewarden-java.jar"  # lakewarden's own Java classes (java/), compiled here
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 
 DEBIAN_MIRROR = os.environ.get("LAKEWARDEN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -333,8 +333,9 @@ def _s3a_jars(out: Path, log: _Log) -> list[Path]:
     return found
 
 
-def _storage_jar(out: Path, classpath: list[Path], log: _Log) -> Path:
-    """lakewarden's StorageFileIO, compiled from java/ when its sources (or what it compiles against) changed."""
+def _java_jar(out: Path, classpath: list[Path], log: _Log) -> Path:
+    """lakewarden's Java classes (StorageFileIO, DeletionVectors), compiled from java/ when their sources (or
+    what they compile against) changed."""
     sources = sorted(JAVA_SOURCES.rglob("*.java"))
     digest = hashlib.sha256()
     for source in sources:
@@ -342,20 +343,20 @@ def _storage_jar(out: Path, classpath: list[Path], log: _Log) -> Path:
     for jar in classpath:
         digest.update(f"{jar.name}:{jar.stat().st_size}".encode())
     stamp = digest.hexdigest()[:16]
-    jar = out / STORAGE_JAR
-    stamp_file = out / (STORAGE_JAR + ".stamp")
+    jar = out / JAVA_JAR
+    stamp_file = out / (JAVA_JAR + ".stamp")
     if jar.is_file() and stamp_file.is_file() and stamp_file.read_text().strip() == stamp:
         return jar
     javac = shutil.which("javac")
     if javac is None:
-        raise JarSetupError("javac (a JDK 17) is needed to compile lakewarden's StorageFileIO: install openjdk-17-jdk")
-    log("compiling lakewarden's StorageFileIO (S3A with each table's settings and vended credentials)")
+        raise JarSetupError("javac (a JDK 17) is needed to compile lakewarden's Java classes: install openjdk-17-jdk")
+    log("compiling lakewarden's Java classes (S3A with each table's settings, deletion vectors)")
     with tempfile.TemporaryDirectory(prefix="lakewarden-javac-") as tmp:
         classes = Path(tmp) / "classes"
         classes.mkdir()
         path = ":".join([*(str(p) for p in classpath), str(spark_home() / "jars" / "*")])
         _run([javac, "-nowarn", "--release", "11", "-cp", path, "-d", str(classes), *map(str, sources)])
-        built = Path(tmp) / STORAGE_JAR
+        built = Path(tmp) / JAVA_JAR
         with zipfile.ZipFile(built, "w") as archive:
             for name in [
                 "META-INF/MANIFEST.MF",
@@ -372,11 +373,11 @@ def _storage_jar(out: Path, classpath: list[Path], log: _Log) -> Path:
     return jar
 
 
-def _with_storage(jars: SparkJars, out: Path, iceberg: list[Path], log: _Log) -> SparkJars:
-    """The jar set with S3A and lakewarden's StorageFileIO added."""
+def _with_own(jars: SparkJars, out: Path, iceberg: list[Path], log: _Log) -> SparkJars:
+    """The jar set with S3A and lakewarden's own Java classes added."""
     s3a = _s3a_jars(out, log)
-    storage = _storage_jar(out, [*(Path(j) for j in jars.jars if not j.endswith("-jdbc.jar")), *s3a], log)
-    return SparkJars((*jars.jars, *map(str, s3a), str(storage)), jars.native_library_dir)
+    own = _java_jar(out, [*(Path(j) for j in jars.jars if not j.endswith("-jdbc.jar")), *s3a], log)
+    return SparkJars((*jars.jars, *map(str, s3a), str(own)), jars.native_library_dir)
 
 
 def ensure_spark_jars(quiet: bool = False) -> SparkJars:
@@ -395,9 +396,7 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
         built = manifest.get("built", [])
         if manifest.get("stamp") == stamp and built and all(Path(j).is_file() for j in built):
             # the Iceberg jars always come from this environment; the cache holds only what was built
-            return _with_storage(
-                SparkJars((*map(str, iceberg), *built), manifest["native_library_dir"]), out, iceberg, log
-            )
+            return _with_own(SparkJars((*map(str, iceberg), *built), manifest["native_library_dir"]), out, iceberg, log)
 
     debs = _download_debs(deb_cache, log)
     if _deb_version(debs["libhttpclient5-java"]) < MIN_HTTPCLIENT5:
@@ -457,7 +456,7 @@ def ensure_spark_jars(quiet: bool = False) -> SparkJars:
     tmp_manifest.write_text(json.dumps(manifest, indent=2))
     tmp_manifest.replace(manifest_path)
     log(f"ready: {out} (relocated jar sha256 {_sha256(out / RELOCATED_JAR)[:16]}…)")
-    return _with_storage(SparkJars((*map(str, iceberg), *built), str(out / "native")), out, iceberg, log)
+    return _with_own(SparkJars((*map(str, iceberg), *built), str(out / "native")), out, iceberg, log)
 
 
 def main() -> int:
