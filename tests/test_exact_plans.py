@@ -440,3 +440,24 @@ def test_revoking_a_task_cancels_its_spark_jobs(spark: SparkSession) -> None:
     assert "cancel" in str(failed[0]).lower()
     assert time.monotonic() - started < 30
     assert key in optimizer._revoked
+
+
+def test_self_optimizing_compacts_main_and_leaves_every_other_branch_as_it_is(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """Self-optimizing plans main's head and commits to main: a branch's files and head stay as they were."""
+    table = create(spark, "branched")
+    for start in range(0, 3 * FRAGMENT, FRAGMENT):
+        write(spark, table, FRAGMENT, "a", start)
+    spark.sql(f"ALTER TABLE {table} CREATE BRANCH audit")
+    spark.sql(f"INSERT INTO {table}.branch_audit SELECT id, 'a', 'x' FROM range(100, 105)")
+    spark.sql(f"REFRESH TABLE {table}")
+    head = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'audit'").first()[0]  # type: ignore[index]
+    branch_files = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {table} VERSION AS OF 'audit'").collect()}
+    branch_rows = checksum(spark, f"{table}.branch_audit")
+    run(spark, catalog, plan(catalog, table))
+    assert len(files(spark, table)[0]) == 1  # main compacted
+    assert spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'audit'").first()[0] == head  # type: ignore[index]
+    at_head = spark.sql(f"SELECT DISTINCT _file FROM {table} VERSION AS OF 'audit'").collect()
+    assert {r[0] for r in at_head} == branch_files and len(branch_files) == 4
+    assert checksum(spark, f"{table}.branch_audit") == branch_rows
