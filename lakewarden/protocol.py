@@ -87,6 +87,7 @@ class OptimizingInput(_Model):
     groups: list[FileGroupInput] = Field(default_factory=list)
     remove_deletes: list[str] = Field(default_factory=list, description="Delete files the commit removes")
     reasons: list[str] = Field(default_factory=list)
+    branch: str | None = Field(None, description="The branch planned and committed to; none is main")
 
 
 WEEK_MS = 7 * 24 * 3_600_000

@@ -175,12 +175,19 @@ def test_cost_counts_bytes_twice_and_opening_files() -> None:
         ("enabled", "yes"),
         ("min-target-size-ratio", "2"),
         ("fragment-ratio", "0"),
+        ("branches", "audit,,staging"),
     ],
 )
 def test_bad_table_properties_name_the_property(key: str, value: str) -> None:
     with pytest.raises(InvalidField) as info:
         OptimizingConfig.of({f"self-optimizing.{key}": value})
     assert info.value.field == f"self-optimizing.{key}"
+
+
+def test_branches_to_optimize_are_named_besides_main() -> None:
+    assert OptimizingConfig.of({}).branches == ()
+    named = OptimizingConfig.of({"self-optimizing.branches": " audit, main,staging ,audit"})
+    assert named.branches == ("audit", "staging")  # main always, and once each
 
 
 # ---- what a plan takes, file by file (Amoro's CommonPartitionEvaluator / BinPackingTaskSplitter)

@@ -255,3 +255,36 @@ def test_data_expiration_counts_from_the_last_commit_of_a_writer_not_its_own(
     # counted from lakewarden's own delete, the young file would be past 10 s now; from the writer's, it is not
     second = run_action(server, spark, api, "aging", "expire-data")
     assert second["records_deleted"] == 0 and ids(spark, table) == list(range(5, 10))
+
+
+def test_a_branch_named_to_optimize_is_compacted_on_its_own_head_and_main_left_alone(
+    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
+) -> None:
+    """With `self-optimizing.branches`, a branch with small files is planned on its own head and compacted
+    there; main, with nothing to do, keeps its head. A name that is no branch of the table is passed over."""
+    server, api = lake
+    table = "local.db.branchy"
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT) USING iceberg TBLPROPERTIES ('self-optimizing.min-plan-interval'='0', "
+        "'self-optimizing.minor.trigger.file-count'='3', 'self-optimizing.branches'='nosuch, audit')"
+    )
+    append(spark, table, 0)
+    spark.sql(f"ALTER TABLE {table} CREATE BRANCH audit")
+    for start in (100, 110, 120, 130):
+        append_to_branch(spark, table, "audit", start)
+    main_head, branch_rows = refs(spark, table)["main"], ids(spark, table, "audit")
+    assert branch_rows == [*range(5), *range(100, 105), *range(110, 115), *range(120, 125), *range(130, 135)]
+
+    def branch_files() -> int:
+        spark.sql(f"REFRESH TABLE {table}")
+        return int(spark.sql(f"SELECT count(DISTINCT _file) FROM {table} VERSION AS OF 'audit'").first()[0])  # type: ignore[index]
+
+    assert branch_files() >= 5
+    api.post("/catalogs/local/refresh")
+    with running_optimizer(server, spark):
+        wait_for("the branch compacted", lambda: branch_files() == 1, timeout=180)
+    assert ids(spark, table, "audit") == branch_rows and refs(spark, table)["main"] == main_head
+    assert ids(spark, table) == list(range(5))
+    (process,) = api.get("/processes", params={"table": table, "action": "optimizing"}).json()
+    assert process["status"] == "success" and process["summary"]["branch"] == "audit"
+    assert process["target_snapshot_id"] != main_head  # planned on the branch's head

@@ -66,6 +66,7 @@ class OptimizingConfig:
     min_plan_interval_ms: int
     execute_num_retries: int
     filter: str | None
+    branches: tuple[str, ...] = ()  # branches optimized besides main, each on its own head
 
     @property
     def fragment_threshold(self) -> int:
@@ -105,4 +106,13 @@ class OptimizingConfig:
             min_plan_interval_ms=_int(props, "min-plan-interval", 0),
             execute_num_retries=_int(props, "execute.num-retries", 0),
             filter=_get(props, "filter") or None,
+            branches=_branches(_get(props, "branches")),
         )
+
+
+def _branches(text: str) -> tuple[str, ...]:
+    """`self-optimizing.branches`: branch names, comma-separated; main is always optimized and need not be named."""
+    names = [name.strip() for name in text.split(",")] if text else []
+    if any(not name for name in names):
+        raise InvalidField(P + "branches", f"{text!r}: an empty branch name")
+    return tuple(dict.fromkeys(name for name in names if name != "main"))

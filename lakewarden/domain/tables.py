@@ -83,6 +83,7 @@ TABLE_DEFAULTS: dict[str, str] = {
     "self-optimizing.min-plan-interval": "60000",
     "self-optimizing.execute.num-retries": "5",
     "self-optimizing.filter": "",
+    "self-optimizing.branches": "",
     **MAINTENANCE_DEFAULTS,
 }
 # Prefixes of the properties lakewarden reads; effective config shows these and nothing else.

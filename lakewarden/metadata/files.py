@@ -110,6 +110,13 @@ def _weight(contents: ManifestContents) -> int:
     return 400 * (len(contents.data) + len(contents.deletes)) + 300 * len(contents.records) + 200
 
 
+def optimized_branches(table: Table, named: tuple[str, ...]) -> list[str | None]:
+    """The branches self-optimizing plans, in turn: main (None) first, then those of `named` (the table's
+    `self-optimizing.branches`) that the table has as branches (a tag, or a name it does not have, is not)."""
+    refs = table.metadata.refs
+    return [None, *(name for name in named if name in refs and refs[name].snapshot_ref_type == "branch")]
+
+
 @dataclass(frozen=True)
 class SnapshotFiles:
     snapshot_id: int | None
@@ -141,9 +148,12 @@ def partition_filter(table: Table, predicate: str | None) -> Callable[[Partition
     return lambda key, record: evaluators[key.spec_id](record)
 
 
-def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = None) -> SnapshotFiles:
-    """The live data and delete files of the table's current snapshot (limited by `predicate`, if any)."""
-    snapshot = table.current_snapshot()
+def snapshot_files(
+    table: Table, cache: ManifestCache, predicate: str | None = None, branch: str | None = None
+) -> SnapshotFiles:
+    """The live data and delete files of the table's current snapshot, or of the head of `branch` (limited by
+    `predicate`, if any)."""
+    snapshot = table.current_snapshot() if branch is None else table.snapshot_by_name(branch)
     if snapshot is None:
         return SnapshotFiles(None, [], [], 0)
     accept = partition_filter(table, predicate)
@@ -151,7 +161,8 @@ def snapshot_files(table: Table, cache: ManifestCache, predicate: str | None = N
     data: list[DataFile] = []
     deletes: list[DeleteFile] = []
     manifests = cache.manifests(table.io, snapshot)
-    cache.note_current(table.location(), snapshot, manifests)
+    if branch is None:  # the cache keeps one list a table: main's
+        cache.note_current(table.location(), snapshot, manifests)
     for manifest in manifests:
         contents = cache.view(table.io, manifest, "files", reader.read, _weight)
         if predicate:

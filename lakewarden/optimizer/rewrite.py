@@ -65,7 +65,7 @@ def run_optimizing(
     snapshot = table.snapshot(work.snapshot_id) if work.snapshot_id is not None else None
     if snapshot is None:
         raise StalePlan(f"the planned snapshot {work.snapshot_id} is no longer in the table")
-    done = _committed_before(table, int(snapshot.snapshotId()), properties)
+    done = _committed_before(table, int(snapshot.snapshotId()), properties, work.branch)
     if done is not None:  # an earlier attempt committed and its report was lost (a server restart): not twice
         return done
     tasks = _scan_tasks(jvm, table, work)
@@ -104,7 +104,16 @@ def run_optimizing(
         if gate is not None:
             gate()
         committed = _commit(
-            jvm, table, snapshot, rewritten, written_data, list(removed.values()), written_deletes, properties, replaced
+            jvm,
+            table,
+            snapshot,
+            rewritten,
+            written_data,
+            list(removed.values()),
+            written_deletes,
+            properties,
+            replaced,
+            work.branch,
         )
     except BaseException as exc:
         if not _commit_state_unknown(exc):
@@ -152,11 +161,18 @@ _SUMMARY_COUNTS = (
 )
 
 
-def _committed_before(table: Any, planned: int, properties: dict[str, str]) -> OptimizingResult | None:
-    """The result of an earlier attempt of this task that committed: a snapshot after the planned one whose
-    summary names this process and task."""
+def _head(table: Any, branch: str | None) -> Any:
+    """The snapshot at the head of `branch` (None: main), or None."""
+    return table.currentSnapshot() if branch is None else table.snapshot(branch)
+
+
+def _committed_before(
+    table: Any, planned: int, properties: dict[str, str], branch: str | None = None
+) -> OptimizingResult | None:
+    """The result of an earlier attempt of this task that committed: a snapshot after the planned one, on the
+    task's branch, whose summary names this process and task."""
     wanted = {k: properties[k] for k in ("lakewarden.process-id", "lakewarden.task-id")}
-    snapshot = table.currentSnapshot()
+    snapshot = _head(table, branch)
     for _ in range(10_000):
         if snapshot is None or int(snapshot.snapshotId()) == planned:
             return None
@@ -262,13 +278,15 @@ def _commit(
     added_deletes: list[Any],
     properties: dict[str, str],
     replaced: list[Any] | None = None,
+    branch: str | None = None,
 ) -> int | None:
     """One snapshot (Amoro's UnKeyedTableCommit): the rewritten data files and the removed delete files
     replaced by the new files, validated from the planned snapshot. Iceberg's RewriteFiles cannot add
     delete files without removing one, so then the new position deletes go in a RowDelta of the same
     transaction, which checks that the data files they name still exist. New deletion vectors always go in
     the RowDelta, with the vectors they replace: it also checks that no writer added a vector for one of
-    their data files meanwhile (a data file has one at most) and that the replaced ones are still there."""
+    their data files meanwhile (a data file has one at most) and that the replaced ones are still there.
+    Both commit to `branch` (None: main) and validate against its history since the planned snapshot."""
     replaced = replaced or []
     if not (rewritten or removed or added_deletes):
         return None
@@ -278,6 +296,8 @@ def _commit(
     transaction = table.newTransaction()
     if rewritten or removed:
         rewrite = transaction.newRewrite().validateFromSnapshot(planned).dataSequenceNumber(snapshot.sequenceNumber())
+        if branch is not None:
+            rewrite = rewrite.toBranch(branch)
         for f in rewritten:
             rewrite = rewrite.deleteFile(f)
         for f in written:
@@ -292,6 +312,8 @@ def _commit(
         _checked(rewrite.commit)
     if added_deletes and not deletes_in_rewrite:
         delta = transaction.newRowDelta().validateFromSnapshot(planned)
+        if branch is not None:
+            delta = delta.toBranch(branch)
         referenced = jvm.java.util.ArrayList()
         for f in added_deletes:
             delta = delta.addDeletes(f)
@@ -305,8 +327,8 @@ def _commit(
             delta = delta.set(key, value)
         _checked(delta.commit)
     _checked(transaction.commitTransaction)
-    current = table.currentSnapshot()
-    return None if current is None else int(current.snapshotId())
+    head = _head(table, branch)
+    return None if head is None else int(head.snapshotId())
 
 
 def _checked(commit: Any) -> None:

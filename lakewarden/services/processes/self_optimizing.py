@@ -22,7 +22,7 @@ from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatu
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.expressions import partition_filter_json
-from lakewarden.metadata.files import SnapshotFiles, snapshot_files
+from lakewarden.metadata.files import SnapshotFiles, optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef
 from lakewarden.services.processes.factories import ProcessFactory
@@ -48,7 +48,8 @@ class SelfOptimizingFactory(ProcessFactory):
         self.cache = cache  # shared with the evaluator: manifests are parsed once
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
-        """Plan on the table's current snapshot: the pending partitions' file groups binned into tasks."""
+        """Plan on the table's current snapshot: the pending partitions' file groups binned into tasks. When
+        main has nothing to do, the first branch of `self-optimizing.branches` that has is planned on its head."""
         config = OptimizingConfig.of(rec.runtime.config)
         clock = OptimizingClock(
             now_ms=int(time.time() * 1000),
@@ -56,8 +57,17 @@ class SelfOptimizingFactory(ProcessFactory):
             last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
         )
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
-        files = snapshot_files(table, self.cache, config.filter)
-        return plan_process(name, table, files, config, clock, rec.runtime.unreduced, rec.runtime.clustered)
+        nothing: NothingToDo | None = None
+        for branch in optimized_branches(table, config.branches):
+            files = snapshot_files(table, self.cache, config.filter, branch)
+            try:
+                if branch is None:
+                    return plan_process(name, table, files, config, clock, rec.runtime.unreduced, rec.runtime.clustered)
+                return plan_process(name, table, files, config, clock, branch=branch)
+            except NothingToDo as exc:
+                nothing = nothing or exc  # main's reasons, when no branch has anything either
+        assert nothing is not None  # main is always among the branches planned
+        raise nothing
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
@@ -65,13 +75,13 @@ class SelfOptimizingFactory(ProcessFactory):
         if runtime is None:
             return
         tasks = process_store.tasks_of(session, process.process_id)
-        fields: dict[str, Any] = {
-            "optimizing_process_id": None,
-            "next_evaluation_at": utcnow(),
-            "unreduced": _unreduced(tasks, runtime),
-            "clustered": _clustered(tasks, runtime),
-        }
-        if status is ProcessStatus.SUCCESS:
+        fields: dict[str, Any] = {"optimizing_process_id": None, "next_evaluation_at": utcnow()}
+        # a table's records of what rewrites wrote, and when it was last optimized, are main's
+        on_main = all((t.input or {}).get("branch") is None for t in tasks)
+        if on_main:
+            fields["unreduced"] = _unreduced(tasks, runtime)
+            fields["clustered"] = _clustered(tasks, runtime)
+        if status is ProcessStatus.SUCCESS and on_main:
             fields[LAST_OPTIMIZED[process.type]] = utcnow()
             if process.type == "full":  # a full optimizing also did everything a minor would
                 fields["last_minor_optimizing_at"] = utcnow()
@@ -116,10 +126,12 @@ def plan_process(
     clock: OptimizingClock,
     unreduced: Mapping[str, Collection[str]] | None = None,
     clustered: Mapping[str, Any] | None = None,
+    branch: str | None = None,
 ) -> ProcessPlan:
     """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
     of: one task per bin of file groups, and a last task removing the delete files tasks shared.
-    `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote.
+    `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote. The tasks commit to
+    `branch` (None: main), whose head the files are of.
     Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
     clustering = table_clustering(table, config, clustered)
     partitions = group_by_partition(files.data, files.deletes)
@@ -139,6 +151,7 @@ def plan_process(
                 groups=[group_input(g, config.target_size) for g in task.groups],
                 remove_deletes=task.remove_deletes,
                 reasons=task.reasons,
+                branch=branch,
             ),
             task.partitions,
             task.cost_bytes,
@@ -158,13 +171,14 @@ def plan_process(
                     filter=partition_filter_json(table, plan.partitions),
                     remove_deletes=plan.shared_deletes,
                     reasons=[f"remove {len(plan.shared_deletes)} delete file(s) shared by the tasks before"],
+                    branch=branch,
                 ),
                 plan.partitions,
                 0,
                 stage=1,
             )
         )
-    return ProcessPlan(verdict.type.label, files.snapshot_id, tasks)
+    return ProcessPlan(verdict.type.label, files.snapshot_id, tasks, {"branch": branch} if branch else {})
 
 
 def _unreduced(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.clustering import table_clustering
-from lakewarden.metadata.files import snapshot_files
+from lakewarden.metadata.files import optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
@@ -97,6 +97,11 @@ class TableEvaluator(LoopService):
         # without a new snapshot (a commit of schema, tags, unrelated properties) cannot change it
         if (runtime.evaluation or {}).get("config_hash") != _config_hash(runtime.config):
             return True
+        # a commit to a branch leaves main's snapshot as it is: a table optimizing branches looks at new metadata
+        if (runtime.config or {}).get("self-optimizing.branches") and (runtime.evaluation or {}).get(
+            "metadata_location"
+        ) != runtime.metadata_location:
+            return True
         return runtime.next_evaluation_at is not None and as_utc(runtime.next_evaluation_at) <= now
 
     def run_once(self) -> None:
@@ -147,8 +152,6 @@ class TableEvaluator(LoopService):
         try:
             config = OptimizingConfig.of(runtime.config)
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
-            files = snapshot_files(table, self.cache, config.filter)
-            snapshot_id = files.snapshot_id
             # a table never optimized counts its minor and full intervals from when lakewarden took it on
             managed_since = rec.identifier.created_at
             clock = OptimizingClock(
@@ -156,16 +159,31 @@ class TableEvaluator(LoopService):
                 last_minor_ms=_ms(runtime.last_minor_optimizing_at or managed_since),
                 last_full_ms=_ms(runtime.last_full_optimizing_at or managed_since),
             )
-            verdict = evaluate_table(
-                snapshot_id,
-                group_by_partition(files.data, files.deletes),
-                config,
-                clock,
-                runtime.unreduced,
-                table_clustering(table, config, runtime.clustered),
-            )
-            document = evaluation_document(verdict)
-            document["manifests_read"] = files.manifests_read
+            document = {}
+            for branch in optimized_branches(table, config.branches):  # main first, then the branches named
+                files = snapshot_files(table, self.cache, config.filter, branch)
+                main = branch is None
+                verdict = evaluate_table(
+                    files.snapshot_id,
+                    group_by_partition(files.data, files.deletes),
+                    config,
+                    clock,
+                    runtime.unreduced if main else None,  # what earlier rewrites wrote: main's records
+                    table_clustering(table, config, runtime.clustered if main else None),
+                )
+                if main:
+                    snapshot_id = files.snapshot_id
+                    document = evaluation_document(verdict)
+                    document["manifests_read"] = files.manifests_read
+                elif verdict.type is not None:
+                    # main has nothing to do and this branch has: the table is pending for it (its layout as
+                    # shown and charted stays main's)
+                    document["type"], document["branch"] = verdict.type.label, branch
+                    document["branch_snapshot_id"] = files.snapshot_id
+                    document["branch_pending_partitions"] = len(verdict.pending)
+                    document["reasons"] = [*document["reasons"], *(f"branch {branch}: {r}" for r in verdict.reasons)]
+                if document["type"] is not None:
+                    break
         except InvalidField as exc:
             document = {
                 "snapshot_id": snapshot_id,
