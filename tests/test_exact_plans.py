@@ -8,10 +8,11 @@ rows an undersized segment (<= 24 KiB), one of 700 rows a segment.
 from __future__ import annotations
 
 import itertools
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -354,6 +355,49 @@ def test_on_format_version_3_compaction_keeps_every_rows_lineage(spark: SparkSes
     (result,) = run(spark, catalog, plan(catalog, table, full=True))
     assert result.files_in == 4 and len(files(spark, table)[0]) == 1
     assert lineage(spark, table) == rows
+
+
+def test_on_format_version_3_a_dangling_deletion_vector_is_removed_and_a_live_one_kept(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """Iceberg drops a data file's vector in the commit that removes the file; a writer that does not leaves it
+    dangling (here: a vector naming a file the table never had, committed through the Java API). The
+    dangling-deletes action removes it and keeps the live one."""
+    from lakewarden.protocol import CleanDanglingDeleteFilesResult
+    from tests.cdc import java_table
+
+    table = create(spark, "v3dangling", {"format-version": "3", "write.delete.mode": "merge-on-read"})
+    segment = write(spark, table, SEGMENT, "a", 0)
+    spark.sql(f"DELETE FROM {table} WHERE id IN (1, 2)")
+    jvm: Any = spark._jvm
+    java = java_table(spark, table)
+    tasks = java.newScan().planFiles().iterator()
+    live = tasks.next().deletes().get(0)
+    gone = segment.rsplit("/", 1)[0] + "/never-written.parquet"
+    # a Puffin file of its own (a copy of the live vector's), whose one vector names the missing file
+    copied = str(live.location()).replace(".puffin", "-dangling.puffin")
+    shutil.copyfile(str(live.location()), copied)
+    dangling = (
+        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(java.spec())
+        .copy(live)
+        .withPath(copied)
+        .withContentOffset(live.contentOffset())
+        .withContentSizeInBytes(live.contentSizeInBytes())
+        .withReferencedDataFile(gone)
+    )
+    java.newRowDelta().addDeletes(dangling.build()).commit()
+    spark.sql(f"REFRESH TABLE {table}")
+    referenced = {str(r[0]) for r in spark.sql(f"SELECT referenced_data_file FROM {table}.delete_files").collect()}
+    assert referenced == {segment, gone}
+    before = checksum(spark, table)
+
+    work = {"action": "clean-dangling-delete-files", "table": "db.v3dangling"}
+    result = execute_task(spark, assignment(catalog, work, next(PROCESS_IDS), 1), "test")
+    assert isinstance(result, CleanDanglingDeleteFilesResult) and result.delete_files_removed == 1
+    assert result.bytes_freed == int(live.contentSizeInBytes())
+    spark.sql(f"REFRESH TABLE {table}")
+    referenced = {str(r[0]) for r in spark.sql(f"SELECT referenced_data_file FROM {table}.delete_files").collect()}
+    assert referenced == {segment} and checksum(spark, table) == before
 
 
 def test_a_task_revoked_before_its_commit_commits_nothing_and_leaves_no_file(

@@ -346,7 +346,8 @@ def _clean_dangling_delete_files(spark: SparkSession, table: Any) -> CleanDangli
     removed = list(_iterate(result.removedDeleteFiles()))
     return CleanDanglingDeleteFilesResult(
         delete_files_removed=len(removed),
-        bytes_freed=sum(int(f.fileSizeInBytes()) for f in removed),
+        # a deletion vector's own bytes, not its Puffin file's (which other vectors may share)
+        bytes_freed=sum(int(f.contentSizeInBytes() or f.fileSizeInBytes()) for f in removed),
         files=[str(f.location()) for f in removed[:MAX_LISTED]],
     )
 
