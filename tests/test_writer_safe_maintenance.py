@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from lakewarden.domain.retention import Policy, plan_expiry
-from lakewarden.optimizer.maintenance import table_history
+from lakewarden.optimizer.history import table_history
 from tests.cdc import java_table
 from tests.helpers import open_lake, running_optimizer, wait_for
 from tests.servers import FAST_EVALUATOR, ServerProcess, cli, started_server

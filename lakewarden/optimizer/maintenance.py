@@ -14,23 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.maintenance import format_datetime
-from lakewarden.domain.retention import (
-    FLINK_CHECKPOINT,
-    FLINK_JOB_ID,
-    FLINK_OPERATOR_ID,
-    LONG_MAX,
-    OWN_COMMIT,
-    PUBLISHED_WAP_ID,
-    WAP_ID,
-    Kept,
-    Need,
-    Policy,
-    Ref,
-    Snapshot,
-    flink_jobs,
-    latest_external_commit,
-    plan_expiry,
-)
+from lakewarden.domain.retention import LONG_MAX, Kept, Need, Policy, flink_jobs, latest_external_commit, plan_expiry
+from lakewarden.optimizer.history import table_history
 from lakewarden.protocol import (
     MAX_LISTED,
     AutoCreateTagsInput,
@@ -157,40 +142,6 @@ def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSn
 
 def _kept(kept: Kept) -> KeptSnapshot:
     return KeptSnapshot(snapshot_id=kept.snapshot_id, need=kept.need.value, detail=kept.detail)
-
-
-# the summary entries the retention rules read (the rest of a summary is not fetched from the JVM)
-_RETENTION_KEYS = (OWN_COMMIT, FLINK_JOB_ID, FLINK_OPERATOR_ID, FLINK_CHECKPOINT, WAP_ID, PUBLISHED_WAP_ID)
-
-
-def table_history(table: Any) -> tuple[list[Snapshot], list[Ref]]:
-    """The Java table's snapshots (in metadata order) and refs, as domain/retention.py reads them."""
-    snapshots = []
-    for s in _iterate(table.snapshots()):
-        summary = s.summary()
-        parent = s.parentId()
-        snapshots.append(
-            Snapshot(
-                int(s.snapshotId()),
-                None if parent is None else int(parent),
-                int(s.timestampMillis()),
-                {k: str(summary[k]) for k in _RETENTION_KEYS if k in summary},
-            )
-        )
-    refs = []
-    for ref_name, ref in table.refs().items():
-        at_least, snapshot_age, ref_age = ref.minSnapshotsToKeep(), ref.maxSnapshotAgeMs(), ref.maxRefAgeMs()
-        refs.append(
-            Ref(
-                str(ref_name),
-                int(ref.snapshotId()),
-                bool(ref.isBranch()),
-                None if at_least is None else int(at_least),
-                None if snapshot_age is None else int(snapshot_age),
-                None if ref_age is None else int(ref_age),
-            )
-        )
-    return snapshots, refs
 
 
 # the kinds of FileInfo that Iceberg's expireFiles names (BaseSparkAction), by what the result counts
