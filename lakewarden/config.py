@@ -6,7 +6,7 @@
       data-dir: ~/.lakewarden          # SQLite system database and local warehouse live here
       database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
       auth: {enabled: true, metrics: token, access-token-ttl: 1h}  # first start: <data-dir>/admin.token
-      refresh-external-catalogs: {interval: 3min, thread-count: 10}
+      refresh-external-catalogs: {interval: 3min, watch-interval: 5s, thread-count: 10}  # watch: sql, hive, filesystem
       refresh-internal-catalogs: {interval: 1h}   # a safety net: their changes arrive as events
       optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
                   task-retry-backoff: 5s, task-retry-backoff-max: 5min}
@@ -88,8 +88,19 @@ class DatabaseConfig(_Model):
 
 
 class RefreshCatalogsConfig(_Model):
+    """External catalogs are explored every `interval`; those whose tables' metadata locations are read together
+    in one pass (sql, hive, filesystem: only moved tables are loaded) every `watch-interval`, so a writer's commit
+    is noticed in seconds. A `watch-interval` of null explores them on `interval` too."""
+
     interval: Duration = timedelta(minutes=3)
+    watch_interval: Duration | None = Field(timedelta(seconds=5), alias="watch-interval")
     thread_count: int = Field(10, alias="thread-count", ge=1, le=256)
+
+    @model_validator(mode="after")
+    def _watch_not_too_often(self) -> RefreshCatalogsConfig:
+        if self.watch_interval is not None and self.watch_interval < timedelta(seconds=1):
+            raise ValueError("watch-interval must be at least 1s (or null: explore on interval)")
+        return self
 
 
 class RefreshInternalCatalogsConfig(_Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -116,3 +117,49 @@ def assignment(spec: CatalogSpec, work: dict[str, Any], process_id: int = 1, tas
             "catalog": catalog,
         }
     )
+
+
+_PLANNED = itertools.count(1000)
+
+
+def file_counts(spark: SparkSession, table: str) -> tuple[int, int]:
+    """Data files and delete files (position, deletion vectors and equality) of the table now."""
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = spark.sql(f"SELECT content FROM {table}.files").collect()
+    return sum(r[0] == 0 for r in rows), sum(r[0] != 0 for r in rows)
+
+
+def planned_process(spec: CatalogSpec, table: str, full: bool = False) -> Any:
+    """The table's self-optimizing process as the server would plan it (pyiceberg, through the catalog's own
+    settings); `table` is `catalog.database.table`."""
+    from lakewarden.domain.evaluator import OptimizingClock
+    from lakewarden.domain.optimizing_config import OptimizingConfig
+    from lakewarden.metadata.catalogs import open_catalog
+    from lakewarden.metadata.files import snapshot_files
+    from lakewarden.metadata.manifest_cache import ManifestCache
+    from lakewarden.services.processes.self_optimizing import plan_process
+
+    name = table.split(".", 1)[1]
+    loaded = open_catalog(spec).load_table(tuple(name.split(".")))
+    now = int(time.time() * 1000)
+    clock = OptimizingClock(now, last_minor_ms=now, last_full_ms=0 if full else now)
+    config = OptimizingConfig.of(loaded.properties)
+    return plan_process(name, loaded, snapshot_files(loaded, ManifestCache()), config, clock)
+
+
+def run_task(spark: SparkSession, spec: CatalogSpec, work: dict[str, Any], gate: Any = None) -> Any:
+    """One task on the test session's Spark, as an optimizer runs it."""
+    from lakewarden.optimizer.executor import execute_task
+
+    if gate is None:
+        return execute_task(spark, assignment(spec, work, next(_PLANNED), 1), "test")
+    return execute_task(spark, assignment(spec, work, next(_PLANNED), 1), "test", gate=gate)
+
+
+def optimize_table(spark: SparkSession, spec: CatalogSpec, table: str, full: bool = False) -> Any:
+    """Plan the table and run every task, stage by stage; the plan."""
+    planned = planned_process(spec, table, full)
+    assert planned.tasks, f"nothing planned for {table}"
+    for task in sorted(planned.tasks, key=lambda t: t.stage):
+        run_task(spark, spec, task.input.model_dump(mode="json"))
+    return planned

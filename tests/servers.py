@@ -144,7 +144,7 @@ def ha_nodes(
         lease_setting = "" if lease is None else f", lease: {lease.seconds}s"
         extra = (
             f"  database: {{url: '{url}'}}\n  ha: {{enabled: true{lease_setting}}}\n"
-            "  refresh-external-catalogs: {interval: 600s, thread-count: 2}\n"
+            "  refresh-external-catalogs: {interval: 600s, watch-interval: null, thread-count: 2}\n"
         )
         node = ServerProcess(tmp_path / f"node-{i}", extra=extra, data_dir=shared, log_level=log_level)
         node.config.write_text(node_config(node, extra))

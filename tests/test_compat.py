@@ -118,6 +118,43 @@ def test_pyiceberg_keeps_the_sql_catalogs_view_filter(tmp_path: Path) -> None:
     assert pyiceberg_compat.views_filter(catalog) is not None
 
 
+def test_pyiceberg_keeps_the_hive_catalogs_thrift_client() -> None:
+    from pyiceberg.catalog.hive import HiveCatalog
+
+    catalog = HiveCatalog("h", uri="thrift://127.0.0.1:1")  # connects only when used
+    client = pyiceberg_compat.hive_client(catalog)
+    assert callable(client.__enter__) and callable(client.__exit__)
+
+
+def test_pyiceberg_keeps_the_rest_catalogs_session_and_table_paths() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from pyiceberg.catalog.rest import RestCatalog
+
+    class Config(BaseHTTPRequestHandler):  # the one call a RestCatalog makes when it is created
+        def do_GET(self) -> None:
+            body = b'{"defaults": {}, "overrides": {}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Config)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        catalog = RestCatalog("r", uri=f"http://127.0.0.1:{server.server_address[1]}")
+        assert callable(pyiceberg_compat.rest_session(catalog).get)
+        path = pyiceberg_compat.rest_table_path(catalog, ("db", "a/b"))
+        assert path == {"namespace": "db", "table": "a%2Fb"}
+    finally:
+        server.shutdown()
+
+
 def test_pyspark_has_its_own_spark() -> None:
     assert (pyspark_compat.spark_home() / "jars").is_dir()
     assert (pyspark_compat.spark_home() / "bin" / "spark-submit").is_file()

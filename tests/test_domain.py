@@ -16,7 +16,7 @@ SQL = {"uri": "sqlite:////tmp/c.db", "warehouse": "/tmp/w"}
     ("spec", "field"),
     [
         (CatalogSpec("1bad", "sql", SQL), "name"),
-        (CatalogSpec("ok", "hive", SQL), "type"),
+        (CatalogSpec("ok", "hudi", SQL), "type"),
         (CatalogSpec("ok", "sql", {"uri": "sqlite:////tmp/c.db"}), "properties.warehouse"),
         (CatalogSpec("ok", "sql", {"uri": "sqlite:///relative.db", "warehouse": "/w"}), "properties.uri"),
         (CatalogSpec("ok", "sql", {"uri": "mysql://h/db", "warehouse": "/w"}), "properties.uri"),

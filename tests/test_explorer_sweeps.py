@@ -77,18 +77,31 @@ def test_an_internal_catalog_is_swept_first_on_new_defaults_and_then_at_its_inte
     assert "lake.db.d" in known(client)
 
 
-def test_an_external_catalog_is_swept_every_pass(client: TestClient, sql_catalog: CatalogSpec) -> None:
+def test_a_watched_catalog_is_swept_every_watch_interval_others_every_interval(
+    client: TestClient, sql_catalog: CatalogSpec
+) -> None:
     body = {"name": sql_catalog.name, "type": sql_catalog.type, "properties": sql_catalog.properties}
     assert client.post("/api/v1/catalogs", json=body).status_code == 201
     outside = SqlCatalog(sql_catalog.name, **sql_catalog.properties)
     outside.create_namespace("db")
     ctx = client.app.state.context  # type: ignore[attr-defined]
-    explorer = TableExplorer(ctx.db, 60, 2, internal=ctx.internal, internal_interval=3600)
+
+    def listed() -> set[str]:
+        return {t["identifier"] for t in client.get("/api/v1/tables", params={"catalog": sql_catalog.name}).json()}
+
+    # an SQL catalog's tables' locations are read in one pass: it is watched, every pass here
+    watching = TableExplorer(ctx.db, 60, 2, internal=ctx.internal, internal_interval=3600, watch_interval=0)
     for name in ("a", "b"):
         outside.create_table(f"db.{name}", Schema(NestedField(1, "id", LongType(), required=False)))
-        explorer.run_once()
-        listed = {t["identifier"] for t in client.get("/api/v1/tables", params={"catalog": sql_catalog.name}).json()}
-        assert f"{sql_catalog.name}.db.{name}" in listed
+        watching.run_once()
+        assert f"{sql_catalog.name}.db.{name}" in listed()
+    # not watched: swept at a node's first pass, then once a minute
+    sweeping = TableExplorer(ctx.db, 60, 2, internal=ctx.internal, internal_interval=3600, watch_interval=None)
+    sweeping.run_once()
+    outside.create_table("db.c", Schema(NestedField(1, "id", LongType(), required=False)))
+    sweeping.run_once()
+    assert f"{sql_catalog.name}.db.c" not in listed()
+    assert sweeping.interval_seconds == 60 and watching.interval_seconds == 0
 
 
 def set_properties(client: TestClient, name: str, **properties: str) -> None:

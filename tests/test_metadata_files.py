@@ -67,7 +67,7 @@ def test_layouts_are_read_and_planned_minor(spark: SparkSession, catalog: Catalo
         files = snapshot_files(table, cache)
         spark_files = spark.sql(f"SELECT file_path, file_size_in_bytes FROM {c}.db.{name}.files").collect()
         assert sorted((f.path, f.size) for f in files.data) == sorted((r[0], r[1]) for r in spark_files)
-        assert files.snapshot_id == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+        assert files.snapshot_id == table.current_snapshot().snapshot_id
 
         config = OptimizingConfig.of(table.properties)
         verdict = evaluate_table(

@@ -17,7 +17,15 @@ import pytest
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.spark.session import configure_catalogs
-from tests.helpers import checksum, running_optimizer, wait_for
+from tests.helpers import (
+    checksum,
+    file_counts,
+    optimize_table,
+    planned_process,
+    run_task,
+    running_optimizer,
+    wait_for,
+)
 from tests.s3 import BUCKET, REGION, S3Server, s3_server
 from tests.servers import ServerProcess, started_server
 
@@ -76,7 +84,7 @@ def _key(location: str) -> str:
     return location.split("://", 1)[1].removeprefix(f"{BUCKET}/")
 
 
-def _data_files(spark: SparkSession, table: str) -> int:
+def _datafile_counts(spark: SparkSession, table: str) -> int:
     spark.sql(f"REFRESH TABLE {table}")
     row = spark.sql(f"SELECT count(*) FROM {table}.files WHERE content = 0").first()
     assert row is not None
@@ -105,12 +113,12 @@ def test_spark_writes_and_lakewarden_compacts_a_table_on_s3_given_only_the_catal
     assert location.startswith(f"s3://{BUCKET}/wh/db/events-")
     written = s3.keys(_key(location) + "/")
     assert sum(k.endswith(".parquet") for k in written) >= 7  # every data and delete file is on S3
-    assert _data_files(spark, table) >= 6  # small files, one insert or more each
+    assert _datafile_counts(spark, table) >= 6  # small files, one insert or more each
 
     api = lake.api()
     api.post("/catalogs/s3lake/refresh")
     with running_optimizer(lake, spark):
-        wait_for("the table compacted", lambda: _data_files(spark, table) == 1, timeout=240)
+        wait_for("the table compacted", lambda: _datafile_counts(spark, table) == 1, timeout=240)
     assert checksum(spark, table, "id, v") == before  # the same rows, byte for byte
     processes = api.get("/processes", params={"table": "s3lake.db.events"}).json()
     assert any(p["action"] == "optimizing" and p["status"] == "success" for p in processes), processes
@@ -129,7 +137,7 @@ def test_maintenance_on_s3_lists_every_page_and_deletes_only_in_the_tables_prefi
     spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ({quiet})")
     for i in range(3):
         spark.sql(f"INSERT INTO {table} SELECT id, 'v' FROM range({i * 10}, {i * 10 + 10})")
-    replaced = _data_files(spark, table)
+    replaced = _datafile_counts(spark, table)
     spark.sql(f"INSERT OVERWRITE {table} SELECT id, 'w' FROM range(0, 30)")  # older snapshots keep the first files
     before = checksum(spark, table, "id, v")
     location = _location(spark, table)
@@ -309,9 +317,6 @@ def s3_sql(spark: SparkSession, s3: S3Server, tmp_path_factory: pytest.TempPathF
     return spec
 
 
-PLANNED = itertools.count(1000)
-
-
 def _create(spark: SparkSession, name: str, **props: str) -> str:
     table = f"s3sql.db.{name}"
     settings = {
@@ -329,48 +334,6 @@ def _write(spark: SparkSession, table: str, start: int, rows: int = 10) -> None:
     spark.sql(f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, 'a', 'v' FROM range({start}, {start + rows})")
 
 
-def _files(spark: SparkSession, table: str) -> tuple[int, int]:
-    """Data files and delete files (position, deletion vectors and equality) of the table now."""
-    spark.sql(f"REFRESH TABLE {table}")
-    rows = spark.sql(f"SELECT content FROM {table}.files").collect()
-    return sum(r[0] == 0 for r in rows), sum(r[0] != 0 for r in rows)
-
-
-def _plan(spec: CatalogSpec, table: str, full: bool = False) -> Any:
-    """The table's process as the server would plan it (pyiceberg, on S3 with the catalog's own settings)."""
-    from lakewarden.domain.evaluator import OptimizingClock
-    from lakewarden.domain.optimizing_config import OptimizingConfig
-    from lakewarden.metadata.catalogs import open_catalog
-    from lakewarden.metadata.files import snapshot_files
-    from lakewarden.metadata.manifest_cache import ManifestCache
-    from lakewarden.services.processes.self_optimizing import plan_process
-
-    name = table.split(".", 1)[1]
-    loaded = open_catalog(spec).load_table(tuple(name.split(".")))
-    now = int(time.time() * 1000)
-    clock = OptimizingClock(now, last_minor_ms=now, last_full_ms=0 if full else now)
-    config = OptimizingConfig.of(loaded.properties)
-    return plan_process(name, loaded, snapshot_files(loaded, ManifestCache()), config, clock)
-
-
-def _run(spark: SparkSession, spec: CatalogSpec, work: dict[str, Any], gate: Any = None) -> Any:
-    """One task on the test session's Spark, as an optimizer runs it."""
-    from lakewarden.optimizer.executor import execute_task
-    from tests.helpers import assignment
-
-    if gate is None:
-        return execute_task(spark, assignment(spec, work, next(PLANNED), 1), "test")
-    return execute_task(spark, assignment(spec, work, next(PLANNED), 1), "test", gate=gate)
-
-
-def _optimize(spark: SparkSession, spec: CatalogSpec, table: str, full: bool = False) -> None:
-    """Plan the table and run every task, stage by stage."""
-    planned = _plan(spec, table, full)
-    assert planned.tasks, f"nothing planned for {table}"
-    for task in sorted(planned.tasks, key=lambda t: t.stage):
-        _run(spark, spec, task.input.model_dump(mode="json"))
-
-
 def test_every_rewrite_runs_on_s3_through_an_sql_catalogs_own_settings(
     spark: SparkSession, s3_sql: CatalogSpec, s3: S3Server
 ) -> None:
@@ -383,9 +346,9 @@ def test_every_rewrite_runs_on_s3_through_an_sql_catalogs_own_settings(
     spark.sql(f"DELETE FROM {table} WHERE id = 101")
     equality_delete(spark, table, {"id": [202, 303]})
     before = checksum(spark, table, "id, cat, v")
-    assert before[0] == 37 and _files(spark, table) == (4, 2)
-    _optimize(spark, s3_sql, table)
-    assert checksum(spark, table, "id, cat, v") == before and _files(spark, table) == (1, 0)
+    assert before[0] == 37 and file_counts(spark, table) == (4, 2)
+    optimize_table(spark, s3_sql, table)
+    assert checksum(spark, table, "id, cat, v") == before and file_counts(spark, table) == (1, 0)
 
     # full, clustered by the table's sort order, on format version 3 with deletion vectors
     table = _create(spark, "v3sorted", **{"format-version": "3"})
@@ -394,9 +357,9 @@ def test_every_rewrite_runs_on_s3_through_an_sql_catalogs_own_settings(
         _write(spark, table, start)
     spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")  # a deletion vector per data file
     before = checksum(spark, table, "id, cat, v")
-    assert _files(spark, table)[1] > 0
-    _optimize(spark, s3_sql, table, full=True)
-    assert checksum(spark, table, "id, cat, v") == before and _files(spark, table)[1] == 0
+    assert file_counts(spark, table)[1] > 0
+    optimize_table(spark, s3_sql, table, full=True)
+    assert checksum(spark, table, "id, cat, v") == before and file_counts(spark, table)[1] == 0
     bounds = spark.sql(f"SELECT readable_metrics.id.lower_bound, readable_metrics.id.upper_bound FROM {table}.files")
     ranges = sorted((int(r[0]), int(r[1])) for r in bounds.collect())
     assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))  # sorted: the files hold disjoint ranges
@@ -454,9 +417,9 @@ def test_a_revoked_rewrite_on_s3_commits_nothing_and_leaves_no_object(
     def revoked() -> None:
         raise TaskRevoked("the process was canceled")
 
-    planned = _plan(s3_sql, table)
+    planned = planned_process(s3_sql, table)
     with pytest.raises(TaskRevoked):
-        _run(spark, s3_sql, planned.tasks[0].input.model_dump(mode="json"), gate=revoked)
+        run_task(spark, s3_sql, planned.tasks[0].input.model_dump(mode="json"), gate=revoked)
     spark.sql(f"REFRESH TABLE {table}")
     assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # type: ignore[index]
     assert set(s3.keys(_key(location) + "/data/")) == objects  # what it wrote is gone again
@@ -470,7 +433,7 @@ def test_the_other_maintenance_actions_run_on_s3(spark: SparkSession, s3_sql: Ca
     spark.sql(f"INSERT INTO {table} VALUES (2, 'a', 'new', current_timestamp())")
 
     def run(work: dict[str, Any]) -> Any:
-        return _run(spark, s3_sql, {"table": "db.kept", **work})
+        return run_task(spark, s3_sql, {"table": "db.kept", **work})
 
     expired = run(
         {
@@ -493,8 +456,8 @@ def test_the_other_maintenance_actions_run_on_s3(spark: SparkSession, s3_sql: Ca
     spark.sql("INSERT INTO s3sql.db.dang SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range(100)")
     spark.sql("DELETE FROM s3sql.db.dang WHERE id % 5 = 0")
     options = "map('rewrite-all', 'true', 'use-starting-sequence-number', 'false')"
-    spark.sql(f"CALL s3sql.system.rewrite_data_files(table => 'db.dang', options => {options})")
-    dangling = _run(spark, s3_sql, {"action": "clean-dangling-delete-files", "table": "db.dang"})
+    spark.sql(f"CALL s3sql.system.rewrite_datafile_counts(table => 'db.dang', options => {options})")
+    dangling = run_task(spark, s3_sql, {"action": "clean-dangling-delete-files", "table": "db.dang"})
     assert dangling.delete_files_removed == 2 and dangling.bytes_freed > 0
     snapshot = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC").first()[0]  # type: ignore[index]
     tagged = run({"action": "auto-create-tags", "tag": "tag-s3", "snapshot_id": snapshot})

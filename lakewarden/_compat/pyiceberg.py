@@ -1,8 +1,8 @@
 """pyiceberg's private names, as metadata/ uses them: a commit's updates applied as pyiceberg applies them (the
 REST catalog stages commits on the server), a manifest's entries inheriting from their manifest as pyiceberg reads
-them, pyiceberg's metrics evaluator (scan planning prunes files as pyiceberg does), and the SQL catalog's filter
-that leaves views out of its table listing. tests/test_compat.py checks each contract against the installed
-pyiceberg."""
+them, pyiceberg's metrics evaluator (scan planning prunes files as pyiceberg does), the SQL catalog's filter
+that leaves views out of its table listing, the Hive catalog's thrift client, and the REST catalog's HTTP session
+and table paths. tests/test_compat.py checks each contract against the installed pyiceberg."""
 
 from __future__ import annotations
 
@@ -47,6 +47,34 @@ def views_filter(catalog: Any) -> Any:
     if filtering is None:
         raise broken(LIBRARY, SUPPORTED, "SqlCatalog._iceberg_type_filter is gone")
     return filtering()
+
+
+def hive_client(catalog: Any) -> Any:
+    """A HiveCatalog's thrift connection (`HiveCatalog._client`), a context manager giving the metastore's client.
+    pyiceberg reads one table per call; lakewarden reads every table's metadata location a batch of names at a
+    time (`get_table_objects_by_name`) through the same connection and its settings (URI, ugi, Kerberos)."""
+    client = getattr(catalog, "_client", None)
+    if client is None or not hasattr(client, "__enter__"):
+        raise broken(LIBRARY, SUPPORTED, "HiveCatalog._client is gone")
+    return client
+
+
+def rest_session(catalog: Any) -> Any:
+    """A RestCatalog's HTTP session (`RestCatalog._session`: a requests Session with the catalog's authentication and
+    headers). pyiceberg has no conditional loadTable; lakewarden's watch pass sends `If-None-Match` through it."""
+    session = getattr(catalog, "_session", None)
+    if session is None or not callable(getattr(session, "get", None)):
+        raise broken(LIBRARY, SUPPORTED, "RestCatalog._session is gone")
+    return session
+
+
+def rest_table_path(catalog: Any, identifier: tuple[str, ...]) -> dict[str, str]:
+    """A table's path parameters as a RestCatalog encodes them (`_split_identifier_for_path`: the namespace with the
+    separator the server advertised, each part quoted)."""
+    split = getattr(catalog, "_split_identifier_for_path", None)
+    if split is None:
+        raise broken(LIBRARY, SUPPORTED, "RestCatalog._split_identifier_for_path is gone")
+    return dict(split(identifier))
 
 
 CONTRACT: Mapping[str, Callable[..., Any]] = {

@@ -75,7 +75,7 @@ class RefreshRead(_Read):
     disposed: list[str]
     loaded: int = Field(
         description="Tables whose metadata was read: every listed one, or only the new, moved and failing ones where "
-        "the catalog lists each table's metadata location (SQL and internal catalogs)"
+        "the catalog lists each table's metadata location (SQL, internal, Hive and filesystem catalogs)"
     )
     duration_ms: int
 

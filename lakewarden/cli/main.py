@@ -183,8 +183,10 @@ def _catalog_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
 @catalog_app.command("add")
 def catalog_add(
     name: str,
-    type_: Annotated[str, typer.Option("--type", "-t", help="sql | rest")],
-    uri: Annotated[str | None, typer.Option(help="SQLAlchemy URL (sql) or http(s) URL (rest)")] = None,
+    type_: Annotated[str, typer.Option("--type", "-t", help="internal | sql | rest | hive | glue | filesystem")],
+    uri: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL (sql), http(s) URL (rest) or thrift://host:port (hive)")
+    ] = None,
     warehouse: Annotated[str | None, typer.Option(help="Warehouse location")] = None,
     prop: PropOpt = None,
     server: ServerOpt = DEFAULT_SERVER,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from lakewarden.domain.errors import InvalidField
-from lakewarden.domain.storage import StorageProfile
+from lakewarden.domain.storage import S3_SCHEMES, StorageProfile
 
 CATALOG_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 TABLE_DEFAULT_PREFIX = "table."
@@ -20,10 +21,33 @@ REQUIRED_PROPERTIES: dict[str, tuple[str, ...]] = {
     "rest": ("uri",),
     # lakewarden's own REST catalog: `warehouse` is where data and metadata go; `uri` is this server
     "internal": ("uri", "warehouse"),
+    # a Hive Metastore: `uri` is its thrift address (several, comma-separated, as Iceberg's HiveCatalog takes);
+    # `warehouse` is where new databases' tables go when the metastore does not say
+    "hive": ("uri",),
+    # Iceberg's Hadoop catalog: tables are directories under `warehouse` (local or S3), versioned by hint files
+    "filesystem": ("warehouse",),
+    # AWS Glue, with pyiceberg's property names (`glue.region`, `glue.endpoint`, `glue.access-key-id`, ...)
+    "glue": (),
 }
 CATALOG_TYPES = tuple(REQUIRED_PROPERTIES)
 # Values never shown by the API (they still reach the optimizer through its own endpoint).
-SECRET_PROPERTIES = ("credential", "token", "jdbc.password", "password", "s3.secret-access-key")
+SECRET_PROPERTIES = (
+    "credential",
+    "token",
+    "jdbc.password",
+    "password",
+    "s3.secret-access-key",
+    "s3.session-token",
+    "glue.secret-access-key",
+    "glue.session-token",
+)
+# a catalog whose tables any client may reach through lakewarden's REST catalog (`/iceberg/v1/<name>/…`), each
+# request forwarded to the catalog of record
+REST_ENDPOINT = "rest-endpoint.enabled"
+FORWARDABLE_TYPES = ("sql", "hive", "glue", "rest")
+# catalogs whose tables lakewarden's optimizers reach through lakewarden's REST catalog, not directly: Spark has no
+# Glue client without Maven (Iceberg's GlueCatalog needs the AWS SDK v2)
+THROUGH_LAKEWARDEN = ("internal", "glue")
 
 
 # a namespace level, table or view name of an internal catalog: it becomes a path segment of the REST catalog's
@@ -123,6 +147,58 @@ def validate_catalog(spec: CatalogSpec) -> None:
         raise InvalidField("properties.uri", "must be an http:// or https:// URL")
     if spec.type == "internal":
         StorageProfile.of(spec.properties)
+    if spec.type == "hive":
+        _check_thrift_uris(uri)
+    if spec.type == "filesystem":
+        _check_warehouse(spec.properties["warehouse"])
+    if spec.type == "glue":
+        _check_glue(spec.properties)
+    if REST_ENDPOINT in spec.properties:
+        if spec.properties[REST_ENDPOINT] not in ("true", "false"):
+            raise InvalidField(f"properties.{REST_ENDPOINT}", "must be true or false")
+        if spec.type not in FORWARDABLE_TYPES:
+            raise InvalidField(
+                f"properties.{REST_ENDPOINT}",
+                f"{spec.type} catalogs cannot be served; only {', '.join(FORWARDABLE_TYPES)}",
+            )
+
+
+def serves_rest_endpoint(spec: CatalogSpec) -> bool:
+    """Whether lakewarden's REST catalog forwards requests to this catalog: when enabled on it (off by default)."""
+    return spec.type in FORWARDABLE_TYPES and spec.properties.get(REST_ENDPOINT) == "true"
+
+
+def _check_glue(properties: Mapping[str, str]) -> None:
+    endpoint = properties.get("glue.endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise InvalidField("properties.glue.endpoint", "must be an http:// or https:// URL")
+    if bool(properties.get("glue.access-key-id")) != bool(properties.get("glue.secret-access-key")):
+        raise InvalidField("properties.glue.secret-access-key", "glue.access-key-id and its secret come together")
+
+
+def _check_thrift_uris(uri: str) -> None:
+    """Each of a metastore's comma-separated URIs is thrift://host:port."""
+    for one in uri.split(","):
+        parts = urlsplit(one.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "thrift" or not parts.hostname or port is None or parts.path not in ("", "/"):
+            raise InvalidField("properties.uri", f"{one.strip()!r} is not a metastore address: thrift://host:port")
+
+
+def _check_warehouse(warehouse: str) -> None:
+    """A filesystem catalog's warehouse: an absolute local path (or file: URI) or an S3 location with a bucket."""
+    parts = urlsplit(warehouse)
+    if parts.scheme in ("", "file"):
+        if not parts.path.startswith("/"):
+            raise InvalidField("properties.warehouse", f"{warehouse!r} must be an absolute path")
+    elif parts.scheme in S3_SCHEMES:
+        if not parts.netloc:
+            raise InvalidField("properties.warehouse", f"{warehouse!r} names no bucket")
+    else:
+        raise InvalidField("properties.warehouse", f"{warehouse!r}: use a local path or an s3:// location")
 
 
 def redact(properties: Mapping[str, str]) -> dict[str, str]:

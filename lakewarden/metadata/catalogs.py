@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
@@ -19,6 +19,19 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.tables import TableSnapshot
 
 MAX_NAMESPACE_DEPTH = 8
+
+
+class TableSource(Protocol):
+    """What lakewarden's services read a catalog through: a pyiceberg Catalog has it, and so have the readers of
+    catalogs pyiceberg lacks or cannot share between threads (metadata/hive.py, metadata/filesystem.py)."""
+
+    name: str
+
+    def list_namespaces(self, namespace: tuple[str, ...] = ()) -> list[tuple[str, ...]]: ...
+
+    def list_tables(self, namespace: tuple[str, ...]) -> list[tuple[str, ...]]: ...
+
+    def load_table(self, identifier: tuple[str, ...]) -> Table: ...
 
 
 def _sql_uri(uri: str, must_exist: bool) -> str:
@@ -38,9 +51,9 @@ def _load_sql(spec: CatalogSpec, initialize: bool) -> Catalog:
 
 
 def _load_rest(spec: CatalogSpec, initialize: bool) -> Catalog:
-    from pyiceberg.catalog.rest import RestCatalog
+    from lakewarden.metadata.rest_tables import RestTables
 
-    return RestCatalog(spec.name, **spec.connection_properties)
+    return RestTables(spec.name, **spec.connection_properties)
 
 
 def _load_internal(spec: CatalogSpec, initialize: bool) -> Catalog:
@@ -50,15 +63,36 @@ def _load_internal(spec: CatalogSpec, initialize: bool) -> Catalog:
     return RestCatalog(spec.name, uri=spec.properties["uri"], warehouse=spec.name)
 
 
+def _load_hive(spec: CatalogSpec, initialize: bool) -> TableSource:
+    from lakewarden.metadata.hive import HiveTables
+
+    return HiveTables(spec.name, spec.connection_properties)
+
+
+def _load_filesystem(spec: CatalogSpec, initialize: bool) -> TableSource:
+    from lakewarden.metadata.filesystem import FilesystemTables
+
+    return FilesystemTables(spec.name, spec.connection_properties)
+
+
+def _load_glue(spec: CatalogSpec, initialize: bool) -> Catalog:
+    from lakewarden.metadata.glue import GlueTables
+
+    return GlueTables(spec.name, **spec.connection_properties)
+
+
 # Lazy loaders by catalog type, as pyiceberg's AVAILABLE_CATALOGS: importing one costs nothing until used.
-CATALOG_LOADERS: dict[str, Callable[[CatalogSpec, bool], Catalog]] = {
+CATALOG_LOADERS: dict[str, Callable[[CatalogSpec, bool], Catalog | TableSource]] = {
     "sql": _load_sql,
     "rest": _load_rest,
     "internal": _load_internal,
+    "hive": _load_hive,
+    "filesystem": _load_filesystem,
+    "glue": _load_glue,
 }
 
 
-def open_catalog(spec: CatalogSpec, initialize: bool = False) -> Catalog:
+def open_catalog(spec: CatalogSpec, initialize: bool = False) -> Any:
     """A pyiceberg catalog for a registration. `initialize` creates an SQL catalog's tables when absent."""
     loader = CATALOG_LOADERS.get(spec.type)
     if loader is None:
@@ -119,8 +153,10 @@ def list_tables(catalog: Catalog, table_filter: TableFilter) -> Iterator[tuple[s
 def table_locations(catalog: Any, table_filter: TableFilter) -> dict[tuple[str, str], str] | None:
     """(database, table) -> current metadata location of every table the filters accept, in one read, where the
     catalog keeps them together: Iceberg's SQL (JDBC) catalog, in its `iceberg_tables` table, and lakewarden's
-    internal catalog. With them a refresh loads only the tables whose location moved. None when the catalog
-    cannot tell (REST, Hive, Glue, ...): each table is then loaded to learn its location."""
+    internal catalog; and where they are read cheaply a batch at a time: a Hive Metastore's table objects, Glue's
+    pages of tables, a filesystem catalog's version hints, a REST catalog's conditional loads (304 for a table
+    unchanged). With them a refresh loads only the tables whose location moved. None when the catalog cannot tell:
+    each table is then loaded to learn its location."""
     if isinstance(catalog, SqlCatalog):
         query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location).where(
             IcebergTables.catalog_name == catalog.name

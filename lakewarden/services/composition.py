@@ -47,6 +47,7 @@ from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
 from lakewarden.services.rest_catalog.commit_queue import CommitQueue
 from lakewarden.services.rest_catalog.commits import TableCommits
 from lakewarden.services.rest_catalog.credentials import CredentialVendor
+from lakewarden.services.rest_catalog.federation import Federation
 from lakewarden.services.rest_catalog.heads import TableHeads
 from lakewarden.services.rest_catalog.loads import TableLoads
 from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
@@ -121,6 +122,7 @@ def rest_catalog(config: Config, db: Database, manifests: ManifestCache | None =
         views=ViewCatalog(db, warehouses, files, outbox),
         scans=scans,
         read_ahead=read_ahead,
+        federation=Federation(db, outbox),
     )
 
 
@@ -211,6 +213,7 @@ class ServerRuntime:
             on_change=evaluator.wake,
             internal=internal,
             internal_interval=config.ams.refresh_internal_catalogs.interval.total_seconds(),
+            watch_interval=None if refresh.watch_interval is None else refresh.watch_interval.total_seconds(),
         )
         registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
         timeouts = config.ams.optimizer
@@ -223,7 +226,7 @@ class ServerRuntime:
             retry_backoff=timeouts.task_retry_backoff,
             retry_backoff_max=timeouts.task_retry_backoff_max,
         )
-        explorer.on_closing = engine.close_for_config
+        explorer.on_closing = engine.close_for_change
         changes = ChangeListener(explorer, evaluator)
         ha = config.ams.ha
         if not ha.enabled:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
-from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec
 from lakewarden.spark.jars import ICEBERG_VERSION, SCALA_BINARY, ensure_spark_jars
 from lakewarden.spark.tls import java_options
 
@@ -75,12 +75,19 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
         conf[f"{prefix}.type"] = "jdbc"
     elif spec.type == "rest":
         conf[f"{prefix}.type"] = "rest"
-    elif spec.type == "internal":  # lakewarden's REST catalog: the catalog's name is the warehouse
+    elif spec.type in THROUGH_LAKEWARDEN:  # lakewarden's REST catalog: the catalog's name is the warehouse
         conf[f"{prefix}.type"] = "rest"
         auth = {k: v for k, v in props.items() if k in AUTH_PROPERTIES}  # token=… or credential=id:secret
         props = {"uri": props["uri"], "warehouse": spec.name, **auth}
         # an S3 warehouse's files are reached with the credentials the catalog vends for each table
         props["header.X-Iceberg-Access-Delegation"] = "vended-credentials"
+    elif spec.type == "hive":  # Iceberg's HiveCatalog with pyspark's own Hive client; it locks each commit
+        conf[f"{prefix}.type"] = "hive"
+    elif spec.type == "filesystem":  # Iceberg's HadoopCatalog: tables are directories under the warehouse
+        conf[f"{prefix}.type"] = "hadoop"
+        props["warehouse"] = hadoop_location(props["warehouse"])
+        # it versions tables through Hadoop's FileSystem itself (not the FileIO): the catalog's own S3 settings
+        props.update(hadoop_s3_overrides(props))
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
     if io is not None:
@@ -88,6 +95,38 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     for key, value in props.items():
         conf[f"{prefix}.{key}"] = value
     return conf
+
+
+def hadoop_location(location: str) -> str:
+    """A location as Hadoop's FileSystem opens it: S3 through S3A (`s3a://`), a bare path as a local file."""
+    for scheme in ("s3://", "s3n://"):
+        if location.startswith(scheme):
+            return "s3a://" + location[len(scheme) :]
+    return f"file:{location}" if location.startswith("/") else location
+
+
+def hadoop_s3_overrides(props: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg's SparkCatalog passes `hadoop.*` catalog options to the catalog's Hadoop configuration: S3A settings
+    of this catalog's own, from its `s3.*` properties, on a FileSystem not shared with other catalogs (Hadoop caches
+    one per bucket and user, whatever its endpoint or keys)."""
+    if not props.get("warehouse", "").startswith("s3a://"):
+        return {}
+    out = {"hadoop.fs.s3a.impl.disable.cache": "true"}
+    mapping = {
+        "s3.endpoint": "fs.s3a.endpoint",
+        "s3.access-key-id": "fs.s3a.access.key",
+        "s3.secret-access-key": "fs.s3a.secret.key",
+        "s3.session-token": "fs.s3a.session.token",
+        "s3.region": "fs.s3a.endpoint.region",
+    }
+    for key, hadoop_key in mapping.items():
+        if props.get(key):
+            out[f"hadoop.{hadoop_key}"] = props[key]
+    if props.get("s3.path-style-access"):
+        out["hadoop.fs.s3a.path.style.access"] = props["s3.path-style-access"]
+    if props.get("s3.session-token"):
+        out["hadoop.fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return out
 
 
 def build_spark_session(

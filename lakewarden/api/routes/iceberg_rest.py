@@ -1,6 +1,7 @@
-"""The Iceberg REST catalog (`/iceberg/v1`, the Iceberg REST OpenAPI spec) for catalogs of type `internal`.
+"""The Iceberg REST catalog (`/iceberg/v1`, the Iceberg REST OpenAPI spec) for catalogs of type `internal`, and
+for the external catalogs it forwards to (services/rest_catalog/federation.py).
 
-A client passes the internal catalog's name as `warehouse`; `GET /iceberg/v1/config` answers with
+A client passes the catalog's name as `warehouse`; `GET /iceberg/v1/config` answers with
 that name as the `prefix` and the endpoints served. Namespaces in paths are levels joined by 0x1F.
 """
 
@@ -18,13 +19,14 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
-from lakewarden.api.auth import Caller, caller, require_catalog
+from lakewarden.api.auth import NOBODY, Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.fast_path.lean_routes import LeanRoute
 from lakewarden.api.fast_path.responses import JSONBytes
 from lakewarden.api.idempotency import LIFETIME_ISO
 from lakewarden.api.schemas import ClientBody
 from lakewarden.api.threads import in_thread
+from lakewarden.domain.catalogs import REST_ENDPOINT
 from lakewarden.domain.errors import (
     Forbidden,
     InvalidField,
@@ -38,7 +40,8 @@ from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
 from lakewarden.services.rest_catalog.catalog import RestCatalog
 from lakewarden.services.rest_catalog.commits import TableChange as Change
-from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable
+from lakewarden.services.rest_catalog.federation import Federation
+from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable, TableAccess, etag_matches, table_etag
 from lakewarden.services.rest_catalog.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
 from lakewarden.store import rest_catalog as store
 
@@ -66,6 +69,21 @@ ENDPOINTS = [
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
     "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
+]
+
+# what a forwarded catalog serves (federation.py): its namespaces and tables, through the catalog of record
+FORWARDED_ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
 ]
 
 # served by api/routes/iceberg_views.py
@@ -186,6 +204,38 @@ def _delegation_of(me: Principal, prefix: str, namespace: str, table: str) -> De
     return Delegation(Access.WRITE if writes else Access.READ, me.name)
 
 
+def forwarded(svc: RestCatalog, prefix: str, me: Principal) -> Federation | None:
+    """The federation when `prefix` names a catalog it forwards to, else None (an internal catalog, or none).
+    A catalog not opened to clients (`rest-endpoint.enabled`) is served to lakewarden's optimizers only."""
+    found = svc.federation.find(prefix)
+    if found is None:
+        return None
+    if not (found.open_to_clients or me.task_holder is not None or me is NOBODY):
+        raise Forbidden(
+            f"catalog {prefix} is served to lakewarden's optimizers only: set {REST_ENDPOINT}=true on it to serve "
+            "its tables to every client with a grant"
+        )
+    return svc.federation
+
+
+def _forwarded_body(
+    svc: RestCatalog, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
+) -> dict[str, Any]:
+    """A forwarded table's loadTable answer: its metadata, and how to reach its files (its catalog's storage)."""
+    found = svc.federation.find(prefix)
+    profile = None if found is None else found.profile
+    access = (
+        TableAccess({}, [])
+        if profile is None
+        else svc.loads.access_with(profile, prefix, namespace, name, table.metadata, asked)
+    )
+    return {
+        "metadata-location": table.metadata_location,
+        "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
+        **access.fields(),
+    }
+
+
 def _loaded(
     svc: RestCatalog, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
 ) -> dict[str, Any]:
@@ -205,6 +255,14 @@ def get_config(ctx: Ctx, me: Caller, warehouse: str | None = None) -> dict[str, 
         warehouse = internal[0]
     if not me.sees(warehouse, None):
         raise Forbidden(f"{me.name} has no grant on warehouse {warehouse}")
+    if forwarded(ctx.rest_catalog, warehouse, me) is not None:
+        found = ctx.rest_catalog.federation.find(warehouse)
+        profile = None if found is None else found.profile
+        return {
+            "defaults": {} if profile is None else profile.client_config(),
+            "overrides": {"prefix": warehouse, "namespace-separator": "%1F"},
+            "endpoints": FORWARDED_ENDPOINTS,
+        }
     warehouses = ctx.rest_catalog.warehouses
     spec = warehouses.catalog(warehouse)
     # namespaces in paths: levels joined by 0x1F (the spec's default separator, advertised as it says)
@@ -237,10 +295,15 @@ def list_namespaces(
     page_token: Annotated[str | None, Query(alias="pageToken")] = None,
     page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
 ) -> dict[str, Any]:
-    svc.warehouses.catalog(prefix)
-    with ctx.db.read() as session:
-        found = store.list_namespaces(session, prefix, _ns(parent) if parent else None)
-    found = [ns for ns in found if me.sees(prefix, tuple(store.levels(ns)))]
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        levels = tuple(store.levels(_ns(parent))) if parent else None
+        found = [store.key(ns) for ns in federation.list_namespaces(prefix, levels)]
+    else:
+        svc.warehouses.catalog(prefix)
+        with ctx.db.read() as session:
+            found = store.list_namespaces(session, prefix, _ns(parent) if parent else None)
+    found = sorted(ns for ns in found if me.sees(prefix, tuple(store.levels(ns))))
     page, token = _page(found, page_token, page_size)
     return {"namespaces": [store.levels(ns) for ns in page], "next-page-token": token}
 
@@ -248,6 +311,10 @@ def list_namespaces(
 @router.post("/{prefix}/namespaces")
 def create_namespace(prefix: str, body: CreateNamespace, svc: Catalog, me: Caller) -> dict[str, Any]:
     require_catalog(me, prefix, tuple(body.namespace[:-1]) or None, None, Privilege.WRITE)
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        federation.create_namespace(prefix, tuple(body.namespace), body.properties)
+        return {"namespace": body.namespace, "properties": body.properties}
     try:
         svc.tables.create_namespace(prefix, _ns(store.key(body.namespace)), body.properties)
     except NoSuchWarehouse as exc:  # the spec documents no 404 here (every other route has one): a bad request
@@ -256,7 +323,11 @@ def create_namespace(prefix: str, body: CreateNamespace, svc: Catalog, me: Calle
 
 
 @router.get("/{prefix}/namespaces/{namespace}")
-def load_namespace(prefix: str, namespace: str, svc: Catalog, ctx: Ctx) -> dict[str, Any]:
+def load_namespace(prefix: str, namespace: str, svc: Catalog, ctx: Ctx, me: Caller) -> dict[str, Any]:
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        levels = store.levels(_ns(namespace))
+        return {"namespace": levels, "properties": federation.load_namespace(prefix, tuple(levels))}
     svc.warehouses.catalog(prefix)
     with ctx.db.read() as session:
         row = store.get_namespace(session, prefix, _ns(namespace))
@@ -264,8 +335,8 @@ def load_namespace(prefix: str, namespace: str, svc: Catalog, ctx: Ctx) -> dict[
 
 
 @router.head("/{prefix}/namespaces/{namespace}", status_code=204)
-def namespace_exists(prefix: str, namespace: str, svc: Catalog, ctx: Ctx) -> Response:
-    load_namespace(prefix, namespace, svc, ctx)
+def namespace_exists(prefix: str, namespace: str, svc: Catalog, ctx: Ctx, me: Caller) -> Response:
+    load_namespace(prefix, namespace, svc, ctx, me)
     return Response(status_code=204)
 
 
@@ -299,13 +370,18 @@ def list_tables(
     namespace: str,
     svc: Catalog,
     ctx: Ctx,
+    me: Caller,
     page_token: Annotated[str | None, Query(alias="pageToken")] = None,
     page_size: Annotated[int | None, Query(alias="pageSize", ge=1)] = None,
 ) -> dict[str, Any]:
-    svc.warehouses.catalog(prefix)
     ns = _ns(namespace)
-    with ctx.db.read() as session:
-        names = store.list_pointers(session, prefix, ns)
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        names = sorted(federation.list_tables(prefix, tuple(store.levels(ns))))
+    else:
+        svc.warehouses.catalog(prefix)
+        with ctx.db.read() as session:
+            names = store.list_pointers(session, prefix, ns)
     page, token = _page(names, page_token, page_size)
     return {"identifiers": [{"namespace": store.levels(ns), "name": n} for n in page], "next-page-token": token}
 
@@ -315,6 +391,22 @@ def create_table(
     prefix: str, namespace: str, body: CreateTable, svc: Catalog, request: Request, me: Caller
 ) -> dict[str, Any]:
     ns = _ns(namespace)
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        if body.stage_create:
+            raise Unsupported(f"catalog {prefix} is forwarded: stage its table's creation in the catalog itself")
+        created = federation.create_table(
+            prefix,
+            tuple(store.levels(ns)),
+            body.name,
+            body.table_schema,
+            body.partition_spec,
+            body.write_order,
+            body.location,
+            body.properties,
+        )
+        asked = delegation(request, me, prefix, ns, body.name)
+        return _forwarded_body(svc, prefix, ns, body.name, created, asked)
     loaded = svc.tables.create_table(
         prefix,
         ns,
@@ -346,7 +438,10 @@ async def load_table(
         raise InvalidField("snapshots", f"{snapshots!r} is neither all nor refs")
     svc: RestCatalog = request.app.state.context.rest_catalog
     ns = _ns(namespace)
-    asked = delegation(request, caller(request), prefix, ns, table)
+    me = caller(request)
+    asked = delegation(request, me, prefix, ns, table)
+    if svc.federation.known(prefix) is not False and await in_thread(forwarded, svc, prefix, me) is not None:
+        return await in_thread(_forwarded_load, svc, prefix, ns, table, if_none_match, asked)
     answer = await svc.loads.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
     if answer is None:
         answer = await in_thread(svc.loads.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
@@ -356,8 +451,25 @@ async def load_table(
     return JSONBytes(body, etag)
 
 
+def _forwarded_load(
+    svc: RestCatalog, prefix: str, ns: str, table: str, if_none_match: str | None, asked: Delegation | None
+) -> Response:
+    loaded = svc.federation.load_table(prefix, tuple(store.levels(ns)), table)
+    assert loaded.metadata_location is not None
+    etag = table_etag(loaded.metadata_location, "all")
+    if if_none_match is not None and etag_matches(if_none_match, etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    body = json.dumps(_forwarded_body(svc, prefix, ns, table, loaded, asked), separators=(",", ":")).encode()
+    return JSONBytes(body, etag)
+
+
 @router.head("/{prefix}/namespaces/{namespace}/tables/{table}", status_code=204)
-def table_exists(prefix: str, namespace: str, table: str, svc: Catalog) -> Response:
+def table_exists(prefix: str, namespace: str, table: str, svc: Catalog, me: Caller) -> Response:
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        if not federation.table_exists(prefix, tuple(store.levels(_ns(namespace))), table):
+            raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
+        return Response(status_code=204)
     if not svc.loads.table_exists(prefix, _ns(namespace), table):
         raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
     return Response(status_code=204)
@@ -377,6 +489,12 @@ async def commit_table(
     made there if nothing in it can wait (TableCommits.commit_table), else on a worker thread."""
     client = request.headers.get("x-client-version") or user_agent
     ns = _ns(namespace)
+    forwarding = svc.federation.known(prefix) is not False
+    if forwarding and await in_thread(forwarded, svc, prefix, caller(request)) is not None:
+        committed = await in_thread(
+            svc.federation.commit_table, prefix, tuple(store.levels(ns)), table, body.requirements, body.updates
+        )
+        return JSONBytes(json.dumps(_forwarded_body(svc, prefix, ns, table, committed, None)).encode())
     async with svc.queue.turn((prefix, *store.levels(ns), table)):
         try:
             answer = _commit(svc, prefix, ns, table, body, client, wait=False)
@@ -398,8 +516,13 @@ def drop_table(
     namespace: str,
     table: str,
     svc: Catalog,
+    me: Caller,
     purge: Annotated[bool, Query(alias="purgeRequested")] = False,
 ) -> Response:
+    federation = forwarded(svc, prefix, me)
+    if federation is not None:
+        federation.drop_table(prefix, tuple(store.levels(_ns(namespace))), table, purge)
+        return Response(status_code=204)
     svc.tables.drop_table(prefix, _ns(namespace), table, purge)
     return Response(status_code=204)
 
@@ -449,8 +572,10 @@ def load_credentials(prefix: str, namespace: str, table: str, svc: Catalog, me: 
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
-def report_metrics(prefix: str, namespace: str, table: str, svc: Catalog) -> Response:
+def report_metrics(prefix: str, namespace: str, table: str, svc: Catalog, me: Caller) -> Response:
     """Scan and commit reports of a table are accepted (and not kept yet)."""
+    if forwarded(svc, prefix, me) is not None:
+        return Response(status_code=204)
     if not svc.loads.table_exists(prefix, _ns(namespace), table):
         raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
     return Response(status_code=204)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
-from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec
 from lakewarden.domain.costs import Price, add_usage
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -175,14 +175,16 @@ class TaskDispatcher:
         return None
 
     def _connection(self, token: str, spec: CatalogSpec) -> dict[str, str]:
-        """What the optimizer connects with. For lakewarden's own catalogs: a token of the server's that reaches
-        a table of that catalog only while this optimizer holds a task on it, made once per optimizer and
-        catalog (Spark keeps a catalog open with the credential it was opened with; the Iceberg client renews
-        it by token exchange before it expires)."""
+        """What the optimizer connects with. For lakewarden's own catalogs, and those it forwards to (Glue): this
+        server's URL and a token of the server's that reaches a table of that catalog only while this optimizer
+        holds a task on it, made once per optimizer and catalog (Spark keeps a catalog open with the credential
+        it was opened with; the Iceberg client renews it by token exchange before it expires)."""
         properties = dict(spec.properties)
-        if spec.type == "internal" and self.node_url is not None:
+        if spec.type in THROUGH_LAKEWARDEN and spec.type != "internal":
+            properties = {}  # the optimizer reaches it through this server: the catalog's own keys stay here
+        if spec.type in THROUGH_LAKEWARDEN and self.node_url is not None:
             properties["uri"] = f"{self.node_url.rstrip('/')}/iceberg"
-        if spec.type != "internal" or self.auth is None or not self.auth.enabled:
+        if spec.type not in THROUGH_LAKEWARDEN or self.auth is None or not self.auth.enabled:
             return properties
         key = (token, spec.name)
         now = time.time()

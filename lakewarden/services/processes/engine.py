@@ -208,14 +208,16 @@ class ProcessEngine:
                 raise Conflict(f"process {process_id} is {process.status}, not running")
             self._end(session, process, ProcessStatus.CANCELED, reason)
 
-    def close_for_config(self, process_id: int, reason: str) -> None:
-        """A change of its table's configuration closes a running optimizing process (self-optimizing turned off,
-        the table moved to another resource group: explorer._process_to_close): it ends CANCELED with `reason`, as
-        Amoro's handleConfigChanged closes it without committing. A task already granted its commit still commits
-        (as a cancel from the API lets it); a process that ended meanwhile is left alone."""
+    def close_for_change(self, process_id: int, reason: str) -> None:
+        """A change the explorer saw closes a running process: its table's configuration (self-optimizing turned
+        off, the table moved to another resource group: explorer._process_to_close), or the table gone from its
+        catalog (any action's process). It ends CANCELED with `reason`, as Amoro's handleConfigChanged closes a
+        process without committing and its table runtime's disposal closes the table's process. A task already
+        granted its commit still commits (as a cancel from the API lets it); a process that ended meanwhile is left
+        alone."""
         with self.db.write() as session:
             process = session.get(ProcessRow, process_id)
-            if process is None or process.status != ProcessStatus.RUNNING or process.action != Action.OPTIMIZING:
+            if process is None or process.status != ProcessStatus.RUNNING:
                 return
             self._end(session, process, ProcessStatus.CANCELED, reason)
         self.on_process_end()
@@ -304,7 +306,7 @@ class ProcessEngine:
         for process_id in sorted(running - turned_off):
             self.settle(process_id)
         for process_id in sorted(turned_off):
-            self.close_for_config(process_id, TURNED_OFF)
+            self.close_for_change(process_id, TURNED_OFF)
             done.append(f"process {process_id}: its table's self-optimizing is off, canceled")
         for line in done:
             log.warning("recovered %s", line)

@@ -10,6 +10,7 @@ from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
 from lakewarden.services.rest_catalog.commit_queue import CommitQueue
 from lakewarden.services.rest_catalog.commits import TableCommits
 from lakewarden.services.rest_catalog.credentials import CredentialVendor
+from lakewarden.services.rest_catalog.federation import Federation
 from lakewarden.services.rest_catalog.heads import TableHeads
 from lakewarden.services.rest_catalog.loads import TableLoads
 from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
@@ -34,11 +35,13 @@ class RestCatalog:
     views: ViewCatalog
     scans: ScanPlanning  # server-side scan planning
     read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
+    federation: Federation  # external catalogs served by forwarding to them
 
     def forget_catalog(self, name: str) -> None:
         """A catalog was changed or removed: look it up afresh next time, and read its tables' heads again (a
         catalog dropped and made again has other tables under the same names)."""
         self.warehouses.forget(name)
+        self.federation.forget(name)
         self.heads.forget()
 
     def close(self) -> None:

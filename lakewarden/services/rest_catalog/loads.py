@@ -16,7 +16,7 @@ from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from lakewarden.domain.storage import Access, Vending, table_prefixes
+from lakewarden.domain.storage import Access, StorageProfile, Vending, table_prefixes
 from lakewarden.metadata.paths import PATH_PROPERTIES
 from lakewarden.services.rest_catalog.credentials import CredentialVendor
 from lakewarden.services.rest_catalog.heads import TableHeads
@@ -132,6 +132,18 @@ class TableLoads:
         """`config` for a client of the table, and `storage-credentials` scoped to the table's prefixes when
         the client asked for them and may have them."""
         profile = self.warehouses.storage(self.warehouses.catalog(catalog))
+        return self.access_with(profile, catalog, namespace, name, metadata, delegation)
+
+    def access_with(
+        self,
+        profile: StorageProfile,
+        catalog: str,
+        namespace: str,
+        name: str,
+        metadata: TableMetadata,
+        delegation: Delegation | None,
+    ) -> TableAccess:
+        """`table_access` with the storage profile given: an internal catalog's, or a forwarded one's."""
         config = profile.client_config()
         if delegation is None or not profile.vends(delegation.access):
             return TableAccess(config, [])

@@ -56,6 +56,8 @@ class ManifestReadAhead:
         location = payload.get("metadata_location")
         if not self.enabled or event["type"] not in ("table-created", "table-committed") or not location:
             return
+        if payload.get("forwarded"):
+            return  # a forwarded catalog's table (federation.py): its manifests are read where it is evaluated
         unmoved = "snapshot_id" in payload and payload["snapshot_id"] == payload.get("parent_snapshot_id")
         if event["type"] == "table-committed" and unmoved:
             return  # the current snapshot did not change (properties, schema...): its manifests are read

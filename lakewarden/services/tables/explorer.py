@@ -8,7 +8,12 @@ failed to load last time are loaded: a pass over a catalog whose tables do not c
 A catalog whose listing fails keeps all its tables: it is marked unhealthy
 with the error instead, because a failed listing says nothing about what exists.
 
-External catalogs are swept every `refresh-external-catalogs.interval`, as Amoro does. An internal catalog's
+External catalogs are swept every `refresh-external-catalogs.interval`, as Amoro does; those whose tables'
+metadata locations are read together in one cheap pass (WATCHED_TYPES: an SQL catalog's table, a metastore's
+table objects a batch at a time, Glue's pages of tables, a warehouse's version hints, a REST catalog's loads
+answered 304 while a table is unchanged) every `watch-interval`
+(seconds), so that a writer's commit is evaluated within seconds, not minutes: such a pass loads only the tables
+that moved. An internal catalog's
 creates, commits, renames and drops reach lakewarden as events (refresh_tables), so its sweep is only a safety
 net for an event missed (one committed while no node led, a refresh that failed): it runs at a node's first
 pass, when the catalog's table defaults changed, and every `refresh-internal-catalogs.interval` (1 h). Amoro
@@ -37,11 +42,15 @@ from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locatio
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.catalog_access import InProcessCatalog, InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import processes as process_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database
 from lakewarden.store.models import TableRuntimeRow
 
 log = logging.getLogger(__name__)
+DROPPED = "the table is no longer in its catalog"
+# external catalog types whose refresh reads every table's metadata location in one pass (table_locations)
+WATCHED_TYPES = frozenset({"sql", "hive", "glue", "filesystem", "rest"})
 
 
 @dataclass
@@ -55,7 +64,7 @@ class RefreshResult:
     disposed: list[str] = field(default_factory=list)
     loaded: int = 0  # tables whose metadata was read
     duration_ms: int = 0
-    # running optimizing processes a change of their table's configuration closes, with why (_process_to_close)
+    # running processes a change of their table closes, with why: its configuration (_process_to_close), its drop
     closing: dict[int, str] = field(default_factory=dict)
 
 
@@ -97,10 +106,14 @@ class TableExplorer(LoopService):
         internal: InternalTables | None = None,
         internal_interval: float | None = None,
         on_closing: Callable[[int, str], None] | None = None,
+        watch_interval: float | None = None,
     ) -> None:
-        super().__init__(interval_seconds)
+        watch = interval_seconds if watch_interval is None else min(watch_interval, interval_seconds)
+        super().__init__(watch)
+        self.external_interval = interval_seconds
+        self.watch_interval = watch
         self.internal_interval = interval_seconds if internal_interval is None else internal_interval
-        self._swept: dict[str, float] = {}  # internal catalog -> when this node last swept it (monotonic)
+        self._swept: dict[str, float] = {}  # catalog -> when this node last swept it (monotonic)
         self.db = db
         self.internal = internal  # internal catalogs are listed and read in process
         self.thread_count = thread_count
@@ -124,12 +137,17 @@ class TableExplorer(LoopService):
         for name, spec, loaded_defaults in rows:
             if self.stopping:
                 return
+            swept = self._swept.get(name)
             if spec.type == "internal" and self.internal is not None:
-                swept = self._swept.get(name)
                 changed = loaded_defaults != defaults_fingerprint(spec)
                 if swept is not None and now - swept < self.internal_interval and not changed:
                     continue
-                self._swept[name] = now
+            else:
+                every = self.watch_interval if spec.type in WATCHED_TYPES else self.external_interval
+                # a pass that starts a moment early (the loop's sleep, this pass's own time) still counts as due
+                if swept is not None and now - swept < every - min(1.0, every / 10):
+                    continue
+            self._swept[name] = now
             result = self.refresh(name)
             if result.error:
                 log.warning("catalog %s unhealthy: %s", name, result.error)
@@ -271,6 +289,8 @@ class TableExplorer(LoopService):
                 current = table_store.tables_by_name(session, spec.name, scope)
                 known = {name: record.runtime.table_id for name, record in current.items()}
             for name in sorted(set(known) - listed):
+                for process in process_store.running_processes(session, table_id=known[name]):
+                    result.closing[process.process_id] = DROPPED
                 table_store.dispose_table(session, known[name])
                 result.disposed.append(str(name))
             for name in sorted(listed & set(snapshots)):

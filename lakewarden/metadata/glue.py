@@ -1,0 +1,33 @@
+"""Iceberg tables in AWS Glue, through pyiceberg's GlueCatalog, with every table's metadata location read a page
+of tables at a time (`GetTables` returns each table's parameters, where Iceberg keeps `metadata_location`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pyiceberg.catalog.glue import GlueCatalog
+
+ICEBERG = "iceberg"
+
+
+class GlueTables(GlueCatalog):
+    """pyiceberg's GlueCatalog (its commits check Glue's table version: a concurrent commit fails, never lost),
+    and the listing of every table's metadata location the explorer watches with."""
+
+    def table_locations(self) -> list[tuple[str, str, str]]:
+        """(database, table, metadata location) of every Iceberg table: pages of databases, then of each
+        database's tables."""
+        return list(self._locations())
+
+    def _locations(self) -> Iterator[tuple[str, str, str]]:
+        for page in self.glue.get_paginator("get_databases").paginate():
+            for database in page["DatabaseList"]:
+                tables = self.glue.get_paginator("get_tables").paginate(DatabaseName=database["Name"])
+                for table_page in tables:
+                    for table in table_page["TableList"]:
+                        parameters = table.get("Parameters") or {}
+                        if parameters.get("table_type", "").lower() != ICEBERG:
+                            continue
+                        location = parameters.get("metadata_location")
+                        if location:
+                            yield database["Name"], table["Name"], location
