@@ -18,7 +18,7 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.metadata.glue import GlueTables
 from tests.glue import GlueServer, glue_server
 from tests.helpers import running_optimizer, wait_for
-from tests.servers import ServerProcess, started_server
+from tests.servers import ServerProcess, free_port, started_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,6 +38,7 @@ def _rows(start: int, count: int = 5) -> pa.Table:
         ({"glue.endpoint": "127.0.0.1:5000"}, "properties.glue.endpoint"),
         ({"glue.access-key-id": "id"}, "properties.glue.secret-access-key"),
         ({"rest-endpoint.enabled": "yes"}, "properties.rest-endpoint.enabled"),
+        ({"glue.max-retries": "many"}, "properties.glue.max-retries"),
     ],
 )
 def test_a_glue_catalog_is_checked_before_it_is_registered(properties: dict[str, str], field: str) -> None:
@@ -188,3 +189,24 @@ def test_an_optimizer_compacts_a_glue_table_through_lakewardens_rest_catalog(
     current = in_glue.current_snapshot()
     summary = None if current is None else current.summary
     assert summary is not None and summary["lakewarden.process-id"] == str(process["process_id"])
+
+
+def test_glue_that_cannot_be_reached_marks_the_catalog_unhealthy_and_keeps_its_tables(
+    glue_lake: ServerProcess, team: dict[str, str]
+) -> None:
+    GlueTables("team", **team).create_table("db.kept_through", SCHEMA).append(_rows(0))
+    api = glue_lake.api()
+    body = {"name": "flaky", "type": "glue", "properties": {**team, "glue.max-retries": "1"}}
+    assert api.post("/catalogs", json=body).status_code == 201
+    assert api.post("/catalogs/flaky/refresh").json()["health"] == "healthy"
+    listed = {t["identifier"] for t in api.get("/tables", params={"catalog": "flaky"}).json()}
+    assert "flaky.db.kept_through" in listed
+    gone = {**api.get("/catalogs/flaky").json()["properties"], "glue.endpoint": f"http://127.0.0.1:{free_port()}"}
+    assert api.put("/catalogs/flaky", json={"properties": gone}).status_code == 200
+    refreshed = api.post("/catalogs/flaky/refresh").json()
+    assert refreshed["health"] == "unhealthy" and "Could not connect" in refreshed["error"]
+    assert {t["identifier"] for t in api.get("/tables", params={"catalog": "flaky"}).json()} == listed
+    back = {**gone, "glue.endpoint": team["glue.endpoint"]}
+    assert api.put("/catalogs/flaky", json={"properties": back}).status_code == 200
+    assert api.post("/catalogs/flaky/refresh").json()["health"] == "healthy"
+    assert api.delete("/catalogs/flaky").status_code == 204

@@ -189,6 +189,39 @@ def test_every_rewrite_and_maintenance_action_commits_through_the_metastore(
         spark, "hms.db.minor VERSION AS OF 't1'", "id, cat, v"
     )
 
+    # data expiration: the files of rows past the retention go, in a commit through the metastore
+    spark.sql("CREATE TABLE hms.db.aged (id BIGINT, at TIMESTAMP) USING iceberg")
+    spark.sql("INSERT INTO hms.db.aged SELECT /*+ REPARTITION(1) */ id, TIMESTAMP '2020-01-01' FROM range(2)")
+    spark.sql("INSERT INTO hms.db.aged VALUES (9, current_timestamp())")
+    aged = run_task(
+        spark,
+        hms,
+        {
+            "action": "expire-data",
+            "table": "db.aged",
+            "field": "at",
+            "field_type": "timestamptz",
+            "retention_ms": 86_400_000,
+            "level": "file",
+            "string_pattern": "yyyy-MM-dd",
+            "number_format": "TIMESTAMP_MS",
+            "base_on_rule": "CURRENT_TIME",
+        },
+    )
+    assert aged.data_files_deleted == 1 and aged.records_deleted == 2
+    spark.sql("REFRESH TABLE hms.db.aged")
+    assert [r[0] for r in spark.sql("SELECT id FROM hms.db.aged").collect()] == [9]
+    # position deletes left applying to nothing by a rewrite that gave the new files fresh sequence numbers
+    _create(spark, "hms.db.dangling")
+    _write(spark, "hms.db.dangling", 0, rows=100)
+    spark.sql("DELETE FROM hms.db.dangling WHERE id % 5 = 0")
+    options = "map('rewrite-all', 'true', 'use-starting-sequence-number', 'false')"
+    spark.sql(f"CALL hms.system.rewrite_data_files(table => 'db.dangling', options => {options})")
+    before = checksum(spark, "hms.db.dangling", "id, cat, v")
+    dangling = run_task(spark, hms, {"action": "clean-dangling-delete-files", "table": "db.dangling"})
+    assert dangling.delete_files_removed == 2
+    assert checksum(spark, "hms.db.dangling", "id, cat, v") == before and file_counts(spark, "hms.db.dangling")[1] == 0
+
 
 @pytest.mark.spark
 @pytest.mark.slow

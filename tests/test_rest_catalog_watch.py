@@ -1,12 +1,15 @@
-"""An external REST catalog watched with conditional loads: lakewarden's own REST catalog (which sends entity
-tags) registered as a `rest` catalog of another name, its tables' locations learned with `If-None-Match`."""
+"""External catalogs seen through REST: an external REST catalog watched with conditional loads (lakewarden's own
+REST catalog, which sends entity tags, registered as a `rest` catalog of another name, its tables' locations
+learned with `If-None-Match`), and an SQL catalog served by lakewarden's REST catalog, forwarded to it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
 
 from lakewarden._compat.pyiceberg import rest_session
 from lakewarden.domain.catalogs import CatalogSpec, TableFilter
@@ -41,3 +44,23 @@ def test_a_rest_catalogs_unchanged_tables_answer_304_and_a_moved_one_its_new_loc
     assert loads.count(304) >= 2  # a and c unchanged: no body
     assert second[("watched", "b")] == writer.load_table("watched.b").metadata_location != first[("watched", "b")]
     assert second[("watched", "a")] == first[("watched", "a")] and second[("watched", "c")] == first[("watched", "c")]
+
+
+def test_an_sql_catalog_served_through_the_rest_endpoint_commits_in_its_own_database(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    properties = {"uri": f"sqlite:///{tmp_path}/team.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    outside = SqlCatalog("team", **properties)  # the catalog of record, as its writers open it
+    outside.create_namespace("db")
+    outside.create_table("db.t", SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
+    api = server.api()
+    body = {"name": "team", "type": "sql", "properties": {**properties, "rest-endpoint.enabled": "true"}}
+    assert api.post("/catalogs", json=body).status_code == 201
+    client = RestCatalog("via", uri=f"{server.url}/iceberg", warehouse="team", token=server.token)
+    client.load_table("db.t").append(pa.table({"id": pa.array([2], pa.int64())}))
+    assert sorted(outside.load_table("db.t").scan().to_arrow()["id"].to_pylist()) == [1, 2]
+    created = client.create_table("db.made_here", SCHEMA)
+    assert outside.load_table("db.made_here").metadata_location == created.metadata_location
+    events = api.get("/events", params={"catalog": "team"}).json()
+    kinds = {(e["type"], e["table"]) for e in events}
+    assert ("table-committed", "t") in kinds and ("table-created", "made_here") in kinds

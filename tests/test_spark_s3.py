@@ -84,7 +84,7 @@ def _key(location: str) -> str:
     return location.split("://", 1)[1].removeprefix(f"{BUCKET}/")
 
 
-def _datafile_counts(spark: SparkSession, table: str) -> int:
+def _data_files(spark: SparkSession, table: str) -> int:
     spark.sql(f"REFRESH TABLE {table}")
     row = spark.sql(f"SELECT count(*) FROM {table}.files WHERE content = 0").first()
     assert row is not None
@@ -113,12 +113,12 @@ def test_spark_writes_and_lakewarden_compacts_a_table_on_s3_given_only_the_catal
     assert location.startswith(f"s3://{BUCKET}/wh/db/events-")
     written = s3.keys(_key(location) + "/")
     assert sum(k.endswith(".parquet") for k in written) >= 7  # every data and delete file is on S3
-    assert _datafile_counts(spark, table) >= 6  # small files, one insert or more each
+    assert _data_files(spark, table) >= 6  # small files, one insert or more each
 
     api = lake.api()
     api.post("/catalogs/s3lake/refresh")
     with running_optimizer(lake, spark):
-        wait_for("the table compacted", lambda: _datafile_counts(spark, table) == 1, timeout=240)
+        wait_for("the table compacted", lambda: _data_files(spark, table) == 1, timeout=240)
     assert checksum(spark, table, "id, v") == before  # the same rows, byte for byte
     processes = api.get("/processes", params={"table": "s3lake.db.events"}).json()
     assert any(p["action"] == "optimizing" and p["status"] == "success" for p in processes), processes
@@ -137,7 +137,7 @@ def test_maintenance_on_s3_lists_every_page_and_deletes_only_in_the_tables_prefi
     spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ({quiet})")
     for i in range(3):
         spark.sql(f"INSERT INTO {table} SELECT id, 'v' FROM range({i * 10}, {i * 10 + 10})")
-    replaced = _datafile_counts(spark, table)
+    replaced = _data_files(spark, table)
     spark.sql(f"INSERT OVERWRITE {table} SELECT id, 'w' FROM range(0, 30)")  # older snapshots keep the first files
     before = checksum(spark, table, "id, v")
     location = _location(spark, table)
@@ -456,7 +456,7 @@ def test_the_other_maintenance_actions_run_on_s3(spark: SparkSession, s3_sql: Ca
     spark.sql("INSERT INTO s3sql.db.dang SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range(100)")
     spark.sql("DELETE FROM s3sql.db.dang WHERE id % 5 = 0")
     options = "map('rewrite-all', 'true', 'use-starting-sequence-number', 'false')"
-    spark.sql(f"CALL s3sql.system.rewrite_datafile_counts(table => 'db.dang', options => {options})")
+    spark.sql(f"CALL s3sql.system.rewrite_data_files(table => 'db.dang', options => {options})")
     dangling = run_task(spark, s3_sql, {"action": "clean-dangling-delete-files", "table": "db.dang"})
     assert dangling.delete_files_removed == 2 and dangling.bytes_freed > 0
     snapshot = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC").first()[0]  # type: ignore[index]

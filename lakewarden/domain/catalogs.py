@@ -172,6 +172,9 @@ def _check_glue(properties: Mapping[str, str]) -> None:
     endpoint = properties.get("glue.endpoint")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise InvalidField("properties.glue.endpoint", "must be an http:// or https:// URL")
+    retries = properties.get("glue.max-retries")
+    if retries is not None and not (retries.isdigit() and int(retries) <= 100):
+        raise InvalidField("properties.glue.max-retries", "must be a whole number from 0 to 100")
     if bool(properties.get("glue.access-key-id")) != bool(properties.get("glue.secret-access-key")):
         raise InvalidField("properties.glue.secret-access-key", "glue.access-key-id and its secret come together")
 
