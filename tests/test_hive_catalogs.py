@@ -341,6 +341,29 @@ def test_the_server_finds_a_metastore_table_and_an_optimizer_compacts_it(
     assert shown["health"] == "healthy" and shown["type"] == "hive"
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_metastore_served_through_the_rest_endpoint_takes_a_clients_commit_under_its_lock(
+    hive_server: ServerProcess, hms: CatalogSpec, spark: SparkSession
+) -> None:
+    import pyarrow as pa
+    from pyiceberg.catalog.rest import RestCatalog
+
+    api = hive_server.api()
+    properties = {**api.get("/catalogs/hms").json()["properties"], "rest-endpoint.enabled": "true"}
+    assert api.put("/catalogs/hms", json={"properties": properties}).status_code == 200
+    _create(spark, "hms.db.remote")
+    _write(spark, "hms.db.remote", 0, rows=4)
+    client = RestCatalog("via", uri=f"{hive_server.url}/iceberg", warehouse="hms", token=hive_server.token)
+    table = client.load_table("db.remote")
+    rows = pa.table({"id": pa.array([100, 101], pa.int64()), "cat": ["a", "b"], "v": ["x", "y"]})
+    table.append(rows.cast(table.schema().as_arrow()))
+    # the metastore has the client's commit: Spark, reading through the metastore, sees the rows
+    spark.sql("REFRESH TABLE hms.db.remote")
+    assert sorted(r[0] for r in spark.sql("SELECT id FROM hms.db.remote").collect()) == [0, 1, 2, 3, 100, 101]
+    assert _metastore_location(hms, "db", "remote") == client.load_table("db.remote").metadata_location
+
+
 def test_a_metastore_that_is_down_keeps_every_table_and_a_dropped_table_ends_its_process(
     tmp_path: Path,
 ) -> None:
