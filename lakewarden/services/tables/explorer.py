@@ -10,15 +10,15 @@ with the error instead, because a failed listing says nothing about what exists.
 
 External catalogs are swept every `refresh-external-catalogs.interval`, as Amoro does; those whose tables'
 metadata locations are read together in one cheap pass (WATCHED_TYPES: an SQL catalog's table, a metastore's
-table objects a batch at a time, Glue's pages of tables, a warehouse's version hints, a REST catalog's loads
-answered 304 while a table is unchanged) every `watch-interval`
+table objects a batch at a time, Glue's pages of tables, a warehouse's version hints) every `watch-interval`
 (seconds), so that a writer's commit is evaluated within seconds, not minutes: such a pass loads only the tables
-that moved. An internal catalog's
-creates, commits, renames and drops reach lakewarden as events (refresh_tables), so its sweep is only a safety
-net for an event missed (one committed while no node led, a refresh that failed): it runs at a node's first
-pass, when the catalog's table defaults changed, and every `refresh-internal-catalogs.interval` (1 h). Amoro
-does not explore its internal catalogs at all; a sweep of a million tables costs a core for a long while, which
-an hourly net affords and a 3-minute one does not (bench/million_tables.py).
+that moved. A REST catalog's sweep sends a request per table (conditional loads, answered 304 while a table is
+unchanged): cheap per table, but one each, so it stays on `interval`. An internal catalog's creates, commits,
+renames and drops reach lakewarden as events (refresh_tables), so its sweep is only a safety net for an event
+missed (one committed while no node led, a refresh that failed): it runs at a node's first pass, when the
+catalog's table defaults changed, and every `refresh-internal-catalogs.interval` (1 h). Amoro does not explore
+its internal catalogs at all; a sweep of a million tables costs a core for a long while, which an hourly net
+affords and a 3-minute one does not (bench/million_tables.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from lakewarden.store.models import TableRuntimeRow
 log = logging.getLogger(__name__)
 DROPPED = "the table is no longer in its catalog"
 # external catalog types whose refresh reads every table's metadata location in one pass (table_locations)
-WATCHED_TYPES = frozenset({"sql", "hive", "glue", "filesystem", "rest"})
+WATCHED_TYPES = frozenset({"sql", "hive", "glue", "filesystem"})
 
 
 @dataclass
