@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,8 @@ CACHE_CATALOG = "default_cache_iceberg"  # the name Iceberg's Spark source gives
 class _Staged:
     """Scan tasks staged for Spark under a fresh id, as Iceberg's rewrite runners stage a file group."""
 
-    def __init__(self, spark: SparkSession, table: Any, tasks: list[Any]) -> None:
+    def __init__(self, spark: SparkSession, table: Any, tasks: Any) -> None:
+        """`tasks`: a Java list of scan tasks (handed over as one reference, not file by file)."""
         self.spark = spark
         self.table = table
         jvm: Any = spark._jvm
@@ -47,11 +49,8 @@ class _Staged:
         self.cache = _static(jvm, spark.sparkContext._gateway, "org.apache.iceberg.spark.SparkTableCache", "get")
         self.tasks = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
         self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
-        staged = jvm.java.util.ArrayList()
-        for task in tasks:
-            staged.add(task)
         self.cache.add(self.id, table)
-        self.tasks.stageTasks(table, self.id, staged)
+        self.tasks.stageTasks(table, self.id, tasks)
 
     def close(self) -> None:
         self.cache.remove(self.id)
@@ -59,9 +58,10 @@ class _Staged:
         self.coordinator.clearRewrite(self.table, self.id)
 
 
-def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
+def _rewrite(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput) -> Any:
     """Iceberg's bin-pack rewrite runner (SparkBinPackFileRewriteRunner) on exactly these files: read in
     splits of the planned size, each split written as one file, returned uncommitted."""
+    jvm: Any = spark._jvm
     staged = _Staged(spark, table, tasks)
     try:
         frame = (
@@ -73,7 +73,7 @@ def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
         )
         output_spec = int(table.spec().specId())
         # files of an older partition spec are written in the current one, which needs a shuffle
-        same_spec = int(tasks[0].spec().specId()) == output_spec
+        same_spec = int(tasks.get(0).spec().specId()) == output_spec
         (
             frame.write.format("iceberg")
             .option("rewritten-file-scan-task-set-id", staged.id)
@@ -83,20 +83,19 @@ def _rewrite(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
             .mode("append")
             .save(staged.id)
         )
-        written = staged.coordinator.fetchNewFiles(table, staged.id)
-        return list(written)
+        return jvm.java.util.ArrayList(staged.coordinator.fetchNewFiles(table, staged.id))
     finally:
         staged.close()
 
 
 def rewrite_groups(
-    spark: SparkSession, table: Any, jobs: list[tuple[FileGroupInput, list[Any]]]
-) -> list[tuple[FileGroupInput, list[Any], list[Any]]]:
+    spark: SparkSession, table: Any, jobs: list[tuple[FileGroupInput, Any]]
+) -> list[tuple[FileGroupInput, Any, Any]]:
     """Each group rewritten (bin-packed, or clustered) by a Spark job of its own, up to MAX_CONCURRENT_GROUPS
     at once as Iceberg's action runs its groups (max-concurrent-file-group-rewrites): a group read as one
     split keeps one core busy, so one group at a time would leave the others idle. The jobs run in the
     task's Spark job group (canceling the task cancels them all). When a group fails, the files the others
-    wrote are deleted before the error is raised."""
+    wrote are deleted before the error is raised. Tasks and written files are Java lists."""
     if len(jobs) <= 1:
         return [(g, t, _rewrite_one(spark, table, t, g)) for g, t in jobs]
     sc = spark.sparkContext
@@ -105,13 +104,13 @@ def rewrite_groups(
         k: sc.getLocalProperty(k) for k in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
     }
 
-    def in_task_job_group(group: FileGroupInput, group_tasks: list[Any]) -> list[Any]:
+    def in_task_job_group(group: FileGroupInput, group_tasks: Any) -> Any:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         for key, value in inherited.items():
             sc.setLocalProperty(key, value)  # type: ignore[arg-type]
         return _rewrite_one(spark, table, group_tasks, group)
 
-    done: list[tuple[FileGroupInput, list[Any], list[Any]]] = []
+    done: list[tuple[FileGroupInput, Any, Any]] = []
     failure: BaseException | None = None
     with ThreadPoolExecutor(min(len(jobs), MAX_CONCURRENT_GROUPS), thread_name_prefix="group") as pool:
         futures = [pool.submit(in_task_job_group, g, t) for g, t in jobs]
@@ -128,13 +127,13 @@ def rewrite_groups(
     return done
 
 
-def _rewrite_one(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
+def _rewrite_one(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput) -> Any:
     return (
         _cluster(spark, table, tasks, group) if group.clustering is not None else _rewrite(spark, table, tasks, group)
     )
 
 
-def _cluster(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroupInput) -> list[Any]:
+def _cluster(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput) -> Any:
     """Iceberg's own sort or z-order rewrite runner (SparkSortFileRewriteRunner, SparkZOrderFileRewriteRunner)
     on exactly these files: the rows shuffled into `expected_files` ranges of the clustering key, each sorted
     and written as one file, returned uncommitted. The runners are package-private in Iceberg's Spark module:
@@ -162,23 +161,20 @@ def _cluster(spark: SparkSession, table: Any, tasks: list[Any], group: FileGroup
     )
     interface = "org.apache.iceberg.actions.FileRewriteRunner"
     _invoke(jvm, gateway, interface, "init", ["java.util.Map"], runner, [jvm.java.util.HashMap()])
-    scan_tasks = jvm.java.util.ArrayList()
-    for task in tasks:
-        scan_tasks.add(task)
     info = (
         jvm.org.apache.iceberg.actions.ImmutableRewriteDataFiles.FileGroupInfo.builder()
         .globalIndex(0)
         .partitionIndex(0)
-        .partition(tasks[0].file().partition())
+        .partition(tasks.get(0).file().partition())
         .build()
     )
     file_group = jvm.org.apache.iceberg.actions.RewriteFileGroup(
-        info, scan_tasks, int(table.spec().specId()), group.max_file_size, group.split_size, group.expected_files
+        info, tasks, int(table.spec().specId()), group.max_file_size, group.split_size, group.expected_files
     )
     written = _invoke(
         jvm, gateway, interface, "rewrite", ["org.apache.iceberg.actions.RewriteGroupBase"], runner, [file_group]
     )
-    return list(written)
+    return jvm.java.util.ArrayList(written)
 
 
 def _classes(jvm: Any, gateway: Any, names: list[str]) -> Any:
@@ -220,8 +216,9 @@ def _deleted_rows(spark: SparkSession, staged: _Staged) -> Any:
     return frame.select("_file", "_pos", "_deleted").where("_deleted").select("_file", "_pos")
 
 
-def rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:
-    """A position-delete file of its own for each data file, holding every row its deletes remove."""
+def rewrite_positions(spark: SparkSession, table: Any, tasks: Any, task_of: Callable[[str], Any]) -> Any:
+    """A position-delete file of its own for each data file of `tasks` (a Java list), holding every row its
+    deletes remove; `task_of` finds a data file's task by path. Returns a Java list."""
     staged = _Staged(spark, table, tasks)
     try:
         # the deleted rows are few (what deletes remove from segments): collected as they are, no shuffle
@@ -231,34 +228,23 @@ def rewrite_positions(spark: SparkSession, table: Any, tasks: list[Any]) -> list
     positions: dict[str, list[int]] = {}
     for path, pos in deleted:
         positions.setdefault(path, []).append(pos)
-    by_path = {str(t.file().location()): t for t in tasks}
-    return [_write_position_deletes(spark, table, by_path[p], sorted(positions[p])) for p in sorted(positions)]
+    jvm: Any = spark._jvm
+    written = jvm.java.util.ArrayList()
+    for path in sorted(positions):
+        written.add(_write_position_deletes(spark, table, task_of(path), sorted(positions[path])))
+    return written
 
 
-def write_deletion_vectors(spark: SparkSession, table: Any, tasks: list[Any]) -> list[Any]:
-    """A deletion vector for each data file (format version 3), holding every row its deletes remove: the ones
-    of the vector it has now included, so the new vector replaces that one (lakewarden's DeletionVectors)."""
+def write_deletion_vectors(spark: SparkSession, table: Any, tasks: Any) -> Any:
+    """A deletion vector for each data file of `tasks` (a Java list; format version 3), holding every row its
+    deletes remove: the ones of the vector it has now included, so the new vector replaces that one
+    (lakewarden's DeletionVectors). Returns a Java list."""
     jvm: Any = spark._jvm
     staged = _Staged(spark, table, tasks)
     try:
-        listed = jvm.java.util.ArrayList()
-        for task in tasks:
-            listed.add(task)
-        vectors = jvm.io.lakewarden.iceberg.DeletionVectors.write(table, listed, _deleted_rows(spark, staged)._jdf)
+        return jvm.io.lakewarden.iceberg.DeletionVectors.write(table, tasks, _deleted_rows(spark, staged)._jdf)
     finally:
         staged.close()
-    return list(vectors)
-
-
-def deletion_vectors_of(tasks: list[Any]) -> list[Any]:
-    """The deletion vector each task's data file has now (Iceberg allows one a file), where it has one."""
-    found = []
-    for task in tasks:
-        path = str(task.file().location())
-        for delete in task.deletes():
-            if str(delete.format()) == "PUFFIN" and str(delete.referencedDataFile()) == path:
-                found.append(delete)
-    return found
 
 
 def _write_position_deletes(spark: SparkSession, table: Any, task: Any, positions: list[int]) -> Any:

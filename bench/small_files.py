@@ -1,0 +1,280 @@
+"""Small files as streaming writers leave them, compacted by three tools on identical tables, in one run.
+
+A real `lakewarden server` (SQLite, its REST catalog `lake`, one warm local optimizer with local[2] started
+by the server's `local` container) serves the tables. For each shape (300 files in 2 partitions, 3,000 files
+in 10 partitions, a few KB each, written by pyiceberg through the REST catalog one append per batch, as a
+streaming writer commits) one source table is written with self-optimizing off and registered three times
+from its metadata, so the copies share the very same files:
+
+- lakewarden: self-optimizing turned on by a commit; timed from that commit until its optimizing process
+  succeeded, and the CPU-seconds of the optimizer's processes (Python and its JVM) over that time;
+- iceberg-zamboni's local engine (DuckDB and pyiceberg, no Spark), installed by this script into an
+  environment of its own and pointed at the same REST catalog: `zamboni compact --yes`, process start included,
+  its CPU-seconds from the kernel's accounting of the child;
+- Iceberg's own `rewrite_data_files` procedure in a warm local[2] Spark session on the same catalog (warmed by a
+  rewrite of another table): the call's wall time and the JVM's CPU-seconds.
+
+Goal: lakewarden's wall time and CPU-seconds <= 1.0x the faster of the two others. Each copy ends with its
+rows counted against the source.
+
+    .venv/bin/python bench/small_files.py [--shapes 300x2,3000x10] [--rows 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import admin_token, bar_chart, running_server, server_pid, write
+
+ZAMBONI = "iceberg-zamboni==0.7.0"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (the server's optimizer and its JVM)."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def tree_cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
+
+
+def zamboni_env(directory: Path) -> Path:
+    """A virtual environment of its own with iceberg-zamboni (its pyiceberg and pyarrow are not ours)."""
+    venv = directory / "zamboni-venv"
+    if not (venv / "bin" / "zamboni").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", ZAMBONI], check=True)
+    return venv / "bin" / "zamboni"
+
+
+def write_source(catalog: Any, name: str, files: int, partitions: int, rows: int) -> Any:
+    """`files` small files in `partitions` partitions, one append per batch of one file per partition."""
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StringType(), required=False),
+        NestedField(3, "payload", StringType(), required=False),
+    )
+    table = catalog.create_table(
+        ("db", name),
+        schema,
+        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p")),
+        properties={"self-optimizing.enabled": "false"},
+    )
+    arrow = schema.as_arrow()
+    started = time.monotonic()
+    for batch in range(files // partitions):
+        first = batch * partitions * rows
+        ids = list(range(first, first + partitions * rows))
+        table.append(
+            pa.table(
+                {
+                    "id": ids,
+                    "p": [f"p{(i - first) // rows}" for i in ids],
+                    "payload": [f"event-{i:012d}-{'x' * 40}" for i in ids],
+                },
+                schema=arrow,
+            )
+        )
+        if batch % 50 == 0:
+            print(f"  {name}: {batch * partitions}/{files} files written ({time.monotonic() - started:.0f} s)")
+    return table
+
+
+def counted(catalog: Any, name: str) -> tuple[int, int]:
+    """(data files, rows) of the table now."""
+    tasks = list(catalog.load_table(("db", name)).scan().plan_files())
+    return len(tasks), sum(t.file.record_count for t in tasks)
+
+
+def lakewarden_run(api: httpx.Client, catalog: Any, name: str, optimizer: list[int]) -> dict[str, Any]:
+    """Self-optimizing turned on; until its process succeeded."""
+    table = catalog.load_table(("db", name))
+    cpu = tree_cpu(optimizer)
+    started = time.monotonic()
+    enabled = datetime.now(UTC)
+    with table.transaction() as tx:
+        tx.set_properties(
+            {
+                "self-optimizing.enabled": "true",
+                "self-optimizing.min-plan-interval": "0",
+            }
+        )
+    process: dict[str, Any] = {}
+    while time.monotonic() - started < 600:
+        response = api.get("/api/v1/processes", params={"table": f"lake.db.{name}", "action": "optimizing"})
+        found = response.json() if response.status_code == 200 else []  # a 404 until the table is known
+        if found and all(p["status"] != "running" for p in found):
+            process = found[0]
+            break
+        time.sleep(0.05)
+    wall = time.monotonic() - started
+    if process.get("status") != "success":
+        raise RuntimeError(f"lakewarden's process for {name} ended {process.get('status')}: {process}")
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(tree_cpu(optimizer) - cpu, 2),
+        "tasks": len(process["tasks"]),
+        "seconds": stages(enabled, process),
+    }
+
+
+def stages(enabled: datetime, process: dict[str, Any]) -> dict[str, float]:
+    """Where the time from turning self-optimizing on to the process's end went."""
+    at = datetime.fromisoformat
+    tasks = process["tasks"]
+    scheduled = min(at(t["scheduled_at"]) for t in tasks)
+    acked = min(at(t["acked_at"]) for t in tasks)
+    ended = max(at(t["ended_at"]) for t in tasks)
+    points = [enabled, at(process["start_time"]), scheduled, acked, ended, at(process["end_time"])]
+    names = ("to planned", "to scheduled", "to acked", "tasks run", "to process end")
+    return {n: round((b - a).total_seconds(), 3) for n, a, b in zip(names, points, points[1:], strict=False)}
+
+
+def zamboni_run(zamboni: Path, root: str, token: str, name: str) -> dict[str, Any]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    command = [str(zamboni), "compact", "--uri", f"{root}/iceberg", "--warehouse", "lake", "--engine", "local"]
+    subprocess.run(
+        [*command, "--yes", f"db.{name}"],
+        check=True,
+        env={**os.environ, "ZAMBONI_TOKEN": token},
+        stdout=subprocess.DEVNULL,
+    )
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+
+
+def spark_run(spark: Any, jvm_pid: int, name: str) -> dict[str, Any]:
+    cpu = cpu_seconds(jvm_pid) + time.process_time()
+    started = time.monotonic()
+    spark.sql(f"CALL lake.system.rewrite_data_files(table => 'db.{name}')").collect()
+    wall = time.monotonic() - started
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu_seconds(jvm_pid) + time.process_time() - cpu, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="300x2,3000x10", help="files x partitions, comma-separated")
+    parser.add_argument("--rows", type=int, default=20, help="rows per file")
+    args = parser.parse_args()
+    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+    settings = (
+        "  evaluator: {interval: 1s, recheck-interval: 5s}\n"
+        "catalogs: [{name: lake, type: internal}]\n"
+        "resource-groups: [{name: default, container: local,"
+        " properties: {instances: '1', memory: 2g, parallelism: '2'}}]\n"
+    )
+    from pyiceberg.catalog import load_catalog
+
+    from lakewarden.domain.catalogs import CatalogSpec
+    from lakewarden.spark.session import build_spark_session
+
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as root:
+        zamboni = zamboni_env(Path(tempfile.gettempdir()) / "lakewarden-bench-cache")
+        token = admin_token(tmp)
+        api = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        catalog = load_catalog("lake", type="rest", uri=f"{root}/iceberg", token=token, warehouse="lake")
+        catalog.create_namespace("db")
+        spark = build_spark_session(
+            [CatalogSpec("lake", "internal", {"uri": f"{root}/iceberg", "token": token})],
+            master="local[2]",
+            driver_memory="2g",
+            app_name="lakewarden-bench-rewrite-data-files",
+        )
+        jvm: Any = spark._jvm
+        jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+
+        # warm both Spark sides on a table of their own
+        warm = write_source(catalog, "warm", 40, 2, args.rows)
+        for copy in ("warm_lw", "warm_sp"):
+            catalog.register_table(("db", copy), warm.metadata_location)
+        spark_run(spark, jvm_pid, "warm_sp")
+        while not (optimizer := descendants(server_pid(tmp))):
+            time.sleep(0.5)
+        lakewarden_run(api, catalog, "warm_lw", optimizer)
+        optimizer = descendants(server_pid(tmp))
+
+        results: dict[str, Any] = {}
+        for files, partitions in shapes:
+            shape = f"{files}x{partitions}"
+            source = write_source(catalog, f"src_{files}", files, partitions, args.rows)
+            expected = counted(catalog, f"src_{files}")
+            runs: dict[str, Any] = {}
+            for tool in ("lakewarden", "zamboni", "spark"):
+                copy = f"{tool}_{files}"
+                catalog.register_table(("db", copy), source.metadata_location)
+                if tool == "lakewarden":
+                    runs[tool] = lakewarden_run(api, catalog, copy, optimizer)
+                elif tool == "zamboni":
+                    runs[tool] = zamboni_run(zamboni, root, token, copy)
+                else:
+                    runs[tool] = spark_run(spark, jvm_pid, copy)
+                after = counted(catalog, copy)
+                if after[1] != expected[1]:
+                    raise RuntimeError(f"{tool} changed the rows of {shape}: {after[1]} vs {expected[1]}")
+                runs[tool]["files_after"] = after[0]
+                print(f"{shape} {tool}: {runs[tool]}")
+            best_wall = min(runs["zamboni"]["wall_s"], runs["spark"]["wall_s"])
+            best_cpu = min(runs["zamboni"]["cpu_s"], runs["spark"]["cpu_s"])
+            runs["ratio_wall"] = round(runs["lakewarden"]["wall_s"] / best_wall, 3)
+            runs["ratio_cpu"] = round(runs["lakewarden"]["cpu_s"] / best_cpu, 3)
+            runs["files_before"] = expected[0]
+            print(f"{shape}: lakewarden / the faster peer: wall {runs['ratio_wall']}x, CPU {runs['ratio_cpu']}x")
+            results[shape] = runs
+        spark.stop()
+
+    write("small_files", {"rows_per_file": args.rows, "goal": "<= 1.0x", "shapes": results})
+    bars = {}
+    for shape, runs in results.items():
+        for tool in ("lakewarden", "zamboni", "spark"):
+            bars[f"{shape} {tool}"] = runs[tool]["wall_s"]
+    bar_chart("small_files", "Small files compacted: wall seconds from pending to committed", bars, "s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+/*
+ * Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except in
+ * compliance with the License. You may obtain a copy of the License at
+ * http://www.apache.org/licenses/LICENSE-2.0
+ */
+package io.lakewarden.iceberg;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
+import org.apache.iceberg.ContentFile;
+import org.apache.iceberg.DataFile;
+import org.apache.iceberg.DeleteFile;
+import org.apache.iceberg.FileFormat;
+import org.apache.iceberg.FileScanTask;
+import org.apache.iceberg.ManifestFile;
+import org.apache.iceberg.ManifestFiles;
+import org.apache.iceberg.ManifestReader;
+import org.apache.iceberg.RewriteFiles;
+import org.apache.iceberg.RowDelta;
+import org.apache.iceberg.Snapshot;
+import org.apache.iceberg.Table;
+import org.apache.iceberg.Transaction;
+import org.apache.iceberg.expressions.ExpressionParser;
+import org.apache.iceberg.io.CloseableIterable;
+
+/**
+ * The bookkeeping of one optimizing task around Spark's rewrite jobs: the planned files found as scan tasks of
+ * the planned snapshot and checked against the plan, the delete files the task removes, what each file group
+ * wrote, the one commit and the task's counts. Here rather than in Python because all of it is per file: through
+ * py4j every file would cost several round trips, and for the small files streaming writers leave those round
+ * trips cost more than Spark's own work. Python drives it with one call per task or file group.
+ */
+public final class PlannedRewrite {
+  /** The plan names files the planned snapshot does not have as planned (Python: PlanMismatch). */
+  public static final class PlanMismatchException extends RuntimeException {
+    PlanMismatchException(String message) {
+      super(message);
+    }
+  }
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final Table table;
+  private final Snapshot snapshot;
+  private final List<List<FileScanTask>> groups = new ArrayList<>();
+  private final List<FileScanTask> positionTasks = new ArrayList<>();
+  private final Map<String, FileScanTask> byPath = new HashMap<>();
+  private final Map<String, DeleteFile> removed = new LinkedHashMap<>();
+  private final List<DataFile> rewritten = new ArrayList<>();
+  private final List<DataFile> written = new ArrayList<>();
+  private final List<DeleteFile> writtenDeletes = new ArrayList<>();
+  private final List<DeleteFile> replaced = new ArrayList<>();
+  private int positionsRewritten = 0;
+
+  private PlannedRewrite(Table table, Snapshot snapshot) {
+    this.table = table;
+    this.snapshot = snapshot;
+  }
+
+  /**
+   * The task's planned files, found in its planned snapshot. `workJson` is the task's input as lakewarden's
+   * protocol writes it (OptimizingInput): `snapshot_id`, `filter`, `groups` (`rewrite`, `rewrite_pos`,
+   * `deletes`) and `remove_deletes` are read. Fails with PlanMismatchException when a planned data file is not
+   * in the snapshot, when Iceberg applies a delete file to one that its group did not name, or when a delete
+   * file to remove is not live in the snapshot.
+   */
+  public static PlannedRewrite of(Table table, Snapshot snapshot, String workJson) throws IOException {
+    JsonNode work = JSON.readTree(workJson);
+    PlannedRewrite plan = new PlannedRewrite(table, snapshot);
+    Map<String, Set<String>> allowedDeletes = new HashMap<>();
+    for (JsonNode group : work.path("groups")) {
+      Set<String> deletes = strings(group.path("deletes"));
+      for (String path : strings(group.path("rewrite"))) {
+        allowedDeletes.put(path, deletes);
+      }
+      for (String path : strings(group.path("rewrite_pos"))) {
+        allowedDeletes.put(path, deletes);
+      }
+    }
+    if (!allowedDeletes.isEmpty()) {
+      plan.scan(work.path("filter").asText(), allowedDeletes);
+    }
+    for (JsonNode group : work.path("groups")) {
+      plan.groups.add(plan.tasksOf(group.path("rewrite")));
+      plan.positionTasks.addAll(plan.tasksOf(group.path("rewrite_pos")));
+    }
+    plan.findRemoved(strings(work.path("remove_deletes")));
+    return plan;
+  }
+
+  private static Set<String> strings(JsonNode array) {
+    Set<String> values = new HashSet<>();
+    for (JsonNode value : array) {
+      values.add(value.asText());
+    }
+    return values;
+  }
+
+  private List<FileScanTask> tasksOf(JsonNode paths) {
+    List<FileScanTask> tasks = new ArrayList<>();
+    for (JsonNode path : paths) {
+      tasks.add(byPath.get(path.asText()));
+    }
+    return tasks;
+  }
+
+  private void scan(String filterJson, Map<String, Set<String>> allowedDeletes) throws IOException {
+    try (CloseableIterable<FileScanTask> files =
+        table
+            .newScan()
+            .useSnapshot(snapshot.snapshotId())
+            .filter(ExpressionParser.fromJson(filterJson))
+            .ignoreResiduals()
+            .planFiles()) {
+      for (FileScanTask task : files) {
+        if (allowedDeletes.containsKey(task.file().location())) {
+          byPath.put(task.file().location(), task);
+        }
+      }
+    }
+    Set<String> missing = new TreeSet<>(allowedDeletes.keySet());
+    missing.removeAll(byPath.keySet());
+    if (!missing.isEmpty()) {
+      throw new PlanMismatchException(
+          missing.size()
+              + " planned data file(s) are not in snapshot "
+              + snapshot.snapshotId()
+              + ": "
+              + first(missing));
+    }
+    for (Map.Entry<String, FileScanTask> entry : byPath.entrySet()) {
+      Set<String> unplanned = new TreeSet<>();
+      for (DeleteFile delete : entry.getValue().deletes()) {
+        if (!allowedDeletes.get(entry.getKey()).contains(delete.location())) {
+          unplanned.add(delete.location());
+        }
+      }
+      if (!unplanned.isEmpty()) {
+        throw new PlanMismatchException(
+            "Iceberg applies delete files to "
+                + entry.getKey()
+                + " that the plan did not name: "
+                + first(unplanned));
+      }
+    }
+  }
+
+  /**
+   * The delete files to remove: those that apply to the planned data files come with their scan tasks; only
+   * the others (a last task's shared ones) are read from the snapshot's delete manifests.
+   */
+  private void findRemoved(Set<String> paths) throws IOException {
+    if (paths.isEmpty()) {
+      return;
+    }
+    for (FileScanTask task : byPath.values()) {
+      for (DeleteFile delete : task.deletes()) {
+        if (paths.contains(delete.location())) {
+          removed.putIfAbsent(delete.location(), delete);
+        }
+      }
+    }
+    if (removed.size() < paths.size()) {
+      for (ManifestFile manifest : snapshot.deleteManifests(table.io())) {
+        try (ManifestReader<DeleteFile> reader =
+            ManifestFiles.readDeleteManifest(manifest, table.io(), table.specs())) {
+          for (DeleteFile delete : reader) {
+            if (paths.contains(delete.location()) && !removed.containsKey(delete.location())) {
+              removed.put(delete.location(), delete.copy());
+            }
+          }
+        }
+      }
+    }
+    Set<String> missing = new TreeSet<>(paths);
+    missing.removeAll(removed.keySet());
+    if (!missing.isEmpty()) {
+      throw new PlanMismatchException(
+          missing.size() + " delete file(s) to remove are not live in the planned snapshot: " + first(missing));
+    }
+  }
+
+  private static String first(Set<String> paths) {
+    List<String> shown = new ArrayList<>();
+    for (String path : paths) {
+      if (shown.size() == 3) {
+        break;
+      }
+      shown.add(path);
+    }
+    return shown.toString();
+  }
+
+  /** The scan tasks of file group `index` whose files are rewritten, in the plan's order. */
+  public List<FileScanTask> group(int index) {
+    return groups.get(index);
+  }
+
+  /** The scan tasks of every group's files whose deletes become files of their own. */
+  public List<FileScanTask> positionTasks() {
+    return positionTasks;
+  }
+
+  /** The planned data file's scan task. */
+  public FileScanTask task(String path) {
+    return Objects.requireNonNull(byPath.get(path), path);
+  }
+
+  /** The spec id of group `index`'s files (a group is one partition of one spec). */
+  public int specId(int index) {
+    return groups.get(index).get(0).spec().specId();
+  }
+
+  /** Group `index` was rewritten into `files`; returns their locations, as a JSON array. */
+  public String rewrote(int index, Collection<DataFile> files) throws IOException {
+    for (FileScanTask task : groups.get(index)) {
+      rewritten.add(task.file());
+    }
+    written.addAll(files);
+    ArrayNode locations = JSON.createArrayNode();
+    for (DataFile file : files) {
+      locations.add(file.location());
+    }
+    return JSON.writeValueAsString(locations);
+  }
+
+  /**
+   * The position tasks' deletes were rewritten into `deletes`. For deletion vectors (format version 3) each
+   * task's current vector is replaced, unless the plan removes it anyway.
+   */
+  public void rewrotePositions(Collection<DeleteFile> deletes, boolean vectors) {
+    writtenDeletes.addAll(deletes);
+    positionsRewritten += positionTasks.size();
+    if (!vectors) {
+      return;
+    }
+    Set<String> removing = new HashSet<>();
+    for (DeleteFile delete : removed.values()) {
+      removing.add(identity(delete));
+    }
+    for (FileScanTask task : positionTasks) {
+      for (DeleteFile delete : task.deletes()) {
+        boolean vector = delete.format() == FileFormat.PUFFIN;
+        if (vector
+            && task.file().location().equals(delete.referencedDataFile())
+            && !removing.contains(identity(delete))) {
+          replaced.add(delete);
+        }
+      }
+    }
+  }
+
+  /** Deletion vectors share a Puffin file, each at an offset of its own. */
+  private static String identity(DeleteFile delete) {
+    return delete.location() + "@" + delete.contentOffset();
+  }
+
+  /** A delete file's own bytes: a deletion vector's within its Puffin file. */
+  private static long deleteBytes(DeleteFile delete) {
+    Long size = delete.contentSizeInBytes();
+    return size != null ? size : delete.fileSizeInBytes();
+  }
+
+  /** Whether the task has anything to commit. */
+  public boolean changes() {
+    return !(rewritten.isEmpty() && removed.isEmpty() && writtenDeletes.isEmpty());
+  }
+
+  /**
+   * One snapshot (Amoro's UnKeyedTableCommit): the rewritten data files and the removed delete files replaced
+   * by the new files, validated from the planned snapshot, the new data files keeping its sequence number.
+   * Iceberg's RewriteFiles cannot add delete files without removing one, so then the new position deletes go in
+   * a RowDelta of the same transaction, which checks that the data files they name still exist. New deletion
+   * vectors always go in the RowDelta with the vectors they replace: it also checks that no writer added a
+   * vector for one of their data files meanwhile and that the replaced ones are still there. Both commit to
+   * `branch` (null: main). Returns the snapshot id at the branch's head afterwards.
+   */
+  public Long commit(Map<String, String> properties, String branch) {
+    if (!changes()) {
+      return null;
+    }
+    boolean vectors = false;
+    for (DeleteFile delete : writtenDeletes) {
+      vectors |= delete.format() == FileFormat.PUFFIN;
+    }
+    boolean deletesInRewrite = !removed.isEmpty() && !vectors;
+    long planned = snapshot.snapshotId();
+    Transaction transaction = table.newTransaction();
+    if (!rewritten.isEmpty() || !removed.isEmpty()) {
+      RewriteFiles rewrite =
+          transaction.newRewrite().validateFromSnapshot(planned).dataSequenceNumber(snapshot.sequenceNumber());
+      if (branch != null) {
+        rewrite = rewrite.toBranch(branch);
+      }
+      rewritten.forEach(rewrite::deleteFile);
+      written.forEach(rewrite::addFile);
+      removed.values().forEach(rewrite::deleteFile);
+      if (deletesInRewrite) {
+        writtenDeletes.forEach(rewrite::addFile);
+      }
+      properties.forEach(rewrite::set);
+      rewrite.commit();
+    }
+    if (!writtenDeletes.isEmpty() && !deletesInRewrite) {
+      RowDelta delta = transaction.newRowDelta().validateFromSnapshot(planned);
+      if (branch != null) {
+        delta = delta.toBranch(branch);
+      }
+      List<CharSequence> referenced = new ArrayList<>();
+      for (DeleteFile delete : writtenDeletes) {
+        delta = delta.addDeletes(delete);
+        referenced.add(delete.referencedDataFile());
+      }
+      for (DeleteFile delete : replaced) {
+        delta = delta.removeDeletes(delete);
+      }
+      if (!replaced.isEmpty()) {
+        delta = delta.validateDeletedFiles();
+      }
+      delta = delta.validateDataFilesExist(referenced);
+      properties.forEach(delta::set);
+      delta.commit();
+    }
+    transaction.commitTransaction();
+    Snapshot head = branch == null ? table.currentSnapshot() : table.snapshot(branch);
+    return head == null ? null : head.snapshotId();
+  }
+
+  /** Deletes every file the task wrote (a task that does not commit leaves nothing behind). */
+  public void deleteWritten() {
+    for (ContentFile<?> file : written) {
+      table.io().deleteFile(file.location());
+    }
+    for (ContentFile<?> file : writtenDeletes) {
+      table.io().deleteFile(file.location());
+    }
+  }
+
+  /**
+   * The task's counts and sizes, and up to `listed` sorted paths of each kind of file, as a JSON object whose
+   * fields are OptimizingResult's.
+   */
+  public String summary(int listed) {
+    ObjectNode out = JSON.createObjectNode();
+    out.put("files_in", rewritten.size());
+    out.put("bytes_in", rewritten.stream().mapToLong(DataFile::fileSizeInBytes).sum());
+    out.put("files_out", written.size());
+    out.put("bytes_out", written.stream().mapToLong(DataFile::fileSizeInBytes).sum());
+    out.put("rewrite_pos_files", positionsRewritten);
+    out.put("delete_files_removed", removed.size() + replaced.size());
+    long removedBytes = 0;
+    for (DeleteFile delete : removed.values()) {
+      removedBytes += deleteBytes(delete);
+    }
+    for (DeleteFile delete : replaced) {
+      removedBytes += deleteBytes(delete);
+    }
+    out.put("delete_bytes_removed", removedBytes);
+    out.put("delete_files_added", writtenDeletes.size());
+    out.put("delete_bytes_added", writtenDeletes.stream().mapToLong(PlannedRewrite::deleteBytes).sum());
+    out.set("rewritten_files", paths(rewritten, listed));
+    out.set("added_files", paths(written, listed));
+    ArrayNode removedPaths = JSON.createArrayNode();
+    new TreeSet<>(removed.keySet()).stream().limit(listed).forEach(removedPaths::add);
+    out.set("removed_delete_files", removedPaths);
+    out.set("added_delete_files", paths(writtenDeletes, listed));
+    try {
+      return JSON.writeValueAsString(out);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  private static ArrayNode paths(List<? extends ContentFile<?>> files, int listed) {
+    ArrayNode out = JSON.createArrayNode();
+    TreeSet<String> sorted = new TreeSet<>();
+    for (ContentFile<?> file : files) {
+      sorted.add(file.location());
+    }
+    sorted.stream().limit(listed).forEach(out::add);
+    return out;
+  }
+}
