@@ -58,14 +58,14 @@ def run_optimizing(
     gate: Callable[[], None] | None = None,
 ) -> OptimizingResult:
     """Rewrite the task's file groups and commit them; `gate` is asked right before the commit (it raises
-    when the task may no longer commit), and files written by a task that does not commit are deleted."""
+    when the task may no longer commit), and files written by a task that does not commit are deleted.
+    `table` is as its catalog has it now (the executor refreshed it)."""
     jvm: Any = spark._jvm
     properties = {
         **properties,
         "lakewarden.optimizing-type": work.type,
         "lakewarden.planned-snapshot-id": str(work.snapshot_id),
     }
-    table.refresh()  # Spark's catalog may hand out a cached table older than the plan
     snapshot = table.snapshot(work.snapshot_id) if work.snapshot_id is not None else None
     if snapshot is None:
         raise StalePlan(f"the planned snapshot {work.snapshot_id} is no longer in the table")

@@ -58,7 +58,8 @@ import org.apache.iceberg.util.ThreadPools;
  * each would share one client. Here every S3 location is reached through a FileSystem made for the
  * credentials that apply to it (the storage credential with the longest prefix of the location, else the
  * catalog's keys), kept in a process-wide cache keyed by those credentials' identity, so that tasks on
- * executors share them too. Other schemes (local files, HDFS) are HadoopFileIO's.
+ * executors share them too. Local files are read and written with java.io (LocalFiles: Hadoop's local FileSystem
+ * starts a process for every file it creates); other schemes (HDFS) are HadoopFileIO's.
  *
  * <p>Read-ahead: on an object store every file read costs a round trip or more, and a Spark task reads its
  * split's files one after the other. Iceberg's Spark reader asks for the InputFile of every file of its split
@@ -223,6 +224,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
 
   @Override
   public InputFile newInputFile(String path) {
+    if (LocalFiles.isLocal(path)) {
+      return LocalFiles.input(path);
+    }
     if (!isS3(path)) {
       return super.newInputFile(path);
     }
@@ -232,6 +236,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
 
   @Override
   public InputFile newInputFile(String path, long length) {
+    if (LocalFiles.isLocal(path)) {
+      return LocalFiles.input(path, length);
+    }
     if (!isS3(path)) {
       return super.newInputFile(path, length);
     }
@@ -406,6 +413,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
 
   @Override
   public OutputFile newOutputFile(String path) {
+    if (LocalFiles.isLocal(path)) {
+      return LocalFiles.output(path);
+    }
     if (!isS3(path)) {
       return super.newOutputFile(path);
     }
@@ -415,6 +425,10 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
 
   @Override
   public void deleteFile(String path) {
+    if (LocalFiles.isLocal(path)) {
+      LocalFiles.delete(path);
+      return;
+    }
     if (!isS3(path)) {
       super.deleteFile(path);
       return;
