@@ -15,7 +15,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-MAX_LISTED = 100  # paths a result or summary lists
+MAX_LISTED = 100  # paths a maintenance result or summary lists
+# paths of each kind an optimizing task reports (its counts cover every file): even a task of tiny files stays
+# far below the server's largest request body
+MAX_FILES = 20_000
 # the totals of maintenance results that the overview and /metrics add up over processes
 MAINTENANCE_TOTALS = (
     "files_deleted",
@@ -166,6 +169,9 @@ class _Result(_Model):
     duration_ms: int = 0
     # the result's fields that a process summary adds up over its tasks; the others are kept from one task
     TOTALS: ClassVar[tuple[str, ...]] = ()
+    # lists of every file of a kind the task changed: kept apart from the process's summary, listed a page at a
+    # time (the server's `GET /processes/{id}/files`)
+    FILES: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def summarize(cls, results: Sequence[_Result]) -> dict[str, Any]:
@@ -196,10 +202,12 @@ class OptimizingResult(_Result):
     delete_files_added: int = 0
     delete_bytes_added: int = 0
     snapshot_id: int | None = None
-    rewritten_files: list[str] = Field(default_factory=list, description=f"Data files replaced (<= {MAX_LISTED})")
-    added_files: list[str] = Field(default_factory=list, description=f"Data files written (<= {MAX_LISTED})")
-    removed_delete_files: list[str] = Field(default_factory=list, description="Delete files removed")
-    added_delete_files: list[str] = Field(default_factory=list, description="Position-delete files written")
+    rewritten_files: list[str] = Field(default_factory=list, description=f"Data files replaced (<= {MAX_FILES})")
+    added_files: list[str] = Field(default_factory=list, description=f"Data files written (<= {MAX_FILES})")
+    removed_delete_files: list[str] = Field(default_factory=list, description=f"Delete files removed (<= {MAX_FILES})")
+    added_delete_files: list[str] = Field(
+        default_factory=list, description=f"Position-delete files written (<= {MAX_FILES})"
+    )
     unreduced: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Per partition ('<spec id>:<path>'), the files written by a rewrite that could not reduce "
@@ -221,15 +229,14 @@ class OptimizingResult(_Result):
         "delete_files_added",
         "delete_bytes_added",
     )
-    LISTS: ClassVar[tuple[str, ...]] = ("rewritten_files", "added_files", "removed_delete_files", "added_delete_files")
+    FILES: ClassVar[tuple[str, ...]] = ("rewritten_files", "added_files", "removed_delete_files", "added_delete_files")
 
     @classmethod
     def summarize(cls, results: Sequence[_Result]) -> dict[str, Any]:
-        """The totals and the files: a process rewrote these files and bytes, whatever its tasks' snapshots."""
+        """The totals: a process rewrote these files and bytes, whatever its tasks' snapshots (the files themselves
+        are listed apart)."""
         merged = super().summarize(results)
-        summary: dict[str, Any] = {name: int(merged.get(name, 0)) for name in cls.TOTALS}
-        summary.update({name: merged.get(name, []) for name in cls.LISTS})
-        return summary
+        return {name: int(merged.get(name, 0)) for name in cls.TOTALS}
 
 
 class KeptSnapshot(_Model):

@@ -264,6 +264,10 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         assert any(str(band).startswith("minor #") for band in bands), bands
         page.wait_text("#history-note", "processes shaded")
         page.screenshot("table-history")
+        # the table's processes: each with its tasks and the files it changed (the files endpoint's first page)
+        page.open("#/tables/local/db/clicks/processes")
+        page.wait_text("#tab", "data file rewritten")
+        assert page.text("#tab").count("data file written") == 2  # one file per partition
 
         # a group's load over time
         page.css('nav a[data-nav="groups"]').click()

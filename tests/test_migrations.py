@@ -107,3 +107,44 @@ def test_process_totals_take_over_the_pruned_totals_and_the_ended_processes(conf
         ]
     finally:
         db.dispose()
+
+
+def test_process_file_lists_move_out_of_summaries_and_outputs(config: Config) -> None:
+    """0023: the files listed in tasks' outputs become rows of `process_file`; outputs and summaries keep their
+    counts, not the lists; a maintenance process's examples stay where they were."""
+    db = Database(config.database_url)
+    try:
+        _alembic(db, "upgrade", "0022")
+        keys = "table_id, catalog_name, db_name, table_name, group_name, action, type, status, plan_time, summary"
+        task_keys = "process_id, task_id, status, type, attempt, retry_count, partitions, input, output, cost_bytes"
+        listed = {"files_in": 2, "rewritten_files": ["a", "b"], "added_files": ["c"]}
+        with db.engine.begin() as conn:
+            for action, summary in (("optimizing", listed), ("clean-orphan-files", {"files": ["o"]})):
+                conn.execute(
+                    text(
+                        f"INSERT INTO optimizing_process ({keys}) VALUES (1, 'lake', 'db', 't', 'g', :action, "
+                        "'minor', 'success', CURRENT_TIMESTAMP, :summary)"
+                    ),
+                    {"action": action, "summary": json.dumps(summary)},
+                )
+            conn.execute(
+                text(
+                    f"INSERT INTO optimizing_task ({task_keys}) "
+                    "VALUES (1, 1, 'success', 'minor', 1, 0, '[]', '{}', :output, 0)"
+                ),
+                {"output": json.dumps(listed)},
+            )
+        _alembic(db, "upgrade", "head")
+        with db.engine.connect() as conn:
+            files = conn.execute(text("SELECT process_id, task_id, kind, path FROM process_file ORDER BY path")).all()
+            output = conn.execute(text("SELECT output FROM optimizing_task")).scalar_one()
+            summaries = conn.execute(text("SELECT summary FROM optimizing_process ORDER BY process_id")).scalars().all()
+        assert [tuple(f) for f in files] == [
+            (1, 1, "rewritten_files", "a"),
+            (1, 1, "rewritten_files", "b"),
+            (1, 1, "added_files", "c"),
+        ]
+        loaded = [json.loads(s) if isinstance(s, str) else s for s in (output, *summaries)]
+        assert loaded == [{"files_in": 2}, {"files_in": 2}, {"files": ["o"]}]
+    finally:
+        db.dispose()

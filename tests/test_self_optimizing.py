@@ -63,10 +63,25 @@ def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: Spa
     assert "local.db.t" in listed and "minor" in listed and "success" in listed
     shown = cli(server, "process", "show", str(process["process_id"])).stdout
     assert "cat=a, cat=b" in shown
-    # the exact files: every file the process replaced and wrote, in the process and in `table show`
-    assert len(process["summary"]["rewritten_files"]) == 8 and len(process["summary"]["added_files"]) == 2
+    # the exact files: every file the process replaced and wrote, a page at a time, not in the process's record
+    files = f"/processes/{process['process_id']}/files"
+    rewritten = api.get(files, params={"kind": "rewritten_files"}).json()
+    assert rewritten["total"] == 8 and len({f["path"] for f in rewritten["files"]}) == 8
+    assert set(task["output"]).isdisjoint({"rewritten_files", "added_files"})
+    assert not any(isinstance(v, list) for v in process["summary"].values())
+    total = 8 + 2 + process["summary"]["delete_files_removed"]
+    paged = [api.get(files, params={"offset": o, "limit": 3}).json() for o in range(0, total + 3, 3)]
+    every = [f for page in paged for f in page["files"]]
+    assert all(page["total"] == total for page in paged) and paged[-1]["files"] == []
+    assert len(every) == paged[0]["total"] and len({(f["kind"], f["path"]) for f in every}) == len(every)
+    assert {f["kind"] for f in every} == {"rewritten_files", "added_files", "removed_delete_files"}
     assert "data file rewritten" in shown and "data file written" in shown
     assert shown.count("delete file removed") == process["summary"]["delete_files_removed"] > 0
+    listed_files = cli(server, "process", "files", str(process["process_id"]), "--kind", "added_files").stdout
+    assert "1-2 of 2" in listed_files and listed_files.count("data file written") == 2
+    bad = api.get(files, params={"kind": "everything"})
+    assert bad.status_code == 400 and "kind" in bad.text
+    assert api.get("/processes/999999/files").status_code == 404
     table_shown = cli(server, "table", "show", "local.db.t").stdout
     assert "recent optimizing" in table_shown and "8 -> 2 files" in table_shown
     refused = cli(server, "process", "cancel", str(process["process_id"]), ok=False)

@@ -12,13 +12,14 @@ from lakewarden.cli._common import DEFAULT_SERVER, JsonOpt, ServerOpt, call, sho
 process_app = typer.Typer(help="Processes (optimizing and maintenance): history, tasks, cancel.", no_args_is_help=True)
 
 
-# the file lists of an optimizing process's summary, as `process show` labels them
-FILE_CHANGES = (
-    ("rewritten_files", "data file rewritten"),
-    ("added_files", "data file written"),
-    ("removed_delete_files", "delete file removed"),
-    ("added_delete_files", "position-delete file written"),
-)
+# the kinds of files an optimizing process changed (`/processes/{id}/files`), as `process show` labels them
+FILE_CHANGES = {
+    "rewritten_files": "data file rewritten",
+    "added_files": "data file written",
+    "removed_delete_files": "delete file removed",
+    "added_delete_files": "position-delete file written",
+}
+SHOWN_FILES = 100  # `process show` lists the first ones; `process files` pages through them all
 
 
 def result_text(process: dict[str, Any]) -> str:
@@ -139,9 +140,13 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
         render.key_values(
             "failure", [("class", d["error_class"]), ("root cause", d["root_cause"]), ("hint", d["hint"])]
         )
-    changes = [[label, path] for key, label in FILE_CHANGES for path in summary.get(key, [])]
-    if changes:
-        render.table("files", ["change", "file"], changes)
+    if item["action"] == "optimizing":
+        page = call(server, lambda c: c.get(f"/processes/{process_id}/files", limit=SHOWN_FILES))
+        changes = [[FILE_CHANGES.get(f["kind"], f["kind"]), f["path"]] for f in page["files"]]
+        if page["total"] > len(changes):
+            changes.append(["…", f"{page['total'] - len(changes)} more: lakewarden process files {process_id}"])
+        if changes:
+            render.table("files", ["change", "file"], changes)
     rows = [
         [
             t["task_id"],
@@ -159,6 +164,25 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
     ]
     columns = ["task", "status", "partitions", "attempt", "retries", "files in", "files out", "spark", "error"]
     render.table("tasks", columns, rows)
+
+
+@process_app.command("files")
+def process_files(
+    process_id: int,
+    kind: Annotated[str | None, typer.Option(help=f"Only one kind: {', '.join(FILE_CHANGES)}")] = None,
+    offset: Annotated[int, typer.Option(min=0)] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=10000)] = 1000,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """The files an optimizing process changed, a page at a time: rewritten, written, delete files removed."""
+    page = call(server, lambda c: c.get(f"/processes/{process_id}/files", kind=kind, offset=offset, limit=limit))
+    if json_:
+        render.emit_json(page)
+        return
+    rows = [[f["task_id"], FILE_CHANGES.get(f["kind"], f["kind"]), f["path"]] for f in page["files"]]
+    shown = f"{offset + 1}-{offset + len(rows)} of {page['total']}" if rows else f"none of {page['total']}"
+    render.table(f"files of process {process_id} ({shown})", ["task", "change", "file"], rows)
 
 
 @process_app.command("cancel")

@@ -90,12 +90,15 @@ function tablePath(identifier) {
   return `${encodeURIComponent(catalog)}/${encodeURIComponent(rest.join("."))}/${encodeURIComponent(table)}`;
 }
 
-// the exact files an optimizing process changed (at most 100 of each kind)
-const FILE_CHANGES = [["rewritten_files", "data file rewritten"], ["added_files", "data file written"],
-  ["removed_delete_files", "delete file removed"], ["added_delete_files", "position-delete file written"]];
-function fileChanges(p) {
-  const rows = FILE_CHANGES.flatMap(([key, label]) => ((p.summary || {})[key] || []).map((f) => [label, `<span class="mono">${esc(f)}</span>`]));
-  return rows.length ? grid(["change", "file"], rows) : "";
+// the exact files an optimizing process changed: the first page of /processes/{id}/files
+const FILE_CHANGES = {rewritten_files: "data file rewritten", added_files: "data file written",
+  removed_delete_files: "delete file removed", added_delete_files: "position-delete file written"};
+const SHOWN_FILES = 100;
+function fileChanges(page) {
+  if (!page || !page.files.length) return "";
+  const more = page.total > page.files.length ? `<p class="muted">${fmt.num(page.total - page.files.length)} more files: ` +
+    `<span class="mono">lakewarden process files</span> or <span class="mono">/api/v1/processes/{id}/files</span></p>` : "";
+  return grid(["change", "file"], page.files.map((f) => [esc(FILE_CHANGES[f.kind] || f.kind), `<span class="mono">${esc(f.path)}</span>`])) + more;
 }
 
 function resultText(p) {
@@ -347,16 +350,19 @@ function tablePage(catalog, database, table, tab = "overview") {
             fmt.num(Number(s.summary["total-records"] || 0))])) + `<h2>Timeline</h2>${timeline}`;
       } else if (tab === "processes") {
         const processes = await api(`/processes?table=${encodeURIComponent(identifier)}&limit=50`);
+        const detailed = processes.filter((p) => p.tasks.length).slice(0, 10);
+        const files = await Promise.all(detailed.map((p) => p.action === "optimizing" ?
+          api(`/processes/${p.process_id}/files?limit=${SHOWN_FILES}`) : null));
         target.innerHTML = grid(["id", "action", "type", "status", "stage", "start", "duration", "result", "cost#", "error"],
           processRows(processes, false), (i) => `data-process-id="${processes[i].process_id}"`) +
-          processes.filter((p) => p.tasks.length).slice(0, 10).map((p) => `<h2>Process ${p.process_id}: tasks</h2>` +
+          detailed.map((p, i) => `<h2>Process ${p.process_id}: tasks</h2>` +
             (p.scheduling ? `<p class="muted" data-why="${p.process_id}">why this table: ${esc(p.scheduling.reason)}</p>` : "") +
             (p.diagnosis ? `<p class="error" data-diagnosis="${p.process_id}">${esc(p.diagnosis.root_cause)}` +
               `${p.diagnosis.hint ? `<br><b>hint:</b> ${esc(p.diagnosis.hint)}` : ""}</p>` : "") +
             grid(["task", "status", "partitions", "attempt#", "optimizer", "spark", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),
               esc(k.partitions.join(", ")), k.attempt, `<span class="mono">${esc(k.optimizer || "")}</span>`,
               esc(usageText(k.usage)), `<span class="error">${esc(k.error || "")}</span>` +
-              (k.diagnosis?.hint ? `<br><span class="muted">hint: ${esc(k.diagnosis.hint)}</span>` : "")])) + fileChanges(p)).join("");
+              (k.diagnosis?.hint ? `<br><span class="muted">hint: ${esc(k.diagnosis.hint)}</span>` : "")])) + fileChanges(files[i])).join("");
       } else if (tab === "config") {
         target.innerHTML = `<p class="muted">Effective configuration: built-in defaults &lt; the catalog's table.* &lt; table properties</p>` +
           kv(Object.entries(t.config).map(([k, v]) => [k, `<span class="mono">${esc(v)}</span>`]));

@@ -36,7 +36,7 @@ from lakewarden.optimizer.runners import (
     rewrite_positions,
     write_deletion_vectors,
 )
-from lakewarden.protocol import MAX_LISTED, OptimizingInput, OptimizingResult
+from lakewarden.protocol import MAX_FILES, OptimizingInput, OptimizingResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -105,7 +105,7 @@ def run_optimizing(
             plan.deleteWritten()
         raise
     return OptimizingResult(
-        **json.loads(plan.summary(MAX_LISTED)),
+        **json.loads(plan.summary(MAX_FILES)),
         snapshot_id=committed,
         unreduced=unreduced if committed is not None else {},
         clustered=clustered if committed is not None else {},

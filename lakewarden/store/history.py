@@ -23,6 +23,7 @@ from lakewarden.store.models import (
     CommitRow,
     EventRow,
     GroupLoadRow,
+    ProcessFileRow,
     ProcessRow,
     TableShapeRow,
     TaskRow,
@@ -32,8 +33,9 @@ ENDED = [ProcessStatus.SUCCESS.value, ProcessStatus.FAILED.value, ProcessStatus.
 
 
 def prune_processes(session: Session, before: datetime, keep_count: int, batch: int = 5_000) -> int:
-    """Deletes ended processes (and their tasks) that ended before `before` or are beyond the newest `keep_count`
-    of their table and action, the newest of each always kept; returns how many processes were deleted."""
+    """Deletes ended processes (with their tasks and files) that ended before `before` or are beyond the newest
+    `keep_count` of their table and action, the newest of each always kept; returns how many processes were
+    deleted."""
     newest_first = func.row_number().over(
         partition_by=(ProcessRow.table_id, ProcessRow.action), order_by=ProcessRow.process_id.desc()
     )
@@ -51,6 +53,7 @@ def prune_processes(session: Session, before: datetime, keep_count: int, batch: 
     )
     ids = list(session.scalars(old))
     if ids:  # what they counted stays in the running totals they were added to when they ended (store/stats.py)
+        session.execute(delete(ProcessFileRow).where(ProcessFileRow.process_id.in_(ids)))
         session.execute(delete(TaskRow).where(TaskRow.process_id.in_(ids)))
         session.execute(delete(ProcessRow).where(ProcessRow.process_id.in_(ids)))
     return len(ids)

@@ -140,6 +140,20 @@ class ProcessRow(Base):
     summary: Mapped[dict[str, Any]]
 
 
+class ProcessFileRow(Base):
+    """A file a task of an optimizing process changed, by kind (the list fields of OptimizingResult): listed a page
+    at a time (`GET /processes/{id}/files`), so that a large rewrite does not make a large process row."""
+
+    __tablename__ = "process_file"
+    __table_args__ = (Index("ix_process_file_process_kind", "process_id", "kind", "file_id"),)
+
+    file_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    process_id: Mapped[int] = mapped_column(ID, ForeignKey("optimizing_process.process_id"))
+    task_id: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    path: Mapped[str] = mapped_column(Text)
+
+
 class TaskRow(Base):
     __tablename__ = "optimizing_task"
 

@@ -1,5 +1,5 @@
-"""`/api/v1/processes`: the processes of every action (self-optimizing and maintenance) with their tasks;
-cancel a running process."""
+"""`/api/v1/processes`: the processes of every action (self-optimizing and maintenance) with their tasks; the files
+an optimizing process changed, a page at a time; cancel a running process."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
-from lakewarden.protocol import FailureKind
+from lakewarden.protocol import FailureKind, OptimizingResult
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc
@@ -171,6 +171,40 @@ def get_process(process_id: ProcessId, ctx: Ctx) -> ProcessRead:
     with ctx.db.read() as session:
         process, tasks = store.get_process(session, process_id), store.tasks_of(session, process_id)
         return _read(process, tasks, ctx.config.ams.cost.currency)
+
+
+class ProcessFile(_Read):
+    task_id: int
+    kind: str = Field(description=f"One of {', '.join(OptimizingResult.FILES)}")
+    path: str
+
+
+class ProcessFiles(_Read):
+    total: int = Field(description="How many files there are in all (of the kind asked for)")
+    offset: int
+    files: list[ProcessFile] = Field(description="The page, in the order the tasks reported them")
+
+
+@router.get("/{process_id}/files", response_model=ProcessFiles)
+def process_files(
+    process_id: ProcessId,
+    ctx: Ctx,
+    kind: Annotated[str | None, Query(description=f"Only one kind: {', '.join(OptimizingResult.FILES)}")] = None,
+    offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> ProcessFiles:
+    """The files an optimizing process changed: data files rewritten and written, delete files removed and
+    written (up to 20,000 of each kind a task; the process's summary counts them all)."""
+    if kind is not None and kind not in OptimizingResult.FILES:
+        raise InvalidField("kind", f"{kind!r} is not one of {', '.join(OptimizingResult.FILES)}")
+    with ctx.db.read() as session:
+        store.get_process(session, process_id)  # a 404 for a process that does not exist
+        rows, total = store.process_files(session, process_id, kind, offset, limit)
+    return ProcessFiles(
+        total=total,
+        offset=offset,
+        files=[ProcessFile(task_id=r.task_id, kind=r.kind, path=r.path) for r in rows],
+    )
 
 
 @router.post("/{process_id}/cancel", response_model=ProcessRead, **OPERATOR)

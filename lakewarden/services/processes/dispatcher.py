@@ -279,7 +279,12 @@ class TaskDispatcher:
     def complete(self, done: Completion) -> None:
         """A task's result, or its error and whether a retry may pass; the engine settles its process."""
         new = TaskStatus.FAILED if done.error else TaskStatus.SUCCESS
-        output = None if done.output is None else done.output.model_dump(mode="json")
+        output: dict[str, Any] | None = None
+        files: dict[str, list[str]] = {}
+        if done.output is not None:
+            output = done.output.model_dump(mode="json")
+            # the files it changed go apart, listed a page at a time: a large rewrite makes no large row
+            files = {kind: output.pop(kind) for kind in done.output.FILES}
         with self.db.write() as session:
             store.touch_optimizer(session, done.token)
             usage = {} if done.usage is None else {"usage": self._usage(session, done.process_id, done)}
@@ -304,6 +309,7 @@ class TaskDispatcher:
                 raise Conflict(
                     f"task {done.process_id}.{done.task_id} attempt {done.attempt} is not running on this optimizer"
                 )
+            store.add_process_files(session, done.process_id, done.task_id, files)
         self.engine.settle(done.process_id)
 
     def _usage(self, session: Session, process_id: int, done: Completion) -> dict[str, Any] | None:

@@ -299,10 +299,15 @@ public final class PlannedRewrite {
     }
     boolean deletesInRewrite = !removed.isEmpty() && !vectors;
     long planned = snapshot.snapshotId();
-    Transaction transaction = table.newTransaction();
-    if (!rewritten.isEmpty() || !removed.isEmpty()) {
+    boolean rewrites = !rewritten.isEmpty() || !removed.isEmpty();
+    boolean adds = !writtenDeletes.isEmpty() && !deletesInRewrite;
+    // one operation commits alone, as Iceberg's own rewrite commits: a transaction would load the table again
+    Transaction transaction = rewrites && adds ? table.newTransaction() : null;
+    if (rewrites) {
       RewriteFiles rewrite =
-          transaction.newRewrite().validateFromSnapshot(planned).dataSequenceNumber(snapshot.sequenceNumber());
+          (transaction != null ? transaction.newRewrite() : table.newRewrite())
+              .validateFromSnapshot(planned)
+              .dataSequenceNumber(snapshot.sequenceNumber());
       if (branch != null) {
         rewrite = rewrite.toBranch(branch);
       }
@@ -315,8 +320,9 @@ public final class PlannedRewrite {
       properties.forEach(rewrite::set);
       rewrite.commit();
     }
-    if (!writtenDeletes.isEmpty() && !deletesInRewrite) {
-      RowDelta delta = transaction.newRowDelta().validateFromSnapshot(planned);
+    if (adds) {
+      RowDelta delta =
+          (transaction != null ? transaction.newRowDelta() : table.newRowDelta()).validateFromSnapshot(planned);
       if (branch != null) {
         delta = delta.toBranch(branch);
       }
@@ -335,7 +341,9 @@ public final class PlannedRewrite {
       properties.forEach(delta::set);
       delta.commit();
     }
-    transaction.commitTransaction();
+    if (transaction != null) {
+      transaction.commitTransaction();
+    }
     Snapshot head = branch == null ? table.currentSnapshot() : table.snapshot(branch);
     return head == null ? null : head.snapshotId();
   }
