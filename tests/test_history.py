@@ -21,7 +21,7 @@ from lakewarden.config import HistoryConfig
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.services.tables.history import HistoryPruner
 from lakewarden.store import processes as store
-from lakewarden.store.models import CommitRow, EventRow, ProcessRow, TaskRow
+from lakewarden.store.models import CommitRow, EventRow, ProcessFileRow, ProcessRow, TaskRow
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 RUNNING = ProcessStatus.RUNNING
@@ -84,6 +84,7 @@ def test_processes_are_pruned_by_age_and_count_keeping_the_newest_and_the_runnin
             session.add(row)
             session.flush()
             session.add(_task(row.process_id))
+            store.add_process_files(session, row.process_id, 1, {"rewritten_files": [f"f{n}a", f"f{n}b"]})
             ids.append(row.process_id)
             if status != "running":  # ended as the engine ends processes: counted in the running totals
                 end = {"end_time": row.plan_time}
@@ -98,8 +99,10 @@ def test_processes_are_pruned_by_age_and_count_keeping_the_newest_and_the_runnin
     with ctx.db.read() as session:
         kept = set(session.scalars(select(ProcessRow.process_id)))
         tasks = set(session.scalars(select(TaskRow.process_id)))
+        files = list(session.scalars(select(ProcessFileRow.process_id)))
     assert kept == {ids[i] for i in (2, 4, 5, 6, 8)}
     assert tasks == kept  # a pruned process's tasks went with it
+    assert sorted(files) == sorted([*kept, *kept])  # and its files
 
     # the counters carry what the pruned processes counted; the list pages show what is kept
     assert _metric(client, "lakewarden_processes_total{") == counted
