@@ -122,6 +122,15 @@ class OptimizerConfig(_Model):
     max_long_polls: int = Field(16, alias="max-long-polls", ge=0)
 
 
+class SelfOptimizingConfig(_Model):
+    """The server's self-optimizing settings that are not a table's or a group's (Amoro's
+    `self-optimizing.*` of the AMS configuration)."""
+
+    # an optimizer thread whose poll found no task within its tables' quotas, and no table to plan, takes a
+    # planned task beyond its table's quota (Amoro's default: true)
+    break_quota_limit_enabled: bool = Field(True, alias="break-quota-limit-enabled")
+
+
 class EvaluatorConfig(_Model):
     """How often the evaluator looks for due tables (`interval`). A table is due when its snapshot or its
     configuration changed, or when its last verdict said a time-based trigger (minor or full interval) can
@@ -292,6 +301,7 @@ class AmsConfig(_Model):
         default_factory=RefreshInternalCatalogsConfig, alias="refresh-internal-catalogs"
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    self_optimizing: SelfOptimizingConfig = Field(default_factory=SelfOptimizingConfig, alias="self-optimizing")
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     ha: HaConfig = Field(default_factory=HaConfig)
     scan_planning: ScanPlanningConfig = Field(default_factory=ScanPlanningConfig, alias="scan-planning")

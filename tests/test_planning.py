@@ -5,7 +5,7 @@ from __future__ import annotations
 from lakewarden.domain.evaluator import OptimizingClock, OptimizingType, evaluate_table
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey, group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.domain.planning import OptimizingPlan, output_sizing, plan_tasks
+from lakewarden.domain.planning import OptimizingPlan, output_sizing, plan_tasks, taken_partitions
 
 MB = 1024 * 1024
 NOW = 10**12
@@ -101,3 +101,28 @@ def test_output_sizing_follows_iceberg() -> None:
     sizing = output_sizing(int(10.1 * target), target)
     assert sizing.max_file_size == int(1.4 * target)
     assert target < sizing.split_size <= sizing.max_file_size
+
+
+def test_a_process_takes_the_costliest_partitions_its_threads_can_run() -> None:
+    """Amoro's bound: partitions by cost, highest first, until their cost passes threads x
+    max-input-file-size-per-thread; the one that passes it is taken too, the rest wait for the next process."""
+    files = fragments("a", 12, 1) + fragments("b", 12, 4) + fragments("c", 12, 2) + fragments("d", 12, 3)
+    verdict = evaluate_table(1, group_by_partition(files, []), cfg(), OptimizingClock(NOW, NOW, NOW))
+    costs = {p.partition.path: p.cost for p in verdict.pending}
+    assert costs["p=b"] > costs["p=d"] > costs["p=c"] > costs["p=a"]
+
+    def taken(max_input: int | None) -> list[str]:
+        return [p.partition.path for p in taken_partitions(verdict, max_input)]
+
+    assert taken(None) == ["p=a", "p=b", "p=c", "p=d"]  # unbounded: every pending partition, as evaluated
+    assert taken(1) == ["p=b"]  # always at least one
+    assert taken(costs["p=b"]) == ["p=b", "p=d"]  # b alone does not pass the bound: d passes it
+    assert taken(costs["p=b"] + costs["p=d"] + 1) == ["p=b", "p=d", "p=c"]
+    planned = plan_tasks(verdict, cfg(), costs["p=b"])
+    assert sorted(p["path"] for t in planned.tasks for p in t.partitions) == ["p=b", "p=d"]
+    # a delete file that applies to a partition left for later stays
+    deletes = [DeleteFile("/d/eq-a", key("a"), True, 10, 1, 2), DeleteFile("/d/eq-b", key("b"), True, 10, 1, 2)]
+    later = evaluate_table(1, group_by_partition(files, deletes), cfg(), OptimizingClock(NOW, NOW, NOW))
+    bounded = plan_tasks(later, cfg(), 1)
+    assert [p["path"] for t in bounded.tasks for p in t.partitions] == ["p=b"]
+    assert [t.remove_deletes for t in bounded.tasks] == [["/d/eq-b"]] and bounded.shared_deletes == []

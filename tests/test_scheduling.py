@@ -13,6 +13,7 @@ from sqlalchemy import update
 from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan
+from lakewarden.domain.scheduling import thread_cap
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier, TableStatus
 from lakewarden.protocol import FailureKind
@@ -79,6 +80,7 @@ def test_groups_are_isolated(client: TestClient) -> None:
 
 def test_per_table_cap_follows_quota(client: TestClient) -> None:
     ctx = ctx_of(client)
+    ctx.dispatcher.break_quota_limit = False  # (tested on its own below)
     rec = add_table(ctx, "t", **{"self-optimizing.quota": "0.5"})
     process_with_tasks(ctx, rec, tasks=4)
     token = register(client, "default", parallelism=4)  # 4 threads x quota 0.5 = 2 tasks at once
@@ -90,6 +92,36 @@ def test_per_table_cap_follows_quota(client: TestClient) -> None:
         client.post("/api/v1/optimizer/complete", json={**ref, "output": {"action": "optimizing"}}).status_code == 204
     )
     assert poll(client, token)["task_id"] == 3  # a slot came free
+
+
+def test_a_quota_above_one_is_a_number_of_threads(client: TestClient) -> None:
+    """Amoro's getQuotaLimit: quota 3 means three threads, whatever the group has; up to 1 a share of them."""
+    assert [thread_cap(q, 8) for q in (3.0, 2.5, 1.0, 0.5, 0.1, 0.0)] == [3, 2, 8, 4, 1, 1]
+    assert thread_cap(0.5, 0) == 1  # no optimizer yet: the group counts one thread
+    ctx = ctx_of(client)
+    ctx.dispatcher.break_quota_limit = False
+    rec = add_table(ctx, "t", **{"self-optimizing.quota": "3"})
+    process_with_tasks(ctx, rec, tasks=5)
+    token = register(client, "default", parallelism=8)
+    assert [poll(client, token)["task_id"] for _ in range(3)] == [1, 2, 3]
+    assert poll(client, token) is None  # three threads held, though five of eight are idle
+
+
+def test_an_idle_thread_breaks_a_quota_when_nothing_else_waits(client: TestClient) -> None:
+    """break-quota-limit-enabled (Amoro's default): a poll that found nothing within the quotas, and no table to
+    plan, takes a task past its table's quota; with it off the thread stays idle."""
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t", **{"self-optimizing.quota": "0.1"})
+    process_with_tasks(ctx, rec, tasks=3)
+    token = register(client, "default", parallelism=4)  # quota 0.1 of 4 threads: one at a time
+    assert poll(client, token)["task_id"] == 1
+    ctx.dispatcher.break_quota_limit = False
+    assert poll(client, token) is None
+    ctx.dispatcher.break_quota_limit = True
+    assert poll(client, token)["task_id"] == 2  # past the quota: nothing else to do
+    other = add_table(ctx, "other")
+    process_with_tasks(ctx, other, tasks=1)
+    assert poll(client, token)["task_id"] == 1 and poll(client, token)["task_id"] == 3  # within quotas first
 
 
 def test_balanced_policy_picks_the_least_recently_optimized(client: TestClient) -> None:
@@ -126,7 +158,8 @@ def test_quota_policy_picks_the_lowest_share_of_quota_used(client: TestClient) -
     ctx = ctx_of(client)
     busy = add_table(ctx, "busy", **{"self-optimizing.quota": "0.5"})
     idle = add_table(ctx, "idle", **{"self-optimizing.quota": "0.1"})
-    # `busy` ran a task for 20 minutes in the last hour: 0.33 h / (0.5 x 1 h) = 67% of its quota
+    # `busy` ran a task for 20 minutes in the last hour; no optimizer yet, so the group counts one thread and
+    # `busy`'s quota of 0.5 allows ceil(0.5 x 1) = 1 thread: 0.33 h / (1 thread x 1 h) = 33% of its quota
     pid = process_with_tasks(ctx, busy, tasks=1)
     with ctx.db.write() as session:
         session.execute(
@@ -139,21 +172,22 @@ def test_quota_policy_picks_the_lowest_share_of_quota_used(client: TestClient) -
     make_pending(ctx, busy)
     make_pending(ctx, idle)
     picked = ctx.dispatcher._pick_table("default")
-    assert picked is not None and picked[0].name.table == "idle"  # 0% used beats 67%
+    assert picked is not None and picked[0].name.table == "idle"  # 0% used beats 33%
     why = picked[1]
     assert why["chosen"] == {
         "table": "c.db.idle",
         "quota": 0.1,
+        "thread_limit": 1,
         "used_seconds": 0.0,
         "quota_share_used": 0.0,
         "seconds_since_optimized": None,
     }
     runner_up = why["runner_up"]
     assert runner_up["table"] == "c.db.busy" and runner_up["quota"] == 0.5
-    assert 1199 < runner_up["used_seconds"] < 1202 and 0.666 < runner_up["quota_share_used"] < 0.668
+    assert 1199 < runner_up["used_seconds"] < 1202 and 0.333 < runner_up["quota_share_used"] < 0.334
     assert why["reason"] == (
         "quota: used 0.0% of its quota in the last hour, ahead of 1 other(s); "
-        "runner-up c.db.busy used 66.7% of its quota in the last hour"
+        "runner-up c.db.busy used 33.3% of its quota in the last hour"
     )
 
 

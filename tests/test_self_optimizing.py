@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -86,3 +86,37 @@ def test_small_files_and_deletes_are_compacted(server: ServerProcess, spark: Spa
     assert "recent optimizing" in table_shown and "8 -> 2 files" in table_shown
     refused = cli(server, "process", "cancel", str(process["process_id"]), ok=False)
     assert refused.returncode == 1 and "is success, not running" in refused.stderr
+
+
+def test_a_process_takes_what_the_groups_threads_can_run_and_the_rest_follows(
+    server: ServerProcess, spark: SparkSession
+) -> None:
+    """Amoro's bound on a plan: one thread x max-input-file-size-per-thread of 1 byte takes one partition a
+    process, the costliest first; the others wait for the next rounds, and in the end every one is compacted."""
+    api = open_lake(server, spark)
+    assert api.put("/resource-groups/default", json={"properties": {"max-input-file-size-per-thread": "1"}}).is_success
+    spark.sql(
+        f"CREATE TABLE local.db.b3 (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+        f"TBLPROPERTIES ({PROPS})"
+    )
+    for i in range(5):  # b gets 5 files, c 4, a 3
+        cats = ["b", *(["c"] if i < 4 else []), *(["a"] if i < 3 else [])]
+        rows = " UNION ALL ".join(f"SELECT id, '{c}', 'v{i}' FROM range({i * 10}, {i * 10 + 10})" for c in cats)
+        spark.sql(f"INSERT INTO local.db.b3 {rows}")
+    before = checksum(spark, "local.db.b3")
+    api.post("/catalogs/local/refresh")
+    table_status(api, "b3", "pending")
+
+    def succeeded() -> list[dict[str, Any]] | None:
+        found = api.get("/processes", params={"table": "local.db.b3", "action": "optimizing"}).json()
+        return found if len(found) == 3 and all(p["status"] == "success" for p in found) else None
+
+    with running_optimizer(server, spark):
+        processes = wait_for("three processes", succeeded, timeout=180)
+    taken = [[part for t in p["tasks"] for part in t["partitions"]] for p in reversed(processes)]
+    assert taken == [["cat=b"], ["cat=c"], ["cat=a"]]
+    assert checksum(spark, "local.db.b3") == before
+    spark.sql("REFRESH TABLE local.db.b3")
+    assert spark.sql("SELECT count(*) FROM local.db.b3.files").first()[0] == 3  # type: ignore[index]
+    bad = api.put("/resource-groups/default", json={"properties": {"max-input-file-size-per-thread": "lots"}})
+    assert bad.status_code == 400 and "max-input-file-size-per-thread" in bad.text

@@ -11,6 +11,15 @@ from lakewarden.domain.errors import InvalidField
 # Letters, digits, '_' and '-', 1 to 64 characters, starting with a letter or digit.
 GROUP_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SCHEDULING_POLICIES = ("quota", "balanced")
+# a self-optimizing process takes at most this many bytes (Amoro's cost estimate) per thread of the group
+MAX_INPUT_PER_THREAD = "max-input-file-size-per-thread"
+MAX_INPUT_PER_THREAD_DEFAULT = 512 * 1024 * 1024  # Amoro's OptimizerProperties default
+
+
+def max_input_per_thread(properties: Mapping[str, str]) -> int:
+    """The group's `max-input-file-size-per-thread` in bytes (validated when the group was set)."""
+    value = properties.get(MAX_INPUT_PER_THREAD)
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else MAX_INPUT_PER_THREAD_DEFAULT
 
 
 def validate_group(name: str, container: str, properties: Mapping[str, str], containers: Collection[str]) -> None:
@@ -31,10 +40,10 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
     policy = properties.get("scheduling-policy")
     if policy is not None and policy not in SCHEDULING_POLICIES:
         raise InvalidField("properties.scheduling-policy", f"{policy!r} is not one of {', '.join(SCHEDULING_POLICIES)}")
-    for key in ("instances", "parallelism"):
+    for key in ("instances", "parallelism", MAX_INPUT_PER_THREAD):
         if key in properties:
             value = properties[key]
-            minimum = 1 if key == "parallelism" else 0
+            minimum = 0 if key == "instances" else 1
             if not value.isdigit() or int(value) < minimum:
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
     validate_prices(properties)

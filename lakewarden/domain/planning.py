@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.domain.evaluator import OptimizingType, TableEvaluation
+from lakewarden.domain.evaluator import OptimizingType, PartitionEvaluation, TableEvaluation
 from lakewarden.domain.file_groups import FileGroup, first_fit
 from lakewarden.domain.files import is_global
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -90,15 +90,33 @@ class OptimizingPlan:
         return list({str(p): p for t in self.tasks for p in t.partitions}.values())
 
 
-def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig) -> OptimizingPlan:
-    """Bins of the pending partitions' file groups, one type per task, first-fit by decreasing size up to
-    max-task-size-bytes (a group bigger than that on its own gets a task of its own)."""
+def taken_partitions(verdict: TableEvaluation, max_input: int | None) -> list[PartitionEvaluation]:
+    """The pending partitions a process takes (Amoro's AbstractOptimizingPlanner.planTasks): the costliest first,
+    until their cost passes `max_input` (the group's threads × max-input-file-size-per-thread; the partition that
+    passes it is taken too, so a process always has one). None: every pending partition."""
+    pending = verdict.pending
+    if max_input is None:
+        return pending
+    taken: list[PartitionEvaluation] = []
+    total = 0
+    for partition in sorted(pending, key=lambda p: (-p.cost, str(p.partition))):
+        taken.append(partition)
+        total += partition.cost
+        if total > max_input:
+            break
+    return taken
+
+
+def plan_tasks(verdict: TableEvaluation, config: OptimizingConfig, max_input: int | None = None) -> OptimizingPlan:
+    """Bins of the taken partitions' file groups (taken_partitions), one type per task, first-fit by decreasing
+    size up to max-task-size-bytes (a group bigger than that on its own gets a task of its own)."""
     tasks: list[TaskPlan] = []
-    for kind in sorted({p.type for p in verdict.pending if p.type is not None}, reverse=True):
-        groups = [g for p in verdict.pending if p.type is kind for g in p.groups]
+    pending = taken_partitions(verdict, max_input)
+    for kind in sorted({p.type for p in pending if p.type is not None}, reverse=True):
+        groups = [g for p in pending if p.type is kind for g in p.groups]
         groups.sort(key=lambda g: (-g.data_bytes, str(g.partition), [f.path for f in (*g.rewrite, *g.rewrite_pos)][:1]))
         bins = first_fit(groups, lambda g: g.data_bytes, config.max_task_size)
-        reasons = {p.partition: f"{p.partition}: {'; '.join(p.reasons)}" for p in verdict.pending}
+        reasons = {p.partition: f"{p.partition}: {'; '.join(p.reasons)}" for p in pending}
         for members in bins:
             members.sort(key=lambda g: str(g.partition))
             tasks.append(TaskPlan(kind, members, reasons=list({reasons[g.partition]: None for g in members})))

@@ -1,11 +1,12 @@
 """How a resource group shares its optimizer threads among its tables (Amoro's scheduling policies).
 
 - `quota`: the pending table that used the smallest share of its quota in the last hour goes first
-  (its tasks' optimizer-thread seconds over quota × 1 h);
+  (its tasks' optimizer-thread seconds over its thread limit × 1 h);
 - `balanced`: the pending table optimized least recently goes first.
 
-Ties go to the table name (the policy names: domain/groups.SCHEDULING_POLICIES). A table holds
-at most ceil(quota × the group's threads) threads at once.
+Ties go to the table name (the policy names: domain/groups.SCHEDULING_POLICIES). A table's thread limit is
+its quota as a number of threads when above 1, else ceil(quota × the group's threads) (Amoro's
+OptimizingQueue.getQuotaLimit and DefaultTableRuntime.calculateQuotaOccupy).
 Pure functions over plain values: the dispatcher (services/processes/dispatcher.py) gathers the numbers.
 """
 
@@ -28,6 +29,7 @@ class Candidate(Generic[T]):
     table: T
     name: str
     quota: float
+    limit: int  # the threads its tasks may hold at once (thread_cap)
     used_seconds: float  # optimizer-thread seconds its tasks used in the last hour (quota policy)
     last_optimized: float  # epoch seconds of its last minor, major or full optimizing; 0 if never (balanced)
 
@@ -36,7 +38,7 @@ def ranked(policy: str, candidates: Sequence[Candidate[T]]) -> list[Candidate[T]
     """The candidates in the order the group's policy plans them (an unknown policy counts as quota)."""
     if policy == "balanced":
         return sorted(candidates, key=lambda c: (c.last_optimized, c.name))
-    return sorted(candidates, key=lambda c: (quota_share_used(c.used_seconds, c.quota), c.name))
+    return sorted(candidates, key=lambda c: (quota_share_used(c.used_seconds, c.limit), c.name))
 
 
 def why_first(policy: str, order: Sequence[Candidate[T]], now: float) -> dict[str, Any]:
@@ -48,14 +50,15 @@ def why_first(policy: str, order: Sequence[Candidate[T]], now: float) -> dict[st
         return {
             "table": c.name,
             "quota": c.quota,
+            "thread_limit": c.limit,
             "used_seconds": round(c.used_seconds, 3),
-            "quota_share_used": round(quota_share_used(c.used_seconds, c.quota), 6),
+            "quota_share_used": round(quota_share_used(c.used_seconds, c.limit), 6),
             "seconds_since_optimized": round(now - c.last_optimized, 3) if c.last_optimized else None,
         }
 
     def weighed(c: Candidate[T]) -> str:
         if policy == "quota":
-            return f"used {quota_share_used(c.used_seconds, c.quota):.1%} of its quota in the last hour"
+            return f"used {quota_share_used(c.used_seconds, c.limit):.1%} of its quota in the last hour"
         if not c.last_optimized:
             return "never optimized"
         return f"last optimized {now - c.last_optimized:.0f} s ago"
@@ -76,13 +79,16 @@ def why_first(policy: str, order: Sequence[Candidate[T]], now: float) -> dict[st
 
 
 def _key(policy: str, c: Candidate[T]) -> float:
-    return c.last_optimized if policy == "balanced" else quota_share_used(c.used_seconds, c.quota)
+    return c.last_optimized if policy == "balanced" else quota_share_used(c.used_seconds, c.limit)
 
 
-def quota_share_used(used_seconds: float, quota: float) -> float:
-    return used_seconds / (max(quota, 1e-6) * QUOTA_WINDOW_SECONDS)
+def quota_share_used(used_seconds: float, limit: int) -> float:
+    return used_seconds / (max(limit, 1) * QUOTA_WINDOW_SECONDS)
 
 
 def thread_cap(quota: float, group_threads: int) -> int:
-    """How many of the group's threads one table's tasks may hold at once."""
+    """How many of the group's threads one table's tasks may hold at once: a quota above 1 is a number of
+    threads; up to 1, a share of the group's threads (at least one)."""
+    if quota > 1:
+        return int(quota)
     return max(1, math.ceil(quota * max(1, group_threads)))

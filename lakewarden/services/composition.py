@@ -248,6 +248,7 @@ class ServerRuntime:
                 node_url=ha.node_url or server_url,
                 price=price_of(config),
                 max_long_polls=timeouts.max_long_polls,
+                break_quota_limit=config.ams.self_optimizing.break_quota_limit_enabled,
             ),
             keeper=OptimizerKeeper(
                 db,

@@ -65,8 +65,10 @@ class TaskDispatcher:
         node_url: str | None = None,
         price: Price | None = None,
         max_long_polls: int = 16,
+        break_quota_limit: bool = True,
     ) -> None:
         self.db = db
+        self.break_quota_limit = break_quota_limit
         self.price = price or Price()  # the server's default; a group's properties may set its own
         # lakewarden's own catalogs are reached at the node that hands the task out (with high availability
         # the stored URI is the node that seeded the catalog, which may be gone)
@@ -118,6 +120,10 @@ class TaskDispatcher:
                 group = store.get_optimizer(session, token).group_name
             assignment = self._schedule(group, token, thread_id)
             remaining = deadline - time.monotonic()
+            if assignment is None and remaining <= 0 and self.break_quota_limit:
+                # nothing within the quotas came while the poll waited: an idle thread helps a table past its
+                # quota rather than wait (Amoro's OptimizingQueue.pollTask with break-quota-limit-enabled)
+                assignment = self._next_planned(group, token, thread_id, within_quota=False)
             if assignment is not None or remaining <= 0:
                 return assignment
             self.work_ready.wait(min(remaining, 1.0))  # a back-off that ends is noticed within a second
@@ -131,8 +137,9 @@ class TaskDispatcher:
                     assignment = self._next_planned(group, token, thread_id)
             return assignment
 
-    def _next_planned(self, group: str, token: str, thread_id: int) -> Assignment | None:
-        """Hand out the first planned task a table may still run; polling counts as a heartbeat."""
+    def _next_planned(self, group: str, token: str, thread_id: int, within_quota: bool = True) -> Assignment | None:
+        """Hand out the first planned task a table may still run (`within_quota`: holding fewer threads than its
+        quota allows); polling counts as a heartbeat."""
         with self.db.write() as session:
             store.touch_optimizer(session, token)
             threads = store.group_threads(session, group)
@@ -143,7 +150,8 @@ class TaskDispatcher:
                 factory = self.engine.registry.factory(process.action)
                 if not factory.may_dispatch(session, process):
                     continue
-                if sum(counts.get(s, 0) for s in TASK_ACTIVE) >= thread_cap(_quota(session, process.table_id), threads):
+                active = sum(counts.get(s, 0) for s in TASK_ACTIVE)
+                if within_quota and active >= thread_cap(_quota(session, process.table_id), threads):
                     continue  # the table has its share of the group's threads
                 task = store.first_planned_task(session, process.process_id)
                 if task is not None and store.transition_task(
@@ -205,6 +213,7 @@ class TaskDispatcher:
         now = utcnow()
         with self.db.read() as session:
             policy = store.group_policy(session, group)
+            threads = store.group_threads(session, group)
             blocked = {p.table_id for p in store.running_processes(session, group) if p.action in BLOCKS_OPTIMIZING}
             candidates = []
             for rec in table_store.list_tables(session, status=TableStatus.PENDING, group=group):
@@ -228,7 +237,8 @@ class TaskDispatcher:
                     if policy != "balanced"
                     else 0.0
                 )
-                candidates.append(Candidate(rec, str(rec.name), config.quota, used, max(times, default=0.0)))
+                limit = thread_cap(config.quota, threads)
+                candidates.append(Candidate(rec, str(rec.name), config.quota, limit, used, max(times, default=0.0)))
         order = ranked(policy, candidates)
         return (order[0].table, why_first(policy, order, now.timestamp())) if order else None
 

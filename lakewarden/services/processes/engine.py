@@ -23,6 +23,7 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.costs import total_usage, usage_summary
 from lakewarden.domain.errors import Conflict, NothingToDo
 from lakewarden.domain.evaluator import OptimizingType
+from lakewarden.domain.groups import max_input_per_thread
 from lakewarden.domain.optimizing_config import TURNED_OFF, OptimizingConfig
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
@@ -31,6 +32,7 @@ from lakewarden.protocol import TASK_RESULT, FailureKind
 from lakewarden.services.processes.factories import ProcessRegistry
 from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import groups as group_store
 from lakewarden.store import processes as store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
@@ -137,8 +139,12 @@ class ProcessEngine:
     ) -> tuple[int, OptimizingType] | None:
         """The process and its tasks are written in one transaction."""
         factory = self.registry.factory(Action.OPTIMIZING, rec.identifier.format)
+        with self.db.read() as session:
+            # a process takes what the group's threads can run (Amoro's planner: at least one thread)
+            threads = max(1, store.group_threads(session, group))
+            per_thread = max_input_per_thread(group_store.group_properties(session, group))
         try:
-            plan = factory.create(rec, self.load(rec, spec), "pending", {})
+            plan = factory.create(rec, self.load(rec, spec), "pending", {"max_input_bytes": threads * per_thread})
         except NothingToDo:
             return None
         with self.db.write() as session:

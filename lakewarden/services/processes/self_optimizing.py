@@ -48,8 +48,10 @@ class SelfOptimizingFactory(ProcessFactory):
         self.cache = cache  # shared with the evaluator: manifests are parsed once
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
-        """Plan on the table's current snapshot: the pending partitions' file groups binned into tasks. When
-        main has nothing to do, the first branch of `self-optimizing.branches` that has is planned on its head."""
+        """Plan on the table's current snapshot: the pending partitions' file groups binned into tasks, at most
+        `options["max_input_bytes"]` of Amoro's cost estimate (the rest waits for the next process). When main has
+        nothing to do, the first branch of `self-optimizing.branches` that has is planned on its head."""
+        max_input = options.get("max_input_bytes")
         config = OptimizingConfig.of(rec.runtime.config)
         clock = OptimizingClock(
             now_ms=int(time.time() * 1000),
@@ -62,8 +64,17 @@ class SelfOptimizingFactory(ProcessFactory):
             files = snapshot_files(table, self.cache, config.filter, branch)
             try:
                 if branch is None:
-                    return plan_process(name, table, files, config, clock, rec.runtime.unreduced, rec.runtime.clustered)
-                return plan_process(name, table, files, config, clock, branch=branch)
+                    return plan_process(
+                        name,
+                        table,
+                        files,
+                        config,
+                        clock,
+                        rec.runtime.unreduced,
+                        rec.runtime.clustered,
+                        max_input=max_input,
+                    )
+                return plan_process(name, table, files, config, clock, branch=branch, max_input=max_input)
             except NothingToDo as exc:
                 nothing = nothing or exc  # main's reasons, when no branch has anything either
         assert nothing is not None  # main is always among the branches planned
@@ -127,18 +138,20 @@ def plan_process(
     unreduced: Mapping[str, Collection[str]] | None = None,
     clustered: Mapping[str, Any] | None = None,
     branch: str | None = None,
+    max_input: int | None = None,
 ) -> ProcessPlan:
     """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
     of: one task per bin of file groups, and a last task removing the delete files tasks shared.
     `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote. The tasks commit to
-    `branch` (None: main), whose head the files are of.
+    `branch` (None: main), whose head the files are of. `max_input` bounds the partitions taken (plan_tasks).
     Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
     clustering = table_clustering(table, config, clustered)
     partitions = group_by_partition(files.data, files.deletes)
     verdict = evaluate_table(files.snapshot_id, partitions, config, clock, unreduced, clustering)
-    plan = plan_tasks(verdict, config)
+    plan = plan_tasks(verdict, config, max_input)
     if not plan.tasks or verdict.type is None:
         raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
+    kind = max(t.type for t in plan.tasks)  # of the partitions taken, as Amoro types a bounded plan
     tasks = [
         TaskSpec(
             task.type.label,
@@ -159,14 +172,13 @@ def plan_process(
         for task in plan.tasks
     ]
     if plan.shared_deletes:  # once every task committed, the delete files they shared go
-        kind = verdict.type.label
         tasks.append(
             TaskSpec(
-                kind,
+                kind.label,
                 OptimizingInput(
                     table=name,
                     snapshot_id=files.snapshot_id,
-                    type=kind,
+                    type=kind.label,
                     partitions=[PartitionRef(**p) for p in plan.partitions],
                     filter=partition_filter_json(table, plan.partitions),
                     remove_deletes=plan.shared_deletes,
@@ -178,7 +190,7 @@ def plan_process(
                 stage=1,
             )
         )
-    return ProcessPlan(verdict.type.label, files.snapshot_id, tasks, {"branch": branch} if branch else {})
+    return ProcessPlan(kind.label, files.snapshot_id, tasks, {"branch": branch} if branch else {})
 
 
 def _unreduced(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
