@@ -53,6 +53,12 @@ def test_durations(text: str | int, expected: float) -> None:
     assert parse_duration(text).total_seconds() == expected
 
 
+@pytest.mark.parametrize("value", [3.0e145, float("nan"), float("inf"), "1" + "0" * 30 + "d"])
+def test_a_duration_too_long_for_a_timedelta_is_a_value_error(value: float | str) -> None:
+    with pytest.raises(ValueError, match=r"too long|is not a duration"):
+        parse_duration(value)
+
+
 @pytest.mark.parametrize(
     ("env", "field"),
     [

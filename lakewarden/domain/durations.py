@@ -14,11 +14,14 @@ def parse_duration(value: Any) -> timedelta:
     """A timedelta as it is, a number as milliseconds, or a text like '720min'; raises ValueError."""
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return timedelta(milliseconds=value)
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", value.lower())
-        if match and match.group(2) in ("", *UNITS):
-            number, unit = float(match.group(1)), match.group(2)
-            return timedelta(milliseconds=number) if unit == "" else timedelta(seconds=number * UNITS[unit])
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return timedelta(milliseconds=value)
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", value.lower())
+            if match and match.group(2) in ("", *UNITS):
+                number, unit = float(match.group(1)), match.group(2)
+                return timedelta(milliseconds=number) if unit == "" else timedelta(seconds=number * UNITS[unit])
+    except (OverflowError, ValueError) as exc:  # longer than a timedelta holds (about 2.7 million years), or NaN
+        raise ValueError(f"{value!r} is too long a duration") from exc
     raise ValueError(f"{value!r} is not a duration such as 500ms, 30s, 720min, 12h, 30d or milliseconds")

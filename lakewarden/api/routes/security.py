@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -228,11 +228,16 @@ def remove_grant(name: str, target: str, ctx: Ctx, auth: Auth, me: Caller, reque
 # ---- tokens
 
 
+MAX_TOKEN_LIFETIME = timedelta(days=36_525)
+
+
 @router.post("/principals/{name}/tokens", status_code=201, response_model=TokenCreated)
 def create_token(name: str, body: TokenCreate, ctx: Ctx, auth: Auth, me: Caller, request: Request) -> TokenCreated:
     expires = body.expires_in
     if expires is not None and expires.total_seconds() <= 0:
         raise InvalidField("expires_in", "must be positive")
+    if expires is not None and expires > MAX_TOKEN_LIFETIME:  # its expiry date must be a date
+        raise InvalidField("expires_in", "must be at most 100 years; omit it for a token that lives until revoked")
     token_id, token = auth.create_token(name, body.name, expires)
     with ctx.db.write() as session:
         store.audit(session, me.name, "create-token", name, {"token_id": token_id}, client_address(request))
