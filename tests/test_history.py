@@ -20,6 +20,7 @@ from lakewarden.api.context import ServerContext
 from lakewarden.config import HistoryConfig
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.services.tables.history import HistoryPruner
+from lakewarden.store import process_files
 from lakewarden.store import processes as store
 from lakewarden.store.models import CommitRow, EventRow, ProcessFileRow, ProcessRow, TaskRow
 
@@ -84,7 +85,7 @@ def test_processes_are_pruned_by_age_and_count_keeping_the_newest_and_the_runnin
             session.add(row)
             session.flush()
             session.add(_task(row.process_id))
-            store.add_process_files(session, row.process_id, 1, {"rewritten_files": [f"f{n}a", f"f{n}b"]})
+            process_files.add_process_files(session, row.process_id, 1, {"rewritten_files": [f"f{n}a", f"f{n}b"]})
             ids.append(row.process_id)
             if status != "running":  # ended as the engine ends processes: counted in the running totals
                 end = {"end_time": row.plan_time}

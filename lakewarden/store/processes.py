@@ -6,7 +6,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from lakewarden.domain.errors import NotFound
@@ -16,7 +16,6 @@ from lakewarden.store import stats
 from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import (
     OptimizerRow,
-    ProcessFileRow,
     ProcessRow,
     ProcessStreakRow,
     ResourceGroupRow,
@@ -222,32 +221,6 @@ def tasks_of_each(session: Session, process_ids: list[int]) -> dict[int, list[Ta
     for task in session.scalars(query):
         tasks[task.process_id].append(task)
     return tasks
-
-
-def add_process_files(session: Session, process_id: int, task_id: int, files: dict[str, list[str]]) -> None:
-    """The files a task changed, by kind (one statement for them all)."""
-    rows = [
-        {"process_id": process_id, "task_id": task_id, "kind": kind, "path": path}
-        for kind, paths in files.items()
-        for path in paths
-    ]
-    if rows:
-        session.execute(insert(ProcessFileRow), rows)
-
-
-def process_files(
-    session: Session, process_id: int, kind: str | None, offset: int, limit: int
-) -> tuple[list[ProcessFileRow], int]:
-    """A page of the files a process changed (of one kind, or all), in the order they were recorded, and how many
-    there are in all."""
-    wanted = [ProcessFileRow.process_id == process_id]
-    if kind is not None:
-        wanted.append(ProcessFileRow.kind == kind)
-    total = session.scalar(select(func.count()).select_from(ProcessFileRow).where(*wanted)) or 0
-    page = session.scalars(
-        select(ProcessFileRow).where(*wanted).order_by(ProcessFileRow.file_id).offset(offset).limit(limit)
-    )
-    return list(page), int(total)
 
 
 def first_planned_task(session: Session, process_id: int) -> TaskRow | None:

@@ -18,6 +18,7 @@ from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.protocol import FailureKind, OptimizingResult
+from lakewarden.store import process_files as process_file_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc
@@ -199,7 +200,7 @@ def process_files(
         raise InvalidField("kind", f"{kind!r} is not one of {', '.join(OptimizingResult.FILES)}")
     with ctx.db.read() as session:
         store.get_process(session, process_id)  # a 404 for a process that does not exist
-        rows, total = store.process_files(session, process_id, kind, offset, limit)
+        rows, total = process_file_store.process_files(session, process_id, kind, offset, limit)
     return ProcessFiles(
         total=total,
         offset=offset,

@@ -35,6 +35,7 @@ from lakewarden.services.loop import WakeSignal
 from lakewarden.services.processes.engine import ProcessEngine
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
+from lakewarden.store import process_files
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
@@ -123,7 +124,8 @@ class TaskDispatcher:
             if assignment is None and remaining <= 0 and self.break_quota_limit:
                 # nothing within the quotas came while the poll waited: an idle thread helps a table past its
                 # quota rather than wait (Amoro's OptimizingQueue.pollTask with break-quota-limit-enabled)
-                assignment = self._next_planned(group, token, thread_id, within_quota=False)
+                with self._lock(group):
+                    assignment = self._next_planned(group, token, thread_id, within_quota=False)
             if assignment is not None or remaining <= 0:
                 return assignment
             self.work_ready.wait(min(remaining, 1.0))  # a back-off that ends is noticed within a second
@@ -319,7 +321,7 @@ class TaskDispatcher:
                 raise Conflict(
                     f"task {done.process_id}.{done.task_id} attempt {done.attempt} is not running on this optimizer"
                 )
-            store.add_process_files(session, done.process_id, done.task_id, files)
+            process_files.add_process_files(session, done.process_id, done.task_id, files)
         self.engine.settle(done.process_id)
 
     def _usage(self, session: Session, process_id: int, done: Completion) -> dict[str, Any] | None:
