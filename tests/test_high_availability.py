@@ -135,6 +135,41 @@ def test_a_takeover_waits_for_the_old_leaders_checked_write_to_commit(nodes: tup
     assert b.events == ["elected 2"]
 
 
+def test_a_leader_paused_inside_a_checked_write_does_not_block_the_takeover(nodes: tuple[Node, Node]) -> None:
+    """A leader stopped (SIGSTOP) in the middle of a fenced write holds the lease row's lock for as long as its
+    connection lives: the database ends that transaction once it idled a lease, and the follower takes over."""
+    a, b = nodes
+    a.leadership.run_once()
+    inside, resume = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def paused_write() -> None:
+        try:
+            with a.db.write() as session:
+                group_store.create_group(session, "paused", "local", {})
+                session.flush()
+                inside.set()
+                resume.wait(30)  # the process is stopped here
+        except BaseException as exc:  # what the resumed write met is the test's subject
+            failure.append(exc)
+
+    writer = threading.Thread(target=paused_write)
+    writer.start()
+    assert inside.wait(10)
+    paused = time.monotonic()
+    expire(b.db)  # the lease runs out while a is stopped
+    taking = threading.Thread(target=b.leadership.run_once)
+    taking.start()
+    taking.join(LEASE.total_seconds() + 3)
+    assert not taking.is_alive() and b.events == ["elected 2"]
+    assert time.monotonic() - paused < LEASE.total_seconds() + 3
+    resume.set()  # a wakes: its write was ended by the database and lands nothing
+    writer.join(10)
+    assert failure
+    with b.db.read() as session:
+        assert "paused" not in {g.name for g in group_store.list_groups(session)}
+
+
 def test_a_leader_that_cannot_reach_the_database_steps_down_within_its_lease(nodes: tuple[Node, Node]) -> None:
     a, _ = nodes
     a.leadership.run_once()

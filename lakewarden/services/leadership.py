@@ -127,7 +127,7 @@ class Leadership(LoopService):
         epoch = self.epoch
         if epoch is None:
             raise NotLeader(f"node {self.url} is not the leader{self._leader_hint()}")
-        current = store.fencing_epoch(session)
+        current = store.fencing_epoch(session, self.lease)
         if current != epoch:
             threading.Thread(target=self._step_down, args=(f"fenced: epoch {current} is not ours ({epoch})",)).start()
             raise NotLeader(f"node {self.url} is no longer the leader (epoch {epoch}, now {current})")

@@ -3,7 +3,10 @@
 Times are the database's (`now()`), so the nodes' clocks do not matter. The lease row is locked while it
 is taken over or renewed (FOR UPDATE) and while a leader's write is checked against it (FOR SHARE): a
 takeover waits for the old leader's checked transactions to commit, and any the old leader starts
-afterwards see the new epoch and are refused.
+afterwards see the new epoch and are refused. A transaction holding the lease row may sit idle for at most
+a lease (PostgreSQL's idle_in_transaction_session_timeout, for that transaction alone): a leader paused inside
+one (SIGSTOP, a frozen VM) would otherwise hold the lock for as long as its connection lives, and no node could
+take over.
 """
 
 from __future__ import annotations
@@ -40,9 +43,19 @@ def _now(session: Session) -> datetime:
     return as_utc(now)
 
 
+def bound_idle(session: Session, lease: timedelta) -> None:
+    """The server ends this transaction (and its connection) if it idles longer than a lease: its lock on the
+    lease row cannot outlive a paused holder by more than that. A leader's transaction idle that long has lost
+    its lease anyway (its own renewal waits on the same row)."""
+    if session.get_bind().dialect.name == "postgresql":
+        millis = str(int(lease.total_seconds() * 1000))
+        session.execute(select(func.set_config("idle_in_transaction_session_timeout", millis, True)))
+
+
 def acquire_or_renew(session: Session, node_id: str, epoch: int | None, lease: timedelta) -> int | None:
     """Renew this node's lease (held with `epoch`), or take it if it expired; the epoch it holds now, or None
     when another node holds a live lease (or took it over: the caller is deposed)."""
+    bound_idle(session, lease)
     now = _now(session)
     row = session.scalars(select(LeaseRow).where(LeaseRow.name == LEASE).with_for_update()).first()
     if row is None:
@@ -69,8 +82,9 @@ def release(session: Session, node_id: str, epoch: int) -> None:
         row.expires_at = _now(session)
 
 
-def fencing_epoch(session: Session) -> int | None:
+def fencing_epoch(session: Session, lease: timedelta) -> int | None:
     """The current epoch, with the lease row share-locked until the transaction ends."""
+    bound_idle(session, lease)
     return session.scalar(select(LeaseRow.epoch).where(LeaseRow.name == LEASE).with_for_update(read=True))
 
 
