@@ -76,10 +76,22 @@ class FileGroupInput(_Model):
     )
 
 
+class StagedFiles(_Model):
+    """Files a task wrote and did not commit, for its process's one commit: each as Iceberg's ContentFileParser
+    writes a content file (its path, partition, metrics)."""
+
+    groups: list[list[dict[str, Any]]] = Field(
+        default_factory=list, description="Per file group of the task, in order: the data files it was rewritten into"
+    )
+    deletes: list[dict[str, Any]] = Field(default_factory=list, description="The position deletes written")
+    vectors: bool = Field(False, description="The deletes are deletion vectors (format version 3)")
+
+
 class OptimizingInput(_Model):
     """Rewrite exactly the planned files of some partitions, as planned on `snapshot_id`, and commit them
-    with the removal of `remove_deletes` in one snapshot. A task with no groups only removes delete files
-    (the last task of a process whose delete files were shared by several tasks)."""
+    with the removal of `remove_deletes` in one snapshot. In a process of several tasks each task only stages
+    what it wrote (`stage_only`) and the process's last task (`commit_staged`) commits every task's files at
+    once, with the delete files the tasks shared."""
 
     action: Literal["optimizing"] = "optimizing"
     table: str = Field(description="database.table in the task's catalog")
@@ -91,6 +103,11 @@ class OptimizingInput(_Model):
     remove_deletes: list[str] = Field(default_factory=list, description="Delete files the commit removes")
     reasons: list[str] = Field(default_factory=list)
     branch: str | None = Field(None, description="The branch planned and committed to; none is main")
+    stage_only: bool = Field(False, description="Write the files and return them staged: the process commits them")
+    commit_staged: bool = Field(False, description="Commit the files the process's tasks staged, in one snapshot")
+    staged: StagedFiles | None = Field(
+        None, description="commit_staged: what the tasks staged, their groups in `groups` (completed at hand-out)"
+    )
 
 
 WEEK_MS = 7 * 24 * 3_600_000
@@ -218,6 +235,8 @@ class OptimizingResult(_Result):
         description="Per partition ('<spec id>:<path>'), the files a clustering rewrite wrote: the partition is "
         "clustered while they are its files",
     )
+    staged: StagedFiles | None = Field(None, description="stage_only: the files written, for the process to commit")
+    process_commit: bool = Field(False, description="The process's one commit: its counts are the process's")
     TOTALS: ClassVar[tuple[str, ...]] = (
         "files_in",
         "bytes_in",
@@ -235,7 +254,10 @@ class OptimizingResult(_Result):
     def summarize(cls, results: Sequence[_Result]) -> dict[str, Any]:
         """The totals: a process rewrote these files and bytes, whatever its tasks' snapshots (the files themselves
         are listed apart)."""
-        merged = super().summarize(results)
+        # a process committed once counts what its commit committed; files staged and not committed do not count
+        mine = [r for r in results if isinstance(r, OptimizingResult)]
+        committed = [r for r in mine if r.process_commit] or [r for r in mine if r.staged is None]
+        merged = super().summarize(committed)
         return {name: int(merged.get(name, 0)) for name in cls.TOTALS}
 
 

@@ -25,8 +25,10 @@ from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
-from lakewarden.protocol import OptimizingResult
-from lakewarden.services.processes.self_optimizing import plan_process
+from lakewarden.optimizer.runners import StalePlan
+from lakewarden.protocol import OptimizingInput, OptimizingResult
+from lakewarden.services.processes.self_optimizing import commit_input, plan_process
+from lakewarden.store.models import TaskRow
 from tests.cdc import equality_delete, upsert
 from tests.helpers import assignment, checksum, spark_sql_catalog
 
@@ -94,15 +96,21 @@ PROCESS_IDS = itertools.count(1)
 def run(
     spark: SparkSession, catalog: CatalogSpec, planned: ProcessPlan, process_id: int | None = None
 ) -> list[OptimizingResult]:
-    """Run the process's tasks stage by stage, as the dispatcher hands them out."""
+    """Run the process's tasks stage by stage, as the dispatcher hands them out (a commit task gets what the
+    others staged); the results that count, as the process's summary counts them."""
     results = []
+    done: list[TaskRow] = []
     process_id = process_id or next(PROCESS_IDS)
     for task_id, task in sorted(enumerate(planned.tasks, start=1), key=lambda t: t[1].stage):
-        work = assignment(catalog, task.input.model_dump(mode="json"), process_id, task_id)
-        result = execute_task(spark, work, "test")
+        work = task.input
+        if isinstance(work, OptimizingInput) and work.commit_staged:
+            work = commit_input(done, work)
+        result = execute_task(spark, assignment(catalog, work.model_dump(mode="json"), process_id, task_id), "test")
         assert isinstance(result, OptimizingResult)
         results.append(result)
-    return results
+        output = result.model_dump(mode="json")
+        done.append(TaskRow(task_id=task_id, status="success", input=task.input.model_dump(mode="json"), output=output))
+    return [r for r in results if r.process_commit] or results
 
 
 def planned_files(planned: ProcessPlan) -> tuple[set[str], set[str], set[str]]:
@@ -189,7 +197,8 @@ def test_a_partition_split_over_tasks_removes_the_deletes_they_share_last(
     spark: SparkSession, catalog: CatalogSpec
 ) -> None:
     """max-task-size-bytes cuts one partition's fragments into several tasks; the equality-delete file that
-    applies to all of them is read by each and removed by a last task, after they all committed."""
+    applies to all of them is read by each; the tasks stage their files and a last task commits them all, with
+    the shared file's removal, in one snapshot."""
     table = create(spark, "split", {"self-optimizing.max-task-size-bytes": "6000"})
     fragments = {write(spark, table, FRAGMENT, "a", i * 100) for i in range(20)}  # two groups of <= 32 KiB
     (eq_file,) = [equality_delete(spark, table, {"id": [1, 101, 201, 301]}, "cat=a")]
@@ -202,12 +211,86 @@ def test_a_partition_split_over_tasks_removes_the_deletes_they_share_last(
     assert rewrite == fragments and removed == {eq_file}
     last = planned.tasks[-1].input
     assert last.groups == [] and last.remove_deletes == [eq_file]  # type: ignore[union-attr]
+    snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count()
     results = run(spark, catalog, planned)
+    assert spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count() == snapshots + 1
+    assert len(results) == 1 and results[0].process_commit and results[0].files_in == len(fragments)
 
     data, positions, equalities = files(spark, table)
     assert equalities == set() and positions == set()
     assert not data & fragments
     assert [r.delete_files_removed for r in results][-1] == 1
+    assert checksum(spark, table) == before
+
+
+def test_a_writer_conflicting_at_the_process_commit_leaves_nothing_of_the_process(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """Both tasks staged their files; a writer deletes a row of a rewritten file before the process commits:
+    the commit's validation from the planned snapshot fails, nothing of the process is committed, and the
+    files the tasks staged are deleted."""
+    table = create(spark, "conflict", {"self-optimizing.max-task-size-bytes": "6000"})
+    for i in range(20):
+        write(spark, table, FRAGMENT, "a", i * 100)
+    planned = plan(catalog, table)
+    *stagers, commit = planned.tasks
+    assert len(stagers) >= 2 and all(t.input.stage_only for t in stagers)  # type: ignore[union-attr]
+    done = []
+    for task_id, task in enumerate(stagers, start=1):
+        work = assignment(catalog, task.input.model_dump(mode="json"), 77, task_id)
+        result = execute_task(spark, work, "test")
+        assert isinstance(result, OptimizingResult) and result.staged is not None and result.snapshot_id is None
+        output = result.model_dump(mode="json")
+        done.append(TaskRow(task_id=task_id, status="success", input=task.input.model_dump(mode="json"), output=output))
+    staged = [f["file-path"] for t in done for g in (t.output or {})["staged"]["groups"] for f in g]
+    assert staged and all(Path(p).exists() for p in staged)
+    snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count()
+    spark.sql(f"DELETE FROM {table} WHERE id = 101")  # a row of a file the process rewrote
+    expected = checksum(spark, table)
+
+    assert isinstance(commit.input, OptimizingInput)
+    last = commit_input(done, commit.input).model_dump(mode="json")
+    with pytest.raises(StalePlan, match="changed since the planned snapshot"):
+        execute_task(spark, assignment(catalog, last, 77, len(stagers) + 1), "test")
+    assert spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count() == snapshots + 1  # the writer's alone
+    assert not any(Path(p).exists() for p in staged)
+    assert checksum(spark, table) == expected
+
+
+def test_a_partial_commit_commits_one_tasks_files_and_keeps_the_deletes_they_shared(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """allow-partial-commit after a task failed: the commit task commits the files of the task that succeeded,
+    removes none of the delete files the tasks shared (the files not rewritten still need them), and the table
+    reads as before."""
+    table = create(spark, "partial", {"self-optimizing.max-task-size-bytes": "6000"})
+    fragments = {write(spark, table, FRAGMENT, "a", i * 100) for i in range(20)}
+    (eq_file,) = [equality_delete(spark, table, {"id": [1, 101, 201, 301, 1901]}, "cat=a")]
+    before = checksum(spark, table)
+    planned = plan(catalog, table)
+    first, *others, commit = planned.tasks
+    assert others and isinstance(first.input, OptimizingInput) and isinstance(commit.input, OptimizingInput)
+    result = execute_task(spark, assignment(catalog, first.input.model_dump(mode="json"), 78, 1), "test")
+    assert isinstance(result, OptimizingResult)
+    done = [
+        TaskRow(
+            task_id=1,
+            status="success",
+            input=first.input.model_dump(mode="json"),
+            output=result.model_dump(mode="json"),
+        )
+    ]
+    done += [
+        TaskRow(task_id=i, status="canceled", input=t.input.model_dump(mode="json")) for i, t in enumerate(others, 2)
+    ]
+    last = commit_input(done, commit.input)
+    assert last.remove_deletes == [] and len(last.groups) == len(first.input.groups)
+    committed = execute_task(spark, assignment(catalog, last.model_dump(mode="json"), 78, len(planned.tasks)), "test")
+    assert isinstance(committed, OptimizingResult) and committed.process_commit
+    rewritten = {p for g in first.input.groups for p in g.rewrite}
+    data, _, equalities = files(spark, table)
+    assert equalities == {eq_file} and not data & rewritten and fragments - rewritten <= data
+    assert committed.files_in == len(rewritten)
     assert checksum(spark, table) == before
 
 

@@ -47,13 +47,21 @@ def test_local_container_scales_out_and_releases(server: ServerProcess) -> None:
     assert bad.returncode != 0
 
 
-def pending_table(server: ServerProcess, spark: SparkSession, name: str) -> tuple[httpx.Client, tuple[int, int]]:
-    """local.db.<name>: 12 small appends, pending; the API client and the table's checksum."""
+def pending_table(
+    server: ServerProcess, spark: SparkSession, name: str, tasks: int = 1
+) -> tuple[httpx.Client, tuple[int, int]]:
+    """local.db.<name>: 12 small appends, pending; with several `tasks`, in as many partitions, each a task of its
+    own (max-task-size-bytes of a byte). The API client and the table's checksum."""
     api = open_lake(server, spark)
-    spark.sql(f"CREATE TABLE local.db.{name} (id BIGINT, cat STRING, v STRING) USING iceberg TBLPROPERTIES ({PROPS})")
+    partitioned = "PARTITIONED BY (cat)" if tasks > 1 else ""
+    props = f"{PROPS}, 'self-optimizing.max-task-size-bytes' = '1'" if tasks > 1 else PROPS
+    spark.sql(
+        f"CREATE TABLE local.db.{name} (id BIGINT, cat STRING, v STRING) USING iceberg {partitioned} "
+        f"TBLPROPERTIES ({props})"
+    )
     for i in range(12):
         rows = f"range({i * 20000}, {(i + 1) * 20000})"
-        spark.sql(f"INSERT INTO local.db.{name} SELECT id, 'a', repeat('x', 50) FROM {rows}")
+        spark.sql(f"INSERT INTO local.db.{name} SELECT id, char(97 + id % {tasks}), repeat('x', 50) FROM {rows}")
     before = checksum(spark, f"local.db.{name}")
     api.post("/catalogs/local/refresh")
     wait_for("pending", lambda: api.get(f"/tables/local/db/{name}").json()["status"] == "pending")
@@ -84,7 +92,9 @@ def acked_process(api: httpx.Client) -> dict[str, Any]:
 
 
 def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: SparkSession) -> None:
-    api, before = pending_table(server, spark, "k")
+    """A process of three tasks: the optimizer running the first is killed mid-rewrite; another finishes the
+    process, whose one commit is the only snapshot it makes."""
+    api, before = pending_table(server, spark, "k", tasks=3)
     victim = optimizer_process(server)
     try:
         process = acked_process(api)
@@ -105,9 +115,15 @@ def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: S
         )
     assert done["status"] == "success", done
     assert done["tasks"][0]["attempt"] >= 2
+    assert len(done["tasks"]) >= 3 and done["tasks"][-1]["type"] == done["type"]
     spark.sql("REFRESH TABLE local.db.k")
     assert checksum(spark, "local.db.k") == before
-    assert spark.sql("SELECT count(*) FROM local.db.k.files").first()[0] < 12  # type: ignore[index]
+    assert spark.sql("SELECT count(*) FROM local.db.k.files").first()[0] == 3  # type: ignore[index]
+    by_process = spark.sql(
+        f"SELECT count(*) FROM local.db.k.snapshots WHERE summary['lakewarden.process-id'] = '{done['process_id']}'"
+    ).first()[0]  # type: ignore[index]
+    assert by_process == 1
+    assert done["summary"]["files_in"] >= 12 and done["summary"]["files_out"] == 3
 
 
 def test_an_optimizer_whose_spark_jvm_dies_leaves_and_fails_no_task(server: ServerProcess, spark: SparkSession) -> None:

@@ -65,6 +65,8 @@ class OptimizingConfig:
     z_order_columns: tuple[str, ...]
     min_plan_interval_ms: int
     execute_num_retries: int
+    # a task out of retries (or a cancel) commits what the process's other tasks staged (Amoro's, off by default)
+    allow_partial_commit: bool
     filter: str | None
     branches: tuple[str, ...] = ()  # branches optimized besides main, each on its own head
 
@@ -105,6 +107,7 @@ class OptimizingConfig:
             z_order_columns=parse_columns(_get(props, "z-order.columns")),
             min_plan_interval_ms=_int(props, "min-plan-interval", 0),
             execute_num_retries=_int(props, "execute.num-retries", 0),
+            allow_partial_commit=_bool(props, "allow-partial-commit"),
             filter=_get(props, "filter") or None,
             branches=_branches(_get(props, "branches")),
         )

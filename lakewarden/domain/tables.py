@@ -35,9 +35,8 @@ class TableStatus(enum.IntEnum):
     FULL_OPTIMIZING = 100
     MAJOR_OPTIMIZING = 200
     MINOR_OPTIMIZING = 300
-    # Amoro's server commits a process's rewrites itself, in this status. lakewarden's optimizers commit
-    # each task with Iceberg's own validation, so no table enters it; the code is kept so that status
-    # codes, filters and dashboards read as Amoro's do, and a table found in it is healed like the others.
+    # while the commit task of a process of several tasks commits what they staged (Amoro's server commits in
+    # this status; a process of one task commits in that task, and its table does not enter it)
     COMMITTING = 400
     PLANNING = 500
     PENDING = 600
@@ -82,6 +81,7 @@ TABLE_DEFAULTS: dict[str, str] = {
     "self-optimizing.z-order.columns": "",
     "self-optimizing.min-plan-interval": "60000",
     "self-optimizing.execute.num-retries": "5",
+    "self-optimizing.allow-partial-commit": "false",
     "self-optimizing.filter": "",
     "self-optimizing.branches": "",
     **MAINTENANCE_DEFAULTS,

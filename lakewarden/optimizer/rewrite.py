@@ -14,7 +14,9 @@ groups), and the position deletes of all groups are found in one Spark job. Then
 RewriteFiles replaces the rewritten data files and the delete files the task removes, validated against
 everything committed since the planned snapshot, the new data files keeping that snapshot's sequence number
 (so deletes committed meanwhile still apply to them). Files written by a task that cannot commit are
-deleted again.
+deleted again. In a process of several tasks that commit is the process's, once (Amoro commits a process
+once): each task stages what it wrote (`stage_only`: returned as Iceberg content files) and the process's
+last task (`commit_staged`) finds every task's planned files again and commits all the staged files.
 
 The per-file bookkeeping (finding the planned files, checking their deletes, collecting what each group wrote,
 the commit, the counts) is lakewarden's Java PlannedRewrite, driven from here with a call per task or group:
@@ -36,7 +38,7 @@ from lakewarden.optimizer.runners import (
     rewrite_positions,
     write_deletion_vectors,
 )
-from lakewarden.protocol import MAX_FILES, OptimizingInput, OptimizingResult
+from lakewarden.protocol import MAX_FILES, OptimizingInput, OptimizingResult, StagedFiles
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,9 +71,12 @@ def run_optimizing(
     snapshot = table.snapshot(work.snapshot_id) if work.snapshot_id is not None else None
     if snapshot is None:
         raise StalePlan(f"the planned snapshot {work.snapshot_id} is no longer in the table")
-    done = _committed_before(table, int(snapshot.snapshotId()), properties, work.branch)
-    if done is not None:  # an earlier attempt committed and its report was lost (a server restart): not twice
-        return done
+    if work.commit_staged:
+        return _commit_staged(jvm, table, snapshot, work, properties, gate)
+    if not work.stage_only:
+        done = _committed_before(table, int(snapshot.snapshotId()), properties, work.branch)
+        if done is not None:  # an earlier attempt committed and its report was lost (a server restart): not twice
+            return done
     plan = _planned(jvm, table, snapshot, work)
     unreduced: dict[str, list[str]] = {}
     clustered: dict[str, list[str]] = {}
@@ -96,6 +101,13 @@ def run_optimizing(
                 plan.rewrotePositions(write_deletion_vectors(spark, table, positions), True)
             else:
                 plan.rewrotePositions(rewrite_positions(spark, table, positions, plan.task), False)
+        if work.stage_only:  # the process commits: the files are listed by its commit
+            return OptimizingResult(
+                **json.loads(plan.summary(0)),
+                unreduced=unreduced,
+                clustered=clustered,
+                staged=StagedFiles.model_validate_json(plan.staged()),
+            )
         if gate is not None:
             gate()
         if plan.changes():
@@ -110,6 +122,35 @@ def run_optimizing(
         unreduced=unreduced if committed is not None else {},
         clustered=clustered if committed is not None else {},
     )
+
+
+def _commit_staged(
+    jvm: Any,
+    table: Any,
+    snapshot: Any,
+    work: OptimizingInput,
+    properties: dict[str, str],
+    gate: Callable[[], None] | None,
+) -> OptimizingResult:
+    """The process's one commit: the files its tasks staged replace the files of their groups (all in `work`),
+    with the delete files the tasks removed and shared, validated from the planned snapshot. When the table
+    changed under the plan the staged files are deleted (no retry can commit them); after any other failure
+    they stay for the retry."""
+    done = _committed_before(table, int(snapshot.snapshotId()), properties, work.branch)
+    if done is not None:
+        return done.model_copy(update={"process_commit": True})
+    plan = _planned(jvm, table, snapshot, work)
+    plan.restage((work.staged or StagedFiles()).model_dump_json())
+    committed: int | None = None
+    try:
+        if gate is not None:
+            gate()  # the process was canceled before its commit: nobody commits what its tasks staged
+        if plan.changes():
+            committed = _checked(lambda: plan.commit(properties, work.branch))
+    except (StalePlan, TaskRevoked):
+        plan.deleteWritten()
+        raise
+    return OptimizingResult(**json.loads(plan.summary(MAX_FILES)), snapshot_id=committed, process_commit=True)
 
 
 def _planned(jvm: Any, table: Any, snapshot: Any, work: OptimizingInput) -> Any:

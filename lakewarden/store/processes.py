@@ -225,14 +225,14 @@ def tasks_of_each(session: Session, process_ids: list[int]) -> dict[int, list[Ta
 
 def first_planned_task(session: Session, process_id: int) -> TaskRow | None:
     """The first PLANNED task of the process that is not waiting out a retry back-off, nor for a task of an
-    earlier stage to succeed."""
+    earlier stage to succeed (or be canceled: a partial commit commits the others)."""
     earlier = aliased(TaskRow)
     waiting = (
         select(earlier.task_id)
         .where(
             earlier.process_id == TaskRow.process_id,
             earlier.stage < TaskRow.stage,
-            earlier.status != TaskStatus.SUCCESS.value,
+            earlier.status.notin_((TaskStatus.SUCCESS.value, TaskStatus.CANCELED.value)),
         )
         .exists()
     )

@@ -175,7 +175,7 @@ class ProcessEngine:
             if process.status != ProcessStatus.RUNNING:
                 return
             counts = store.task_status_counts(session, process_id)
-            if counts.get(TaskStatus.FAILED, 0) == 0 and set(counts) != {TaskStatus.SUCCESS}:
+            if counts.get(TaskStatus.FAILED, 0) == 0 and not set(counts) <= {TaskStatus.SUCCESS, TaskStatus.CANCELED}:
                 return  # tasks still to run, none failed: nothing to settle yet
             config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
             tasks = store.tasks_of(session, process_id)
@@ -195,24 +195,78 @@ class ProcessEngine:
                 )
                 self.on_work()
                 return
-            if final is not None:
-                reason = f"task {final.task_id} failed with an error no retry can change (not retried): {final.error}"
-                self._end(session, process, ProcessStatus.FAILED, reason, final.diagnosis)
-            elif failed:
-                reason = f"task {failed[0].task_id} failed {failed[0].retry_count + 1} time(s): {failed[0].error}"
-                self._end(session, process, ProcessStatus.FAILED, reason, failed[0].diagnosis)
-            elif all(t.status == TaskStatus.SUCCESS for t in tasks):
-                self._end(session, process, ProcessStatus.SUCCESS, None)
+            culprit = final or (failed[0] if failed else None)
+            if culprit is not None:
+                if final is not None:
+                    reason = (
+                        f"task {final.task_id} failed with an error no retry can change (not retried): {final.error}"
+                    )
+                else:
+                    reason = f"task {culprit.task_id} failed {culprit.retry_count + 1} time(s): {culprit.error}"
+                if (
+                    config.allow_partial_commit
+                    and not (culprit.input or {}).get("commit_staged")
+                    and self._commit_partially(session, process, tasks, ProcessStatus.FAILED, reason)
+                ):
+                    self.on_work()
+                    return
+                self._end(session, process, ProcessStatus.FAILED, reason, culprit.diagnosis)
+            elif all(t.status in (TaskStatus.SUCCESS, TaskStatus.CANCELED) for t in tasks):
+                partial = (process.summary or {}).get("partial_commit")
+                if partial is not None:  # the tasks that succeeded committed; the process ends as it was going to
+                    self._end(session, process, ProcessStatus(partial["status"]), partial["reason"])
+                else:
+                    self._end(session, process, ProcessStatus.SUCCESS, None)
             else:
                 return
         self.on_process_end()
 
     def cancel(self, process_id: int, reason: str = "canceled") -> None:
+        """Cancel a running process. With `allow-partial-commit` a process that commits once first commits what
+        its tasks staged so far (Amoro's cancelProcess closes a process asking for its commit)."""
         with self.db.write() as session:
             process = store.get_process(session, process_id)
             if process.status != ProcessStatus.RUNNING:
                 raise Conflict(f"process {process_id} is {process.status}, not running")
+            config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
+            tasks = store.tasks_of(session, process_id)
+            if config.allow_partial_commit and self._commit_partially(
+                session, process, tasks, ProcessStatus.CANCELED, reason
+            ):
+                self.on_work()
+                return
             self._end(session, process, ProcessStatus.CANCELED, reason)
+
+    @staticmethod
+    def _commit_partially(
+        session: Session, process: ProcessRow, tasks: list[Any], status: ProcessStatus, reason: str
+    ) -> bool:
+        """Amoro's allow-partial-commit: the process's tasks that have not staged their files are canceled and its
+        commit task commits what the others staged; the process then ends `status` with `reason`. False when
+        there is no such commit to make (the process commits per task, its commit already ran or nothing was
+        staged)."""
+        commit = next((t for t in tasks if (t.input or {}).get("commit_staged")), None)
+        stagers = [t for t in tasks if (t.input or {}).get("stage_only")]
+        if (
+            commit is None
+            or commit.status != TaskStatus.PLANNED
+            or "partial_commit" in (process.summary or {})
+            or not any(t.status == TaskStatus.SUCCESS for t in stagers)
+        ):
+            return False
+        for task in stagers:
+            if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
+                store.transition_task(
+                    session,
+                    process.process_id,
+                    task.task_id,
+                    TaskStatus(task.status),
+                    TaskStatus.CANCELED,
+                    ended_at=utcnow(),
+                )
+        process.summary = {**(process.summary or {}), "partial_commit": {"status": status.value, "reason": reason}}
+        log.info("process %s commits the tasks that succeeded: %s", process.process_id, reason)
+        return True
 
     def close_for_change(self, process_id: int, reason: str) -> None:
         """A change the explorer saw closes a running process: its table's configuration (self-optimizing turned

@@ -24,13 +24,13 @@ from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import SnapshotFiles, optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
-from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef
+from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef, StagedFiles, TaskInput
 from lakewarden.services.processes.factories import ProcessFactory
 from lakewarden.store import processes as process_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import as_utc, utcnow
-from lakewarden.store.models import ProcessRow
+from lakewarden.store.models import ProcessRow, TaskRow
 from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,18 @@ class SelfOptimizingFactory(ProcessFactory):
                 nothing = nothing or exc  # main's reasons, when no branch has anything either
         assert nothing is not None  # main is always among the branches planned
         raise nothing
+
+    def dispatch_input(self, session: Session, process: ProcessRow, task_input: TaskInput) -> TaskInput:
+        """The commit task gets what the tasks that succeeded staged, and the table is COMMITTING while it runs."""
+        if not isinstance(task_input, OptimizingInput) or not task_input.commit_staged:
+            return task_input
+        work = commit_input(process_store.tasks_of(session, process.process_id), task_input)
+        runtime = table_store.runtime_of(session, process.table_id)
+        if runtime is not None and TableStatus(runtime.status_code) in OPTIMIZING_STATUS.values():
+            runtime_store.transition_table(
+                session, process.table_id, TableStatus(runtime.status_code), TableStatus.COMMITTING
+            )
+        return work
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
         """The table goes IDLE (the evaluator looks again); a success records when it was optimized."""
@@ -141,9 +153,11 @@ def plan_process(
     max_input: int | None = None,
 ) -> ProcessPlan:
     """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
-    of: one task per bin of file groups, and a last task removing the delete files tasks shared.
-    `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote. The tasks commit to
-    `branch` (None: main), whose head the files are of. `max_input` bounds the partitions taken (plan_tasks).
+    of: one task per bin of file groups, and when there are several, a last task committing what they staged
+    and removing the delete files they shared.
+    `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote. The process commits
+    once to `branch` (None: main), whose head the files are of: a single task itself, else a last task.
+    `max_input` bounds the partitions taken (plan_tasks).
     Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
     clustering = table_clustering(table, config, clustered)
     partitions = group_by_partition(files.data, files.deletes)
@@ -152,6 +166,8 @@ def plan_process(
     if not plan.tasks or verdict.type is None:
         raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
     kind = max(t.type for t in plan.tasks)  # of the partitions taken, as Amoro types a bounded plan
+    # a process of several tasks commits once (Amoro's): its tasks stage their files, its last task commits them
+    once = len(plan.tasks) > 1 or bool(plan.shared_deletes)
     tasks = [
         TaskSpec(
             task.type.label,
@@ -165,13 +181,17 @@ def plan_process(
                 remove_deletes=task.remove_deletes,
                 reasons=task.reasons,
                 branch=branch,
+                stage_only=once,
             ),
             task.partitions,
             task.cost_bytes,
         )
         for task in plan.tasks
     ]
-    if plan.shared_deletes:  # once every task committed, the delete files they shared go
+    if once:  # the groups and staged files of the tasks come at hand-out (commit_input)
+        shared = (
+            [f"remove {len(plan.shared_deletes)} delete file(s) shared by the tasks"] if plan.shared_deletes else []
+        )
         tasks.append(
             TaskSpec(
                 kind.label,
@@ -182,8 +202,9 @@ def plan_process(
                     partitions=[PartitionRef(**p) for p in plan.partitions],
                     filter=partition_filter_json(table, plan.partitions),
                     remove_deletes=plan.shared_deletes,
-                    reasons=[f"remove {len(plan.shared_deletes)} delete file(s) shared by the tasks before"],
+                    reasons=[f"commit the files of {len(plan.tasks)} task(s) at once", *shared],
                     branch=branch,
+                    commit_staged=True,
                 ),
                 plan.partitions,
                 0,
@@ -191,6 +212,41 @@ def plan_process(
             )
         )
     return ProcessPlan(kind.label, files.snapshot_id, tasks, {"branch": branch} if branch else {})
+
+
+def commit_input(tasks: list[TaskRow], planned: OptimizingInput) -> OptimizingInput:
+    """The input of a process's commit task (`planned`, as it was planned): the groups and removed delete files of
+    every task that staged its files, with what they staged; the delete files the tasks shared only when all of
+    them did (a partial commit leaves them to the files that still need them)."""
+    stagers = [t for t in tasks if (t.input or {}).get("stage_only")]
+    done = [t for t in stagers if t.status == TaskStatus.SUCCESS]
+    groups: list[FileGroupInput] = []
+    removed: list[str] = []
+    written: list[list[dict[str, Any]]] = []
+    deletes: list[dict[str, Any]] = []
+    vectors = False
+    for task in done:
+        work = OptimizingInput.model_validate(task.input)
+        files = StagedFiles.model_validate((task.output or {}).get("staged") or {})
+        groups += work.groups
+        removed += work.remove_deletes
+        written += files.groups
+        deletes += files.deletes
+        vectors |= files.vectors
+    if len(done) == len(stagers):
+        removed += planned.remove_deletes
+    staged = StagedFiles(groups=written, deletes=deletes, vectors=vectors)
+    return planned.model_copy(update={"groups": groups, "remove_deletes": removed, "staged": staged})
+
+
+def _committed(task: TaskRow, tasks: list[TaskRow]) -> bool:
+    """Whether a task's files are in the table: its own commit, or its process's (a staging task's are only when
+    the process's commit task succeeded)."""
+    if task.status != TaskStatus.SUCCESS or not task.output:
+        return False
+    if not (task.input or {}).get("stage_only"):
+        return True
+    return any((t.input or {}).get("commit_staged") and t.status == TaskStatus.SUCCESS for t in tasks)
 
 
 def _unreduced(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
@@ -202,7 +258,7 @@ def _unreduced(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
             if isinstance(partition, dict):
                 marks.pop(f"{partition.get('spec_id')}:{partition.get('path')}", None)
     for task in tasks:
-        if task.status == TaskStatus.SUCCESS and task.output:
+        if _committed(task, tasks):
             for key, paths in (task.output.get("unreduced") or {}).items():
                 marks.setdefault(key, []).extend(paths)
     return marks or None
@@ -213,7 +269,7 @@ def _clustered(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
     remembers the files it wrote, under the clustering the task was given."""
     done: dict[str, tuple[str, list[str]]] = {}
     for task in tasks:
-        if task.status != TaskStatus.SUCCESS or not task.output or not task.output.get("clustered"):
+        if not _committed(task, tasks) or not task.output.get("clustered"):
             continue
         labels = {
             PartitionRef(**g["partition"]).key: g["clustering"]["label"]

@@ -22,6 +22,7 @@ import java.util.Objects;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.iceberg.ContentFile;
+import org.apache.iceberg.ContentFileParser;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.FileFormat;
@@ -36,6 +37,7 @@ import org.apache.iceberg.Table;
 import org.apache.iceberg.Transaction;
 import org.apache.iceberg.expressions.ExpressionParser;
 import org.apache.iceberg.io.CloseableIterable;
+import org.apache.iceberg.util.JsonUtil;
 
 /**
  * The bookkeeping of one optimizing task around Spark's rewrite jobs: the planned files found as scan tasks of
@@ -62,9 +64,11 @@ public final class PlannedRewrite {
   private final Map<String, DeleteFile> removed = new LinkedHashMap<>();
   private final List<DataFile> rewritten = new ArrayList<>();
   private final List<DataFile> written = new ArrayList<>();
+  private final Map<Integer, List<DataFile>> writtenByGroup = new HashMap<>();
   private final List<DeleteFile> writtenDeletes = new ArrayList<>();
   private final List<DeleteFile> replaced = new ArrayList<>();
   private int positionsRewritten = 0;
+  private boolean vectorsWritten = false;
 
   private PlannedRewrite(Table table, Snapshot snapshot) {
     this.table = table;
@@ -231,6 +235,7 @@ public final class PlannedRewrite {
       rewritten.add(task.file());
     }
     written.addAll(files);
+    writtenByGroup.computeIfAbsent(index, i -> new ArrayList<>()).addAll(files);
     ArrayNode locations = JSON.createArrayNode();
     for (DataFile file : files) {
       locations.add(file.location());
@@ -245,6 +250,7 @@ public final class PlannedRewrite {
   public void rewrotePositions(Collection<DeleteFile> deletes, boolean vectors) {
     writtenDeletes.addAll(deletes);
     positionsRewritten += positionTasks.size();
+    vectorsWritten |= vectors;
     if (!vectors) {
       return;
     }
@@ -273,6 +279,62 @@ public final class PlannedRewrite {
   private static long deleteBytes(DeleteFile delete) {
     Long size = delete.contentSizeInBytes();
     return size != null ? size : delete.fileSizeInBytes();
+  }
+
+  /**
+   * What the task wrote, uncommitted, for the process's one commit to take (lakewarden's StagedFiles): per file
+   * group of the plan, the data files it was rewritten into, and the position deletes written, each as Iceberg's
+   * ContentFileParser writes a content file.
+   */
+  public String staged() throws IOException {
+    ObjectNode out = JSON.createObjectNode();
+    ArrayNode byGroup = out.putArray("groups");
+    for (int i = 0; i < groups.size(); i++) {
+      ArrayNode files = byGroup.addArray();
+      for (DataFile file : writtenByGroup.getOrDefault(i, List.of())) {
+        files.add(JSON.readTree(ContentFileParser.toJson(file, table.specs().get(file.specId()))));
+      }
+    }
+    ArrayNode deletes = out.putArray("deletes");
+    for (DeleteFile file : writtenDeletes) {
+      deletes.add(JSON.readTree(ContentFileParser.toJson(file, table.specs().get(file.specId()))));
+    }
+    out.put("vectors", vectorsWritten);
+    return JSON.writeValueAsString(out);
+  }
+
+  /**
+   * The files the process's tasks staged (`stagedJson` as staged() writes it, their groups in this plan's order)
+   * become this plan's written files: the process commits them at once.
+   */
+  public void restage(String stagedJson) throws IOException {
+    JsonNode staged = JSON.readTree(stagedJson);
+    JsonNode byGroup = staged.path("groups");
+    if (byGroup.size() != groups.size()) {
+      throw new PlanMismatchException(
+          "staged files for " + byGroup.size() + " file group(s), the plan has " + groups.size());
+    }
+    for (int i = 0; i < groups.size(); i++) {
+      List<DataFile> files = new ArrayList<>();
+      for (JsonNode file : byGroup.get(i)) {
+        files.add((DataFile) contentFile(file));
+      }
+      if (!groups.get(i).isEmpty()) {
+        rewrote(i, files);
+      }
+    }
+    List<DeleteFile> deletes = new ArrayList<>();
+    for (JsonNode file : staged.path("deletes")) {
+      deletes.add((DeleteFile) contentFile(file));
+    }
+    if (!positionTasks.isEmpty() || !deletes.isEmpty()) {
+      rewrotePositions(deletes, staged.path("vectors").asBoolean(false));
+    }
+  }
+
+  /** Iceberg's parser reads its own (shaded) Jackson trees: the file goes across as text. */
+  private ContentFile<?> contentFile(JsonNode file) throws IOException {
+    return ContentFileParser.fromJson(JsonUtil.mapper().readTree(file.toString()), table.specs());
   }
 
   /** Whether the task has anything to commit. */
