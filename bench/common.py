@@ -124,6 +124,44 @@ def server_pid(tmp: str) -> int:
     raise RuntimeError("the server's process was not found")
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU-seconds (user + system) process `pid` has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (e.g. a server's optimizers and their JVMs)."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """The CPU-seconds of these processes (those gone meanwhile count nothing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
+
+
 def admin_token(tmp: str) -> str:
     """The admin token a `running_server(tmp, …)` wrote at its first start."""
     return (Path(tmp) / "data" / "admin.token").read_text().strip()

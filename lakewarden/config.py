@@ -373,6 +373,11 @@ class Config(_Model):
     def container_names(self) -> list[str]:
         return [c.name for c in self.containers]
 
+    @property
+    def container_impls(self) -> dict[str, str]:
+        """Each container's name and its container-impl (local, spark, external)."""
+        return {c.name: c.container_impl for c in self.containers}
+
     def container(self, name: str) -> ContainerConfig | None:
         return next((c for c in self.containers if c.name == name), None)
 

@@ -95,8 +95,8 @@ def test_the_series_the_rules_read_are_exported_with_the_values_they_expect(clie
     streaks = {(labels["table"], labels["action"]): v for labels, v in found["lakewarden_table_failures_in_a_row"]}
     assert streaks == {("failing", "optimizing"): 2.0}
     optimizers = {labels["group"]: v for labels, v in found["lakewarden_group_optimizers"]}
-    tables = {labels["group"]: v for labels, v in found["lakewarden_group_tables"]}
-    assert optimizers == {"default": 1.0, "etl": 0.0} and tables == {"default": 1.0, "etl": 1.0}
+    pending = {labels["group"]: v for labels, v in found["lakewarden_group_pending_tables"]}
+    assert optimizers == {"default": 1.0, "etl": 0.0} and pending == {"default": 0.0, "etl": 1.0}
 
     # a success ends the streak
     pid = process_with_tasks(ctx, failing, tasks=1)

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from lakewarden.services.resources.containers import ContainerError, Instance, SparkContainer
 from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
 from lakewarden.spark.submit import MAVEN_PACKAGES
+from lakewarden.store import allocation as allocation_store
 from lakewarden.store import processes as store
 from tests.servers import LAKEWARDEN
 from tests.test_scheduling import ctx_of
@@ -171,6 +172,8 @@ def test_an_optimizer_that_registered_and_died_is_replaced_at_once(client: TestC
     started: list[Instance] = []
 
     class StandIn:  # starts a process that only waits, as a container starts an optimizer
+        name = "local"
+
         def start(self, group: str, properties: dict[str, str]) -> Instance:
             process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
             started.append(Instance(f"stand-in-{len(started)}", group, process, tmp_path / "log"))
@@ -182,17 +185,70 @@ def test_an_optimizer_that_registered_and_died_is_replaced_at_once(client: TestC
         body = {"group": "default", "parallelism": 1, "resource_id": "stand-in-0"}
         assert client.post("/api/v1/optimizer/register", json=body).status_code == 200
         maintainer._scale("default", stand_in, {}, 1)
-        assert started[0].registered
+        assert started[0].registered and started[0].process is not None and started[1:] == []
         started[0].process.kill()
         started[0].process.wait()
         maintainer._scale("default", stand_in, {}, 1)
         assert len(started) == 2 and "default" not in maintainer.errors  # replaced at once
+        assert started[1].process is not None
         started[1].process.kill()  # dies young, never registered: a failing start, backed off
         started[1].process.wait()
         maintainer._scale("default", stand_in, {}, 1)
         assert len(started) == 2 and "next try in" in maintainer.errors["default"]
     finally:
-        for instance in started:
-            if instance.process.poll() is None:
-                instance.process.kill()
-                instance.process.wait()
+        stop_all(started)
+
+
+def stop_all(started: list[Instance]) -> None:
+    for instance in started:
+        if instance.process is not None and instance.process.poll() is None:
+            instance.process.kill()
+            instance.process.wait()
+
+
+def test_a_new_leader_adopts_the_optimizers_the_last_one_started(client: TestClient, tmp_path: Path) -> None:
+    """Optimizers a container started are recorded: a maintainer that takes over (a new leader) counts the
+    registered ones as its group's and asks them to leave when there are too many, instead of starting doubles;
+    the record of one that never registered goes once it cannot be booting any more."""
+    ctx = ctx_of(client)
+    started: list[Instance] = []
+
+    class StandIn:
+        name = "local"
+
+        def start(self, group: str, properties: dict[str, str]) -> Instance:
+            process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+            started.append(Instance(f"stand-in-{len(started)}", group, process, tmp_path / "log"))
+            return started[-1]
+
+    stand_in: Any = StandIn()
+    first = ResourceMaintainer(ctx.db, ctx.config, "http://node-a")
+    try:
+        first._scale("default", stand_in, {}, 2)
+        body = {"group": "default", "parallelism": 1, "resource_id": "stand-in-0"}
+        token = client.post("/api/v1/optimizer/register", json=body).json()["token"]
+        with ctx.db.read() as session:
+            recorded = allocation_store.recorded_resources(session, "default")
+        assert [(r.resource_id, r.started_by) for r in recorded] == [
+            ("stand-in-0", "http://node-a"),
+            ("stand-in-1", "http://node-a"),
+        ]
+
+        second = ResourceMaintainer(ctx.db, ctx.config, "http://node-b")  # the first leader is gone
+        second._adopt("default")
+        adopted = second.instances["default"]
+        assert [(i.resource_id, i.process, i.registered) for i in adopted] == [
+            ("stand-in-0", None, True),
+            ("stand-in-1", None, False),  # may still be booting
+        ]
+        second._scale("default", stand_in, {}, 2)
+        assert len(started) == 2  # no doubles
+        second._scale("default", stand_in, {}, 1)  # one too many: the newest is asked to leave, its record goes
+        assert [i.resource_id for i in second.instances["default"]] == ["stand-in-0"]
+        second._scale("default", stand_in, {}, 0)
+        touched = client.post("/api/v1/optimizer/touch", json={"token": token}).json()
+        assert touched["leave"] is True
+        with ctx.db.read() as session:
+            assert allocation_store.recorded_resources(session, "default") == []
+    finally:
+        stop_all(started)

@@ -287,3 +287,35 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
 
         wait_for("the application to finish", finished, timeout=60)
         assert api.get("/resource-groups/etl").json()["container_error"] is None
+
+        # dynamic allocation on the cluster: a pending table submits an application, which compacts it and, idle,
+        # is drained and finishes; the group is back at zero
+        dynamic = {
+            "dynamic-allocation.enabled": "true",
+            "dynamic-allocation.max-parallelism": "2",
+            "dynamic-allocation.scheduler-backlog-timeout": "1s",
+            "dynamic-allocation.sustained-backlog-timeout": "2s",
+            "dynamic-allocation.executor-idle-timeout": "30s",
+            "dynamic-allocation.scale-down-cooldown": "1s",
+        }
+        assert api.put("/resource-groups/etl", json={"properties": dynamic}).is_success
+        spark.sql(
+            f"CREATE TABLE local.db.scaled (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
+            f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"
+        )
+        for i in range(4):
+            spark.sql(f"INSERT INTO local.db.scaled SELECT id, 'a', current_timestamp(), 'v' FROM range({i}, {i + 1})")
+        scaled = checksum(spark, "local.db.scaled")
+        api.post("/catalogs/local/refresh")
+        (submitted,) = wait_for("an optimizer submitted for the pending table", registered, timeout=180)
+        assert submitted["spark_master"] == master and submitted["threads"] == 1
+        done = wait_for("local.db.scaled to be compacted", lambda: compacted("local.db.scaled"), timeout=240)
+        assert done["status"] == "success" and checksum(spark, "local.db.scaled") == scaled
+        wait_for(
+            "the idle optimizer to be drained",
+            lambda: api.get("/resource-groups/etl/optimizers").json() == [],
+            timeout=150,
+        )
+        app_id = submitted["spark_application_id"]
+        wait_for("its application to finish", finished, timeout=60)
+        assert api.get("/resource-groups/etl").json()["allocation"]["scale_downs"] == 1

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -31,8 +32,8 @@ def server_settings() -> str:
     return FAST_TIMEOUTS
 
 
-def optimizers(server: ServerProcess) -> list[dict[str, Any]]:
-    return list(json.loads(cli(server, "group", "show", "default", "--json").stdout)["optimizers"])
+def optimizers(server: ServerProcess, group: str = "default") -> list[dict[str, Any]]:
+    return list(json.loads(cli(server, "group", "show", group, "--json").stdout)["optimizers"])
 
 
 def test_local_container_scales_out_and_releases(server: ServerProcess) -> None:
@@ -186,3 +187,57 @@ def test_server_killed_mid_task_leaves_nothing_stuck(server: ServerProcess, spar
     assert wait_for("idle", lambda: api.get("/tables/local/db/r").json()["status"] == "idle")
     spark.sql("REFRESH TABLE local.db.r")
     assert checksum(spark, "local.db.r") == before
+
+
+def test_dynamic_allocation_starts_optimizers_for_pending_work_and_drains_them_idle(
+    server: ServerProcess, spark: SparkSession
+) -> None:
+    """A group of no optimizers with dynamic allocation: a pending table (demand nobody polls for) starts one
+    after scheduler-backlog-timeout; it compacts the table, and once idle for executor-idle-timeout it is drained
+    and leaves: the group is back at zero."""
+    api = open_lake(server, spark)
+    props = {
+        "dynamic-allocation.enabled": "true",
+        "dynamic-allocation.max-parallelism": "2",
+        "dynamic-allocation.scheduler-backlog-timeout": "1s",
+        "dynamic-allocation.sustained-backlog-timeout": "2s",
+        "dynamic-allocation.executor-idle-timeout": "30s",
+        "dynamic-allocation.scale-down-cooldown": "1s",
+        "memory": "1g",
+    }
+    assert api.post("/resource-groups", json={"name": "dra", "container": "local", "properties": props}).is_success
+    bad = api.put(
+        "/resource-groups/dra", json={"properties": {**props, "dynamic-allocation.executor-idle-timeout": "5s"}}
+    )
+    assert bad.status_code == 400 and "dynamic-allocation.executor-idle-timeout" in bad.text
+    spark.sql(
+        f"CREATE TABLE local.db.dra (id BIGINT, cat STRING, v STRING) USING iceberg "
+        f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group' = 'dra')"
+    )
+    for i in range(6):
+        spark.sql(f"INSERT INTO local.db.dra SELECT id, 'a', 'v' FROM range({i * 100}, {i * 100 + 100})")
+    before = checksum(spark, "local.db.dra")
+    assert optimizers(server, "dra") == []
+    api.post("/catalogs/local/refresh")
+
+    (started,) = wait_for("an optimizer to be started", lambda: optimizers(server, "dra"), timeout=120)
+    assert started["resource_id"].startswith("local-dra-") and started["threads"] == 1
+    process = wait_for(
+        "the table compacted",
+        lambda: next(
+            (p for p in api.get("/processes", params={"table": "local.db.dra"}).json() if p["status"] != "running"),
+            None,
+        ),
+        timeout=180,
+    )
+    assert process["status"] == "success", process
+    drained = time.monotonic()
+    wait_for("the idle optimizer to be drained", lambda: optimizers(server, "dra") == [], timeout=150)
+    assert time.monotonic() - drained > 20  # not before its idle timeout
+    allocation = api.get("/resource-groups/dra").json()["allocation"]
+    assert allocation["scale_ups"] == 1 and allocation["scale_downs"] == 1 and allocation["forced_stops"] == 0
+    scraped = httpx.get(f"{server.url}/metrics", headers=server.headers, timeout=10).text
+    assert 'lakewarden_dynamic_allocation_decisions_total{direction="down",group="dra"} 1.0' in scraped
+    assert 'lakewarden_group_idle_optimizers{group="dra"} 0.0' in scraped
+    spark.sql("REFRESH TABLE local.db.dra")
+    assert checksum(spark, "local.db.dra") == before

@@ -24,6 +24,7 @@ from lakewarden.api.idempotency import IdempotencyKeys
 from lakewarden.api.metrics import DatabaseCollector, LatencyMiddleware, api_latency
 from lakewarden.api.middleware import AuditLog, BodyLimit, CatalogAtRoot, CommitShedding, JavaPathDecoding
 from lakewarden.api.node_metrics import (
+    AllocationCollector,
     CommitQueueCollector,
     HeapCollector,
     HistoryCollector,
@@ -119,6 +120,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
         collectors = [
             DatabaseCollector(runtime.db),
             NodeCollector(runtime.leadership),
+            AllocationCollector(runtime.maintainer.allocator),
             HistoryCollector(runtime.history),
             MetadataCacheCollector(runtime.rest_catalog.files),
             CommitQueueCollector(runtime.rest_catalog.queue),

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 from lakewarden.services.leadership import Leadership
 from lakewarden.services.loop import LoopService
 from lakewarden.services.processes.dispatcher import TaskDispatcher
+from lakewarden.services.resources.allocator import Allocator
 from lakewarden.services.rest_catalog.commit_queue import CommitQueue
 from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
 from lakewarden.services.rest_catalog.read_ahead import ManifestReadAhead
@@ -75,6 +76,37 @@ class HeapCollector(Collector):
             collected.add_metric([str(generation)], stats["collected"])
         yield collections
         yield collected
+
+
+class AllocationCollector(Collector):
+    """Dynamic allocation's decisions on this node (the leader's maintainer: services/resources/allocator.py)."""
+
+    def __init__(self, allocator: Allocator) -> None:
+        self.allocator = allocator
+
+    def collect(self) -> Iterator[Metric]:
+        decisions = CounterMetricFamily(
+            "lakewarden_dynamic_allocation_decisions",
+            "Scale decisions: up (optimizers started), down (drained for idleness), forced (stopped at drain-timeout)",
+            labels=["group", "direction"],
+        )
+        idle = GaugeMetricFamily(
+            "lakewarden_group_idle_optimizers", "Optimizers holding no task and not draining", labels=["group"]
+        )
+        draining = GaugeMetricFamily("lakewarden_group_draining_optimizers", "Optimizers draining", labels=["group"])
+        backlog = GaugeMetricFamily(
+            "lakewarden_dynamic_allocation_backlog_seconds",
+            "How long demand has exceeded the threads",
+            labels=["group"],
+        )
+        for group, state in sorted(self.allocator.groups.items()):
+            decisions.add_metric([group, "up"], state.scale_ups)
+            decisions.add_metric([group, "down"], state.scale_downs)
+            decisions.add_metric([group, "forced"], state.forced)
+            idle.add_metric([group], state.idle_optimizers)
+            draining.add_metric([group], len(state.draining))
+            backlog.add_metric([group], state.backlog_seconds)
+        yield from (decisions, idle, draining, backlog)
 
 
 class NodeCollector(Collector):

@@ -91,6 +91,18 @@ class GroupUpdate(_Request):
     properties: dict[str, str] | None = Field(None, description="Replaces the group's properties")
 
 
+class AllocationRead(_Read):
+    """A group's dynamic allocation as the leader's resource maintainer sees it (dynamic-allocation.*)."""
+
+    threads: int = Field(description="Threads of the group's registered optimizers")
+    idle_optimizers: int = Field(description="Registered optimizers holding no task and not draining")
+    draining: int = Field(description="Optimizers asked to leave, finishing their tasks")
+    scale_ups: int = Field(description="Rounds that started optimizers")
+    scale_downs: int = Field(description="Optimizers drained for idleness")
+    forced_stops: int = Field(description="Draining optimizers stopped at drain-timeout, their tasks handed out again")
+    backlog_seconds: float = Field(description="How long demand has been beyond the group's threads (0: none)")
+
+
 class GroupRead(_Read):
     name: str
     container: str
@@ -107,6 +119,9 @@ class GroupRead(_Read):
         "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
     )
     currency: str = ""
+    allocation: AllocationRead | None = Field(
+        None, description="With dynamic-allocation.enabled, on the leader: its optimizers' scaling"
+    )
 
 
 class TableBrief(_Read):

@@ -402,6 +402,7 @@ function groupsPage() {
       element.dataset.group = group.name;
       const properties = Object.entries(group.properties).map(([k, v]) => `${k}=${v}`).join("\n");
       element.innerHTML = `<h2 style="margin-top:0">${esc(group.name)} <span class="muted" data-field="summary"></span></h2>
+        <p class="muted" data-field="allocation"></p>
         <div data-field="optimizers"></div>
         <div class="chart"><canvas data-field="load-chart"></canvas></div>
         <form data-form="scale" novalidate><label>optimizers (instances)<input type="number" min="0" max="64" name="instances"
@@ -445,6 +446,12 @@ function groupsPage() {
           `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}` +
           ` · cost ${fmt.cost(group.usage.cost, group.currency)} (Spark CPU ${fmt.duration(group.usage.spark_cpu_ms || 0)})` +
           (group.container_error ? ` · container error: ${group.container_error}` : "");
+        const allocation = group.allocation;
+        element.querySelector('[data-field="allocation"]').textContent = allocation
+          ? `dynamic allocation: ${allocation.idle_optimizers} idle, ${allocation.draining} draining · started ${allocation.scale_ups} time(s), ` +
+            `drained ${allocation.scale_downs}, stopped at drain-timeout ${allocation.forced_stops}` +
+            (allocation.backlog_seconds > 0 ? ` · demand waiting ${Math.round(allocation.backlog_seconds)}s` : "")
+          : "";
         element.querySelector('[data-field="optimizers"]').innerHTML = grid(["optimizer", "threads#", "host", "spark application", "registered", "last heartbeat"],
           optimizers[i].map((o) => [`<span class="mono">${esc(o.optimizer_id)}</span>`, o.threads, esc(o.host || ""),
             o.spark_ui_url ? `<a href="${esc(o.spark_ui_url)}">${esc(o.spark_application_id)}</a> ${esc(o.spark_master)}` : esc([o.spark_application_id, o.spark_master].filter(Boolean).join(" ")),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from lakewarden.domain.costs import validate_prices
+from lakewarden.domain.dynamic_allocation import validate_allocation
 from lakewarden.domain.errors import InvalidField
 
 # Letters, digits, '_' and '-', 1 to 64 characters, starting with a letter or digit.
@@ -22,7 +23,8 @@ def max_input_per_thread(properties: Mapping[str, str]) -> int:
     return int(value) if value is not None and value.isdigit() and int(value) > 0 else MAX_INPUT_PER_THREAD_DEFAULT
 
 
-def validate_group(name: str, container: str, properties: Mapping[str, str], containers: Collection[str]) -> None:
+def validate_group(name: str, container: str, properties: Mapping[str, str], containers: Mapping[str, str]) -> None:
+    """`containers`: the configured containers' names and container-impls."""
     if not GROUP_NAME_PATTERN.match(name):
         raise InvalidField(
             "name", f"{name!r} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit"
@@ -30,7 +32,7 @@ def validate_group(name: str, container: str, properties: Mapping[str, str], con
     validate_group_update(container, properties, containers)
 
 
-def validate_group_update(container: str, properties: Mapping[str, str], containers: Collection[str]) -> None:
+def validate_group_update(container: str, properties: Mapping[str, str], containers: Mapping[str, str]) -> None:
     if container not in containers:
         known = ", ".join(sorted(containers)) or "none"
         raise InvalidField("container", f"{container!r} is not a configured container (configured: {known})")
@@ -47,3 +49,4 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
             if not value.isdigit() or int(value) < minimum:
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
     validate_prices(properties)
+    validate_allocation(containers[container], properties)

@@ -231,6 +231,13 @@ class ServerRuntime:
         ha = config.ams.ha
         if not ha.enabled:
             catalog.outbox.subscribe(changes)
+        keeper = OptimizerKeeper(
+            db,
+            timeouts.heart_beat_timeout,
+            timeouts.task_ack_timeout,
+            timeouts.task_execute_timeout,
+            on_released=work_ready.notify,
+        )
         runtime = cls(
             config=config,
             db=db,
@@ -250,15 +257,11 @@ class ServerRuntime:
                 max_long_polls=timeouts.max_long_polls,
                 break_quota_limit=config.ams.self_optimizing.break_quota_limit_enabled,
             ),
-            keeper=OptimizerKeeper(
-                db,
-                timeouts.heart_beat_timeout,
-                timeouts.task_ack_timeout,
-                timeouts.task_execute_timeout,
-                on_released=work_ready.notify,
-            ),
+            keeper=keeper,
             trigger=MaintenanceTrigger(db, engine, maintenance_schedules(config)),
-            maintainer=ResourceMaintainer(db, config, server_url, auth.registration_token),
+            maintainer=ResourceMaintainer(
+                db, config, server_url, auth.registration_token, release_tokens=keeper.release
+            ),
             changes=changes,
             leadership=Leadership(
                 db if ha.enabled else None, ha.node_url or server_url, ha.lease, lambda _: None, lambda: None

@@ -119,6 +119,20 @@ class OptimizerRow(Base):
     last_heartbeat_at: Mapped[datetime]
 
 
+class OptimizerResourceRow(Base):
+    """An optimizer a container started (a process, a Spark application), recorded when it is started and
+    deleted when it is gone: a new leader adopts what the last one started instead of starting doubles."""
+
+    __tablename__ = "optimizer_resource"
+
+    resource_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(64), index=True)
+    container: Mapped[str] = mapped_column(String(64))
+    threads: Mapped[int] = mapped_column(Integer)
+    started_by: Mapped[str] = mapped_column(String(255))  # the node's URL
+    started_at: Mapped[datetime]
+
+
 class ProcessRow(Base):
     """One run of an action on a table: self-optimizing or a maintenance action."""
 

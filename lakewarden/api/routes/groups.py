@@ -10,7 +10,7 @@ from pydantic import Field
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
-from lakewarden.api.schemas import GroupCreate, GroupRead, GroupUpdate, _Read, _Request
+from lakewarden.api.schemas import AllocationRead, GroupCreate, GroupRead, GroupUpdate, _Read, _Request
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.domain.security import optimizer_id
@@ -36,12 +36,28 @@ def _read(
         container_error=None if ctx.maintainer is None else ctx.maintainer.errors.get(row.name),
         usage=(usage or {}).get(row.name, dict.fromkeys(stats.USAGE, 0)),
         currency=ctx.config.ams.cost.currency,
+        allocation=_allocation(row.name, ctx),
+    )
+
+
+def _allocation(group: str, ctx: ServerContext) -> AllocationRead | None:
+    state = None if ctx.maintainer is None else ctx.maintainer.allocator.groups.get(group)
+    if state is None:
+        return None
+    return AllocationRead(
+        threads=state.threads,
+        idle_optimizers=state.idle_optimizers,
+        draining=len(state.draining),
+        scale_ups=state.scale_ups,
+        scale_downs=state.scale_downs,
+        forced_stops=state.forced,
+        backlog_seconds=round(state.backlog_seconds, 1),
     )
 
 
 @router.post("", status_code=201, response_model=GroupRead)
 def create_group(body: GroupCreate, ctx: Ctx) -> GroupRead:
-    validate_group(body.name, body.container, body.properties, ctx.config.container_names)
+    validate_group(body.name, body.container, body.properties, ctx.config.container_impls)
     with ctx.db.write() as session:
         return _read(store.create_group(session, body.name, body.container, body.properties), 0, ctx)
 
@@ -68,7 +84,7 @@ def update_group(name: str, body: GroupUpdate, ctx: Ctx) -> GroupRead:
         validate_group_update(
             body.container or current.container,
             body.properties if body.properties is not None else current.properties,
-            ctx.config.container_names,
+            ctx.config.container_impls,
         )
         row = store.update_group(session, name, body.container, body.properties)
         return _read(row, store.table_counts(session).get(name, 0), ctx)

@@ -19,7 +19,7 @@ def ensure_seeds(db: Database, config: Config, server_url: str) -> None:
     with db.write(any_node=True) as session:
         for group in config.resource_groups:
             if not group_store.group_exists(session, group.name):
-                validate_group(group.name, group.container, group.properties, config.container_names)
+                validate_group(group.name, group.container, group.properties, config.container_impls)
                 group_store.create_group(session, group.name, group.container, group.properties)
                 log.info("created resource group %s (container %s)", group.name, group.container)
     for seed in config.catalog_seeds():

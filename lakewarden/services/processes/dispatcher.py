@@ -118,9 +118,16 @@ class TaskDispatcher:
         deadline = time.monotonic() + timeout_seconds
         while True:
             with self.db.read() as session:
-                group = store.get_optimizer(session, token).group_name
-            assignment = self._schedule(group, token, thread_id)
+                optimizer = store.get_optimizer(session, token)
+                group, leaving = optimizer.group_name, store.asked_to_leave(optimizer)
+            # draining: it finishes what it runs and takes nothing new (its poll waits as an empty one does)
+            assignment = None if leaving else self._schedule(group, token, thread_id)
             remaining = deadline - time.monotonic()
+            if leaving:
+                if remaining <= 0:
+                    return None
+                self.work_ready.wait(min(remaining, 1.0))
+                continue
             if assignment is None and remaining <= 0 and self.break_quota_limit:
                 # nothing within the quotas came while the poll waited: an idle thread helps a table past its
                 # quota rather than wait (Amoro's OptimizingQueue.pollTask with break-quota-limit-enabled)

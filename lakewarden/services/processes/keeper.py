@@ -80,7 +80,9 @@ class OptimizerKeeper(LoopService):
                     )
             if lost:
                 store.forget_optimizers(session, lost)
-                log.warning("lost %d optimizer(s) without a heartbeat for %s", len(lost), self.heartbeat_timeout)
+                silent = [t for t in lost if t not in (lost_tokens or ())]
+                if silent:
+                    log.warning("lost %d optimizer(s) without a heartbeat for %s", len(silent), self.heartbeat_timeout)
         if released and self.on_released is not None:
             self.on_released()
         return released

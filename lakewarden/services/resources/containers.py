@@ -62,11 +62,15 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+BOOT_SECONDS = 300.0  # an optimizer started this long ago that never registered is not coming
+
+
 @dataclass
 class Instance:
     resource_id: str
     group: str
-    process: subprocess.Popen[bytes]
+    # None: adopted, started by another leader (recorded in the system database); known by its registration
+    process: subprocess.Popen[bytes] | None
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
     # spark-submit runs the optimizer's Python as a child of its JVM: the signal goes to the Python driver,
@@ -76,35 +80,45 @@ class Instance:
     driver_remote: bool = False
     # it registered with the server: it started well, so its end is no sign of a failing submission
     registered: bool = False
+    threads: int = 1
 
     @property
     def alive(self) -> bool:
+        if self.process is None:  # adopted: alive while registered, or while it may still be booting
+            return self.registered or time.monotonic() - self.started_at < BOOT_SECONDS
         return self.process.poll() is None
 
     def release(self, timeout: float = 60.0, ask: Callable[[], None] | None = None) -> None:
         """The optimizer finishes its running tasks, unregisters and exits: asked at its heartbeat (`ask`
-        records the request, repeated while it runs), else by SIGTERM; SIGKILL after `timeout`."""
+        records the request, repeated while it runs), else by SIGTERM; SIGKILL after `timeout`. An adopted one is
+        only asked: no signal reaches a process another server started."""
+        if self.process is None:
+            if ask is not None:
+                ask()
+            log.info("asked adopted optimizer %s of group %s to leave", self.resource_id, self.group)
+            return
+        process = self.process
         deadline = time.monotonic() + timeout
         if ask is not None:  # a remote driver hears only this; a local one gets half the time before a signal
             until = deadline if self.driver_remote else time.monotonic() + timeout / 2
             while self.alive and time.monotonic() < until:
                 ask()
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.process.wait(min(5.0, max(until - time.monotonic(), 0.0)))
+                    process.wait(min(5.0, max(until - time.monotonic(), 0.0)))
         if self.alive and not self.driver_remote:
-            target = self.process.pid
+            target = process.pid
             if self.driver_in_child:
-                drivers = [pid for pid, name in descendants(self.process.pid) if name.startswith("python")]
+                drivers = [pid for pid, name in descendants(process.pid) if name.startswith("python")]
                 target = drivers[0] if drivers else target
             with contextlib.suppress(ProcessLookupError):
                 os.kill(target, signal.SIGTERM)
         try:
-            self.process.wait(max(deadline - time.monotonic(), 0.0))
+            process.wait(max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             log.warning("optimizer %s did not stop in %.0fs: killing it", self.resource_id, timeout)
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
         log.info("released optimizer %s of group %s", self.resource_id, self.group)
 
 
@@ -183,8 +197,15 @@ class LocalContainer:
                 start_new_session=True,
             )
         log.info("started optimizer %s for group %s (pid %d)", resource_id, group, process.pid)
+        threads = int(self.setting(group_properties, "parallelism", "1") or "1")
         return Instance(
-            resource_id, group, process, log_path, driver_in_child=self.driver_in_child, driver_remote=remote
+            resource_id,
+            group,
+            process,
+            log_path,
+            driver_in_child=self.driver_in_child,
+            driver_remote=remote,
+            threads=threads,
         )
 
     def driver_remote(self, group_properties: dict[str, str]) -> bool:

@@ -1,19 +1,29 @@
-"""The resource maintainer keeps each resource group's optimizers at the count its `instances` property asks for.
+"""The resource maintainer keeps each resource group's optimizers at the count its `instances` property asks for,
+or, with `dynamic-allocation.enabled`, at the count its work asks for (services/resources/allocator.py).
 
 As Amoro's ResourceMaintainer does: an optimizer process that exits is started again, extra ones are released
 (asked at their heartbeat, else SIGTERM: they finish their running tasks). One that dies before it ever
 registered counts as a failing start, and the group backs off (10 s doubled per failure, at most 5 min); one
 that registered and then died (killed, its JVM lost) is replaced at once, since its tasks wait for it.
+
+Every optimizer started is recorded in the system database until it is gone (store/allocation.py). A new leader
+adopts the recorded optimizers the last one started that are registered (or may still be booting): they count
+for their group and are asked to leave when there are too many, instead of being started a second time.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from lakewarden.config import Config
+from lakewarden.domain.dynamic_allocation import AllocationConfig
+from lakewarden.domain.errors import InvalidField
 from lakewarden.services.loop import LoopService
+from lakewarden.services.resources.allocator import Allocator
 from lakewarden.services.resources.containers import (
     CONTAINERS,
     OPTIMIZER_LOGS,
@@ -21,9 +31,10 @@ from lakewarden.services.resources.containers import (
     Instance,
     LocalContainer,
 )
+from lakewarden.store import allocation as allocation_store
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as process_store
-from lakewarden.store.database import Database
+from lakewarden.store.database import Database, as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +51,13 @@ class ResourceMaintainer(LoopService):
         server_url: str,
         registration_token: Callable[[str], str] | None = None,
         interval_seconds: float = 5.0,
+        release_tokens: Callable[[set[str]], int] | None = None,
     ) -> None:
         super().__init__(interval_seconds)
         self.db = db
+        self.server_url = server_url
+        # dynamic allocation; `release_tokens` forgets optimizers and hands their tasks out again (the keeper's)
+        self.allocator = Allocator(db, release_tokens or (lambda _tokens: 0))
         self.containers: dict[str, LocalContainer] = {}
         for container in config.containers:
             if container.container_impl == "external":  # its optimizers come and go by themselves
@@ -70,51 +85,121 @@ class ResourceMaintainer(LoopService):
         for name in list(self.instances):
             if name not in wanted:  # the group was deleted
                 self._scale(name, None, {}, 0)
+                self.allocator.forget(name)
         for name, container_name, properties in groups:
             container = self.containers.get(container_name)
             if container is None or self.stopping:
                 continue
-            self._scale(name, container, properties, int(properties.get("instances", "0") or 0))
+            self._adopt(name)
+            try:
+                allocation = AllocationConfig.of(properties)
+            except InvalidField as exc:  # set before the rules: the group keeps its `instances`
+                log.warning("group %s: %s", name, exc)
+                allocation = None
+            if allocation is not None and allocation.enabled:
+                instances = self.instances.setdefault(name, [])
+                self._reap(name, instances)
+                start = functools.partial(self._start, name, container)
+                self.allocator.round(name, properties, allocation, instances, start)
+            else:
+                self.allocator.forget(name)
+                self._scale(name, container, properties, int(properties.get("instances", "0") or 0))
+
+    def _adopt(self, group: str) -> None:
+        """The recorded optimizers of the group that this node did not start (a leader before it did) become its
+        instances while they are registered or may still be booting; the others' records go."""
+        instances = self.instances.setdefault(group, [])
+        mine = {i.resource_id for i in instances}
+        with self.db.read() as session:
+            recorded = [r for r in allocation_store.recorded_resources(session, group) if r.resource_id not in mine]
+            if not recorded:
+                return
+            registered = process_store.registered_resources(session, [r.resource_id for r in recorded])
+        now, wall = time.monotonic(), utcnow()
+        for record in recorded:
+            age = (wall - as_utc(record.started_at)).total_seconds()
+            instance = Instance(
+                record.resource_id,
+                group,
+                None,
+                self._log_dir(record.container) / f"{record.resource_id}.log",
+                started_at=now - max(age, 0.0),
+                registered=record.resource_id in registered,
+                threads=record.threads,
+            )
+            if instance.alive:
+                instances.append(instance)
+                log.info("group %s: adopted optimizer %s, started by %s", group, record.resource_id, record.started_by)
+            else:
+                self._forget_record(record.resource_id)
+
+    def _log_dir(self, container: str) -> Path:
+        known = self.containers.get(container)
+        return known.log_dir if known is not None else Path(OPTIMIZER_LOGS)
+
+    def _start(self, group: str, container: LocalContainer, properties: dict[str, str]) -> Instance | None:
+        """Start one optimizer and record it; None when the container could not (the group backs off)."""
+        if time.monotonic() < self._retry_at.get(group, 0.0):
+            return None
+        try:
+            instance = container.start(group, properties)
+        except (ContainerError, OSError) as exc:
+            log.warning("group %s: cannot start an optimizer: %s", group, exc)
+            self._failed(group, f"cannot start an optimizer: {exc}")
+            return None
+        with self.db.write() as session:
+            allocation_store.record_resource(
+                session, instance.resource_id, group, container.name, instance.threads, self.server_url
+            )
+        return instance
+
+    def _forget_record(self, resource_id: str) -> None:
+        with self.db.write(any_node=True) as session:  # also as a deposed leader lets its optimizers go
+            allocation_store.forget_resource(session, resource_id)
 
     def _scale(self, group: str, container: LocalContainer | None, properties: dict[str, str], wanted: int) -> None:
         instances = self.instances.setdefault(group, [])
-        now = time.monotonic()
-        self._note_registered([i for i in instances if not i.registered])
-        for gone in [i for i in instances if not i.alive]:
-            lived = now - gone.started_at
-            message = (
-                f"optimizer {gone.resource_id} exited with code {gone.process.returncode} after {lived:.0f}s; "
-                f"see {gone.log_path}"
-            )
-            log.warning("group %s: %s", group, message)
-            instances.remove(gone)
-            # died young before it ever registered: the submission or the application fails, back off. One that
-            # registered and then died (killed, its JVM lost, out of memory) is replaced at once: its tasks wait
-            if lived < HEALTHY_SECONDS and not gone.registered:
-                self._failed(group, message)
-        if any(now - i.started_at >= HEALTHY_SECONDS or i.registered for i in instances):
-            self.errors.pop(group, None)
-            self._backoff.pop(group, None)
-        while container is not None and len(instances) < wanted and now >= self._retry_at.get(group, 0.0):
-            try:
-                instances.append(container.start(group, properties))
-            except (ContainerError, OSError) as exc:
-                log.warning("group %s: cannot start an optimizer: %s", group, exc)
-                self._failed(group, f"cannot start an optimizer: {exc}")
+        self._reap(group, instances)
+        while container is not None and len(instances) < wanted:
+            instance = self._start(group, container, properties)
+            if instance is None:
                 break
+            instances.append(instance)
         while len(instances) > wanted:
             self._release(instances.pop())
         if wanted == 0:
             self.errors.pop(group, None)
 
+    def _reap(self, group: str, instances: list[Instance]) -> None:
+        """The instances that are gone leave the list and the records; a failing start backs the group off."""
+        now = time.monotonic()
+        self._note_registered([i for i in instances if not i.registered or i.process is None])
+        for gone in [i for i in instances if not i.alive]:
+            lived = now - gone.started_at
+            code = "unknown" if gone.process is None else gone.process.returncode
+            message = f"optimizer {gone.resource_id} exited with code {code} after {lived:.0f}s; see {gone.log_path}"
+            log.log(logging.INFO if code == 0 else logging.WARNING, "group %s: %s", group, message)
+            instances.remove(gone)
+            self._forget_record(gone.resource_id)
+            # died young before it ever registered: the submission or the application fails, back off. One that
+            # registered and then died (killed, its JVM lost, out of memory) is replaced at once: its tasks wait
+            if lived < HEALTHY_SECONDS and not gone.registered and gone.process is not None:
+                self._failed(group, message)
+        if any(now - i.started_at >= HEALTHY_SECONDS or i.registered for i in instances):
+            self.errors.pop(group, None)
+            self._backoff.pop(group, None)
+
     def _note_registered(self, instances: list[Instance]) -> None:
-        """Marks the instances whose optimizer has registered with the server (alive or not by now)."""
+        """Marks the instances whose optimizer has registered with the server (alive or not by now); an adopted
+        one is marked by whether it is registered now."""
         if not instances:
             return
         with self.db.read() as session:
             known = process_store.registered_resources(session, [i.resource_id for i in instances])
         for instance in instances:
-            instance.registered = instance.resource_id in known
+            instance.registered = instance.resource_id in known or (
+                instance.registered and instance.process is not None
+            )
 
     def _failed(self, group: str, message: str) -> None:
         backoff = min(max(2 * self._backoff.get(group, 5.0), 10.0), 300.0)
@@ -137,4 +222,5 @@ class ResourceMaintainer(LoopService):
             with self.db.write(any_node=True) as session:  # also as a deposed leader lets its optimizers go
                 process_store.ask_to_leave(session, instance.resource_id)
 
-        instance.release(ask=ask if instance.driver_in_child else None)
+        instance.release(ask=ask if instance.driver_in_child or instance.process is None else None)
+        self._forget_record(instance.resource_id)
