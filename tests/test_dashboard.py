@@ -230,6 +230,17 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.css('#group-create button[type="submit"]').click()
         page.wait_for('[data-group="etl"]')
         assert api.get("/resource-groups/etl").json()["properties"] == {"scheduling-policy": "balanced"}
+        # dynamic allocation: settings that cannot work name the property; a group using it shows its state
+        edit = page.css('[data-group="etl"] [data-form="edit"] textarea')
+        edit.clear()
+        edit.send_keys("dynamic-allocation.enabled=true")
+        page.css('[data-group="etl"] [data-form="edit"] button').click()
+        page.wait_text('[data-group="etl"] [data-field="edit-error"]', "dynamic-allocation.max-parallelism")
+        dynamic = {"dynamic-allocation.enabled": "true", "dynamic-allocation.max-parallelism": "2"}
+        assert api.put("/resource-groups/etl", json={"properties": dynamic}).is_success
+        page.wait_text(
+            '[data-group="etl"] [data-field="allocation"]', "dynamic allocation: 0 idle, 0 draining", timeout=30
+        )
         scale = page.css('[data-group="default"] [data-form="scale"] input[name="instances"]')
         scale.clear()
         scale.send_keys("99")
