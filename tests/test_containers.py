@@ -130,7 +130,7 @@ def test_release_asks_first_then_signals_a_local_driver(tmp_path: Path) -> None:
 
     instance = sleeper(tmp_path, ignore_term=True)
     instance.release(timeout=60, ask=ask)
-    assert len(asked) == 2 and instance.process.returncode == 0  # it left by itself: no signal
+    assert len(asked) == 2 and returncode(instance) == 0  # it left by itself: no signal
 
     # a local driver that does not hear the request is signalled after half the time
     (tmp_path / "leave").unlink()
@@ -138,7 +138,12 @@ def test_release_asks_first_then_signals_a_local_driver(tmp_path: Path) -> None:
     begun = time.monotonic()
     instance.release(timeout=4, ask=lambda: None)
     # SIGTERM at half the time (2 s), well before the SIGKILL the deadline (4 s) would bring
-    assert instance.process.returncode == -15 and time.monotonic() - begun > 1.5
+    assert returncode(instance) == -15 and time.monotonic() - begun > 1.5
+
+
+def returncode(instance: Instance) -> int | None:
+    assert instance.process is not None
+    return instance.process.returncode
 
 
 def test_a_remote_driver_is_never_signalled_and_its_client_killed_at_the_deadline(tmp_path: Path) -> None:
@@ -146,7 +151,7 @@ def test_a_remote_driver_is_never_signalled_and_its_client_killed_at_the_deadlin
     instance.driver_remote = True
     begun = time.monotonic()
     instance.release(timeout=3, ask=lambda: None)
-    assert instance.process.returncode == -9 and time.monotonic() - begun >= 3  # SIGKILL, no SIGTERM before
+    assert returncode(instance) == -9 and time.monotonic() - begun >= 3  # SIGKILL, no SIGTERM before
 
 
 def test_setup_spark_prints_the_arguments_for_each_deploy_mode_and_refuses_others() -> None:

@@ -121,5 +121,5 @@ def test_table_identifier_parse() -> None:
 )
 def test_invalid_groups(name: str, container: str, props: dict[str, str], field: str) -> None:
     with pytest.raises(InvalidField) as info:
-        validate_group(name, container, props, ["local"])
+        validate_group(name, container, props, {"local": "local"})
     assert info.value.field == field
