@@ -7,11 +7,13 @@ import shlex
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from lakewarden.services.resources.containers import ContainerError, Instance, SparkContainer
 from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
@@ -213,8 +215,8 @@ def stop_all(started: list[Instance]) -> None:
 
 def test_a_new_leader_adopts_the_optimizers_the_last_one_started(client: TestClient, tmp_path: Path) -> None:
     """Optimizers a container started are recorded: a maintainer that takes over (a new leader) counts the
-    registered ones as its group's and asks them to leave when there are too many, instead of starting doubles;
-    the record of one that never registered goes once it cannot be booting any more."""
+    registered, heartbeating ones as its group's and asks them to leave when there are too many, instead of
+    starting doubles; the records of one that never registered, and of one that stopped heartbeating, go."""
     ctx = ctx_of(client)
     started: list[Instance] = []
 
@@ -226,34 +228,39 @@ def test_a_new_leader_adopts_the_optimizers_the_last_one_started(client: TestCli
             started.append(Instance(f"stand-in-{len(started)}", group, process, tmp_path / "log"))
             return started[-1]
 
+    def register(resource_id: str) -> str:
+        body = {"group": "default", "parallelism": 1, "resource_id": resource_id}
+        return str(client.post("/api/v1/optimizer/register", json=body).json()["token"])
+
+    def recorded() -> list[str]:
+        with ctx.db.read() as session:
+            return [r.resource_id for r in allocation_store.recorded_resources(session, "default")]
+
     stand_in: Any = StandIn()
     first = ResourceMaintainer(ctx.db, ctx.config, "http://node-a")
     try:
-        first._scale("default", stand_in, {}, 2)
-        body = {"group": "default", "parallelism": 1, "resource_id": "stand-in-0"}
-        token = client.post("/api/v1/optimizer/register", json=body).json()["token"]
+        first._scale("default", stand_in, {}, 3)
+        token = register("stand-in-0")
+        stale = register("stand-in-2")
+        with ctx.db.write() as session:  # stand-in-2 stopped heartbeating a minute ago
+            session.execute(
+                text("UPDATE optimizer SET last_heartbeat_at = :at WHERE token = :token"),
+                {"at": datetime.now(UTC) - timedelta(minutes=1), "token": stale},
+            )
         with ctx.db.read() as session:
-            recorded = allocation_store.recorded_resources(session, "default")
-        assert [(r.resource_id, r.started_by) for r in recorded] == [
-            ("stand-in-0", "http://node-a"),
-            ("stand-in-1", "http://node-a"),
-        ]
+            rows = allocation_store.recorded_resources(session, "default")
+        assert [(r.resource_id, r.started_by) for r in rows] == [(f"stand-in-{i}", "http://node-a") for i in range(3)]
 
         second = ResourceMaintainer(ctx.db, ctx.config, "http://node-b")  # the first leader is gone
         second._adopt("default")
-        adopted = second.instances["default"]
-        assert [(i.resource_id, i.process, i.registered) for i in adopted] == [
-            ("stand-in-0", None, True),
-            ("stand-in-1", None, False),  # may still be booting
+        assert [(i.resource_id, i.process, i.registered) for i in second.instances["default"]] == [
+            ("stand-in-0", None, True)
         ]
-        second._scale("default", stand_in, {}, 2)
-        assert len(started) == 2  # no doubles
-        second._scale("default", stand_in, {}, 1)  # one too many: the newest is asked to leave, its record goes
-        assert [i.resource_id for i in second.instances["default"]] == ["stand-in-0"]
-        second._scale("default", stand_in, {}, 0)
+        assert recorded() == ["stand-in-0"]
+        second._scale("default", stand_in, {}, 1)
+        assert len(started) == 3  # no doubles
+        second._scale("default", stand_in, {}, 0)  # too many: asked to leave, its record goes
         touched = client.post("/api/v1/optimizer/touch", json={"token": token}).json()
-        assert touched["leave"] is True
-        with ctx.db.read() as session:
-            assert allocation_store.recorded_resources(session, "default") == []
+        assert touched["leave"] is True and recorded() == []
     finally:
         stop_all(started)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -95,3 +96,12 @@ def forget_resource(session: Session, resource_id: str) -> None:
 def recorded_resources(session: Session, group: str) -> list[OptimizerResourceRow]:
     query = select(OptimizerResourceRow).where(OptimizerResourceRow.group_name == group)
     return list(session.scalars(query.order_by(OptimizerResourceRow.started_at)))
+
+
+def live_resources(session: Session, resource_ids: list[str], within: timedelta) -> set[str]:
+    """Which of these container resources have an optimizer registered that sent a heartbeat within `within`."""
+    since = utcnow() - within
+    query = select(OptimizerRow.resource_id).where(
+        OptimizerRow.resource_id.in_(resource_ids), OptimizerRow.last_heartbeat_at >= since
+    )
+    return {resource for resource in session.scalars(query) if resource is not None}

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lakewarden.domain.dynamic_allocation import AllocationConfig, AllocationState, Candidate, GroupLoad
-from lakewarden.services.resources.containers import BOOT_SECONDS, Instance
+from lakewarden.services.resources.containers import Instance
 from lakewarden.store import allocation as allocation_store
 from lakewarden.store import processes as process_store
 from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
+BOOT_SECONDS = 300.0  # an optimizer started this long ago that never registered is not coming
 
 
 @dataclass

@@ -62,14 +62,11 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     return found
 
 
-BOOT_SECONDS = 300.0  # an optimizer started this long ago that never registered is not coming
-
-
 @dataclass
 class Instance:
     resource_id: str
     group: str
-    # None: adopted, started by another leader (recorded in the system database); known by its registration
+    # None: adopted, started by another leader (recorded in the system database); alive while it heartbeats
     process: subprocess.Popen[bytes] | None
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
@@ -84,8 +81,8 @@ class Instance:
 
     @property
     def alive(self) -> bool:
-        if self.process is None:  # adopted: alive while registered, or while it may still be booting
-            return self.registered or time.monotonic() - self.started_at < BOOT_SECONDS
+        if self.process is None:  # adopted: alive while its optimizer is registered and heartbeats
+            return self.registered
         return self.process.poll() is None
 
     def release(self, timeout: float = 60.0, ask: Callable[[], None] | None = None) -> None:

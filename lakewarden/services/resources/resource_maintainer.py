@@ -7,8 +7,10 @@ registered counts as a failing start, and the group backs off (10 s doubled per 
 that registered and then died (killed, its JVM lost) is replaced at once, since its tasks wait for it.
 
 Every optimizer started is recorded in the system database until it is gone (store/allocation.py). A new leader
-adopts the recorded optimizers the last one started that are registered (or may still be booting): they count
-for their group and are asked to leave when there are too many, instead of being started a second time.
+adopts the recorded optimizers the last one started that are registered and heartbeating: they count for their
+group and are asked to leave when there are too many, instead of being started a second time. The others' records
+go (a local container's optimizers die with the server that started them: after a restart they are not waited
+for).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from lakewarden.config import Config
@@ -39,6 +42,8 @@ from lakewarden.store.database import Database, as_utc, utcnow
 log = logging.getLogger(__name__)
 
 HEALTHY_SECONDS = 60.0  # an optimizer that lived this long was no failing start, registered or not
+# an adopted optimizer is alive while it heartbeats (every 10 s): three missed beats and it is taken for gone
+ADOPTED_HEARTBEAT = timedelta(seconds=30)
 
 
 class ResourceMaintainer(LoopService):
@@ -107,31 +112,33 @@ class ResourceMaintainer(LoopService):
 
     def _adopt(self, group: str) -> None:
         """The recorded optimizers of the group that this node did not start (a leader before it did) become its
-        instances while they are registered or may still be booting; the others' records go."""
+        instances while they are registered and heartbeat; the others' records go."""
         instances = self.instances.setdefault(group, [])
         mine = {i.resource_id for i in instances}
         with self.db.read() as session:
             recorded = [r for r in allocation_store.recorded_resources(session, group) if r.resource_id not in mine]
             if not recorded:
                 return
-            registered = process_store.registered_resources(session, [r.resource_id for r in recorded])
+            live = allocation_store.live_resources(session, [r.resource_id for r in recorded], ADOPTED_HEARTBEAT)
         now, wall = time.monotonic(), utcnow()
         for record in recorded:
-            age = (wall - as_utc(record.started_at)).total_seconds()
-            instance = Instance(
-                record.resource_id,
-                group,
-                None,
-                self._log_dir(record.container) / f"{record.resource_id}.log",
-                started_at=now - max(age, 0.0),
-                registered=record.resource_id in registered,
-                threads=record.threads,
-            )
-            if instance.alive:
-                instances.append(instance)
-                log.info("group %s: adopted optimizer %s, started by %s", group, record.resource_id, record.started_by)
-            else:
+            if record.resource_id not in live:
                 self._forget_record(record.resource_id)
+                continue
+            age = (wall - as_utc(record.started_at)).total_seconds()
+            log_path = self._log_dir(record.container) / f"{record.resource_id}.log"
+            instances.append(
+                Instance(
+                    record.resource_id,
+                    group,
+                    None,
+                    log_path,
+                    started_at=now - max(age, 0.0),
+                    registered=True,
+                    threads=record.threads,
+                )
+            )
+            log.info("group %s: adopted optimizer %s, started by %s", group, record.resource_id, record.started_by)
 
     def _log_dir(self, container: str) -> Path:
         known = self.containers.get(container)
@@ -191,15 +198,22 @@ class ResourceMaintainer(LoopService):
 
     def _note_registered(self, instances: list[Instance]) -> None:
         """Marks the instances whose optimizer has registered with the server (alive or not by now); an adopted
-        one is marked by whether it is registered now."""
+        one is marked by whether it is registered and heartbeats now."""
+        started = [i for i in instances if i.process is not None]
+        adopted = [i for i in instances if i.process is None]
         if not instances:
             return
         with self.db.read() as session:
-            known = process_store.registered_resources(session, [i.resource_id for i in instances])
-        for instance in instances:
-            instance.registered = instance.resource_id in known or (
-                instance.registered and instance.process is not None
+            known = process_store.registered_resources(session, [i.resource_id for i in started]) if started else set()
+            live = (
+                allocation_store.live_resources(session, [i.resource_id for i in adopted], ADOPTED_HEARTBEAT)
+                if adopted
+                else set()
             )
+        for instance in started:
+            instance.registered = instance.registered or instance.resource_id in known
+        for instance in adopted:
+            instance.registered = instance.resource_id in live
 
     def _failed(self, group: str, message: str) -> None:
         backoff = min(max(2 * self._backoff.get(group, 5.0), 10.0), 300.0)
