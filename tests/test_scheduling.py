@@ -290,6 +290,7 @@ def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
         assert poll(client, token)["attempt"] == attempt
         before = utcnow()
         fail_task(client, token, pid, attempt, "IOException: the disk went away", failure="transient")
+        after = utcnow()  # the back-off starts when the failure is settled, somewhere in between
         task = client.get(f"/api/v1/processes/{pid}").json()["tasks"][0]
         assert (task["status"], task["failure"], task["retryable"], task["retry_count"]) == (
             "planned",
@@ -297,8 +298,8 @@ def test_a_retry_waits_a_growing_backoff(client: TestClient) -> None:
             True,
             attempt,
         )
-        wait = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC) - before
-        assert timedelta(seconds=seconds - 1) < wait <= timedelta(seconds=seconds + 1)
+        retry_after = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC)
+        assert before + timedelta(seconds=seconds) <= retry_after <= after + timedelta(seconds=seconds)
         assert poll(client, token) is None  # not before the back-off ends
         end_backoff(ctx, pid)
     assert poll(client, token)["attempt"] == 3
@@ -319,10 +320,11 @@ def test_a_conflict_is_retried_after_the_base_backoff_each_time(client: TestClie
             "ValidationException: Cannot commit, found new position delete",
             failure="conflict",
         )
+        after = utcnow()
         task = client.get(f"/api/v1/processes/{pid}").json()["tasks"][0]
         assert (task["status"], task["failure"], task["retry_count"]) == ("planned", "conflict", attempt)
-        wait = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC) - before
-        assert timedelta(seconds=4) < wait <= timedelta(seconds=6)
+        retry_after = datetime.fromisoformat(task["retry_after"]).replace(tzinfo=UTC)
+        assert before + timedelta(seconds=5) <= retry_after <= after + timedelta(seconds=5)
         end_backoff(ctx, pid)
     assert poll(client, token)["attempt"] == 4
 
