@@ -225,6 +225,8 @@ RETENTIONS: dict[str, dict[str, Any]] = {
     "processes": {"keep-time": timedelta(days=30), "keep-count": 100},  # per table and action
     "timeline": {"keep-time": timedelta(days=30), "keep-count": 1000},  # per table
     "events": {"keep-time": timedelta(days=7), "keep-count": 100_000},  # in all
+    # scans and commits reported, per table: a week is what a table's reads are summed over
+    "reads": {"keep-time": timedelta(days=8), "keep-count": 50_000},
     # samples for the dashboard's charts: per table, per group
     "table-shapes": {"keep-time": timedelta(days=30), "keep-count": 2000, "interval": timedelta(minutes=5)},
     "group-load": {"keep-time": timedelta(days=7), "keep-count": 10_080, "interval": timedelta(minutes=1)},
@@ -234,14 +236,16 @@ RETENTIONS: dict[str, dict[str, Any]] = {
 class HistoryConfig(_Model):
     """What the server keeps of the past (services/tables/history.py), pruned every `expire-interval` by the leader:
     ended processes with their tasks (`keep-count` per table and action; the newest of each always kept, since
-    the maintenance schedule and its back-off read it), the commit timeline (`keep-count` per table; its newest
-    always kept), the event outbox (`keep-count` in all), and the local optimizers' logs. Amoro keeps 30 days
-    of optimizing history (`self-optimizing.runtime-data-keep-time`), pruned hourly."""
+    the maintenance schedule and its back-off read it), the commit timeline and the scans and commits reported
+    (`keep-count` per table; the newest of each always kept), the event outbox (`keep-count` in all), and the
+    local optimizers' logs. Amoro keeps 30 days of optimizing history (`self-optimizing.runtime-data-keep-time`),
+    pruned hourly."""
 
     expire_interval: Duration = Field(timedelta(hours=1), alias="expire-interval")
     processes: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["processes"]))
     timeline: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["timeline"]))
     events: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["events"]))
+    reads: Retention = Field(default_factory=lambda: Retention(**RETENTIONS["reads"]))
     # a table's shape is sampled when the evaluator sees a change, at most every `interval`; a group's load
     # every `interval`
     table_shapes: Sampling = Field(default_factory=lambda: Sampling(**RETENTIONS["table-shapes"]), alias="table-shapes")

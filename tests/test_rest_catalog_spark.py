@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -71,6 +71,18 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert [e["operation"] for e in reversed(timeline)][:3] == ["create", "append", "append"]
     assert "overwrite" in {e["operation"] for e in timeline}  # MERGE/UPDATE/DELETE as row deltas
     assert "Java" in (timeline[0]["client"] or "") or timeline[0]["client"]
+
+    # Spark's Iceberg client reports each scan and commit to the catalog, which keeps them as the table's reads
+    assert spark.sql(f"SELECT id FROM {c}.db.t WHERE cat = 'a' AND id > 10").count() > 0
+
+    def scanned_a() -> dict[str, Any] | None:
+        reads: dict[str, Any] = api.get(f"/tables/{c}/db/t").json()["reads"]
+        return reads if reads["partitions"].get("cat=a") else None
+
+    reads = wait_for("Spark's scan report", scanned_a)
+    assert reads["engines"].get("spark", 0) >= 3 and reads["principals"] == {"admin": reads["scans_last_hour"]}
+    assert reads["commits_last_day"] >= 5  # two inserts, the merge, the delete, the update
+    assert reads["files_per_scan"]["p95"] >= 2 and reads["delete_files_per_scan"]["p95"] >= 1
 
     # the optimizer compacts the internal table; lakewarden's own commit does not re-plan it
     compact_and_compare(server, api, spark, c, "t")

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
+from lakewarden.domain.reads import ReadSummary
+
 ID_MAX = 2**63 - 1  # the largest id a database BIGINT holds (a larger one names nothing: 404, never 500)
 
 
@@ -184,6 +186,12 @@ class TableRead(TableBrief):
         "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
     )
     currency: str = ""
+    reads: ReadSummary | None = Field(
+        None,
+        description="How the table is read, from the scans and commits reported to lakewarden's REST catalog "
+        "and the scans it planned: scans per hour, day and week, files, delete files and bytes per scan (p50, "
+        "p95), planning time, engines, principals, the partitions read most, and the last day hour by hour",
+    )
 
 
 class Health(_Read):

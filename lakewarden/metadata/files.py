@@ -60,6 +60,14 @@ def json_partition_value(spec: PartitionSpec, schema: Schema, index: int, value:
     return value
 
 
+def identity_fields(spec: PartitionSpec, schema: Schema) -> list[tuple[str, str]]:
+    """The spec's fields as (source column, field name) when every one is an identity field, else none: only
+    then does a filter that pins each column name one partition (domain/reads.partition_of)."""
+    if not all(isinstance(f.transform, IdentityTransform) for f in spec.fields):
+        return []
+    return [(schema.find_column_name(f.source_id) or "", f.name) for f in spec.fields]
+
+
 class _Reader:
     """Turns one manifest's pyiceberg entries into lakewarden's plain file records."""
 

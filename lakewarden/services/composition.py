@@ -61,6 +61,7 @@ from lakewarden.services.tables.changes import ChangeListener, OutboxTail
 from lakewarden.services.tables.evaluation import TableEvaluator
 from lakewarden.services.tables.explorer import TableExplorer
 from lakewarden.services.tables.history import HistoryPruner, LoadSampler
+from lakewarden.services.tables.reads import TableReads
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import secrets
 from lakewarden.store.claim import Claim, hold_alone
@@ -100,12 +101,14 @@ def rest_catalog(config: Config, db: Database, manifests: ManifestCache | None =
     loads = TableLoads(db, warehouses, files, heads, CredentialVendor())
     tables = CatalogTables(db, warehouses, files, heads, outbox)
     planning = config.ams.scan_planning
+    reads = TableReads(db)
     scans = ScanPlanning(
         warehouses,
         loads,
         manifests,
         sync_seconds=planning.sync_timeout.total_seconds(),
         ttl_seconds=planning.plan_ttl.total_seconds(),
+        on_plan=reads.record_quietly,
     )
     read_ahead = ManifestReadAhead(db, warehouses, files, manifests, planning.read_ahead)
     outbox.subscribe(read_ahead)  # every node reads ahead the commits it makes
@@ -123,6 +126,7 @@ def rest_catalog(config: Config, db: Database, manifests: ManifestCache | None =
         scans=scans,
         read_ahead=read_ahead,
         federation=Federation(db, outbox),
+        reads=reads,
     )
 
 

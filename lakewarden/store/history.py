@@ -1,5 +1,5 @@
-"""Pruning the server's history (services/tables/history.py): ended processes with their tasks, the commit timeline and
-the event outbox, the charts' samples, each by age and by count.
+"""Pruning the server's history (services/tables/history.py): ended processes with their tasks, the commit timeline, the
+reported reads, the event outbox, the charts' samples, each by age and by count.
 
 What is never deleted: a process that has not ended; the newest process of each action on a table (the
 maintenance schedule reads them: store/processes.last_plan_times); the newest
@@ -25,6 +25,7 @@ from lakewarden.store.models import (
     GroupLoadRow,
     ProcessFileRow,
     ProcessRow,
+    TableReadRow,
     TableShapeRow,
     TaskRow,
 )
@@ -64,6 +65,14 @@ def prune_timeline(session: Session, before: datetime, keep_count: int, batch: i
     newest of each table always kept; returns how many were deleted."""
     owner = (CommitRow.catalog_name, CommitRow.namespace, CommitRow.table_name)
     return _prune_ranked(session, CommitRow.commit_id, CommitRow.committed_at, owner, before, keep_count, batch)
+
+
+def prune_reads(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:
+    """Deletes the reports of scans and commits (store/reads.py) made before `before` or beyond the newest
+    `keep_count` of their table; the newest of each table is always kept."""
+    row = TableReadRow
+    owner = (row.catalog_name, row.namespace, row.table_name)
+    return _prune_ranked(session, row.read_id, row.reported_at, owner, before, keep_count, batch)
 
 
 def prune_table_shapes(session: Session, before: datetime, keep_count: int, batch: int = 20_000) -> int:

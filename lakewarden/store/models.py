@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from lakewarden.store.secrets import SealedJSON
@@ -322,6 +322,34 @@ class CommitRow(Base):
     metadata_location: Mapped[str] = mapped_column(Text)
     client: Mapped[str | None] = mapped_column(String(255))
     committed_at: Mapped[datetime]
+
+
+class TableReadRow(Base):
+    """A scan or commit of a table, as its client reported it to the REST catalog or the server planned it
+    (domain/reads.py); pruned by age and by count per table like the timeline."""
+
+    __tablename__ = "table_read"
+    __table_args__ = (Index("ix_table_read_table", "catalog_name", "namespace", "table_name", "reported_at"),)
+
+    read_id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    catalog_name: Mapped[str] = mapped_column(String(64))
+    namespace: Mapped[str] = mapped_column(String(1024))
+    table_name: Mapped[str] = mapped_column(String(255))
+    reported_at: Mapped[datetime]
+    kind: Mapped[str] = mapped_column(String(16))  # scan, commit
+    source: Mapped[str] = mapped_column(String(16))  # client, server
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    data_files: Mapped[int] = mapped_column(BigInteger)
+    delete_files: Mapped[int] = mapped_column(BigInteger)
+    data_bytes: Mapped[int] = mapped_column(BigInteger)
+    delete_bytes: Mapped[int] = mapped_column(BigInteger)
+    manifests: Mapped[int] = mapped_column(Integer)
+    planning_ms: Mapped[float] = mapped_column(Float)
+    partition: Mapped[str | None] = mapped_column(String(1024))
+    filter: Mapped[str | None] = mapped_column(Text)
+    engine: Mapped[str | None] = mapped_column(String(64))
+    principal: Mapped[str | None] = mapped_column(String(255))
+    operation: Mapped[str | None] = mapped_column(String(64))
 
 
 class EventRow(Base):

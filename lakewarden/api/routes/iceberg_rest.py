@@ -36,8 +36,10 @@ from lakewarden.domain.errors import (
     Unsupported,
     WouldWait,
 )
+from lakewarden.domain.reads import commit_report, scan_report
 from lakewarden.domain.security import Principal, Privilege
 from lakewarden.domain.storage import Access
+from lakewarden.metadata.files import identity_fields
 from lakewarden.services.rest_catalog.catalog import RestCatalog
 from lakewarden.services.rest_catalog.commits import TableChange as Change
 from lakewarden.services.rest_catalog.federation import Federation
@@ -571,14 +573,50 @@ def load_credentials(prefix: str, namespace: str, table: str, svc: Catalog, me: 
     return {"storage-credentials": svc.loads.load_credentials(prefix, ns, table, _delegation_of(me, prefix, ns, table))}
 
 
+class MetricsReport(ClientBody):
+    """A ReportMetricsRequest: a ScanReport or a CommitReport (Iceberg's ReportMetricsRequestParser)."""
+
+    report_type: str = Field(alias="report-type", min_length=1)
+    table_name: str | None = Field(None, alias="table-name")
+    snapshot_id: int | None = Field(None, alias="snapshot-id")
+    filter: Any = None
+    operation: str | None = Field(None, max_length=64)
+    metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+SCAN_REPORT, COMMIT_REPORT = "scan-report", "commit-report"
+
+
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
-def report_metrics(prefix: str, namespace: str, table: str, svc: Catalog, me: Caller) -> Response:
-    """Scan and commit reports of a table are accepted (and not kept yet)."""
-    if forwarded(svc, prefix, me) is not None:
-        return Response(status_code=204)
-    if not svc.loads.table_exists(prefix, _ns(namespace), table):
+def report_metrics(prefix: str, namespace: str, table: str, body: MetricsReport, svc: Catalog, me: Caller) -> Response:
+    """Scan and commit reports are kept per table (services/tables/reads.py); a report of another type is
+    accepted and dropped, as Iceberg's own parser makes it an unknown report."""
+    ns = _ns(namespace)
+    federation = forwarded(svc, prefix, me)
+    exists = (
+        federation.table_exists(prefix, tuple(store.levels(ns)), table)
+        if federation is not None
+        else svc.loads.table_exists(prefix, ns, table)
+    )
+    if not exists:
         raise NoSuchTable(f"Table does not exist: {namespace}.{table}")
+    if body.report_type == SCAN_REPORT:
+        fields = [] if federation is not None else _identity_fields(svc, prefix, ns, table)
+        report = scan_report(body.metrics, body.snapshot_id, body.filter, body.metadata, me.name, fields)
+    elif body.report_type == COMMIT_REPORT:
+        if body.operation is None:
+            raise InvalidField("operation", "is required in a commit report")
+        report = commit_report(body.metrics, body.snapshot_id, body.operation, body.metadata, me.name)
+    else:
+        return Response(status_code=204)
+    svc.reads.record((prefix, ns, table), report)
     return Response(status_code=204)
+
+
+def _identity_fields(svc: RestCatalog, prefix: str, ns: str, table: str) -> list[tuple[str, str]]:
+    metadata = svc.loads.load_table(prefix, ns, table).metadata
+    return identity_fields(metadata.spec(), metadata.schema())
 
 
 # ---- server-side scan planning (services/rest_catalog/scan_planning.py)
@@ -607,7 +645,8 @@ def plan_table_scan(
 ) -> Response:
     ns = _ns(namespace)
     scan, affinity = parse_plan_request(body), parse_affinity(body)
-    return _json(planner.submit(prefix, ns, table, scan, delegation(request, me, prefix, ns, table), affinity))
+    asked = delegation(request, me, prefix, ns, table)
+    return _json(planner.submit(prefix, ns, table, scan, asked, affinity, body.get("filter"), me.name))
 
 
 @router.get("/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}")

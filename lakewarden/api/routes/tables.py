@@ -124,6 +124,7 @@ def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
         ],
         usage=stats.usage_of(stats.process_totals(session, table=_key(rec))),
         currency=ctx.config.ams.cost.currency,
+        reads=ctx.rest_catalog.reads.summary(_key(rec)),
     )
 
 

@@ -19,6 +19,7 @@ from lakewarden.services.rest_catalog.read_ahead import ManifestReadAhead
 from lakewarden.services.rest_catalog.scan_planning import ScanPlanning
 from lakewarden.services.rest_catalog.views import ViewCatalog
 from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.services.tables.reads import TableReads
 
 
 @dataclass
@@ -36,6 +37,7 @@ class RestCatalog:
     scans: ScanPlanning  # server-side scan planning
     read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
     federation: Federation  # external catalogs served by forwarding to them
+    reads: TableReads  # the scans and commits clients report, and the server's own plans (services/tables)
 
     def forget_catalog(self, name: str) -> None:
         """A catalog was changed or removed: look it up afresh next time, and read its tables' heads again (a

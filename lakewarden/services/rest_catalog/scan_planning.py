@@ -33,7 +33,9 @@ from pyiceberg.table.metadata import TableMetadata
 from lakewarden.domain.affinity import MAX_HOSTS, MAX_REPLICAS, HashRing
 from lakewarden.domain.errors import InvalidField, LakewardenError, NoSuchPlan, NoSuchPlanTask
 from lakewarden.domain.lru import SizedLRU
+from lakewarden.domain.reads import ReadReport, ReportSource, scan_report
 from lakewarden.metadata.content_files import content_file_json
+from lakewarden.metadata.files import identity_fields
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.metadata.scan_planning import (
     Plan,
@@ -72,8 +74,10 @@ class ScanPlanning:
         sync_seconds: float = 30.0,
         ttl_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        on_plan: Callable[[tuple[str, str, str], ReadReport], None] | None = None,
     ) -> None:
         self.warehouses = warehouses
+        self.on_plan = on_plan  # told of every plan made (services/tables/reads.py keeps them)
         self.loads = loads
         self.cache = cache if cache is not None else ManifestCache()
         self.sync_seconds = sync_seconds
@@ -96,8 +100,11 @@ class ScanPlanning:
         request: PlanTableScanRequest,
         asked: Delegation | None,
         affinity: HashRing | None = None,
+        filter_json: Any = None,
+        principal: str | None = None,
     ) -> dict[str, Any]:
-        """planTableScan: `completed` with tasks, or `submitted` with a plan id."""
+        """planTableScan: `completed` with tasks, or `submitted` with a plan id. `filter_json` (the request's
+        filter as sent) and `principal` (who asked) go into the record of the scan."""
         self._expire()
         loaded = self.loads.load_table(catalog, namespace, name)
         scan = _scan_request(request)
@@ -108,12 +115,17 @@ class ScanPlanning:
         key = (*_result_key(metadata, request, scan, stats), affinity and (affinity.hosts, affinity.replicas))
 
         def work() -> list[dict[str, Any]]:
-            kept = self.results.get(key)
-            if kept is not None:
-                return kept
-            planned = plan_scan(metadata, io, self.cache, scan)
-            chunks = _chunks(metadata, planned, stats, affinity, unfiltered=scan.filter == AlwaysTrue())
-            self.results.put(key, chunks, sum(len(c["file-scan-tasks"]) for c in chunks))
+            started = time.perf_counter()
+            chunks, manifests = self.results.get(key), 0
+            if chunks is None:
+                planned = plan_scan(metadata, io, self.cache, scan)
+                chunks = _chunks(metadata, planned, stats, affinity, unfiltered=scan.filter == AlwaysTrue())
+                self.results.put(key, chunks, sum(len(c["file-scan-tasks"]) for c in chunks))
+                manifests = planned.manifests_read
+            if self.on_plan is not None:
+                took = (time.perf_counter() - started) * 1000
+                report = _plan_report(metadata, request, filter_json, chunks, manifests, took, principal)
+                self.on_plan((catalog, namespace, name), report)
             return chunks
 
         plan_id = uuid.uuid4().hex
@@ -377,6 +389,31 @@ def _scan_tasks(
     if deletes:
         body["delete-files"] = deletes
     return body
+
+
+def _plan_report(
+    metadata: TableMetadata,
+    request: PlanTableScanRequest,
+    filter_json: Any,
+    chunks: list[dict[str, Any]],
+    manifests: int,
+    planning_ms: float,
+    principal: str | None,
+) -> ReadReport:
+    """A plan as the record of a scan, in the metrics a client's ScanReport carries."""
+    tasks = [t["data-file"] for c in chunks for t in c["file-scan-tasks"]]
+    deletes = [d for c in chunks for d in c.get("delete-files", [])]
+    metrics = {
+        "result-data-files": {"value": len(tasks)},
+        "result-delete-files": {"value": len(deletes)},
+        "total-file-size-in-bytes": {"value": sum(int(f.get("file-size-in-bytes", 0)) for f in tasks)},
+        "total-delete-file-size-in-bytes": {"value": sum(int(f.get("file-size-in-bytes", 0)) for f in deletes)},
+        "scanned-data-manifests": {"value": manifests},
+        "total-planning-duration": {"time-unit": "milliseconds", "total-duration": planning_ms},
+    }
+    fields = identity_fields(metadata.spec(), metadata.schema())
+    snapshot = request.snapshot_id if request.snapshot_id is not None else metadata.current_snapshot_id
+    return scan_report(metrics, snapshot, filter_json, {}, principal, fields, ReportSource.SERVER)
 
 
 def _size(value: str | None, default: int) -> int:

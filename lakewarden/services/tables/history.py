@@ -1,7 +1,7 @@
 """The history pruner: what the server keeps of the past stays bounded (`ams.history`); the load sampler.
 
-Every `expire-interval`, on the leader: ended processes with their tasks, the commit timeline and the event
-outbox are pruned by age and by count (store/history.py says what is always kept), in short transactions;
+Every `expire-interval`, on the leader: ended processes with their tasks, the commit timeline, the reported reads
+and the event outbox are pruned by age and by count (store/history.py says what is always kept), in short transactions;
 the local optimizers' logs are rotated past their size (copied, then truncated in place: the optimizer keeps
 appending to the file it opened) and deleted once nobody has written them for their keep-time.
 """
@@ -26,6 +26,7 @@ PRUNE = {
     "processes": store.prune_processes,
     "timeline": store.prune_timeline,
     "events": store.prune_events,
+    "reads": store.prune_reads,
     "table-shapes": store.prune_table_shapes,
     "group-load": store.prune_group_loads,
 }

@@ -1,0 +1,145 @@
+"""Scans and commits of tables as reported (domain/reads.py), kept per table. Flush, never commit.
+
+Pruned like the timeline (store/history.prune_reads): by age and by count per table, the newest kept.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from sqlalchemy import ColumnElement, and_, case, func, insert, select
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.reads import HourOfReads, ReadReport, ReportedRead, ReportKind
+from lakewarden.store.database import as_utc
+from lakewarden.store.models import TableIdentifierRow, TableReadRow, TableRuntimeRow
+
+Owner = tuple[str, str, str]  # catalog, namespace, table
+
+
+def record_read(session: Session, owner: Owner, report: ReadReport, at: datetime) -> None:
+    catalog, namespace, table = owner
+    session.execute(
+        insert(TableReadRow).values(
+            catalog_name=catalog,
+            namespace=namespace,
+            table_name=table,
+            reported_at=at,
+            kind=report.kind.value,
+            source=report.source.value,
+            snapshot_id=report.snapshot_id,
+            data_files=report.data_files,
+            delete_files=report.delete_files,
+            data_bytes=report.data_bytes,
+            delete_bytes=report.delete_bytes,
+            manifests=report.manifests,
+            planning_ms=report.planning_ms,
+            partition=report.partition,
+            filter=report.filter,
+            engine=report.engine,
+            principal=report.principal,
+            operation=report.operation,
+        )
+    )
+
+
+def known_partitions(session: Session, owner: Owner) -> list[str]:
+    """The partitions of the table the evaluator last listed (the pending ones first); none for a table
+    lakewarden does not manage."""
+    evaluation = session.scalar(
+        select(TableRuntimeRow.evaluation)
+        .join(TableIdentifierRow, TableIdentifierRow.table_id == TableRuntimeRow.table_id)
+        .where(
+            TableIdentifierRow.catalog_name == owner[0],
+            TableIdentifierRow.db_name == owner[1],
+            TableIdentifierRow.table_name == owner[2],
+        )
+    )
+    return [str(p["partition"]) for p in (evaluation or {}).get("partitions", []) if p.get("partition")]
+
+
+def _of(owner: Owner) -> ColumnElement[bool]:
+    row = TableReadRow
+    return and_(row.catalog_name == owner[0], row.namespace == owner[1], row.table_name == owner[2])
+
+
+def reads_since(session: Session, owner: Owner, since: datetime, limit: int) -> list[ReportedRead]:
+    """The table's reports since `since`, newest first, at most `limit`."""
+    row = TableReadRow
+    rows = session.execute(
+        select(
+            row.reported_at,
+            row.kind,
+            row.source,
+            row.data_files,
+            row.delete_files,
+            row.data_bytes,
+            row.delete_bytes,
+            row.planning_ms,
+            row.partition,
+            row.engine,
+            row.principal,
+        )
+        .where(_of(owner), row.reported_at >= since)
+        .order_by(row.read_id.desc())
+        .limit(limit)
+    )
+    return [ReportedRead(as_utc(r[0]), *r[1:]) for r in rows]
+
+
+def hourly_counts(session: Session, owner: Owner, hours: list[datetime]) -> list[HourOfReads]:
+    """Scans, commits and the files scans planned in each hour starting at `hours` (ascending, one query)."""
+    row = TableReadRow
+    scan, files = row.kind == ReportKind.SCAN.value, row.data_files + row.delete_files
+    columns = []
+    for start in hours:
+        inside = and_(row.reported_at >= start, row.reported_at < start + timedelta(hours=1))
+        columns += [
+            func.sum(case((and_(inside, scan), 1), else_=0)),
+            func.sum(case((and_(inside, scan), files), else_=0)),
+            func.sum(case((and_(inside, row.kind == ReportKind.COMMIT.value), 1), else_=0)),
+        ]
+    counts = session.execute(select(*columns).where(_of(owner), row.reported_at >= hours[0])).one()
+    out = []
+    for i, start in enumerate(hours):
+        scans, planned, commits = (int(v or 0) for v in counts[3 * i : 3 * i + 3])
+        out.append(HourOfReads(start, scans, planned / scans if scans else 0.0, commits))
+    return out
+
+
+def scans_since(session: Session, owner: Owner, since: datetime) -> int:
+    row = TableReadRow
+    return int(
+        session.scalar(
+            select(func.count()).where(_of(owner), row.kind == ReportKind.SCAN.value, row.reported_at >= since)
+        )
+        or 0
+    )
+
+
+class ScanGauge(NamedTuple):
+    catalog: str
+    namespace: str
+    table: str
+    scans: int
+    files: float  # data and delete files per scan, on average
+    delete_files: float
+
+
+def scan_gauges(session: Session, since: datetime) -> list[ScanGauge]:
+    """Per table with scans since `since`: how many, and the files they planned on average."""
+    row = TableReadRow
+    rows = session.execute(
+        select(
+            row.catalog_name,
+            row.namespace,
+            row.table_name,
+            func.count(),
+            func.avg(row.data_files + row.delete_files),
+            func.avg(row.delete_files),
+        )
+        .where(row.kind == ReportKind.SCAN.value, row.reported_at >= since)
+        .group_by(row.catalog_name, row.namespace, row.table_name)
+    )
+    return [ScanGauge(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0)) for r in rows]
