@@ -280,6 +280,17 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.wait_text("#tab", "data file rewritten")
         assert page.text("#tab").count("data file written") == 2  # one file per partition
 
+        # how a table is read: Spark's scan and commit reports to lakewarden's REST catalog, summed and charted
+        spark.sql("CREATE TABLE lake.db.seen (id BIGINT) USING iceberg")
+        spark.sql("INSERT INTO lake.db.seen VALUES (1), (2)")
+        assert len(spark.sql("SELECT * FROM lake.db.seen WHERE id > 0").collect()) == 2
+        page.open("#/tables/lake/db/seen/reads")
+        page.wait_text("#reads-summary", "spark 1")
+        assert "admin 1" in page.text("#reads-summary")
+        scans = wait_for("the reads chart", lambda: page.chart("#reads-chart", "scans"))
+        assert len(scans) == 24 and scans[-1]["y"] == 1
+        page.screenshot("table-reads")
+
         # a group's load over time
         page.css('nav a[data-nav="groups"]').click()
         busy = wait_for(

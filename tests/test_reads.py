@@ -224,6 +224,11 @@ def test_reports_are_kept_and_summed_on_the_tables_api(client: TestClient, table
     assert len(reads["hourly"]) == 24 and reads["hourly"][-1]["scans"] == 4
     assert reads["hourly"][-1]["files_per_scan"] == pytest.approx((3 * 10 + 2) / 4)
     assert reads["last_scan_at"].endswith("+00:00") or reads["last_scan_at"].endswith("Z")
+    metrics = client.get("/metrics").text
+    labels = '{catalog="lake",database="db",table="t"}'
+    assert f"lakewarden_table_scans_last_hour{labels} 4.0" in metrics
+    assert f"lakewarden_table_files_per_scan{labels} 8.0" in metrics  # (3 * 10 + 2) / 4
+    assert f"lakewarden_table_delete_files_per_scan{labels} 1.5" in metrics
 
 
 def test_bad_reports_are_refused_naming_the_field(client: TestClient, table: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.spark.session import configure_catalogs
 from tests.helpers import PROPS, checksum, running_optimizer, wait_for
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,6 +83,8 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert reads["engines"].get("spark", 0) >= 3 and reads["principals"] == {"admin": reads["scans_last_hour"]}
     assert reads["commits_last_day"] >= 5  # two inserts, the merge, the delete, the update
     assert reads["files_per_scan"]["p95"] >= 2 and reads["delete_files_per_scan"]["p95"] >= 1
+    shown = cli(server, "table", "show", f"{c}.db.t").stdout
+    assert "scans in the last hour" in " ".join(shown.split()) and "spark" in shown
 
     # the optimizer compacts the internal table; lakewarden's own commit does not re-plan it
     compact_and_compare(server, api, spark, c, "t")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -21,8 +22,8 @@ from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import MAINTENANCE_TOTALS
 from lakewarden.store import processes as processes_store
-from lakewarden.store import stats
-from lakewarden.store.database import Database
+from lakewarden.store import reads, stats
+from lakewarden.store.database import Database, utcnow
 
 TABLE = ["catalog", "database", "table"]
 FAILURES_LOOKED_AT = 20  # failures in a row are counted over a table's newest processes of each action
@@ -41,7 +42,9 @@ class DatabaseCollector(Collector):
             catalogs = stats.catalog_health(session)
             group_usage = stats.group_usage(session)
             failing = processes_store.failure_streaks(session, [a.value for a in Action], depth=FAILURES_LOOKED_AT)
+            scans = reads.scan_gauges(session, utcnow() - timedelta(hours=1))
         yield from self._tables(tables)
+        yield from self._reads(scans)
         yield from self._alerting(tables, failing)
         yield from self._processes(totals)
         yield from self._groups(load, tables)
@@ -88,6 +91,29 @@ class DatabaseCollector(Collector):
             if table_id in names:
                 streaks.add_metric([*names[table_id], action], float(count))
         yield from (since, streaks)
+
+    @staticmethod
+    def _reads(scans: list[reads.ScanGauge]) -> Iterator[Metric]:
+        """How each table was read over the last hour (services/tables/reads.py): tables nobody scanned have none."""
+        count = GaugeMetricFamily(
+            "lakewarden_table_scans_last_hour", "Scans of the table in the last hour", labels=TABLE
+        )
+        files = GaugeMetricFamily(
+            "lakewarden_table_files_per_scan",
+            "Data and delete files a scan of the table planned, on average over the last hour",
+            labels=TABLE,
+        )
+        deletes = GaugeMetricFamily(
+            "lakewarden_table_delete_files_per_scan",
+            "Delete files a scan of the table planned, on average over the last hour",
+            labels=TABLE,
+        )
+        for g in scans:
+            labels = [g.catalog, g.namespace, g.table]
+            count.add_metric(labels, float(g.scans))
+            files.add_metric(labels, g.files)
+            deletes.add_metric(labels, g.delete_files)
+        yield from (count, files, deletes)
 
     @staticmethod
     def _tables(tables: list[stats.TableGauge]) -> Iterator[Metric]:

@@ -391,6 +391,7 @@ def table_show(
         )
     ]
     pairs.append(("cost of its processes", usage_text(item["usage"], item["currency"]) or "nothing yet"))
+    pairs.append(("reads", reads_text(item.get("reads"))))
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))
@@ -410,6 +411,18 @@ def table_show(
     expiries = call(server, lambda c: c.get("/processes", table=item["identifier"], action="expire-snapshots", limit=1))
     render_kept(expiries)
     render.key_values("effective config", sorted(item["config"].items()))
+
+
+def reads_text(reads: dict[str, Any] | None) -> str:
+    """How the table is read (services/tables/reads.py) in one line."""
+    if not reads or not reads["scans_last_week"]:
+        return "no scans reported this week"
+    files = reads["files_per_scan"]
+    engines = ", ".join(f"{k} {v}" for k, v in reads["engines"].items())
+    return (
+        f"{reads['scans_last_hour']} scans in the last hour, {reads['scans_last_day']} in the day, "
+        f"{reads['scans_last_week']} in the week; files per scan {files['p50']:g} (p95 {files['p95']:g}); {engines}"
+    )
 
 
 def render_kept(last_expiry: list[dict[str, Any]]) -> None:

@@ -248,7 +248,7 @@ function tablesPage() {
   };
 }
 
-const TABLE_TABS = [["overview", "Overview"], ["history", "History"], ["files", "Partitions & files"],
+const TABLE_TABS = [["overview", "Overview"], ["history", "History"], ["reads", "Reads"], ["files", "Partitions & files"],
                     ["snapshots", "Snapshots & timeline"], ["processes", "Processes"], ["config", "Configuration"]];
 const ACTIONS = ["expire-snapshots", "clean-orphan-files", "clean-dangling-delete-files", "expire-data",
                  "auto-create-tags", "rewrite-manifests"];
@@ -328,6 +328,27 @@ function tablePage(catalog, database, table, tab = "overview") {
           `(taken on a change, at most every few minutes) · ${history.processes.length} processes shaded: ` +
           `optimizing blue, maintenance violet, failed red`;
         tableHistoryCharts(target, history);
+      } else if (tab === "reads") {
+        const r = t.reads;
+        const spread = (s, f = fmt.num) => `${f(s.p50)} · p95 ${f(s.p95)}`;
+        const counts = (o) => Object.entries(o).map(([k, v]) => `${esc(k)} ${fmt.num(v)}`).join(" · ") || "—";
+        if (!target.querySelector("#reads-chart")) {
+          target.innerHTML = `<div id="reads-summary"></div><h2>The last day, hour by hour</h2>
+            <div class="chart"><canvas id="reads-chart"></canvas></div>`;
+        }
+        target.querySelector("#reads-summary").innerHTML = r.scans_last_week === 0 && r.commits_last_day === 0
+          ? `<p class="muted">No scans reported this week. Clients of lakewarden's REST catalog report theirs (Iceberg's ` +
+            `scan reports), and scans it plans on the server are counted.</p>` : kv([
+            ["scans", `${fmt.num(r.scans_last_hour)} in the last hour · ${fmt.num(r.scans_last_day)} in the day · ` +
+              `${fmt.num(r.scans_last_week)} in the week · last ${fmt.ago(r.last_scan_at)}`],
+            ["files per scan", spread(r.files_per_scan)], ["delete files per scan", spread(r.delete_files_per_scan)],
+            ["bytes per scan", spread(r.bytes_per_scan, fmt.bytes)],
+            ["planning time", spread(r.planning_ms, (v) => fmt.duration(v))],
+            ["commits in the day", fmt.num(r.commits_last_day)],
+            ["engines", counts(r.engines)], ["who reads", counts(r.principals)],
+            ["partitions read most", counts(r.partitions)],
+          ]);
+        tableReadsChart(target.querySelector("#reads-chart"), r.hourly);
       } else if (tab === "files" && slow) {
         slowAt = Date.now();
         const files = await api(`${path}/files?limit=500`);

@@ -102,6 +102,21 @@ function tableHistoryCharts(root, history) {
   }})});
 }
 
+// a table's last day of reads, hour by hour: scans and commits, and the files a scan planned on average
+function tableReadsChart(canvas, hourly) {
+  const now = Date.now();
+  const min = hourly.length ? ms(hourly[0].hour) : now - 86400000;
+  const at = (h) => ms(h.hour);
+  drawChart(canvas, {type: "line", data: {datasets: [
+    line("scans", hourly.map((h) => ({x: at(h), y: h.scans})), COLOR.data),
+    line("commits", hourly.map((h) => ({x: at(h), y: h.commits})), COLOR.threads),
+    line("files per scan", hourly.map((h) => ({x: at(h), y: h.files_per_scan})), COLOR.small, "y1"),
+  ]}, options: chartOptions(min, now, {scales: {
+    y: {beginAtZero: true, ticks: {precision: 0}, title: {display: true, text: "per hour"}},
+    y1: {beginAtZero: true, position: "right", title: {display: true, text: "files per scan"}, grid: {drawOnChartArea: false}},
+  }})});
+}
+
 function groupLoadChart(canvas, samples) {
   const now = Date.now();
   const min = samples.length ? ms(samples[0].sampled_at) : now - 3600000;
