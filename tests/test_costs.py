@@ -180,6 +180,7 @@ def test_a_compaction_records_what_spark_measured_and_what_it_cost(server: Serve
     )
     shown_cli = cli(server, "process", "show", str(process["process_id"])).stdout
     assert "the only table that could be planned" in shown_cli
+    assert "what it bought" in shown_cli and "no scans in the day before it" in " ".join(shown_cli.split())
     assert f"cpu {usage['cpu_ms'] / 1000:.1f}s" in shown_cli and "USD" in shown_cli
     assert "cost of its processes" in cli(server, "table", "show", "local.db.c").stdout
     assert "spark cpu s" in cli(server, "group", "list").stdout

@@ -279,6 +279,9 @@ def test_every_page_live_with_forms_scale_out_and_a_process(tmp_path: Path, spar
         page.open("#/tables/local/db/clicks/processes")
         page.wait_text("#tab", "data file rewritten")
         assert page.text("#tab").count("data file written") == 2  # one file per partition
+        # what it bought: nothing reads this table through lakewarden's catalog, so nothing to judge it by
+        page.wait_text("#tab", "what it bought: cost")
+        assert "no scans in the day before it" in page.text("#tab")
 
         # how a table is read: Spark's scan and commit reports to lakewarden's REST catalog, summed and charted
         spark.sql("CREATE TABLE lake.db.seen (id BIGINT) USING iceberg")

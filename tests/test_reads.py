@@ -16,9 +16,12 @@ from lakewarden.api.context import ServerContext
 from lakewarden.config import HistoryConfig
 from lakewarden.domain.reads import (
     HourOfReads,
+    NetBenefit,
+    ReadCost,
     ReportedRead,
     ReportKind,
     ReportSource,
+    benefit_of,
     day_of_hours,
     partition_of,
     percentile,
@@ -29,7 +32,7 @@ from lakewarden.domain.reads import (
 )
 from lakewarden.services.tables.history import HistoryPruner
 from lakewarden.store import reads as store
-from lakewarden.store.models import TableReadRow
+from lakewarden.store.models import ProcessRow, TableIdentifierRow, TableReadRow
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 TABLES = "/iceberg/v1/lake/namespaces/db/tables"
@@ -277,3 +280,111 @@ def test_reads_are_pruned_by_age_and_count_keeping_each_tables_newest(client: Te
         ("a", timedelta(days=1)),
         ("b", timedelta(days=20)),  # its newest
     ]
+
+
+# ---- what optimizing bought
+
+
+def _cost(scans: int, files: float) -> ReadCost:
+    return ReadCost(scans, files, 0.0, files * 100)
+
+
+def test_a_benefit_compares_the_scans_before_and_after_beside_the_cpu_seconds() -> None:
+    bought = benefit_of(_cost(20, 90.0), _cost(12, 10.0), 41.0, settled=True)
+    assert bought.files_saved == 80.0 * 12
+    assert bought.text == "cost 41 CPU-s; 12 scans since read 1/9 of the files (10 per scan, 90 before)"
+    assert "read 80% of the files" in benefit_of(_cost(5, 10.0), _cost(5, 8.0), 1.0, False).text
+    assert benefit_of(_cost(0, 0.0), _cost(5, 8.0), 1.0, False).text.endswith(
+        "no scans in the day before it to compare with"
+    )
+    assert benefit_of(_cost(5, 9.0), _cost(0, 0.0), 1.0, False).text.endswith("no scans since")
+    unjudged = benefit_of(_cost(0, 0.0), _cost(5, 8.0), 3.0, False)
+    assert unjudged.files_saved == 0
+    net = NetBenefit.of([bought, unjudged, benefit_of(_cost(4, 10.0), _cost(2, 5.0), 9.0, True)])
+    assert (net.processes, net.cpu_seconds, net.files_saved) == (2, 50.0, 960.0 + 10.0)
+    assert net.files_saved_per_cpu_second == pytest.approx(970 / 50)
+
+
+def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(client: TestClient, table: str) -> None:
+    ctx = _context(client)
+    reads = ctx.rest_catalog.reads
+    planned, ended = NOW - timedelta(hours=3), NOW - timedelta(hours=2)
+    with ctx.db.write() as session:
+        table_id = session.scalar(select(TableIdentifierRow.table_id).where(TableIdentifierRow.table_name == "t"))
+        assert table_id is not None
+        process = ProcessRow(
+            table_id=table_id,
+            catalog_name="lake",
+            db_name="db",
+            table_name="t",
+            group_name="default",
+            action="optimizing",
+            type="minor",
+            status="success",
+            plan_time=planned,
+            end_time=ended,
+            summary={"spark_cpu_ms": 41_000},
+        )
+        session.add(process)
+        session.flush()
+        process_id = process.process_id
+        owner = ("lake", "db", "t")
+        for minutes, files in [(30 * 60, 500), (5 * 60, 90), (4 * 60, 90), (60, 10), (30, 10), (10, 10)]:
+            report = scan_report({"result-data-files": {"value": files}}, 1, True, {}, "bi")
+            store.record_read(session, owner, report, NOW - timedelta(minutes=minutes))
+    reads.clock = lambda: NOW
+    shown = client.get(f"/api/v1/processes/{process_id}").json()["benefit"]
+    assert shown["before"]["scans"] == 2 and shown["before"]["files_per_scan"] == 90  # not the one 30 h ago
+    assert shown["after"]["scans"] == 3 and shown["after"]["files_per_scan"] == 10
+    assert shown["text"] == "cost 41 CPU-s; 3 scans since read 1/9 of the files (10 per scan, 90 before)"
+    assert shown["settled"] is False and shown["files_saved"] == 240
+    net = client.get("/api/v1/tables/lake/db/t").json()["optimizing_benefit"]
+    assert net == {"processes": 1, "cpu_seconds": 41.0, "files_saved": 240.0, "files_saved_per_cpu_second": 240 / 41}
+    assert client.get("/api/v1/resource-groups/default").json()["optimizing_benefit"]["processes"] == 0  # unsettled
+
+    assert reads.settle_benefits(NOW) == 0  # the day after it is not over, and no process followed
+    later = ended + timedelta(hours=25)
+    with ctx.db.write() as session:  # a scan after the window does not count toward it
+        store.record_read(session, owner, scan_report({"result-data-files": {"value": 1}}, 1, True, {}, "bi"), later)
+    assert reads.settle_benefits(later) == 1 and reads.settle_benefits(later) == 0
+    with ctx.db.read() as session:
+        kept = session.get(ProcessRow, process_id)
+        assert kept is not None and kept.summary["benefit"]["after"]["scans"] == 3
+        assert kept.summary["spark_cpu_ms"] == 41_000
+    group = client.get("/api/v1/resource-groups").json()
+    assert next(g for g in group if g["name"] == "default")["optimizing_benefit"]["files_saved"] == 240
+    assert client.get("/api/v1/processes?table=lake.db.t").json()[0]["benefit"]["settled"] is True
+
+
+def test_a_later_process_closes_the_window_of_the_one_before(client: TestClient, table: str) -> None:
+    ctx = _context(client)
+    with ctx.db.write() as session:
+        table_id = session.scalar(select(TableIdentifierRow.table_id).where(TableIdentifierRow.table_name == "t"))
+        assert table_id is not None
+        rows = []
+        for hours in (5, 2):  # the first ended 4 h ago, the second was planned 2 h ago
+            row = ProcessRow(
+                table_id=table_id,
+                catalog_name="lake",
+                db_name="db",
+                table_name="t",
+                group_name="default",
+                action="optimizing",
+                type="minor",
+                status="success",
+                plan_time=NOW - timedelta(hours=hours),
+                end_time=NOW - timedelta(hours=hours - 1),
+                summary={"spark_cpu_ms": 1000},
+            )
+            session.add(row)
+            rows.append(row)
+        session.flush()
+        for minutes in (200, 60):  # one scan between the two, one after the second
+            store.record_read(
+                session, ("lake", "db", "t"), scan_report({}, 1, True, {}, "bi"), NOW - timedelta(minutes=minutes)
+            )
+        first = rows[0].process_id
+    assert ctx.rest_catalog.reads.settle_benefits(NOW) == 1  # the first: the second started
+    with ctx.db.read() as session:
+        kept = session.get(ProcessRow, first)
+        assert kept is not None and kept.summary["benefit"]["after"]["scans"] == 1

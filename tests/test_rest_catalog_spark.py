@@ -97,6 +97,19 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert len(api.get("/processes").json()) == 1
     assert api.get(f"/tables/{c}/db/t").json()["status"] == "idle"
 
+    # what the compaction bought: Spark's scans since read fewer files than those before it
+    spark.sql(f"SELECT * FROM {c}.db.t").collect()
+
+    def judged() -> dict[str, Any] | None:
+        benefit: dict[str, Any] | None = api.get("/processes").json()[0]["benefit"]
+        return benefit if benefit and benefit["after"]["scans"] >= 2 else None
+
+    benefit = wait_for("scans after the compaction", judged)
+    assert benefit["before"]["scans"] >= 3 and benefit["cpu_seconds"] > 0
+    assert benefit["after"]["files_per_scan"] < benefit["before"]["files_per_scan"], benefit
+    assert "scans since read" in benefit["text"]
+    assert api.get(f"/tables/{c}/db/t").json()["optimizing_benefit"]["processes"] == 1
+
 
 def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:
     server, api = lake

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
-from lakewarden.domain.reads import ReadSummary
+from lakewarden.domain.reads import NetBenefit, ReadSummary
 
 ID_MAX = 2**63 - 1  # the largest id a database BIGINT holds (a larger one names nothing: 404, never 500)
 
@@ -121,6 +121,12 @@ class GroupRead(_Read):
         "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
     )
     currency: str = ""
+    optimizing_benefit: NetBenefit | None = Field(
+        None,
+        description="What the group's optimizing processes bought, added up (those settled, a day after each "
+        "ended, within the process history kept): processes judged, their CPU-seconds, the files their tables' "
+        "scans did not open since, per CPU-second",
+    )
     allocation: AllocationRead | None = Field(
         None, description="With dynamic-allocation.enabled, on the leader: its optimizers' scaling"
     )
@@ -186,6 +192,11 @@ class TableRead(TableBrief):
         "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
     )
     currency: str = ""
+    optimizing_benefit: NetBenefit | None = Field(
+        None,
+        description="What the table's successful optimizing processes bought, added up: the processes with scans "
+        "before and after them, their CPU-seconds, the files the scans since did not open, per CPU-second",
+    )
     reads: ReadSummary | None = Field(
         None,
         description="How the table is read, from the scans and commits reported to lakewarden's REST catalog "

@@ -134,7 +134,8 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
     scalars = [(k, v) for k, v in summary.items() if not isinstance(v, list | dict) and not k.startswith("spark_")]
     spark = [("spark", usage_text(item["usage"], item["currency"]))] if item["usage"].get("tasks") else []
     why = [("why this table", item["scheduling"]["reason"])] if item.get("scheduling") else []
-    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + why + spark + scalars)
+    bought = [("what it bought", item["benefit"]["text"])] if item.get("benefit") else []
+    render.key_values(f"process {process_id}", [(k, item[k]) for k in keys] + why + bought + spark + scalars)
     if item.get("diagnosis"):
         d = item["diagnosis"]
         render.key_values(

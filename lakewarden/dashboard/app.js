@@ -84,6 +84,13 @@ function kv(pairs) {
   return `<table class="kv"><tbody>${pairs.map(([k, v]) => `<tr><td>${esc(k)}</td><td>${v}</td></tr>`).join("")}</tbody></table>`;
 }
 
+// what optimizing bought, added up (a table's or a group's `optimizing_benefit`): files its scans did not open
+function benefitText(net) {
+  if (!net || !net.processes) return "";
+  return ` · bought: scans opened ${fmt.num(Math.round(net.files_saved))} fewer files for ${fmt.num(Math.round(net.cpu_seconds))} CPU-s ` +
+    `of ${fmt.num(net.processes)} processes (${net.files_saved_per_cpu_second.toFixed(1)} files per CPU-s)`;
+}
+
 function tablePath(identifier) {
   const [catalog, ...rest] = identifier.split(".");
   const table = rest.pop();
@@ -307,6 +314,7 @@ function tablePage(catalog, database, table, tab = "overview") {
           ["last minor / major / full", [t.last_minor_optimizing_at, t.last_major_optimizing_at, t.last_full_optimizing_at].map(fmt.time).join(" · ")],
           ["full optimizing clusters by", esc(e.clustering || "— (bin-pack)")],
           ["cost of its processes", esc(usageText(t.usage, t.currency) || "nothing yet")],
+          ["what optimizing bought", esc(benefitText(t.optimizing_benefit).replace(" · bought: ", "") || "no scans to judge it by yet")],
         ])}</div><div><h2 style="margin-top:0">Why ${esc(t.status)}</h2>
           <p>verdict: <b>${esc(e.type || "nothing to optimize")}</b> · evaluated ${fmt.ago(t.evaluated_at)}</p>
           <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul>
@@ -378,6 +386,7 @@ function tablePage(catalog, database, table, tab = "overview") {
           processRows(processes, false), (i) => `data-process-id="${processes[i].process_id}"`) +
           detailed.map((p, i) => `<h2>Process ${p.process_id}: tasks</h2>` +
             (p.scheduling ? `<p class="muted" data-why="${p.process_id}">why this table: ${esc(p.scheduling.reason)}</p>` : "") +
+            (p.benefit ? `<p class="muted" data-bought="${p.process_id}">what it bought: ${esc(p.benefit.text)}</p>` : "") +
             (p.diagnosis ? `<p class="error" data-diagnosis="${p.process_id}">${esc(p.diagnosis.root_cause)}` +
               `${p.diagnosis.hint ? `<br><b>hint:</b> ${esc(p.diagnosis.hint)}` : ""}</p>` : "") +
             grid(["task", "status", "partitions", "attempt#", "optimizer", "spark", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),
@@ -466,6 +475,7 @@ function groupsPage() {
         element.querySelector('[data-field="summary"]').textContent =
           `container ${group.container} · ${group.table_count} tables · ${optimizers[i].length} optimizers, ${threads} threads · ${group.properties["scheduling-policy"] || "quota"}` +
           ` · cost ${fmt.cost(group.usage.cost, group.currency)} (Spark CPU ${fmt.duration(group.usage.spark_cpu_ms || 0)})` +
+          benefitText(group.optimizing_benefit) +
           (group.container_error ? ` · container error: ${group.container_error}` : "");
         const allocation = group.allocation;
         element.querySelector('[data-field="allocation"]').textContent = allocation

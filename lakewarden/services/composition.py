@@ -271,7 +271,9 @@ class ServerRuntime:
                 db if ha.enabled else None, ha.node_url or server_url, ha.lease, lambda _: None, lambda: None
             ),
             outbox_tail=OutboxTail(db, changes) if ha.enabled else None,
-            history=HistoryPruner(db, config.ams.history, config.data_dir / OPTIMIZER_LOGS),
+            history=HistoryPruner(
+                db, config.ams.history, config.data_dir / OPTIMIZER_LOGS, settle=catalog.reads.settle_benefits
+            ),
             load_sampler=LoadSampler(db, config.ams.history.group_load.interval.total_seconds()),
         )
         runtime.leadership.on_elected = runtime._lead

@@ -6,16 +6,20 @@ Pruned like the timeline (store/history.prune_reads): by age and by count per ta
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, and_, case, func, insert, select
 from sqlalchemy.orm import Session
 
-from lakewarden.domain.reads import HourOfReads, ReadReport, ReportedRead, ReportKind
+from lakewarden.domain.processes import Action
+from lakewarden.domain.reads import HourOfReads, ReadCost, ReadReport, ReportedRead, ReportKind
+from lakewarden.domain.states import ProcessStatus
 from lakewarden.store.database import as_utc
-from lakewarden.store.models import TableIdentifierRow, TableReadRow, TableRuntimeRow
+from lakewarden.store.models import ProcessRow, TableIdentifierRow, TableReadRow, TableRuntimeRow
 
 Owner = tuple[str, str, str]  # catalog, namespace, table
+OPTIMIZING = Action.OPTIMIZING.value
+BENEFIT = "benefit"  # a process summary's key: what it bought, once settled (services/tables/reads.py)
 
 
 def record_read(session: Session, owner: Owner, report: ReadReport, at: datetime) -> None:
@@ -143,3 +147,63 @@ def scan_gauges(session: Session, since: datetime) -> list[ScanGauge]:
         .group_by(row.catalog_name, row.namespace, row.table_name)
     )
     return [ScanGauge(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0)) for r in rows]
+
+
+def read_cost(session: Session, owner: Owner, start: datetime, end: datetime) -> ReadCost:
+    """What the table's scans in [start, end) read, on average."""
+    row = TableReadRow
+    found = session.execute(
+        select(
+            func.count(),
+            func.avg(row.data_files + row.delete_files),
+            func.avg(row.delete_files),
+            func.avg(row.data_bytes + row.delete_bytes),
+        ).where(_of(owner), row.kind == ReportKind.SCAN.value, row.reported_at >= start, row.reported_at < end)
+    ).one()
+    return ReadCost(int(found[0]), float(found[1] or 0), float(found[2] or 0), float(found[3] or 0))
+
+
+def next_optimizing_start(session: Session, table_id: int, after: datetime) -> datetime | None:
+    """When the table's next optimizing process after `after` was planned."""
+    found = session.scalar(
+        select(func.min(ProcessRow.plan_time)).where(
+            ProcessRow.table_id == table_id, ProcessRow.action == OPTIMIZING, ProcessRow.plan_time > after
+        )
+    )
+    return None if found is None else as_utc(found)
+
+
+def judged_processes(session: Session, ended_after: datetime, group: str | None = None) -> list[ProcessRow]:
+    """Successful optimizing processes that ended after `ended_after` (of one group), oldest first."""
+    query = select(ProcessRow).where(
+        ProcessRow.action == OPTIMIZING,
+        ProcessRow.status == ProcessStatus.SUCCESS.value,
+        ProcessRow.end_time >= ended_after,
+    )
+    if group is not None:
+        query = query.where(ProcessRow.group_name == group)
+    return list(session.scalars(query.order_by(ProcessRow.process_id)))
+
+
+def keep_benefit(session: Session, process_id: int, benefit: dict[str, object]) -> None:
+    """Writes a settled benefit into the process's summary."""
+    process = session.get(ProcessRow, process_id)
+    if process is not None:
+        process.summary = {**(process.summary or {}), BENEFIT: benefit}
+
+
+def settled_benefits(session: Session, ended_after: datetime) -> dict[str, list[dict[str, Any]]]:
+    """Per group: the settled benefits of its successful optimizing processes that ended after `ended_after`."""
+    rows = session.execute(
+        select(ProcessRow.group_name, ProcessRow.summary).where(
+            ProcessRow.action == OPTIMIZING,
+            ProcessRow.status == ProcessStatus.SUCCESS.value,
+            ProcessRow.end_time >= ended_after,
+        )
+    )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for group, summary in rows:
+        kept = (summary or {}).get(BENEFIT)
+        if kept is not None:
+            found.setdefault(group, []).append(kept)
+    return found

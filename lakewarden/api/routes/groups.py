@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import Field
+from sqlalchemy.orm import Session
 
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import AllocationRead, GroupCreate, GroupRead, GroupUpdate, _Read, _Request
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.groups import validate_group, validate_group_update
+from lakewarden.domain.reads import NetBenefit, benefit_from_json
 from lakewarden.domain.security import optimizer_id
 from lakewarden.store import groups as store
 from lakewarden.store import processes as optimizer_store
-from lakewarden.store import shapes, stats
+from lakewarden.store import reads, shapes, stats
+from lakewarden.store.database import utcnow
 from lakewarden.store.models import ResourceGroupRow
 
 router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
@@ -24,7 +27,11 @@ Ctx = Annotated[ServerContext, Depends(server_context)]
 
 
 def _read(
-    row: ResourceGroupRow, table_count: int, ctx: ServerContext, usage: dict[str, dict[str, float]] | None = None
+    row: ResourceGroupRow,
+    table_count: int,
+    ctx: ServerContext,
+    usage: dict[str, dict[str, float]] | None = None,
+    benefits: dict[str, list[dict[str, Any]]] | None = None,
 ) -> GroupRead:
     return GroupRead(
         name=row.name,
@@ -37,7 +44,14 @@ def _read(
         usage=(usage or {}).get(row.name, dict.fromkeys(stats.USAGE, 0)),
         currency=ctx.config.ams.cost.currency,
         allocation=_allocation(row.name, ctx),
+        optimizing_benefit=None
+        if benefits is None
+        else NetBenefit.of([benefit_from_json(b) for b in benefits.get(row.name, [])]),
     )
+
+
+def _benefits(ctx: ServerContext, session: Session) -> dict[str, list[dict[str, Any]]]:
+    return reads.settled_benefits(session, utcnow() - ctx.config.ams.history.processes.keep_time)
 
 
 def _allocation(group: str, ctx: ServerContext) -> AllocationRead | None:
@@ -66,15 +80,16 @@ def create_group(body: GroupCreate, ctx: Ctx) -> GroupRead:
 def list_groups(ctx: Ctx) -> list[GroupRead]:
     with ctx.db.read() as session:
         counts = store.table_counts(session)
-        usage = stats.group_usage(session)
-        return [_read(row, counts.get(row.name, 0), ctx, usage) for row in store.list_groups(session)]
+        usage, benefits = stats.group_usage(session), _benefits(ctx, session)
+        return [_read(row, counts.get(row.name, 0), ctx, usage, benefits) for row in store.list_groups(session)]
 
 
 @router.get("/{name}", response_model=GroupRead)
 def get_group(name: str, ctx: Ctx) -> GroupRead:
     with ctx.db.read() as session:
         row = store.get_group(session, name)
-        return _read(row, store.table_counts(session).get(name, 0), ctx, stats.group_usage(session))
+        counts, usage = store.table_counts(session), stats.group_usage(session)
+        return _read(row, counts.get(name, 0), ctx, usage, _benefits(ctx, session))
 
 
 @router.put("/{name}", response_model=GroupRead)

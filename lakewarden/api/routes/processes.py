@@ -14,6 +14,7 @@ from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import ID_MAX, _Read
 from lakewarden.domain.costs import total_usage
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.reads import Benefit
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
@@ -85,6 +86,12 @@ class ProcessRead(_Read):
     diagnosis: dict[str, Any] | None = Field(
         description="A failed process: the diagnosis of the task that failed it (class, root cause, hint)"
     )
+    benefit: Benefit | None = Field(
+        None,
+        description="A successful optimizing process: what it bought — its table's scans in the day before it "
+        "against those since (files, delete files and bytes per scan), beside its CPU-seconds, and a sentence; "
+        "settled a day after it ended or when the table's next optimizing process started",
+    )
     tasks: list[TaskRead]
 
 
@@ -98,7 +105,7 @@ def _stage(process: ProcessRow, tasks: list[TaskRow]) -> str:
     return ", ".join(parts) or "settling"
 
 
-def _read(process: ProcessRow, tasks: list[TaskRow], currency: str) -> ProcessRead:
+def _read(process: ProcessRow, tasks: list[TaskRow], currency: str, benefit: Benefit | None = None) -> ProcessRead:
     end = process.end_time
     return ProcessRead(
         process_id=process.process_id,
@@ -120,6 +127,7 @@ def _read(process: ProcessRow, tasks: list[TaskRow], currency: str) -> ProcessRe
         currency=currency,
         scheduling=(process.summary or {}).get("scheduling"),
         diagnosis=(process.summary or {}).get("failure"),
+        benefit=benefit,
         tasks=[
             TaskRead(
                 task_id=t.task_id,
@@ -164,14 +172,16 @@ def list_processes(
             table_id = table_store.get_table(session, TableIdentifier.parse(table)).runtime.table_id
         processes = store.list_processes(session, table_id, limit, action=action, status=status)
         tasks = store.tasks_of_each(session, [p.process_id for p in processes])
-        return [_read(p, tasks[p.process_id], ctx.config.ams.cost.currency) for p in processes]
+        currency, reads = ctx.config.ams.cost.currency, ctx.rest_catalog.reads
+        return [_read(p, tasks[p.process_id], currency, reads.benefit(session, p)) for p in processes]
 
 
 @router.get("/{process_id}", response_model=ProcessRead)
 def get_process(process_id: ProcessId, ctx: Ctx) -> ProcessRead:
     with ctx.db.read() as session:
         process, tasks = store.get_process(session, process_id), store.tasks_of(session, process_id)
-        return _read(process, tasks, ctx.config.ams.cost.currency)
+        benefit = ctx.rest_catalog.reads.benefit(session, process)
+        return _read(process, tasks, ctx.config.ams.cost.currency, benefit)
 
 
 class ProcessFile(_Read):

@@ -94,6 +94,9 @@ def _key(rec: TableRecord) -> tuple[str, str, str]:
     return rec.identifier.catalog_name, rec.identifier.db_name, rec.identifier.table_name
 
 
+BENEFIT_JUDGED = 100  # a table's newest successful optimizing processes its net benefit adds up
+
+
 def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
     backoff = ctx.trigger.backoff(session, rec)
     looks: dict[str, dict[str, str | None]] = rec.runtime.maintenance or {}
@@ -125,6 +128,12 @@ def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
         usage=stats.usage_of(stats.process_totals(session, table=_key(rec))),
         currency=ctx.config.ams.cost.currency,
         reads=ctx.rest_catalog.reads.summary(_key(rec)),
+        optimizing_benefit=ctx.rest_catalog.reads.net(
+            session,
+            process_store.list_processes(
+                session, rec.runtime.table_id, BENEFIT_JUDGED, action="optimizing", status="success"
+            ),
+        ),
     )
 
 

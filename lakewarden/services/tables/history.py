@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from stat import S_ISREG
@@ -36,9 +37,17 @@ KINDS = tuple(PRUNE)
 class HistoryPruner(LoopService):
     name = "history-pruner"
 
-    def __init__(self, db: Database, config: HistoryConfig, log_dir: Path) -> None:
+    def __init__(
+        self,
+        db: Database,
+        config: HistoryConfig,
+        log_dir: Path,
+        settle: Callable[[datetime], int] | None = None,
+    ) -> None:
         super().__init__(config.expire_interval.total_seconds())
         self.db = db
+        # keeps what each optimizing process bought (services/tables/reads.py) before the reads it is judged by go
+        self.settle = settle
         self.config = config
         self.log_dir = log_dir
         self.pruned = dict.fromkeys(KINDS, 0)  # rows deleted since start, by kind
@@ -54,6 +63,8 @@ class HistoryPruner(LoopService):
         now = now or utcnow()
         deleted = dict.fromkeys(KINDS, 0)
         started = time.monotonic()
+        if self.settle is not None:
+            self.settle(now)
         for kind in KINDS:
             retention: Retention = getattr(self.config, kind.replace("-", "_"))
             while not self.stopping:

@@ -14,19 +14,29 @@ from datetime import datetime
 from urllib.parse import unquote_plus
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
+from lakewarden.domain.processes import Action
 from lakewarden.domain.reads import (
+    BENEFIT_WINDOW,
     SAMPLED,
     SANITIZED,
     WEEK,
+    Benefit,
+    NetBenefit,
     ReadReport,
     ReadSummary,
+    benefit_from_json,
+    benefit_json,
+    benefit_of,
     day_of_hours,
     resolve_partition,
     summarize,
 )
+from lakewarden.domain.states import ProcessStatus
 from lakewarden.store import reads as store
-from lakewarden.store.database import Database, utcnow
+from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import ProcessRow
 from lakewarden.store.reads import Owner
 
 log = logging.getLogger(__name__)
@@ -63,3 +73,49 @@ class TableReads:
             hourly = store.hourly_counts(session, owner, day_of_hours(now))
             week = store.scans_since(session, owner, now - WEEK)
         return summarize(sample, hourly, week)
+
+    # ---- what optimizing bought
+
+    def benefit(self, session: Session, process: ProcessRow, now: datetime | None = None) -> Benefit | None:
+        """What a successful optimizing process bought (domain/reads.Benefit): kept in its summary once settled,
+        else measured from the reads kept; None for another process, or one that ended a week ago unsettled."""
+        if process.action != Action.OPTIMIZING or process.status != ProcessStatus.SUCCESS or process.end_time is None:
+            return None
+        kept = (process.summary or {}).get(store.BENEFIT)
+        if kept is not None:
+            return benefit_from_json(kept)
+        now = now or self.clock()
+        owner = (process.catalog_name, process.db_name, process.table_name)
+        planned, ended = as_utc(process.plan_time), as_utc(process.end_time)
+        if ended < now - WEEK:
+            return None  # never settled (it ended before reads were kept, or while no leader pruned): not judged
+        before = store.read_cost(session, owner, planned - BENEFIT_WINDOW, planned)
+        until = ended + BENEFIT_WINDOW
+        following = store.next_optimizing_start(session, process.table_id, ended)
+        settled = now >= until or following is not None
+        if following is not None:
+            until = min(until, following)
+        after = store.read_cost(session, owner, ended, min(until, now))
+        cpu = float((process.summary or {}).get("spark_cpu_ms", 0)) / 1000
+        return benefit_of(before, after, cpu, settled)
+
+    def settle_benefits(self, now: datetime | None = None) -> int:
+        """Keeps in each successful optimizing process's summary what it bought once the window after it is
+        closed, before its table's reads are pruned; returns how many were settled. The history pruner calls it
+        on the leader."""
+        now = now or self.clock()
+        settled = 0
+        with self.db.write() as session:
+            for process in store.judged_processes(session, now - WEEK):
+                if store.BENEFIT in (process.summary or {}):
+                    continue
+                found = self.benefit(session, process, now)
+                if found is not None and found.settled:
+                    store.keep_benefit(session, process.process_id, benefit_json(found))
+                    settled += 1
+        return settled
+
+    def net(self, session: Session, processes: list[ProcessRow]) -> NetBenefit:
+        """What the processes bought, added up."""
+        found = [self.benefit(session, p) for p in processes]
+        return NetBenefit.of([b for b in found if b is not None])
