@@ -192,6 +192,11 @@ class TableRead(TableBrief):
         "spark_written_bytes, …) added up, and `cost` at the group's price, in `currency`",
     )
     currency: str = ""
+    deferred: str | None = Field(
+        None,
+        description="A pending table of a group with an optimizing budget that is not next: why it waits "
+        "(its rank by value or the budget spent, its reads, its small files) and when it is looked at next",
+    )
     optimizing_benefit: NetBenefit | None = Field(
         None,
         description="What the table's successful optimizing processes bought, added up: the processes with scans "

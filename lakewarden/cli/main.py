@@ -392,6 +392,8 @@ def table_show(
     ]
     pairs.append(("cost of its processes", usage_text(item["usage"], item["currency"]) or "nothing yet"))
     pairs.append(("reads", reads_text(item.get("reads"))))
+    if item.get("deferred"):
+        pairs.append(("deferred", item["deferred"].removeprefix("deferred: ")))
     pairs += [(f"summary {k}", v) for k, v in item["summary"].items()]
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))

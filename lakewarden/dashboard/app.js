@@ -318,6 +318,7 @@ function tablePage(catalog, database, table, tab = "overview") {
         ])}</div><div><h2 style="margin-top:0">Why ${esc(t.status)}</h2>
           <p>verdict: <b>${esc(e.type || "nothing to optimize")}</b> · evaluated ${fmt.ago(t.evaluated_at)}</p>
           <ul class="reasons" id="reasons">${(e.reasons || []).map((r) => `<li>${esc(r)}</li>`).join("")}</ul>
+          ${t.deferred ? `<p class="muted" id="deferred">${esc(t.deferred)}</p>` : ""}
           <h2>Maintenance</h2><div id="maintenance">${grid(["action", "enabled", "blocked by", "failing"], (t.maintenance || []).map((m) =>
             [esc(m.action), m.enabled ? "on" : "off", `<span class="error">${esc(m.blocked_by || "")}</span>`,
               m.failures ? `<span class="error">${fmt.num(m.failures)} in a row · next try ${fmt.time(m.retry_after)}</span>` : ""]))}</div></div></div>

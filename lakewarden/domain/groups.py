@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from lakewarden.domain.budget import validate_budget
 from lakewarden.domain.costs import validate_prices
 from lakewarden.domain.dynamic_allocation import validate_allocation
 from lakewarden.domain.errors import InvalidField
@@ -49,4 +50,5 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
             if not value.isdigit() or int(value) < minimum:
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
     validate_prices(properties)
+    validate_budget(properties)
     validate_allocation(containers[container], properties)

@@ -207,3 +207,24 @@ def settled_benefits(session: Session, ended_after: datetime) -> dict[str, list[
         if kept is not None:
             found.setdefault(group, []).append(kept)
     return found
+
+
+def scan_rates(session: Session, day_ago: datetime, since: datetime) -> dict[Owner, tuple[int, float, datetime]]:
+    """Per table scanned since `since`: its scans since `day_ago`, their files per scan on average, and its last
+    scan."""
+    row = TableReadRow
+    recent = row.reported_at >= day_ago
+    files = row.data_files + row.delete_files
+    rows = session.execute(
+        select(
+            row.catalog_name,
+            row.namespace,
+            row.table_name,
+            func.sum(case((recent, 1), else_=0)),
+            func.avg(case((recent, files), else_=None)),
+            func.max(row.reported_at),
+        )
+        .where(row.kind == ReportKind.SCAN.value, row.reported_at >= since)
+        .group_by(row.catalog_name, row.namespace, row.table_name)
+    )
+    return {(c, n, t): (int(scans or 0), float(avg or 0), as_utc(last)) for c, n, t, scans, avg, last in rows}

@@ -17,12 +17,13 @@ from lakewarden.domain.maintenance import maintenance_states
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
 from lakewarden.metadata.files import snapshot_files
+from lakewarden.services.processes.budget import deferral_of
 from lakewarden.services.tables.catalog_access import catalog_for
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as process_store
 from lakewarden.store import shapes, stats
 from lakewarden.store import tables as store
-from lakewarden.store.database import as_utc
+from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import TableShapeRow
 from lakewarden.store.tables import TableRecord
 
@@ -128,6 +129,7 @@ def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
         usage=stats.usage_of(stats.process_totals(session, table=_key(rec))),
         currency=ctx.config.ams.cost.currency,
         reads=ctx.rest_catalog.reads.summary(_key(rec)),
+        deferred=deferral_of(session, rec, utcnow()),
         optimizing_benefit=ctx.rest_catalog.reads.net(
             session,
             process_store.list_processes(

@@ -32,6 +32,7 @@ from lakewarden.domain.tables import TableStatus
 from lakewarden.protocol import TASK_INPUT, Assignment, CatalogConnection, Completion
 from lakewarden.services.access.auth import AuthService
 from lakewarden.services.loop import WakeSignal
+from lakewarden.services.processes.budget import budget_of, weigh
 from lakewarden.services.processes.engine import ProcessEngine
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
@@ -216,9 +217,9 @@ class TaskDispatcher:
         return properties
 
     def _pick_table(self, group: str) -> tuple[TableRecord, dict[str, Any]] | None:
-        """The next PENDING table of the group by its scheduling policy, past its min-plan-interval and not
-        blocked by a maintenance process that must not run beside optimizing; with why it goes first (the
-        policy's numbers for it and for the runner-up)."""
+        """The next PENDING table of the group by its scheduling policy (by value within its budget when it sets
+        one), past its min-plan-interval and not blocked by a maintenance process that must not run beside
+        optimizing; with why it goes first (the policy's numbers for it and for the runner-up)."""
         now = utcnow()
         with self.db.read() as session:
             policy = store.group_policy(session, group)
@@ -248,6 +249,11 @@ class TaskDispatcher:
                 )
                 limit = thread_cap(config.quota, threads)
                 candidates.append(Candidate(rec, str(rec.name), config.quota, limit, used, max(times, default=0.0)))
+            budget = budget_of(session, group)
+            if budget is not None and candidates:  # a budget: by value, within it (services/processes/budget.py)
+                weighed = weigh(session, group, budget, [c.table for c in candidates], now)
+                picked = weighed.pick()
+                return None if picked is None else (picked[1], weighed.why(picked[0]))
         order = ranked(policy, candidates)
         return (order[0].table, why_first(policy, order, now.timestamp())) if order else None
 

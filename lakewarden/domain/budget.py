@@ -1,0 +1,210 @@
+"""Optimizing within a budget, spent where reads are (a group's `optimizing.budget.*`; off by default).
+
+Amoro, and lakewarden without a budget, optimize a pending table whether anything reads it or not. A group that
+sets `optimizing.budget.cpu-seconds-per-hour` ranks its pending tables by the value of optimizing them: the
+files its scans will no longer open per hour, per CPU-second the optimizing is expected to cost.
+
+- Read frequency and read cost come from the table's own scans (domain/reads.py): scans per hour over the last
+  day, files per scan. A table nobody read in the day is valued by its layout alone, as if one scan a day
+  read every file (COLD_SCANS_PER_HOUR).
+- What a process removes: of the files a scan opens, the share the process merges away — the small files and
+  delete files of the table, less one file per pending partition written back.
+- The cost: the bytes the evaluator would rewrite at the CPU-seconds per byte the group's (or the table's)
+  last processes took, at least MIN_PROCESS_CPU_SECONDS.
+- A process may start while the group's spend over the last hour is below its budget: the CPU-seconds Spark
+  measured of tasks that ended in the hour, and the seconds running tasks have held their threads so far. So
+  even a small budget lets the most valuable work through, one process at a time.
+- Hard limits fire regardless of reads and budget, so an unread table never rots: small files or delete files
+  past `optimizing.budget.hard-limit.small-files` / `.delete-files`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from lakewarden.domain.errors import InvalidField
+
+BUDGET = "optimizing.budget.cpu-seconds-per-hour"
+HARD_SMALL_FILES = "optimizing.budget.hard-limit.small-files"
+HARD_DELETE_FILES = "optimizing.budget.hard-limit.delete-files"
+HARD_SMALL_FILES_DEFAULT = 1000  # more than a scan should open for one table's worth of small writes
+HARD_DELETE_FILES_DEFAULT = 200  # delete files every scan must apply to every data file they cover
+COLD_SCANS_PER_HOUR = 1 / 24
+MIN_PROCESS_CPU_SECONDS = 1.0  # a process's fixed cost: planning, a Spark job, a commit
+DEFAULT_CPU_SECONDS_PER_GIB = 30.0  # before a group has history of its own
+SPEND_WINDOW = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    cpu_seconds_per_hour: float
+    hard_small_files: int
+    hard_delete_files: int
+
+    @staticmethod
+    def of(properties: Mapping[str, str]) -> BudgetConfig | None:
+        """The group's budget (validated when the group was set); None when it sets none."""
+        value = properties.get(BUDGET)
+        if value is None:
+            return None
+        return BudgetConfig(
+            float(value),
+            int(properties.get(HARD_SMALL_FILES, HARD_SMALL_FILES_DEFAULT)),
+            int(properties.get(HARD_DELETE_FILES, HARD_DELETE_FILES_DEFAULT)),
+        )
+
+
+def validate_budget(properties: Mapping[str, str]) -> None:
+    value = properties.get(BUDGET)
+    if value is not None:
+        try:
+            budget = float(value)
+        except ValueError:
+            budget = -1.0
+        if not budget > 0 or budget == float("inf"):
+            raise InvalidField(f"properties.{BUDGET}", f"{value!r} must be a number of CPU-seconds above 0")
+    for key in (HARD_SMALL_FILES, HARD_DELETE_FILES):
+        given = properties.get(key)
+        if given is not None and (not given.isdigit() or int(given) < 1):
+            raise InvalidField(f"properties.{key}", f"{given!r} must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the evaluator counted of a pending table (its verdict's summary)."""
+
+    data_files: int
+    small_files: int
+    delete_files: int
+    pending_partitions: int
+    cost_bytes: int
+
+
+@dataclass(frozen=True)
+class TableReads:
+    """A table's scans over the last day (domain/reads.py), and when it was last scanned at all."""
+
+    scans_last_day: int
+    files_per_scan: float
+    last_scan_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TableValue:
+    """What optimizing a pending table now is expected to buy, and cost."""
+
+    name: str
+    scans_per_hour: float  # COLD_SCANS_PER_HOUR for a table not scanned in the day
+    cold: bool
+    files_per_scan: float
+    removed_share: float  # of the files a scan opens, those the process merges away
+    expected_cpu_seconds: float
+    hard_limit: str | None  # the hard limit it is past, if any
+
+    @property
+    def files_saved_per_hour(self) -> float:
+        return self.scans_per_hour * self.files_per_scan * self.removed_share
+
+    @property
+    def value(self) -> float:
+        """Files its scans will not open per hour, per CPU-second of the process."""
+        return self.files_saved_per_hour / self.expected_cpu_seconds
+
+
+def value_of(
+    name: str, layout: Layout, reads: TableReads, cpu_seconds_per_byte: float, config: BudgetConfig
+) -> TableValue:
+    live = layout.data_files + layout.delete_files
+    merged = max(0, layout.small_files + layout.delete_files - layout.pending_partitions)
+    cold = reads.scans_last_day == 0
+    hard = None
+    if layout.small_files >= config.hard_small_files:
+        hard = f"{layout.small_files} small files >= {HARD_SMALL_FILES}={config.hard_small_files}"
+    elif layout.delete_files >= config.hard_delete_files:
+        hard = f"{layout.delete_files} delete files >= {HARD_DELETE_FILES}={config.hard_delete_files}"
+    return TableValue(
+        name=name,
+        scans_per_hour=COLD_SCANS_PER_HOUR if cold else reads.scans_last_day / 24,
+        cold=cold,
+        # a table nobody reads: a scan of the whole table
+        files_per_scan=float(live) if cold else reads.files_per_scan,
+        removed_share=min(1.0, merged / live) if live else 0.0,
+        expected_cpu_seconds=max(MIN_PROCESS_CPU_SECONDS, layout.cost_bytes * cpu_seconds_per_byte),
+        hard_limit=hard,
+    )
+
+
+def by_value(values: Sequence[TableValue]) -> list[TableValue]:
+    """Highest value first (ties by name)."""
+    return sorted(values, key=lambda v: (-v.value, v.name))
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A group's spend over the last hour: CPU-seconds of tasks that ended in it, and thread-seconds of the tasks
+    running (their CPU is known only when they end: a thread held counts as a CPU-second a second)."""
+
+    ended_cpu_seconds: float
+    running_seconds: float
+
+    @property
+    def total(self) -> float:
+        return self.ended_cpu_seconds + self.running_seconds
+
+
+def may_start(spend: Spend, config: BudgetConfig) -> bool:
+    return spend.total < config.cpu_seconds_per_hour
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "no scans kept"
+    hours = (now - moment).total_seconds() / 3600
+    return f"last scanned {hours / 24:.0f} days ago" if hours >= 48 else f"last scanned {hours:.0f} h ago"
+
+
+def chosen_reason(value: TableValue, spend: Spend, config: BudgetConfig, others: int) -> str:
+    """Why a budgeted group picked this table."""
+    head = (
+        f"value: past a hard limit ({value.hard_limit})"
+        if value.hard_limit is not None and spend.total >= config.cpu_seconds_per_hour
+        else f"value: {value.value:.3g} files saved per CPU-second"
+    )
+    return (
+        f"{head}; {describe(value)}; the group spent {spend.total:.0f} of its {config.cpu_seconds_per_hour:g} "
+        f"CPU-s this hour" + (f"; ahead of {others} other(s)" if others else "; the only table that could be planned")
+    )
+
+
+def describe(value: TableValue) -> str:
+    reads = (
+        "no scans in the last day (valued by its layout alone)"
+        if value.cold
+        else f"{value.scans_per_hour:.3g} scans/h reading {value.files_per_scan:.3g} files each"
+    )
+    return f"{reads}; {value.removed_share:.0%} of them merged away; expected {value.expected_cpu_seconds:.3g} CPU-s"
+
+
+def deferral(
+    value: TableValue,
+    rank: int,
+    spend: Spend,
+    config: BudgetConfig,
+    small_files: int,
+    last_scan_at: datetime | None,
+    now: datetime,
+    frees_at: datetime,
+) -> str:
+    """Why a pending table waits in a budgeted group, and when it is looked at next."""
+    if spend.total < config.cpu_seconds_per_hour:
+        budget = f"ranked {rank} by value ({value.value:.3g} files saved per CPU-second)"
+        when = "when the tables ahead of it were planned"
+    else:
+        budget = f"the group spent {spend.total:.0f} of its {config.cpu_seconds_per_hour:g} CPU-s this hour"
+        minutes = max(0.0, (frees_at - now).total_seconds() / 60)
+        when = f"in {minutes:.0f} min, when the budget frees"
+    reads = f"no scans in the last day ({_ago(last_scan_at, now)})" if value.cold else describe(value).split("; ")[0]
+    first = " or at its first scan" if value.cold else ""
+    return f"deferred: {budget}; {reads}; {small_files} small files; next look {when}{first}"

@@ -1,0 +1,174 @@
+"""Optimizing within a budget, spent where reads are (domain/budget.py, services/processes/budget.py): pending
+tables ranked by files saved per CPU-second from their own scans, a process started only while the group's
+spend over the hour is below its budget, hard limits past it regardless, and every other table told why it
+waits. Off by default: the group's own policy decides."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from lakewarden.domain.budget import (
+    COLD_SCANS_PER_HOUR,
+    BudgetConfig,
+    Layout,
+    Spend,
+    TableReads,
+    by_value,
+    deferral,
+    may_start,
+    value_of,
+)
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.groups import validate_group_update
+from lakewarden.domain.reads import scan_report
+from lakewarden.domain.states import ProcessStatus
+from lakewarden.domain.tables import TableStatus
+from lakewarden.store import processes as store
+from lakewarden.store import reads as reads_store
+from lakewarden.store.database import utcnow
+from lakewarden.store.models import TaskRow
+from lakewarden.store.runtime import transition_table
+from tests.test_scheduling import add_table, ctx_of, make_pending, process_with_tasks
+
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+CONFIG = BudgetConfig(100.0, hard_small_files=1000, hard_delete_files=200)
+MIB = 1024**2
+LAYOUT = Layout(data_files=100, small_files=90, delete_files=0, pending_partitions=2, cost_bytes=64 * MIB)
+
+
+def test_value_is_files_saved_per_cpu_second_from_the_tables_own_scans() -> None:
+    per_byte = 1 / MIB  # 1 CPU-s per MiB: 64 CPU-s for the layout's 64 MiB
+    hot = value_of("hot", LAYOUT, TableReads(48, 50.0, NOW), per_byte, CONFIG)
+    assert hot.scans_per_hour == 2 and hot.removed_share == pytest.approx(0.88) and hot.expected_cpu_seconds == 64
+    assert hot.value == pytest.approx(2 * 50 * 0.88 / 64) and not hot.cold and hot.hard_limit is None
+    cold = value_of("cold", LAYOUT, TableReads(0, 0.0, None), per_byte, CONFIG)
+    # nobody reads it: valued by its layout, as if one scan a day read every file
+    assert cold.cold and cold.scans_per_hour == COLD_SCANS_PER_HOUR and cold.files_per_scan == 100
+    assert cold.value == pytest.approx(COLD_SCANS_PER_HOUR * 100 * 0.88 / 64)
+    assert [v.name for v in by_value([cold, hot])] == ["hot", "cold"]
+    tiny = Layout(data_files=3, small_files=3, delete_files=0, pending_partitions=1, cost_bytes=10)
+    assert value_of("t", tiny, TableReads(0, 0.0, None), per_byte, CONFIG).expected_cpu_seconds == 1.0  # at least
+    # hard limits fire whatever the reads
+    many = Layout(data_files=2000, small_files=1500, delete_files=0, pending_partitions=1, cost_bytes=MIB)
+    assert value_of("m", many, TableReads(0, 0.0, None), per_byte, CONFIG).hard_limit == (
+        "1500 small files >= optimizing.budget.hard-limit.small-files=1000"
+    )
+    deletes = Layout(data_files=10, small_files=0, delete_files=250, pending_partitions=1, cost_bytes=MIB)
+    assert "250 delete files" in str(value_of("d", deletes, TableReads(0, 0.0, None), per_byte, CONFIG).hard_limit)
+
+
+def test_a_process_may_start_while_the_hour_spent_less_than_the_budget() -> None:
+    assert may_start(Spend(60.0, 39.0), CONFIG) and not may_start(Spend(60.0, 40.0), CONFIG)
+
+
+def test_a_deferral_says_why_and_when() -> None:
+    cold = value_of("cold", LAYOUT, TableReads(0, 0.0, None), 1 / MIB, CONFIG)
+    text = deferral(cold, 2, Spend(150, 0), CONFIG, 412, NOW - timedelta(days=3), NOW, NOW + timedelta(minutes=20))
+    assert text == (
+        "deferred: the group spent 150 of its 100 CPU-s this hour; no scans in the last day (last scanned 3 days "
+        "ago); 412 small files; next look in 20 min, when the budget frees or at its first scan"
+    )
+    hot = value_of("hot", LAYOUT, TableReads(48, 50.0, NOW), 1 / MIB, CONFIG)
+    text = deferral(hot, 2, Spend(10, 0), CONFIG, 90, NOW, NOW, NOW)
+    assert text.startswith("deferred: ranked 2 by value (1.38 files saved per CPU-second); 2 scans/h reading 50")
+    assert text.endswith("next look when the tables ahead of it were planned")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("optimizing.budget.cpu-seconds-per-hour", "0"),
+        ("optimizing.budget.cpu-seconds-per-hour", "lots"),
+        ("optimizing.budget.cpu-seconds-per-hour", "inf"),
+        ("optimizing.budget.hard-limit.small-files", "-3"),
+        ("optimizing.budget.hard-limit.delete-files", "0"),
+    ],
+)
+def test_a_bad_budget_is_refused_naming_the_property(key: str, value: str) -> None:
+    with pytest.raises(InvalidField) as raised:
+        validate_group_update("local", {key: value}, {"local": "local"})
+    assert raised.value.field == f"properties.{key}"
+
+
+# ---- the dispatcher, on the system database
+
+
+def _scans(ctx: Any, table: str, count: int, files: int) -> None:
+    with ctx.db.write() as session:
+        for i in range(count):
+            report = scan_report({"result-data-files": {"value": files}}, 1, True, {}, "bi")
+            reads_store.record_read(session, ("c", "db", table), report, utcnow() - timedelta(minutes=10 + i))
+
+
+def _pending(ctx: Any, name: str, small_files: int = 90) -> Any:
+    rec = add_table(ctx, name)
+    verdict = {**LAYOUT.__dict__, "small_files": small_files, "data_files": max(100, small_files + 10)}
+    make_pending(ctx, rec, evaluation=verdict)
+    return rec
+
+
+def _spend(ctx: Any, rec: Any, cpu_seconds: float) -> None:
+    """A process of the group whose one task ended 10 minutes ago, having spent `cpu_seconds`."""
+    pid = process_with_tasks(ctx, rec, tasks=1)
+    with ctx.db.write() as session:
+        session.execute(
+            update(TaskRow)
+            .where(TaskRow.process_id == pid)
+            .values(
+                status="success",
+                acked_at=utcnow() - timedelta(minutes=20),
+                ended_at=utcnow() - timedelta(minutes=10),
+                usage={"cpu_ms": int(cpu_seconds * 1000)},
+            )
+        )
+        store.transition_process(session, pid, ProcessStatus.RUNNING, ProcessStatus.SUCCESS)
+
+
+def test_a_budgeted_group_plans_by_value_and_past_its_budget_only_hard_limits(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    budget = {"optimizing.budget.cpu-seconds-per-hour": "100"}
+    assert client.put("/api/v1/resource-groups/default", json={"properties": budget}).status_code == 200
+    hot, _, rotting = _pending(ctx, "hot"), _pending(ctx, "cold"), _pending(ctx, "rotting", small_files=1500)
+    _scans(ctx, "hot", 48, files=50)
+    picked = ctx.dispatcher._pick_table("default")
+    assert picked is not None and picked[0].name.table == "hot"
+    why = picked[1]
+    assert (why["policy"], why["candidates"], why["budget"], why["spent"]) == ("value", 3, 100.0, 0.0)
+    assert why["reason"].startswith("value: ") and "2 scans/h reading 50 files each" in why["reason"]
+    assert why["runner_up"]["table"] == "c.db.rotting"  # its layout alone outweighs the cold table's
+    # the hot table waits for nothing; the others say why they wait
+    assert client.get("/api/v1/tables/c/db/hot").json()["deferred"] is None
+    shown = client.get("/api/v1/tables/c/db/cold").json()["deferred"]
+    assert shown.startswith("deferred: ranked 3 by value") and "no scans in the last day (no scans kept)" in shown
+    assert shown.endswith("or at its first scan")
+
+    _spend(ctx, hot, cpu_seconds=150)  # the hour's budget is spent
+    picked = ctx.dispatcher._pick_table("default")
+    assert picked is not None and picked[0].name.table == "rotting"  # past a hard limit: planned regardless
+    assert picked[1]["reason"].startswith("value: past a hard limit (1500 small files")
+    assert picked[1]["spent"] == 150.0
+    shown = client.get("/api/v1/tables/c/db/hot").json()["deferred"]
+    assert shown.startswith("deferred: the group spent 150 of its 100 CPU-s this hour; 2 scans/h")
+    assert "next look in 50 min, when the budget frees" in shown
+    with ctx.db.write() as session:  # once the rotting table is no longer pending, nothing else may start
+        assert transition_table(session, rotting.runtime.table_id, TableStatus.PENDING, TableStatus.IDLE)
+    assert ctx.dispatcher._pick_table("default") is None
+    assert client.get("/api/v1/tables/c/db/cold").json()["deferred"].startswith("deferred: the group spent 150")
+
+    # without a budget, the group's policy decides again (quota: hot used its quota, cold did not)
+    assert client.put("/api/v1/resource-groups/default", json={"properties": {}}).status_code == 200
+    picked = ctx.dispatcher._pick_table("default")
+    assert picked is not None and picked[1]["policy"] == "quota"
+    assert client.get("/api/v1/tables/c/db/cold").json()["deferred"] is None
+
+
+def test_a_bad_budget_on_a_group_is_a_400_naming_it(client: TestClient) -> None:
+    answer = client.put(
+        "/api/v1/resource-groups/default", json={"properties": {"optimizing.budget.cpu-seconds-per-hour": "-1"}}
+    )
+    assert answer.status_code == 400 and "optimizing.budget.cpu-seconds-per-hour" in answer.text
