@@ -68,6 +68,37 @@ def as_admin(test_client: TestClient, config: Config) -> TestClient:
     return test_client
 
 
+# an internal catalog's table for in-process API tests: `managed_table`
+TABLES = "/iceberg/v1/lake/namespaces/db/tables"
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [
+        {"id": 1, "name": "id", "type": "long", "required": False},
+        {"id": 2, "name": "day", "type": "string", "required": False},
+        {"id": 3, "name": "region", "type": "string", "required": False},
+    ],
+}
+BY_DAY_AND_REGION = {
+    "spec-id": 0,
+    "fields": [
+        {"source-id": 2, "field-id": 1000, "name": "day", "transform": "identity"},
+        {"source-id": 3, "field-id": 1001, "name": "region", "transform": "identity"},
+    ],
+}
+
+
+@pytest.fixture
+def managed_table(client: TestClient) -> str:
+    """`lake.db.t` of an internal catalog `lake`, partitioned by day and region, managed; its REST path."""
+    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
+    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
+    created = client.post(TABLES, json={"name": "t", "schema": SCHEMA, "partition-spec": BY_DAY_AND_REGION})
+    assert created.status_code == 200, created.text
+    assert client.post("/api/v1/catalogs/lake/refresh").status_code == 200
+    return f"{TABLES}/t"
+
+
 @pytest.fixture
 def sql_catalog(tmp_path: Path) -> CatalogSpec:
     """A fresh Iceberg SQL catalog on SQLite, with a name no other test uses (Spark caches catalogs by name)."""

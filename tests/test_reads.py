@@ -33,25 +33,9 @@ from lakewarden.domain.reads import (
 from lakewarden.services.tables.history import HistoryPruner
 from lakewarden.store import reads as store
 from lakewarden.store.models import ProcessRow, TableIdentifierRow, TableReadRow
+from tests.conftest import TABLES
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
-TABLES = "/iceberg/v1/lake/namespaces/db/tables"
-SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "day", "type": "string", "required": False},
-        {"id": 3, "name": "region", "type": "string", "required": False},
-    ],
-}
-BY_DAY_AND_REGION = {
-    "spec-id": 0,
-    "fields": [
-        {"source-id": 2, "field-id": 1000, "name": "day", "transform": "identity"},
-        {"source-id": 3, "field-id": 1001, "name": "region", "transform": "identity"},
-    ],
-}
 
 
 def eq(term: str, value: Any) -> dict[str, Any]:
@@ -185,24 +169,13 @@ def _context(client: TestClient) -> ServerContext:
     return client.app.state.context  # type: ignore[attr-defined, no-any-return]
 
 
-@pytest.fixture
-def table(client: TestClient) -> str:
-    """`lake.db.t` of an internal catalog, partitioned by day and region, managed."""
-    assert client.post("/api/v1/catalogs", json={"name": "lake", "type": "internal"}).status_code == 201
-    assert client.post("/iceberg/v1/lake/namespaces", json={"namespace": ["db"]}).status_code == 200
-    created = client.post(TABLES, json={"name": "t", "schema": SCHEMA, "partition-spec": BY_DAY_AND_REGION})
-    assert created.status_code == 200, created.text
-    assert client.post("/api/v1/catalogs/lake/refresh").status_code == 200
-    return f"{TABLES}/t"
-
-
-def test_reports_are_kept_and_summed_on_the_tables_api(client: TestClient, table: str) -> None:
+def test_reports_are_kept_and_summed_on_the_tables_api(client: TestClient, managed_table: str) -> None:
     body = java_scan_report(result_data_files=8, result_delete_files=2, total_file_size_in_bytes=800)
     for _ in range(3):
-        assert client.post(f"{table}/metrics", json=body).status_code == 204
+        assert client.post(f"{managed_table}/metrics", json=body).status_code == 204
     other = java_scan_report(result_data_files=2)
     other["filter"] = True
-    assert client.post(f"{table}/metrics", json=other).status_code == 204
+    assert client.post(f"{managed_table}/metrics", json=other).status_code == 204
     commit = {
         "report-type": "commit-report",
         "table-name": "lake.db.t",
@@ -212,9 +185,9 @@ def test_reports_are_kept_and_summed_on_the_tables_api(client: TestClient, table
         "metrics": {"added-data-files": {"unit": "count", "value": 5}},
         "metadata": {"engine-name": "flink"},
     }
-    assert client.post(f"{table}/metrics", json=commit).status_code == 204
+    assert client.post(f"{managed_table}/metrics", json=commit).status_code == 204
     # a report type Iceberg does not know yet is accepted and dropped, as its own parser does
-    assert client.post(f"{table}/metrics", json={"report-type": "lineage-report"}).status_code == 204
+    assert client.post(f"{managed_table}/metrics", json={"report-type": "lineage-report"}).status_code == 204
 
     reads = client.get("/api/v1/tables/lake/db/t").json()["reads"]
     assert (reads["scans_last_hour"], reads["scans_last_day"], reads["scans_last_week"]) == (4, 4, 4)
@@ -234,28 +207,28 @@ def test_reports_are_kept_and_summed_on_the_tables_api(client: TestClient, table
     assert f"lakewarden_table_delete_files_per_scan{labels} 1.5" in metrics
 
 
-def test_bad_reports_are_refused_naming_the_field(client: TestClient, table: str) -> None:
+def test_bad_reports_are_refused_naming_the_field(client: TestClient, managed_table: str) -> None:
     def error(answer: Any) -> str:
         assert answer.status_code in (400, 404), answer.text
         return str(answer.json()["error"]["message"])
 
-    assert "report-type" in error(client.post(f"{table}/metrics", json={"snapshot-id": 1}))
+    assert "report-type" in error(client.post(f"{managed_table}/metrics", json={"snapshot-id": 1}))
     broken = java_scan_report()
     broken["metrics"] = {"result-data-files": 3}
-    assert "metrics" in error(client.post(f"{table}/metrics", json=broken))
+    assert "metrics" in error(client.post(f"{managed_table}/metrics", json=broken))
     no_operation = {"report-type": "commit-report", "snapshot-id": 1, "metrics": {}}
-    assert "operation" in error(client.post(f"{table}/metrics", json=no_operation))
+    assert "operation" in error(client.post(f"{managed_table}/metrics", json=no_operation))
     gone = client.post(f"{TABLES}/gone/metrics", json=java_scan_report())
     assert gone.status_code == 404 and "gone" in error(gone)
     with _context(client).db.read() as session:
         assert session.scalar(select(func.count()).select_from(TableReadRow)) == 0
 
 
-def test_the_servers_own_plans_are_kept_as_scans(client: TestClient, table: str) -> None:
+def test_the_servers_own_plans_are_kept_as_scans(client: TestClient, managed_table: str) -> None:
     # the table is empty: a plan of no files is still a scan
-    answer = client.post(f"{table}/plan", json={"filter": both(eq("day", "d1"), eq("region", "eu"))})
+    answer = client.post(f"{managed_table}/plan", json={"filter": both(eq("day", "d1"), eq("region", "eu"))})
     assert answer.status_code == 200 and answer.json()["status"] == "completed", answer.text
-    assert client.post(f"{table}/plan", json={}).status_code == 200  # the second is the result cache's answer
+    assert client.post(f"{managed_table}/plan", json={}).status_code == 200  # the second is the result cache's answer
     reads = client.get("/api/v1/tables/lake/db/t").json()["reads"]
     assert reads["scans_last_hour"] == 2 and reads["partitions"] == {"day=d1/region=eu": 1}
     assert reads["engines"] == {"unknown": 2} and reads["principals"] == {"admin": 2}
@@ -305,7 +278,9 @@ def test_a_benefit_compares_the_scans_before_and_after_beside_the_cpu_seconds() 
     assert net.files_saved_per_cpu_second == pytest.approx(970 / 50)
 
 
-def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(client: TestClient, table: str) -> None:
+def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(
+    client: TestClient, managed_table: str
+) -> None:
     ctx = _context(client)
     reads = ctx.rest_catalog.reads
     planned, ended = NOW - timedelta(hours=3), NOW - timedelta(hours=2)
@@ -356,7 +331,7 @@ def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(
     assert client.get("/api/v1/processes?table=lake.db.t").json()[0]["benefit"]["settled"] is True
 
 
-def test_a_later_process_closes_the_window_of_the_one_before(client: TestClient, table: str) -> None:
+def test_a_later_process_closes_the_window_of_the_one_before(client: TestClient, managed_table: str) -> None:
     ctx = _context(client)
     with ctx.db.write() as session:
         table_id = session.scalar(select(TableIdentifierRow.table_id).where(TableIdentifierRow.table_name == "t"))

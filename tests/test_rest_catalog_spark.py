@@ -109,6 +109,12 @@ def test_spark_sql_over_the_rest_catalog(lake: tuple[ServerProcess, httpx.Client
     assert benefit["after"]["files_per_scan"] < benefit["before"]["files_per_scan"], benefit
     assert "scans since read" in benefit["text"]
     assert api.get(f"/tables/{c}/db/t").json()["optimizing_benefit"]["processes"] == 1
+    # the same commits and scans replayed under other policies, beside what happened (the one compaction)
+    replayed = api.get(f"/tables/{c}/db/t/what-if", params={"policy": ["amoro", "none"]}).json()
+    assert replayed["actual"]["processes"] == 1 and replayed["commits"] >= 4
+    assert [p["policy"] for p in replayed["projections"]] == ["amoro", "none"]
+    shown = cli(server, "table", "what-if", f"{c}.db.t", "--policy", "scheduled:5").stdout
+    assert "actual" in shown and "scheduled:5" in shown
 
 
 def test_spark_ddl_branches_and_procedures(lake: tuple[ServerProcess, httpx.Client], spark: SparkSession) -> None:

@@ -490,6 +490,34 @@ def table_evaluate(
     render_evaluation(item.get("evaluation"))
 
 
+@table_app.command("what-if")
+def table_what_if(
+    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="amoro, none, scheduled:<minutes> or budget:<cpu-seconds per hour>; repeat for several"),
+    ] = None,
+    hours: Annotated[float, typer.Option(help="The window replayed, up to now")] = 24,
+    server: ServerOpt = DEFAULT_SERVER,
+    json_: JsonOpt = False,
+) -> None:
+    """What other optimizing policies would have done to the table, beside what its own did (its commits and
+    scans replayed)."""
+    path, name = table_path(identifier)
+    item = call(server, lambda c: c.get(f"{path}/what-if", policy=policy or [], hours=hours))
+    if json_:
+        render.emit_json(item)
+        return
+    rows = [
+        [p["policy"], p["processes"], f"{p['cpu_seconds']:.1f}", p["bytes_rewritten"], f"{p['files_per_scan']:.1f}"]
+        for p in [item["actual"], *item["projections"]]
+    ]
+    title = f"{name}: {item['commits']} commits and {item['actual']['scans']} scans replayed"
+    render.table(title, ["policy", "processes", "cpu s", "bytes rewritten", "files per scan"], rows)
+    if item.get("note"):
+        render.console.print(item["note"])
+
+
 @table_app.command("run")
 def table_run(
     identifier: Annotated[str, typer.Argument(help="catalog.database.table")],

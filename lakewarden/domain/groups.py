@@ -9,6 +9,7 @@ from lakewarden.domain.budget import validate_budget
 from lakewarden.domain.costs import validate_prices
 from lakewarden.domain.dynamic_allocation import validate_allocation
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.what_if import validate_shadow
 
 # Letters, digits, '_' and '-', 1 to 64 characters, starting with a letter or digit.
 GROUP_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -51,4 +52,5 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
     validate_prices(properties)
     validate_budget(properties)
+    validate_shadow(properties)
     validate_allocation(containers[container], properties)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -12,14 +12,17 @@ from sqlalchemy.orm import Session
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import AllocationRead, GroupCreate, GroupRead, GroupUpdate, _Read, _Request
-from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.groups import validate_group, validate_group_update
 from lakewarden.domain.reads import NetBenefit, benefit_from_json
 from lakewarden.domain.security import optimizer_id
+from lakewarden.domain.what_if import SHADOW, SHADOW_SINCE, Policy, stamp_shadow
+from lakewarden.services.tables.what_if import Shadow, shadow
 from lakewarden.store import groups as store
 from lakewarden.store import processes as optimizer_store
 from lakewarden.store import reads, shapes, stats
-from lakewarden.store.database import utcnow
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import ResourceGroupRow
 
 router = APIRouter(prefix="/resource-groups", tags=["resource groups"])
@@ -73,7 +76,8 @@ def _allocation(group: str, ctx: ServerContext) -> AllocationRead | None:
 def create_group(body: GroupCreate, ctx: Ctx) -> GroupRead:
     validate_group(body.name, body.container, body.properties, ctx.config.container_impls)
     with ctx.db.write() as session:
-        return _read(store.create_group(session, body.name, body.container, body.properties), 0, ctx)
+        properties = stamp_shadow({}, body.properties, utcnow())
+        return _read(store.create_group(session, body.name, body.container, properties), 0, ctx)
 
 
 @router.get("", response_model=list[GroupRead])
@@ -101,7 +105,10 @@ def update_group(name: str, body: GroupUpdate, ctx: Ctx) -> GroupRead:
             body.properties if body.properties is not None else current.properties,
             ctx.config.container_impls,
         )
-        row = store.update_group(session, name, body.container, body.properties)
+        properties = None
+        if body.properties is not None:
+            properties = stamp_shadow(current.properties, body.properties, utcnow())
+        row = store.update_group(session, name, body.container, properties)
         return _read(row, store.table_counts(session).get(name, 0), ctx)
 
 
@@ -198,3 +205,28 @@ def delete_group(name: str, ctx: Ctx) -> Response:
     with ctx.db.write() as session:
         store.delete_group(session, name)
     return Response(status_code=204)
+
+
+@router.get("/{name}/shadow", response_model=Shadow)
+def group_shadow(
+    name: str,
+    ctx: Ctx,
+    hours: Annotated[
+        float | None, Query(gt=0, le=24 * 7, description="The window, up to now (default: since it was set)")
+    ] = None,
+) -> Shadow:
+    """What the group's shadow policy (`optimizing.shadow-policy`) would have done since it was set (at most a
+    week), beside what the group's own policy did: its tables' commits and scans replayed (docs/reads.md)."""
+    now = utcnow()
+    with ctx.db.read() as session:
+        row = store.get_group(session, name)
+        text = row.properties.get(SHADOW)
+        if text is None:
+            raise Conflict(f"group {name} runs no policy in shadow: set {SHADOW} on it (docs/reads.md)")
+        since = now - timedelta(days=7)
+        if hours is not None:
+            since = now - timedelta(hours=hours)
+        elif SHADOW_SINCE in row.properties:
+            since = max(since, as_utc(datetime.fromisoformat(row.properties[SHADOW_SINCE])))
+        tables = table_store.list_tables(session, group=name)
+        return shadow(session, name, Policy.parse(text), tables, since, now)

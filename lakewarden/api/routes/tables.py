@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -16,9 +16,11 @@ from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import maintenance_states
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableHealth, TableIdentifier, TableStatus
+from lakewarden.domain.what_if import MAX_POLICIES, POLICY_FORMS, Policy
 from lakewarden.metadata.files import snapshot_files
-from lakewarden.services.processes.budget import deferral_of
+from lakewarden.services.processes.budget import budget_of, deferral_of
 from lakewarden.services.tables.catalog_access import catalog_for
+from lakewarden.services.tables.what_if import WhatIf, what_if
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as process_store
 from lakewarden.store import shapes, stats
@@ -313,6 +315,35 @@ class ProcessMark(_Read):
 class TableHistory(_Read):
     samples: list[ShapeRead] = Field(description="The table's shape over time, oldest first")
     processes: list[ProcessMark] = Field(description="Its processes since the oldest sample, oldest first")
+
+
+DEFAULT_POLICIES = ("amoro", "scheduled:30", "none")
+POLICIES_HELP = f"Repeat for several: {POLICY_FORMS}. By default Amoro's triggers, a rewrite every 30 min, the "
+POLICIES_HELP += "group's budget (or one of 60 CPU-s an hour) and nothing"
+
+
+@router.get("/{catalog}/{database}/{table}/what-if", response_model=WhatIf)
+def table_what_if(
+    catalog: str,
+    database: str,
+    table: str,
+    ctx: Ctx,
+    policy: Annotated[list[str] | None, Query(description=POLICIES_HELP, max_length=MAX_POLICIES)] = None,
+    hours: Annotated[float, Query(gt=0, le=24 * 7, description="The window replayed, up to now")] = 24,
+) -> WhatIf:
+    """What other optimizing policies would have done to the table over the last `hours`, beside what its own
+    did: its writers' commits and its scans replayed (docs/reads.md) — processes, CPU-seconds, bytes rewritten,
+    files and delete files per scan."""
+    now = utcnow()
+    with ctx.db.read() as session:
+        rec = store.get_table(session, TableIdentifier(catalog, database, table))
+        if policy:
+            chosen = [Policy.parse(p) for p in policy]
+        else:
+            budget = budget_of(session, rec.runtime.optimizing_group)
+            spend = budget.cpu_seconds_per_hour if budget is not None else 60.0
+            chosen = [Policy.parse(p) for p in DEFAULT_POLICIES[:2]] + [Policy("budget", budget=spend), Policy("none")]
+        return what_if(session, rec, chosen, now - timedelta(hours=hours), now)
 
 
 @router.get("/{catalog}/{database}/{table}/history", response_model=TableHistory)
