@@ -163,3 +163,14 @@ def optimize_table(spark: SparkSession, spec: CatalogSpec, table: str, full: boo
     for task in sorted(planned.tasks, key=lambda t: t.stage):
         run_task(spark, spec, task.input.model_dump(mode="json"))
     return planned
+
+
+# a group that scales from zero within seconds of demand, and drains an optimizer idle for half a minute
+FAST_DYNAMIC_ALLOCATION = {
+    "dynamic-allocation.enabled": "true",
+    "dynamic-allocation.max-parallelism": "2",
+    "dynamic-allocation.scheduler-backlog-timeout": "1s",
+    "dynamic-allocation.sustained-backlog-timeout": "2s",
+    "dynamic-allocation.executor-idle-timeout": "30s",
+    "dynamic-allocation.scale-down-cooldown": "1s",
+}

@@ -252,7 +252,7 @@ def test_a_new_leader_adopts_the_optimizers_the_last_one_started(client: TestCli
         assert [(r.resource_id, r.started_by) for r in rows] == [(f"stand-in-{i}", "http://node-a") for i in range(3)]
 
         second = ResourceMaintainer(ctx.db, ctx.config, "http://node-b")  # the first leader is gone
-        second._adopt("default")
+        second._adopt("default", rows)
         assert [(i.resource_id, i.process, i.registered) for i in second.instances["default"]] == [
             ("stand-in-0", None, True)
         ]

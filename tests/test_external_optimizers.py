@@ -19,7 +19,7 @@ import pytest
 
 from lakewarden.services.resources.containers import descendants
 from tests.clusters import spark_bin, standalone_cluster, wait_or_kill
-from tests.helpers import PROPS, checksum, open_lake, wait_for
+from tests.helpers import FAST_DYNAMIC_ALLOCATION, PROPS, checksum, open_lake, wait_for
 from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, ServerProcess, started_server
 
 if TYPE_CHECKING:
@@ -290,15 +290,7 @@ def test_the_spark_container_submits_and_releases_optimizers_on_a_cluster(tmp_pa
 
         # dynamic allocation on the cluster: a pending table submits an application, which compacts it and, idle,
         # is drained and finishes; the group is back at zero
-        dynamic = {
-            "dynamic-allocation.enabled": "true",
-            "dynamic-allocation.max-parallelism": "2",
-            "dynamic-allocation.scheduler-backlog-timeout": "1s",
-            "dynamic-allocation.sustained-backlog-timeout": "2s",
-            "dynamic-allocation.executor-idle-timeout": "30s",
-            "dynamic-allocation.scale-down-cooldown": "1s",
-        }
-        assert api.put("/resource-groups/etl", json={"properties": dynamic}).is_success
+        assert api.put("/resource-groups/etl", json={"properties": FAST_DYNAMIC_ALLOCATION}).is_success
         spark.sql(
             f"CREATE TABLE local.db.scaled (id BIGINT, cat STRING, ts TIMESTAMP, v STRING) USING iceberg "
             f"TBLPROPERTIES ({PROPS}, 'self-optimizing.group'='etl')"

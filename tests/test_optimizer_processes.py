@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from lakewarden.services.resources.containers import descendants
-from tests.helpers import PROPS, checksum, open_lake, running_optimizer, wait_for
+from tests.helpers import FAST_DYNAMIC_ALLOCATION, PROPS, checksum, open_lake, running_optimizer, wait_for
 from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
@@ -196,15 +196,7 @@ def test_dynamic_allocation_starts_optimizers_for_pending_work_and_drains_them_i
     after scheduler-backlog-timeout; it compacts the table, and once idle for executor-idle-timeout it is drained
     and leaves: the group is back at zero."""
     api = open_lake(server, spark)
-    props = {
-        "dynamic-allocation.enabled": "true",
-        "dynamic-allocation.max-parallelism": "2",
-        "dynamic-allocation.scheduler-backlog-timeout": "1s",
-        "dynamic-allocation.sustained-backlog-timeout": "2s",
-        "dynamic-allocation.executor-idle-timeout": "30s",
-        "dynamic-allocation.scale-down-cooldown": "1s",
-        "memory": "1g",
-    }
+    props = {**FAST_DYNAMIC_ALLOCATION, "memory": "1g"}
     assert api.post("/resource-groups", json={"name": "dra", "container": "local", "properties": props}).is_success
     bad = api.put(
         "/resource-groups/dra", json={"properties": {**props, "dynamic-allocation.executor-idle-timeout": "5s"}}

@@ -93,8 +93,11 @@ def forget_resource(session: Session, resource_id: str) -> None:
     session.flush()
 
 
-def recorded_resources(session: Session, group: str) -> list[OptimizerResourceRow]:
-    query = select(OptimizerResourceRow).where(OptimizerResourceRow.group_name == group)
+def recorded_resources(session: Session, group: str | None = None) -> list[OptimizerResourceRow]:
+    """The optimizers containers started, oldest first: of one group, or of every group."""
+    query = select(OptimizerResourceRow)
+    if group is not None:
+        query = query.where(OptimizerResourceRow.group_name == group)
     return list(session.scalars(query.order_by(OptimizerResourceRow.started_at)))
 
 

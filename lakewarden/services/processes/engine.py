@@ -254,16 +254,7 @@ class ProcessEngine:
             or not any(t.status == TaskStatus.SUCCESS for t in stagers)
         ):
             return False
-        for task in stagers:
-            if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
-                store.transition_task(
-                    session,
-                    process.process_id,
-                    task.task_id,
-                    TaskStatus(task.status),
-                    TaskStatus.CANCELED,
-                    ended_at=utcnow(),
-                )
+        _cancel_unfinished(session, process.process_id, stagers)
         process.summary = {**(process.summary or {}), "partial_commit": {"status": status.value, "reason": reason}}
         log.info("process %s commits the tasks that succeeded: %s", process.process_id, reason)
         return True
@@ -292,16 +283,7 @@ class ProcessEngine:
     ) -> None:
         """End the process: its summary gets its tasks' results and usage, and a failure's diagnosis."""
         tasks = store.tasks_of(session, process.process_id)
-        for task in tasks:
-            if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
-                store.transition_task(
-                    session,
-                    process.process_id,
-                    task.task_id,
-                    TaskStatus(task.status),
-                    TaskStatus.CANCELED,
-                    ended_at=utcnow(),
-                )
+        _cancel_unfinished(session, process.process_id, tasks)
         factory = self.registry.factory(process.action)
         # outputs stored before results named their action carry the process's action
         results = [
@@ -371,3 +353,12 @@ class ProcessEngine:
         for line in done:
             log.warning("recovered %s", line)
         return done
+
+
+def _cancel_unfinished(session: Session, process_id: int, tasks: list[Any]) -> None:
+    """Cancels those of the process's `tasks` that neither succeeded nor were canceled already."""
+    for task in tasks:
+        if task.status not in (TaskStatus.SUCCESS, TaskStatus.CANCELED):
+            store.transition_task(
+                session, process_id, task.task_id, TaskStatus(task.status), TaskStatus.CANCELED, ended_at=utcnow()
+            )

@@ -77,12 +77,14 @@ class Instance:
     driver_remote: bool = False
     # it registered with the server: it started well, so its end is no sign of a failing submission
     registered: bool = False
+    # adopted ones only: its optimizer is registered and sent a heartbeat lately (the only sign it lives)
+    heartbeating: bool = False
     threads: int = 1
 
     @property
     def alive(self) -> bool:
-        if self.process is None:  # adopted: alive while its optimizer is registered and heartbeats
-            return self.registered
+        if self.process is None:
+            return self.heartbeating
         return self.process.poll() is None
 
     def release(self, timeout: float = 60.0, ask: Callable[[], None] | None = None) -> None:

@@ -38,6 +38,7 @@ from lakewarden.store import allocation as allocation_store
 from lakewarden.store import groups as group_store
 from lakewarden.store import processes as process_store
 from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.models import OptimizerResourceRow
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,9 @@ class ResourceMaintainer(LoopService):
     def run_once(self) -> None:
         with self.db.read() as session:
             groups = [(g.name, g.container, dict(g.properties)) for g in group_store.list_groups(session)]
+            recorded: dict[str, list[OptimizerResourceRow]] = {}
+            for row in allocation_store.recorded_resources(session):  # read once a pass, for every group
+                recorded.setdefault(row.group_name, []).append(row)
         wanted = {name for name, _, _ in groups}
         for name in list(self.instances):
             if name not in wanted:  # the group was deleted
@@ -95,7 +99,7 @@ class ResourceMaintainer(LoopService):
             container = self.containers.get(container_name)
             if container is None or self.stopping:
                 continue
-            self._adopt(name)
+            self._adopt(name, recorded.get(name, []))
             try:
                 allocation = AllocationConfig.of(properties)
             except InvalidField as exc:  # set before the rules: the group keeps its `instances`
@@ -110,15 +114,15 @@ class ResourceMaintainer(LoopService):
                 self.allocator.forget(name)
                 self._scale(name, container, properties, int(properties.get("instances", "0") or 0))
 
-    def _adopt(self, group: str) -> None:
-        """The recorded optimizers of the group that this node did not start (a leader before it did) become its
-        instances while they are registered and heartbeat; the others' records go."""
+    def _adopt(self, group: str, records: list[OptimizerResourceRow]) -> None:
+        """The group's recorded optimizers (`records`) that this node did not start (a leader before it did) become
+        its instances while they are registered and heartbeat; the others' records go."""
         instances = self.instances.setdefault(group, [])
         mine = {i.resource_id for i in instances}
+        recorded = [r for r in records if r.resource_id not in mine]
+        if not recorded:
+            return
         with self.db.read() as session:
-            recorded = [r for r in allocation_store.recorded_resources(session, group) if r.resource_id not in mine]
-            if not recorded:
-                return
             live = allocation_store.live_resources(session, [r.resource_id for r in recorded], ADOPTED_HEARTBEAT)
         now, wall = time.monotonic(), utcnow()
         for record in recorded:
@@ -135,6 +139,7 @@ class ResourceMaintainer(LoopService):
                     log_path,
                     started_at=now - max(age, 0.0),
                     registered=True,
+                    heartbeating=True,
                     threads=record.threads,
                 )
             )
@@ -197,8 +202,8 @@ class ResourceMaintainer(LoopService):
             self._backoff.pop(group, None)
 
     def _note_registered(self, instances: list[Instance]) -> None:
-        """Marks the instances whose optimizer has registered with the server (alive or not by now); an adopted
-        one is marked by whether it is registered and heartbeats now."""
+        """Marks the instances whose optimizer has registered with the server (alive or not by now), and the
+        adopted ones whose optimizer is registered and heartbeats now."""
         started = [i for i in instances if i.process is not None]
         adopted = [i for i in instances if i.process is None]
         if not instances:
@@ -213,7 +218,7 @@ class ResourceMaintainer(LoopService):
         for instance in started:
             instance.registered = instance.registered or instance.resource_id in known
         for instance in adopted:
-            instance.registered = instance.resource_id in live
+            instance.heartbeating = instance.resource_id in live
 
     def _failed(self, group: str, message: str) -> None:
         backoff = min(max(2 * self._backoff.get(group, 5.0), 10.0), 300.0)
