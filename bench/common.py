@@ -162,6 +162,28 @@ def tree_cpu(pids: list[int]) -> float:
     return total
 
 
+class TreeCpu:
+    """CPU-seconds spent by the processes under a root, sampled: a process that exits between two samples loses
+    at most one interval of its time."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.seen: dict[int, float] = {}
+        self.spent = 0.0
+        self.most = 0
+
+    def sample(self) -> None:
+        pids = descendants(self.root)
+        self.most = max(self.most, len(pids))
+        for pid in pids:
+            try:
+                now = cpu_seconds(pid)
+            except OSError:
+                continue
+            self.spent += now - self.seen.get(pid, now)
+            self.seen[pid] = now
+
+
 def admin_token(tmp: str) -> str:
     """The admin token a `running_server(tmp, …)` wrote at its first start."""
     return (Path(tmp) / "data" / "admin.token").read_text().strip()

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import admin_token, bar_chart, cpu_seconds, descendants, running_server, server_pid, write
+from bench.common import TreeCpu, admin_token, bar_chart, running_server, server_pid, write
 
 SETUPS: dict[str, dict[str, str]] = {
     "fixed-1": {"instances": "1"},
@@ -49,28 +49,6 @@ OPTIMIZING = {
     "self-optimizing.minor.trigger.file-count": "4",
     "self-optimizing.min-plan-interval": "0",
 }
-
-
-class TreeCpu:
-    """CPU-seconds spent by the processes under a root, sampled: a process that exits between two samples loses
-    at most one interval of its time."""
-
-    def __init__(self, root: int) -> None:
-        self.root = root
-        self.seen: dict[int, float] = {}
-        self.spent = 0.0
-        self.most = 0
-
-    def sample(self) -> None:
-        pids = descendants(self.root)
-        self.most = max(self.most, len(pids))
-        for pid in pids:
-            try:
-                now = cpu_seconds(pid)
-            except OSError:
-                continue
-            self.spent += now - self.seen.get(pid, now)
-            self.seen[pid] = now
 
 
 def make_tables(catalog: Any, count: int, files: int, rows: int) -> list[str]:

@@ -1,0 +1,334 @@
+"""Optimizing that pays for itself: one stream of writes and skewed reads under four policies, side by side.
+
+For each policy, a fresh `lakewarden server` (SQLite, its REST catalog `bench`, the `local` container) holds
+`--tables` tables. One writer commits to every table in turn through the REST catalog (pyiceberg): appends of
+`--rows` rows, and every `--upsert-every`th commit of the first `--upserting` tables an upsert of rows already
+there. A reader queries with the skew reads have: the first `--hot` tables every `--hot-every` seconds, the next
+`--warm` every `--warm-every` seconds, the rest never; each query is a whole-table read planned on the server
+(pyiceberg's `scan-planning-mode: server`, so the catalog sees every scan) and timed. The stream (which table
+when, which rows) is the same for every policy: it is drawn from `--seed`.
+
+Policies:
+- `budgeted`: lakewarden with a group budget (`optimizing.budget.cpu-seconds-per-hour: --budget`), one warm
+  optimizer;
+- `amoro`: lakewarden with Amoro's triggers (today's default), one warm optimizer;
+- `scheduled`: self-optimizing off; a warm Spark session (local[2]) runs Iceberg's `rewrite_data_files` on every
+  table every `--schedule-every` seconds, as a cron job would;
+- `none`: nothing is compacted.
+
+Compaction CPU-seconds: of the optimizer's processes (its Python and its Spark JVM) for lakewarden's policies, of
+the Spark JVM for the scheduled job, sampled every second. Query-seconds saved per compaction CPU-second:
+(the `none` run's total query seconds - the policy's) / its compaction CPU-seconds. Hot tables' p95: over the
+hot tables' queries of the run's second half, against the same query on an ideally compacted copy of each hot
+table (its rows in one file) made at the end of the run.
+
+Goals: budgeted saves >= 2x the query-seconds per CPU-second of the scheduled job and >= 1.5x of Amoro's
+triggers, with the hot tables' p95 <= 1.2x the ideal copy's.
+
+    .venv/bin/python bench/budgeted_optimizing.py [--minutes 8] [--tables 20] [--policies budgeted,amoro,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import TreeCpu, admin_token, bar_chart, percentile, running_server, server_pid, write
+
+POLICIES = ("budgeted", "amoro", "scheduled", "none")
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float  # seconds from the start
+    table: int
+    kind: str  # append, upsert, read
+
+
+def stream(args: argparse.Namespace) -> list[Event]:
+    """The writes and reads of one run, in time order: the same for every policy."""
+    rng = random.Random(args.seed)
+    seconds = args.minutes * 60
+    events = []
+    commits = [0] * args.tables
+    at = 0.0
+    while at < seconds:  # the writer visits the tables in turn, a commit every --write-every seconds
+        table = int(at / args.write_every) % args.tables
+        commits[table] += 1
+        upsert = table < args.upserting and commits[table] % args.upsert_every == 0
+        events.append(Event(at, table, "upsert" if upsert else "append"))
+        at += args.write_every
+    for table in range(args.hot + args.warm):
+        every = args.hot_every if table < args.hot else args.warm_every
+        at = rng.uniform(0, every)
+        while at < seconds:
+            events.append(Event(at, table, "read"))
+            at += every
+    return sorted(events, key=lambda e: (e.at, e.kind != "read"))
+
+
+@dataclass
+class Reads:
+    times: list[tuple[float, int, float]] = field(default_factory=list)  # (at, table, seconds)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def rows(table: int, start: int, count: int, tag: str) -> Any:
+    import pyarrow as pa
+
+    ids = pa.array(range(start, start + count), pa.int64())
+    return pa.table({"id": ids, "v": pa.array([f"{table}-{tag}-{i:08d}-{'x' * 60}" for i in range(count)])})
+
+
+def make_tables(catalog: Any, args: argparse.Namespace, optimizing: dict[str, str]) -> list[str]:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+    catalog.create_namespace("db")
+    names = []
+    for t in range(args.tables):
+        table = catalog.create_table(f"db.t{t}", schema, properties=optimizing)
+        table.append(rows(t, 0, args.rows, "seed"))
+        names.append(f"db.t{t}")
+    return names
+
+
+def write_and_read(root: str, token: str, args: argparse.Namespace, events: list[Event], reads: Reads) -> None:
+    """Plays the stream: commits on this thread, reads on a thread of their own, both on the stream's clock."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    writer = RestCatalog("bench", uri=f"{root}/iceberg", warehouse="bench", token=token)
+    began = time.monotonic()
+    written = [args.rows] * args.tables
+
+    def read_all() -> None:
+        reader = RestCatalog(
+            "bench", uri=f"{root}/iceberg", warehouse="bench", token=token, **{"scan-planning-mode": "server"}
+        )
+        for e in (e for e in events if e.kind == "read"):
+            wait = began + e.at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            started = time.perf_counter()
+            reader.load_table(f"db.t{e.table}").scan().to_arrow()
+            with reads.lock:
+                reads.times.append((e.at, e.table, time.perf_counter() - started))
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    for e in (e for e in events if e.kind != "read"):
+        wait = began + e.at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        table = writer.load_table(f"db.t{e.table}")
+        if e.kind == "upsert":
+            table.upsert(rows(e.table, written[e.table] - args.rows, args.rows, f"u{e.at:.0f}"), join_cols=["id"])
+        else:
+            table.append(rows(e.table, written[e.table], args.rows, f"a{e.at:.0f}"))
+            written[e.table] += args.rows
+    reader.join()
+
+
+def ideal_p95(root: str, token: str, args: argparse.Namespace) -> float:
+    """The hot tables' query on an ideally compacted copy: each hot table's rows in one file, queried as in the
+    run; the p95 of those queries."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    catalog = RestCatalog("bench", uri=f"{root}/iceberg", warehouse="bench", token=token)
+    reader = RestCatalog(
+        "bench", uri=f"{root}/iceberg", warehouse="bench", token=token, **{"scan-planning-mode": "server"}
+    )
+    times = []
+    for t in range(args.hot):
+        data = catalog.load_table(f"db.t{t}").scan().to_arrow()
+        copy = catalog.create_table(f"db.ideal{t}", data.schema, properties={"self-optimizing.enabled": "false"})
+        copy.append(data)
+        for _ in range(20):
+            started = time.perf_counter()
+            reader.load_table(f"db.ideal{t}").scan().to_arrow()
+            times.append(time.perf_counter() - started)
+    return percentile(times, 0.95)
+
+
+def spark_for(root: str, token: str, api: httpx.Client) -> Any:
+    from lakewarden.domain.catalogs import CatalogSpec
+    from lakewarden.spark.session import build_spark_session
+
+    properties = {**api.get("/catalogs/bench").json()["properties"], "token": token}
+    spec = CatalogSpec("bench", "internal", properties)
+    return build_spark_session([spec], master="local[2]", driver_memory="2g", app_name="bench-scheduled-rewrite")
+
+
+def jvm_pids() -> list[int]:
+    """The Spark JVMs this process started."""
+    import os
+
+    from bench.common import descendants
+
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def run(policy: str, args: argparse.Namespace, events: list[Event]) -> dict[str, Any]:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    lakewarden_optimizes = policy in ("budgeted", "amoro")
+    group = {"instances": "1" if lakewarden_optimizes else "0", "memory": "1g"}
+    if policy == "budgeted":
+        group["optimizing.budget.cpu-seconds-per-hour"] = str(args.budget)
+    properties = ", ".join(f"'{k}': '{v}'" for k, v in group.items())
+    settings = (
+        "  evaluator: {interval: 1s}\n"
+        "catalogs: [{name: bench, type: internal}]\n"
+        f"resource-groups: [{{name: default, container: local, properties: {{{properties}}}}}]\n"
+    )
+    optimizing = {"self-optimizing.enabled": "true" if lakewarden_optimizes else "false"}
+    with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as root:
+        token = admin_token(tmp)
+        api = httpx.Client(base_url=f"{root}/api/v1", timeout=60, headers={"Authorization": f"Bearer {token}"})
+        catalog = RestCatalog("bench", uri=f"{root}/iceberg", warehouse="bench", token=token)
+        make_tables(catalog, args, optimizing)
+        spark = None
+        meter: TreeCpu | None = None
+        if lakewarden_optimizes:
+            deadline = time.monotonic() + 300
+            while not api.get("/resource-groups/default/optimizers").json() and time.monotonic() < deadline:
+                time.sleep(1)
+            time.sleep(10)  # its Spark session up and polling
+            meter = TreeCpu(server_pid(tmp))
+        elif policy == "scheduled":
+            spark = spark_for(root, token, api)
+            spark.sql("SELECT 1").collect()
+        reads = Reads()
+        stop = threading.Event()
+        spent = {"jvm": 0.0}
+
+        def meter_loop() -> None:
+            from bench.common import tree_cpu
+
+            first = None
+            while not stop.is_set():
+                if meter is not None:
+                    meter.sample()
+                elif spark is not None:
+                    now = tree_cpu(jvm_pids())
+                    first = now if first is None else first
+                    spent["jvm"] = now - first
+                stop.wait(1.0)
+
+        def schedule_loop() -> None:
+            assert spark is not None
+            while not stop.wait(args.schedule_every):
+                for t in range(args.tables):
+                    if stop.is_set():
+                        return
+                    spark.sql(f"CALL bench.system.rewrite_data_files(table => 'db.t{t}')").collect()
+
+        threads = [threading.Thread(target=meter_loop, daemon=True)]
+        if spark is not None:
+            threads.append(threading.Thread(target=schedule_loop, daemon=True))
+        for thread in threads:
+            thread.start()
+        began = time.monotonic()
+        write_and_read(root, token, args, events, reads)
+        took = time.monotonic() - began
+        stop.set()
+        for thread in threads:
+            thread.join(600)
+        cpu = meter.spent if meter is not None else spent["jvm"]
+        ideal = ideal_p95(root, token, args)
+        processes = api.get("/processes", params={"action": "optimizing", "limit": 10000}).json()
+        half = args.minutes * 30
+        hot_late = [s for at, t, s in reads.times if t < args.hot and at >= half]
+        result = {
+            "seconds": round(took, 1),
+            "queries": len(reads.times),
+            "query_seconds": round(sum(s for _, _, s in reads.times), 2),
+            "hot_query_seconds": round(sum(s for _, t, s in reads.times if t < args.hot), 2),
+            "hot_p95_seconds": round(percentile(hot_late, 0.95), 4) if hot_late else None,
+            "ideal_hot_p95_seconds": round(ideal, 4),
+            "compaction_cpu_seconds": round(cpu, 1),
+            "lakewarden_processes": len(processes),
+            "lakewarden_spark_cpu_seconds": round(sum(p["usage"].get("cpu_ms", 0) for p in processes) / 1000, 1),
+        }
+        if spark is not None:
+            spark.stop()
+        print(f"{policy}: {result}", flush=True)
+        return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=8.0, help="how long the stream runs per policy")
+    parser.add_argument("--tables", type=int, default=20)
+    parser.add_argument("--rows", type=int, default=200, help="rows per commit")
+    parser.add_argument("--write-every", type=float, default=1.0, help="seconds between the writer's commits")
+    parser.add_argument("--upserting", type=int, default=5, help="tables whose commits are partly upserts")
+    parser.add_argument("--upsert-every", type=int, default=4)
+    parser.add_argument("--hot", type=int, default=3)
+    parser.add_argument("--hot-every", type=float, default=3.0)
+    parser.add_argument("--warm", type=int, default=10)
+    parser.add_argument("--warm-every", type=float, default=60.0, help="the hourly tables, on the bench's clock")
+    parser.add_argument("--budget", type=float, default=40.0, help="budgeted: CPU-seconds an hour")
+    parser.add_argument("--schedule-every", type=float, default=120.0, help="scheduled: seconds between runs")
+    parser.add_argument("--seed", type=int, default=51)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    args = parser.parse_args()
+    events = stream(args)
+    results = {policy: run(policy, args, events) for policy in args.policies.split(",")}
+    out: dict[str, Any] = {"options": vars(args), "policies": results}
+    if "none" in results:
+        baseline = results["none"]["query_seconds"]
+        for r in results.values():
+            cpu = r["compaction_cpu_seconds"]
+            r["query_seconds_saved"] = round(baseline - r["query_seconds"], 2)
+            r["saved_per_cpu_second"] = round((baseline - r["query_seconds"]) / cpu, 4) if cpu > 0 else None
+        if {"budgeted", "amoro", "scheduled"} <= set(results):
+            mine = results["budgeted"]["saved_per_cpu_second"] or 0.0
+            vs_scheduled = mine / max(results["scheduled"]["saved_per_cpu_second"] or 1e-9, 1e-9)
+            vs_amoro = mine / max(results["amoro"]["saved_per_cpu_second"] or 1e-9, 1e-9)
+            hot = results["budgeted"]
+            p95_ratio = (hot["hot_p95_seconds"] or 0.0) / max(hot["ideal_hot_p95_seconds"], 1e-9)
+            out["budgeted_vs_scheduled"] = round(vs_scheduled, 2)
+            out["budgeted_vs_amoro"] = round(vs_amoro, 2)
+            out["budgeted_hot_p95_vs_ideal"] = round(p95_ratio, 2)
+            out["goals"] = {"vs_scheduled_min": 2.0, "vs_amoro_min": 1.5, "hot_p95_vs_ideal_max": 1.2}
+            out["goals_met"] = vs_scheduled >= 2.0 and vs_amoro >= 1.5 and p95_ratio <= 1.2
+            print(
+                f"budgeted saves {vs_scheduled:.2f}x the query-seconds per CPU-second of the scheduled job (goal >= 2)"
+                f", {vs_amoro:.2f}x Amoro's triggers' (goal >= 1.5); hot p95 {p95_ratio:.2f}x ideal (goal <= 1.2)"
+            )
+    write("budgeted_optimizing", out)
+    bar_chart(
+        "budgeted_optimizing",
+        "Query-seconds saved per compaction CPU-second (vs no compaction)",
+        {p: r.get("saved_per_cpu_second") or 0.0 for p, r in results.items() if p != "none"},
+        "query-s per CPU-s",
+    )
+    bar_chart(
+        "budgeted_optimizing_queries",
+        f"Total query seconds over {args.minutes:g} minutes of stream",
+        {p: r["query_seconds"] for p, r in results.items()},
+        "seconds",
+    )
+
+
+if __name__ == "__main__":
+    main()
