@@ -14,14 +14,12 @@ from sqlalchemy import func, select
 
 from lakewarden.api.context import ServerContext
 from lakewarden.config import HistoryConfig
+from lakewarden.domain.benefits import NetBenefit, ReadCost, benefit_of
 from lakewarden.domain.reads import (
     HourOfReads,
-    NetBenefit,
-    ReadCost,
     ReportedRead,
     ReportKind,
     ReportSource,
-    benefit_of,
     day_of_hours,
     partition_of,
     percentile,
@@ -278,6 +276,23 @@ def test_a_benefit_compares_the_scans_before_and_after_beside_the_cpu_seconds() 
     assert net.files_saved_per_cpu_second == pytest.approx(970 / 50)
 
 
+def _optimized(table_id: int, planned: datetime, ended: datetime, cpu_ms: int) -> ProcessRow:
+    """A successful minor optimizing process of `lake.db.t` that Spark measured `cpu_ms` of."""
+    return ProcessRow(
+        table_id=table_id,
+        catalog_name="lake",
+        db_name="db",
+        table_name="t",
+        group_name="default",
+        action="optimizing",
+        type="minor",
+        status="success",
+        plan_time=planned,
+        end_time=ended,
+        summary={"spark_cpu_ms": cpu_ms},
+    )
+
+
 def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(
     client: TestClient, managed_table: str
 ) -> None:
@@ -287,19 +302,7 @@ def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(
     with ctx.db.write() as session:
         table_id = session.scalar(select(TableIdentifierRow.table_id).where(TableIdentifierRow.table_name == "t"))
         assert table_id is not None
-        process = ProcessRow(
-            table_id=table_id,
-            catalog_name="lake",
-            db_name="db",
-            table_name="t",
-            group_name="default",
-            action="optimizing",
-            type="minor",
-            status="success",
-            plan_time=planned,
-            end_time=ended,
-            summary={"spark_cpu_ms": 41_000},
-        )
+        process = _optimized(table_id, planned, ended, cpu_ms=41_000)
         session.add(process)
         session.flush()
         process_id = process.process_id
@@ -338,19 +341,7 @@ def test_a_later_process_closes_the_window_of_the_one_before(client: TestClient,
         assert table_id is not None
         rows = []
         for hours in (5, 2):  # the first ended 4 h ago, the second was planned 2 h ago
-            row = ProcessRow(
-                table_id=table_id,
-                catalog_name="lake",
-                db_name="db",
-                table_name="t",
-                group_name="default",
-                action="optimizing",
-                type="minor",
-                status="success",
-                plan_time=NOW - timedelta(hours=hours),
-                end_time=NOW - timedelta(hours=hours - 1),
-                summary={"spark_cpu_ms": 1000},
-            )
+            row = _optimized(table_id, NOW - timedelta(hours=hours), NOW - timedelta(hours=hours - 1), 1000)
             session.add(row)
             rows.append(row)
         session.flush()

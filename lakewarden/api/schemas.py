@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
-from lakewarden.domain.reads import NetBenefit, ReadSummary
+from lakewarden.domain.benefits import NetBenefit
+from lakewarden.domain.reads import ReadSummary
 
 ID_MAX = 2**63 - 1  # the largest id a database BIGINT holds (a larger one names nothing: 404, never 500)
 

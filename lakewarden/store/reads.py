@@ -11,8 +11,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import ColumnElement, and_, case, func, insert, select
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.benefits import ReadCost
 from lakewarden.domain.processes import Action
-from lakewarden.domain.reads import HourOfReads, ReadCost, ReadReport, ReportedRead, ReportKind
+from lakewarden.domain.reads import HourOfReads, ReadReport, ReportedRead, ReportKind
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.store.database import as_utc
 from lakewarden.store.models import ProcessRow, TableIdentifierRow, TableReadRow, TableRuntimeRow

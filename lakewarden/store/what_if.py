@@ -11,13 +11,13 @@ from sqlalchemy.orm import Session
 
 from lakewarden.domain.processes import Action
 from lakewarden.domain.reads import ReportKind
+from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.what_if import Commit, Scan
 from lakewarden.store.database import as_utc
 from lakewarden.store.models import CommitRow, ProcessRow, TableReadRow
 
 Owner = tuple[str, str, str]
-OWN_COMMIT = "lakewarden.process-id"  # in the summary of every snapshot lakewarden commits
 
 
 def commits(session: Session, owner: Owner, since: datetime, until: datetime) -> list[Commit]:

@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import AllocationRead, GroupCreate, GroupRead, GroupUpdate, _Read, _Request
+from lakewarden.domain.benefits import NetBenefit, benefit_from_json
 from lakewarden.domain.errors import Conflict, InvalidField
 from lakewarden.domain.groups import validate_group, validate_group_update
-from lakewarden.domain.reads import NetBenefit, benefit_from_json
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.what_if import SHADOW, SHADOW_SINCE, Policy, stamp_shadow
 from lakewarden.services.tables.what_if import Shadow, shadow

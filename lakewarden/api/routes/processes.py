@@ -12,9 +12,9 @@ from pydantic import Field
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import ID_MAX, _Read
+from lakewarden.domain.benefits import Benefit
 from lakewarden.domain.costs import total_usage
 from lakewarden.domain.errors import InvalidField
-from lakewarden.domain.reads import Benefit
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier

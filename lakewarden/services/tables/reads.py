@@ -16,19 +16,21 @@ from urllib.parse import unquote_plus
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from lakewarden.domain.processes import Action
-from lakewarden.domain.reads import (
+from lakewarden.domain.benefits import (
     BENEFIT_WINDOW,
-    SAMPLED,
-    SANITIZED,
-    WEEK,
     Benefit,
     NetBenefit,
-    ReadReport,
-    ReadSummary,
     benefit_from_json,
     benefit_json,
     benefit_of,
+)
+from lakewarden.domain.processes import Action
+from lakewarden.domain.reads import (
+    SAMPLED,
+    SANITIZED,
+    WEEK,
+    ReadReport,
+    ReadSummary,
     day_of_hours,
     resolve_partition,
     summarize,
