@@ -79,7 +79,7 @@ class TableReads:
     # ---- what optimizing bought
 
     def benefit(self, session: Session, process: ProcessRow, now: datetime | None = None) -> Benefit | None:
-        """What a successful optimizing process bought (domain/reads.Benefit): kept in its summary once settled,
+        """What a successful optimizing process bought (domain/benefits.Benefit): kept in its summary once settled,
         else measured from the reads kept; None for another process, or one that ended a week ago unsettled."""
         if process.action != Action.OPTIMIZING or process.status != ProcessStatus.SUCCESS or process.end_time is None:
             return None
