@@ -467,6 +467,13 @@ class SparkUsage(_Model):
     jobs: int = Field(0, ge=0)
     tasks: int = Field(0, ge=0, description="Spark tasks run, failed ones included")
     cpu_ms: int = Field(0, ge=0, description="Executor CPU time")
+    whole_cpu_ms: int = Field(
+        0,
+        ge=0,
+        description="All the CPU the attempt cost (optimizer/cpu.py): the optimizer's own processes while it ran "
+        "(its Python, its Spark driver and a local master's executors), plus a cluster's executors' CPU time; "
+        "0 from optimizers that do not measure it",
+    )
     run_ms: int = Field(0, ge=0, description="Executor run time: how long Spark tasks held a core")
     read_bytes: int = Field(0, ge=0)
     read_records: int = Field(0, ge=0)

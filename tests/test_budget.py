@@ -113,7 +113,8 @@ def _pending(ctx: Any, name: str, small_files: int = 90) -> Any:
 
 
 def _spend(ctx: Any, rec: Any, cpu_seconds: float) -> None:
-    """A process of the group whose one task ended 10 minutes ago, having spent `cpu_seconds`."""
+    """A process of the group whose one task ended 10 minutes ago, having spent `cpu_seconds` in all (a tenth of
+    it on Spark's executors)."""
     pid = process_with_tasks(ctx, rec, tasks=1)
     with ctx.db.write() as session:
         session.execute(
@@ -123,7 +124,7 @@ def _spend(ctx: Any, rec: Any, cpu_seconds: float) -> None:
                 status="success",
                 acked_at=utcnow() - timedelta(minutes=20),
                 ended_at=utcnow() - timedelta(minutes=10),
-                usage={"cpu_ms": int(cpu_seconds * 1000)},
+                usage={"cpu_ms": int(cpu_seconds * 100), "whole_cpu_ms": int(cpu_seconds * 1000)},
             )
         )
         store.transition_process(session, pid, ProcessStatus.RUNNING, ProcessStatus.SUCCESS)

@@ -8,6 +8,8 @@ the group, the overview, the CLI and the Prometheus metrics.
 from __future__ import annotations
 
 import math
+import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -15,8 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lakewarden.config import Config
-from lakewarden.domain.costs import GB, Price, add_usage, total_usage, validate_prices
+from lakewarden.domain.costs import GB, Price, add_usage, cpu_seconds, total_usage, validate_prices
 from lakewarden.domain.errors import InvalidField
+from lakewarden.optimizer.cpu import TICKS, CpuShares, process_cpu_seconds
 from lakewarden.protocol import SparkUsage
 from tests.helpers import PROPS, open_lake, running_optimizer, table_status, wait_for
 from tests.servers import ServerProcess, cli
@@ -57,6 +60,36 @@ def test_attempts_add_up_and_keep_their_cost() -> None:
     assert both["cost"] == pytest.approx(1.0 + 6.0)
     total = total_usage([both, None, first])
     assert total["tasks"] == 7 and total["cost"] == pytest.approx(8.0) and total["peak_memory_bytes"] == 10
+
+
+def test_attempts_side_by_side_share_the_cpu_spent_while_they_ran() -> None:
+    spent = [0.0]
+    shares = CpuShares(lambda: spent[0])
+    spent[0] = 5.0  # before any attempt: nobody's
+    shares.start("a")
+    spent[0] = 7.0  # a alone
+    shares.start("b")
+    spent[0] = 11.0  # a and b
+    assert shares.stop("a") == pytest.approx(2.0 + 2.0)
+    spent[0] = 12.0  # b alone
+    assert shares.stop("b") == pytest.approx(2.0 + 1.0)
+    assert shares.stop("never-started") == 0.0
+
+
+def test_a_process_cpu_is_read_from_proc_and_grows_with_work() -> None:
+    before = process_cpu_seconds([os.getpid()])
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    after = process_cpu_seconds([os.getpid()])
+    assert after - before >= 0.15
+    assert process_cpu_seconds([os.getpid(), 2**22 + 12345]) >= after  # a process gone adds nothing
+
+
+def test_a_tasks_cpu_is_its_whole_cpu_when_measured_else_spark_executor_cpu() -> None:
+    assert cpu_seconds({"cpu_ms": 500, "whole_cpu_ms": 2500}) == 2.5
+    assert cpu_seconds({"spark_cpu_ms": 500}, "spark_") == 0.5  # an optimizer that did not measure it
+    assert cpu_seconds(None) == 0.0
 
 
 def test_the_server_price_is_configured_and_checked() -> None:
@@ -142,6 +175,8 @@ def test_a_compaction_records_what_spark_measured_and_what_it_cost(server: Serve
     group = f"lakewarden-{task['optimizer']}-{process['process_id']}-{task['task_id']}-{task['attempt']}"
     shown = ui_figures(spark, group)
     assert usage["cpu_ms"] == shown["cpu_ns"] // 1_000_000 > 0
+    # its whole CPU: the optimizer's process and JVM while it ran, which holds a local master's executors
+    assert usage["whole_cpu_ms"] > 0 and usage["whole_cpu_ms"] + 2 * 1000 // TICKS >= usage["cpu_ms"]
     assert usage["run_ms"] == shown["run_ms"] > 0
     assert usage["written_bytes"] == shown["written_bytes"] > 0
     assert usage["read_records"] == shown["read_records"] == 4000
@@ -169,6 +204,7 @@ def test_a_compaction_records_what_spark_measured_and_what_it_cost(server: Serve
     }
     labels = (("action", "optimizing"), ("catalog", "local"), ("database", "db"), ("table", "c"))
     assert samples[("lakewarden_spark_cpu_seconds_total", labels)] == usage["cpu_ms"] / 1000
+    assert samples[("lakewarden_process_cpu_seconds_total", labels)] == usage["whole_cpu_ms"] / 1000
     assert samples[("lakewarden_spark_written_bytes_total", labels)] == usage["written_bytes"]
     assert math.isclose(samples[("lakewarden_process_cost_total", labels)], expected, rel_tol=1e-9)
     assert math.isclose(samples[("lakewarden_group_cost_total", (("group", "default"),))], expected, rel_tol=1e-9)

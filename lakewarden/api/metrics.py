@@ -192,6 +192,7 @@ class DatabaseCollector(Collector):
             field: CounterMetricFamily(f"lakewarden_{name}", text, labels=labels)
             for field, name, text in (
                 ("spark_cpu_ms", "spark_cpu_seconds", "Spark executor CPU time of processes"),
+                ("spark_whole_cpu_ms", "process_cpu_seconds", "All the CPU of processes: optimizer and executors"),
                 ("spark_run_ms", "spark_core_seconds", "Spark executor run time (a core held) of processes"),
                 ("spark_read_bytes", "spark_read_bytes", "Bytes Spark read for processes"),
                 ("spark_written_bytes", "spark_written_bytes", "Bytes Spark wrote for processes"),

@@ -53,14 +53,16 @@ def result_text(process: dict[str, Any]) -> str:
 
 def usage_text(usage: dict[str, Any] | None, currency: str = "") -> str:
     """What Spark measured, in a few words: CPU and core time, bytes written, Spark tasks, and the cost."""
-    if not usage or not usage.get("tasks", usage.get("spark_tasks")):
+    if not usage:
         return ""
 
     def get(name: str) -> float:
         return float(usage.get(name, usage.get(f"spark_{name}", 0)) or 0)
 
+    if not get("tasks") and not get("whole_cpu_ms"):
+        return ""
     parts = [
-        f"cpu {get('cpu_ms') / 1000:.1f}s",
+        f"cpu {get('cpu_ms') / 1000:.1f}s on executors, {get('whole_cpu_ms') / 1000:.1f}s in all",
         f"cores {get('run_ms') / 1000:.1f}s",
         f"wrote {render.human_bytes(get('written_bytes'))}",
         f"{int(get('tasks'))} spark tasks",

@@ -63,8 +63,8 @@ const fmt = {
 function usageText(u, currency) {
   if (!u) return "";
   const get = (k) => Number(u[k] ?? u[`spark_${k}`] ?? 0);
-  if (!get("tasks")) return "";
-  return `CPU ${fmt.duration(get("cpu_ms"))} · cores held ${fmt.duration(get("run_ms"))} · read ${fmt.bytes(get("read_bytes"))}` +
+  if (!get("tasks") && !get("whole_cpu_ms")) return "";
+  return `CPU ${fmt.duration(get("whole_cpu_ms"))} in all, ${fmt.duration(get("cpu_ms"))} on executors · cores held ${fmt.duration(get("run_ms"))} · read ${fmt.bytes(get("read_bytes"))}` +
     ` · wrote ${fmt.bytes(get("written_bytes"))} · ${fmt.num(get("tasks"))} Spark tasks · peak memory ${fmt.bytes(get("peak_memory_bytes"))}` +
     (currency !== undefined ? ` · cost ${fmt.cost(get("cost"), currency)}` : "");
 }

@@ -11,8 +11,8 @@ files its scans will no longer open per hour, per CPU-second the optimizing is e
   delete files of the table, less one file per pending partition written back.
 - The cost: the bytes the evaluator would rewrite at the CPU-seconds per byte the group's (or the table's)
   last processes took, at least MIN_PROCESS_CPU_SECONDS.
-- A process may start while the group's spend over the last hour is below its budget: the CPU-seconds Spark
-  measured of tasks that ended in the hour, and the seconds running tasks have held their threads so far. So
+- A process may start while the group's spend over the last hour is below its budget: the whole CPU-seconds
+  (optimizer/cpu.py) of tasks that ended in the hour, and the seconds running tasks have held their threads. So
   even a small budget lets the most valuable work through, one process at a time.
 - Hard limits fire regardless of reads and budget, so an unread table never rots: small files or delete files
   past `optimizing.budget.hard-limit.small-files` / `.delete-files`.

@@ -83,6 +83,13 @@ def total_usage(kept: list[Mapping[str, Any] | None]) -> dict[str, Any]:
 USAGE_FIELDS = tuple(f"spark_{name}" for name in SparkUsage.model_fields)
 
 
+def cpu_seconds(figures: Mapping[str, Any] | None, prefix: str = "") -> float:
+    """The CPU-seconds a task's kept usage (prefix "") or a process summary ("spark_") cost in all: the whole
+    CPU the optimizer measured, or Spark's executor CPU from an optimizer that did not measure it."""
+    figures = figures or {}
+    return max(float(figures.get(f"{prefix}whole_cpu_ms", 0)), float(figures.get(f"{prefix}cpu_ms", 0))) / 1000
+
+
 def usage_summary(total: Mapping[str, Any]) -> dict[str, Any]:
     """total_usage's figures as a process summary keeps them (`spark_cpu_ms`, …, `cost`)."""
     return {**{f"spark_{k}": v for k, v in total.items() if k != COST}, COST: total[COST]}

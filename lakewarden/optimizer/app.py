@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 from lakewarden.optimizer.client import OptimizerClient, PollLater, ProtocolError
+from lakewarden.optimizer.cpu import CpuShares, process_cpu_seconds
 from lakewarden.optimizer.failures import describe_failure, diagnose_failure
 from lakewarden.optimizer.rewrite import TaskRevoked
 from lakewarden.protocol import (
@@ -71,6 +72,7 @@ class Optimizer:
         self._running: dict[TaskKey, str] = {}
         self._revoked: set[TaskKey] = set()
         self._tasks_lock = threading.Lock()
+        self._cpu: CpuShares | None = None  # once Spark is up (run)
 
     def _register(self) -> str:
         with self._token_lock:
@@ -195,6 +197,8 @@ class Optimizer:
             key = TaskKey(process_id=task.process_id, task_id=task.task_id, attempt=task.attempt)
             with self._tasks_lock:
                 self._running[key] = job_group(task, token)
+            if self._cpu is not None:
+                self._cpu.start(key)
             try:
                 output = execute_task(spark, task, token, gate=self._gate(token, task, key))
             except Exception as exc:
@@ -208,6 +212,7 @@ class Optimizer:
                     traceback.format_exc(limit=3),
                 )
             finally:
+                own_cpu = self._cpu.stop(key) if self._cpu is not None else 0.0
                 with self._tasks_lock:
                     self._running.pop(key, None)
                     revoked = key in self._revoked
@@ -221,6 +226,9 @@ class Optimizer:
                 )
                 return
             usage = self._usage(spark, task, token)
+            if usage is not None:
+                executors_elsewhere = 0 if spark.sparkContext.master.startswith("local") else usage.cpu_ms
+                usage = usage.model_copy(update={"whole_cpu_ms": int(own_cpu * 1000) + executors_elsewhere})
             try:
                 self.client.complete(token, task, output, error, failure, usage=usage, diagnosis=diagnosis)
                 self.completed += 1
@@ -258,6 +266,9 @@ class Optimizer:
         )
         sc = spark.sparkContext
         self.application = SparkApplication(application_id=sc.applicationId, master=sc.master, ui_url=sc.uiWebUrl)
+        jvm: Any = sc._jvm
+        pids = [os.getpid(), int(jvm.java.lang.ProcessHandle.current().pid())]
+        self._cpu = CpuShares(lambda: process_cpu_seconds(pids))
         self._register()  # once Spark is up: the server records which application this optimizer is
         threads = [threading.Thread(target=self._heartbeat, args=(spark,), name="heartbeat", daemon=True)]
         if submitted():  # spark-submit's JVM is this process's parent: when it dies, so does the optimizer

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.budget import DEFAULT_CPU_SECONDS_PER_GIB, SPEND_WINDOW, Spend
+from lakewarden.domain.costs import cpu_seconds
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus
 from lakewarden.store.database import as_utc
@@ -44,7 +45,7 @@ def group_spend(session: Session, group: str, now: datetime) -> tuple[Spend, dat
             if acked is not None:
                 running += max(0.0, (now - max(as_utc(acked), since)).total_seconds())
         elif ended_at is not None:
-            ended.append((as_utc(ended_at), float(usage.get("cpu_ms", 0)) / 1000))
+            ended.append((as_utc(ended_at), cpu_seconds(usage)))
     ended.sort()
     frees_at = ended[0][0] + SPEND_WINDOW if ended else now + SPEND_WINDOW
     return Spend(sum(cpu for _, cpu in ended), running), frees_at
@@ -64,7 +65,7 @@ def cpu_seconds_per_byte(session: Session, group: str) -> float:
     )
     cpu, read = 0.0, 0
     for summary in summaries:
-        cpu += float((summary or {}).get("spark_cpu_ms", 0)) / 1000
+        cpu += cpu_seconds(summary, "spark_")
         read += int((summary or {}).get("bytes_in", 0))
     if cpu <= 0 or read <= 0:
         return DEFAULT_CPU_SECONDS_PER_GIB / 1024**3

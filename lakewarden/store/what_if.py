@@ -9,6 +9,7 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.costs import cpu_seconds
 from lakewarden.domain.processes import Action
 from lakewarden.domain.reads import ReportKind
 from lakewarden.domain.retention import OWN_COMMIT
@@ -79,5 +80,5 @@ def optimizing_done(session: Session, table_id: int, since: datetime, until: dat
             )
         )
     )
-    cpu = sum(float((s or {}).get("spark_cpu_ms", 0)) for s in summaries) / 1000
+    cpu = sum(cpu_seconds(s, "spark_") for s in summaries)
     return Done(len(summaries), cpu, sum(int((s or {}).get("bytes_in", 0)) for s in summaries))

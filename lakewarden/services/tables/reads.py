@@ -24,6 +24,7 @@ from lakewarden.domain.benefits import (
     benefit_json,
     benefit_of,
 )
+from lakewarden.domain.costs import cpu_seconds
 from lakewarden.domain.processes import Action
 from lakewarden.domain.reads import (
     SAMPLED,
@@ -98,7 +99,7 @@ class TableReads:
         if following is not None:
             until = min(until, following)
         after = store.read_cost(session, owner, ended, min(until, now))
-        cpu = float((process.summary or {}).get("spark_cpu_ms", 0)) / 1000
+        cpu = cpu_seconds(process.summary, "spark_")
         return benefit_of(before, after, cpu, settled)
 
     def settle_benefits(self, now: datetime | None = None) -> int:
