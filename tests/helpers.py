@@ -174,3 +174,18 @@ FAST_DYNAMIC_ALLOCATION = {
     "dynamic-allocation.executor-idle-timeout": "30s",
     "dynamic-allocation.scale-down-cooldown": "1s",
 }
+
+
+def record_scans(db: Any, owner: tuple[str, str, str], count: int, files: int) -> None:
+    """`count` scans of the table by the engine `bi`, each planning `files` data files, one a minute from 10
+    minutes ago back."""
+    from datetime import timedelta
+
+    from lakewarden.domain.reads import scan_report
+    from lakewarden.store import reads as reads_store
+    from lakewarden.store.database import utcnow
+
+    with db.write() as session:
+        for i in range(count):
+            report = scan_report({"result-data-files": {"value": files}}, 1, True, {}, "bi")
+            reads_store.record_read(session, owner, report, utcnow() - timedelta(minutes=10 + i))

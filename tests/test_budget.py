@@ -13,7 +13,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from lakewarden.domain.budget import (
+    BUDGET,
     COLD_SCANS_PER_HOUR,
+    READ_TRIGGER,
+    WINDOW,
     BudgetConfig,
     Layout,
     Spend,
@@ -25,14 +28,13 @@ from lakewarden.domain.budget import (
 )
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.groups import validate_group_update
-from lakewarden.domain.reads import scan_report
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.store import processes as store
-from lakewarden.store import reads as reads_store
 from lakewarden.store.database import utcnow
 from lakewarden.store.models import TaskRow
 from lakewarden.store.runtime import transition_table
+from tests.helpers import record_scans
 from tests.test_scheduling import add_table, ctx_of, make_pending, process_with_tasks
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -66,6 +68,15 @@ def test_a_process_may_start_while_the_hour_spent_less_than_the_budget() -> None
     assert may_start(Spend(60.0, 39.0), CONFIG) and not may_start(Spend(60.0, 40.0), CONFIG)
 
 
+def test_a_shorter_window_prorates_the_budget_and_says_so() -> None:
+    minute = BudgetConfig.of({BUDGET: "120", WINDOW: "1min"})
+    assert minute is not None and minute.window == timedelta(minutes=1) and minute.allowance == pytest.approx(2.0)
+    assert may_start(Spend(1.0, 0.9), minute) and not may_start(Spend(1.5, 0.5), minute)
+    assert minute.spent_text(Spend(3.0, 0.0)) == "the group spent 3 of its 2 CPU-s in the last 60s"
+    assert minute.read_trigger_file_count == 2  # the default
+    assert BudgetConfig.of({BUDGET: "120", READ_TRIGGER: "5"}).read_trigger_file_count == 5  # type: ignore[union-attr]
+
+
 def test_a_deferral_says_why_and_when() -> None:
     cold = value_of("cold", LAYOUT, TableReads(0, 0.0, None), 1 / MIB, CONFIG)
     text = deferral(cold, 2, Spend(150, 0), CONFIG, 412, NOW - timedelta(days=3), NOW, NOW + timedelta(minutes=20))
@@ -87,6 +98,10 @@ def test_a_deferral_says_why_and_when() -> None:
         ("optimizing.budget.cpu-seconds-per-hour", "inf"),
         ("optimizing.budget.hard-limit.small-files", "-3"),
         ("optimizing.budget.hard-limit.delete-files", "0"),
+        ("optimizing.budget.read-trigger.file-count", "two"),
+        ("optimizing.budget.window", "30s"),
+        ("optimizing.budget.window", "2h"),
+        ("optimizing.budget.window", "soon"),
     ],
 )
 def test_a_bad_budget_is_refused_naming_the_property(key: str, value: str) -> None:
@@ -96,13 +111,6 @@ def test_a_bad_budget_is_refused_naming_the_property(key: str, value: str) -> No
 
 
 # ---- the dispatcher, on the system database
-
-
-def _scans(ctx: Any, table: str, count: int, files: int) -> None:
-    with ctx.db.write() as session:
-        for i in range(count):
-            report = scan_report({"result-data-files": {"value": files}}, 1, True, {}, "bi")
-            reads_store.record_read(session, ("c", "db", table), report, utcnow() - timedelta(minutes=10 + i))
 
 
 def _pending(ctx: Any, name: str, small_files: int = 90) -> Any:
@@ -135,7 +143,7 @@ def test_a_budgeted_group_plans_by_value_and_past_its_budget_only_hard_limits(cl
     budget = {"optimizing.budget.cpu-seconds-per-hour": "100"}
     assert client.put("/api/v1/resource-groups/default", json={"properties": budget}).status_code == 200
     hot, _, rotting = _pending(ctx, "hot"), _pending(ctx, "cold"), _pending(ctx, "rotting", small_files=1500)
-    _scans(ctx, "hot", 48, files=50)
+    record_scans(ctx.db, ("c", "db", "hot"), 48, files=50)
     picked = ctx.dispatcher._pick_table("default")
     assert picked is not None and picked[0].name.table == "hot"
     why = picked[1]

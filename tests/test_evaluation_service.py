@@ -14,7 +14,10 @@ from lakewarden.domain.tables import TableStatus
 from lakewarden.spark.session import configure_catalogs
 from lakewarden.store.runtime import transition_table
 from lakewarden.store.tables import get_table
+from tests.helpers import record_scans
 from tests.test_explorer import refresh, register
+from tests.test_scheduling import poll
+from tests.test_scheduling import register as register_optimizer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -127,3 +130,37 @@ def _name(catalog: str) -> Any:
     from lakewarden.domain.tables import TableIdentifier
 
     return TableIdentifier(catalog, "db", "t")
+
+
+def test_a_budgeted_group_makes_a_table_read_lately_pending_sooner(
+    client: TestClient, spark: SparkSession, sql_catalog: CatalogSpec
+) -> None:
+    c = sql_catalog.name
+    register(client, sql_catalog)
+    configure_catalogs(spark, [sql_catalog])
+    spark.sql(f"CREATE NAMESPACE {c}.db")
+    for name in ("read", "unread"):
+        spark.sql(f"CREATE TABLE {c}.db.{name} (id BIGINT) USING iceberg")
+        for i in range(3):  # 3 small files: fewer than minor.trigger.file-count's 12
+            spark.sql(f"INSERT INTO {c}.db.{name} VALUES ({i})")
+    refresh(client, c)
+    record_scans(ctx(client).db, (c, "db", "read"), 5, files=3)
+    ctx(client).evaluator.run_once()
+    assert table(client, c, "read")["status"] == table(client, c, "unread")["status"] == "idle"  # no budget
+
+    budget = {"optimizing.budget.cpu-seconds-per-hour": "60", "optimizing.budget.read-trigger.file-count": "3"}
+    assert client.put("/api/v1/resource-groups/default", json={"properties": budget}).status_code == 200
+    for name in ("read", "unread"):
+        assert client.post(f"/api/v1/tables/{c}/db/{name}/evaluate").status_code == 200
+    read = table(client, c, "read")
+    assert read["status"] == "pending"
+    assert read["evaluation"]["reasons"][0] == (
+        "scanned 5 time(s) in the last hour: in budgeted group default, pending at "
+        "optimizing.budget.read-trigger.file-count 3 small files instead of minor.trigger.file-count 12"
+    )
+    assert read["evaluation"]["read_trigger_file_count"] == 3
+    assert table(client, c, "unread")["status"] == "idle"  # Amoro's trigger still holds for a table not read
+    # the planner plans with the trigger the verdict was judged with: a task over the 3 small files
+    task = poll(client, register_optimizer(client, "default"))
+    assert task is not None and task["input"]["table"] == "db.read", task
+    assert sum(len(g["rewrite"]) for g in task["input"]["groups"]) == 3

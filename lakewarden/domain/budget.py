@@ -16,19 +16,34 @@ files its scans will no longer open per hour, per CPU-second the optimizing is e
   even a small budget lets the most valuable work through, one process at a time.
 - Hard limits fire regardless of reads and budget, so an unread table never rots: small files or delete files
   past `optimizing.budget.hard-limit.small-files` / `.delete-files`.
+- Reads make a table pending sooner: a table scanned in the last hour is pending at
+  `optimizing.budget.read-trigger.file-count` small files (2: as soon as two can be merged) instead of its
+  `minor.trigger.file-count`, which was set for tables whatever their reads; the budget and the ranking then
+  decide how often it is worth optimizing, so a table read every few seconds is kept compact and one read
+  hourly waits its turn.
+- `optimizing.budget.window` (1 h) is how far back the spend is counted, the budget prorated to it: a shorter
+  window spreads the hour's budget over the hour instead of letting it all go in one burst.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from lakewarden.domain.durations import format_duration, parse_duration
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.optimizing_config import OptimizingConfig
 
 BUDGET = "optimizing.budget.cpu-seconds-per-hour"
 HARD_SMALL_FILES = "optimizing.budget.hard-limit.small-files"
 HARD_DELETE_FILES = "optimizing.budget.hard-limit.delete-files"
+READ_TRIGGER = "optimizing.budget.read-trigger.file-count"
+WINDOW = "optimizing.budget.window"
+READ_TRIGGER_DEFAULT = 2  # two small files are the fewest a rewrite can merge
+READ_TRIGGERED = "read_trigger_file_count"  # the evaluation document's: the read trigger it was judged with
+READ_RECENTLY = timedelta(hours=1)  # scanned this recently: the read trigger applies
+MIN_WINDOW = timedelta(minutes=1)
 HARD_SMALL_FILES_DEFAULT = 1000  # more than a scan should open for one table's worth of small writes
 HARD_DELETE_FILES_DEFAULT = 200  # delete files every scan must apply to every data file they cover
 COLD_SCANS_PER_HOUR = 1 / 24
@@ -42,6 +57,17 @@ class BudgetConfig:
     cpu_seconds_per_hour: float
     hard_small_files: int
     hard_delete_files: int
+    read_trigger_file_count: int = READ_TRIGGER_DEFAULT
+    window: timedelta = SPEND_WINDOW
+
+    @property
+    def allowance(self) -> float:
+        """The CPU-seconds the group may spend over its window."""
+        return self.cpu_seconds_per_hour * (self.window / SPEND_WINDOW)
+
+    def spent_text(self, spend: Spend) -> str:
+        span = "this hour" if self.window == SPEND_WINDOW else f"in the last {format_duration(self.window)}"
+        return f"the group spent {spend.total:.0f} of its {self.allowance:g} CPU-s {span}"
 
     @staticmethod
     def of(properties: Mapping[str, str]) -> BudgetConfig | None:
@@ -53,7 +79,17 @@ class BudgetConfig:
             float(value),
             int(properties.get(HARD_SMALL_FILES, HARD_SMALL_FILES_DEFAULT)),
             int(properties.get(HARD_DELETE_FILES, HARD_DELETE_FILES_DEFAULT)),
+            int(properties.get(READ_TRIGGER, READ_TRIGGER_DEFAULT)),
+            parse_duration(properties[WINDOW]) if WINDOW in properties else SPEND_WINDOW,
         )
+
+
+def read_triggered(config: OptimizingConfig, file_count: int | None) -> OptimizingConfig:
+    """The table's optimizing configuration with a read trigger applied (None: none applies): the evaluator
+    judges with it, and the planner plans with the one the verdict was judged with."""
+    if file_count is None or file_count >= config.minor_trigger_file_count:
+        return config
+    return replace(config, minor_trigger_file_count=file_count)
 
 
 def validate_budget(properties: Mapping[str, str]) -> None:
@@ -65,10 +101,18 @@ def validate_budget(properties: Mapping[str, str]) -> None:
             budget = -1.0
         if not budget > 0 or budget == float("inf"):
             raise InvalidField(f"properties.{BUDGET}", f"{value!r} must be a number of CPU-seconds above 0")
-    for key in (HARD_SMALL_FILES, HARD_DELETE_FILES):
+    for key in (HARD_SMALL_FILES, HARD_DELETE_FILES, READ_TRIGGER):
         given = properties.get(key)
         if given is not None and (not given.isdigit() or int(given) < 1):
             raise InvalidField(f"properties.{key}", f"{given!r} must be an integer >= 1")
+    window = properties.get(WINDOW)
+    if window is not None:
+        try:
+            span = parse_duration(window)
+        except (TypeError, ValueError):
+            span = timedelta(0)
+        if not MIN_WINDOW <= span <= SPEND_WINDOW:
+            raise InvalidField(f"properties.{WINDOW}", f"{window!r} must be a duration from 1min to 1h")
 
 
 @dataclass(frozen=True)
@@ -155,7 +199,7 @@ class Spend:
 
 
 def may_start(spend: Spend, config: BudgetConfig) -> bool:
-    return spend.total < config.cpu_seconds_per_hour
+    return spend.total < config.allowance
 
 
 def _ago(moment: datetime | None, now: datetime) -> str:
@@ -169,12 +213,11 @@ def chosen_reason(value: TableValue, spend: Spend, config: BudgetConfig, others:
     """Why a budgeted group picked this table."""
     head = (
         f"value: past a hard limit ({value.hard_limit})"
-        if value.hard_limit is not None and spend.total >= config.cpu_seconds_per_hour
+        if value.hard_limit is not None and not may_start(spend, config)
         else f"value: {value.value:.3g} files saved per CPU-second"
     )
-    return (
-        f"{head}; {describe(value)}; the group spent {spend.total:.0f} of its {config.cpu_seconds_per_hour:g} "
-        f"CPU-s this hour" + (f"; ahead of {others} other(s)" if others else "; the only table that could be planned")
+    return f"{head}; {describe(value)}; {config.spent_text(spend)}" + (
+        f"; ahead of {others} other(s)" if others else "; the only table that could be planned"
     )
 
 
@@ -198,11 +241,11 @@ def deferral(
     frees_at: datetime,
 ) -> str:
     """Why a pending table waits in a budgeted group, and when it is looked at next."""
-    if spend.total < config.cpu_seconds_per_hour:
+    if may_start(spend, config):
         budget = f"ranked {rank} by value ({value.value:.3g} files saved per CPU-second)"
         when = "when the tables ahead of it were planned"
     else:
-        budget = f"the group spent {spend.total:.0f} of its {config.cpu_seconds_per_hour:g} CPU-s this hour"
+        budget = config.spent_text(spend)
         minutes = max(0.0, (frees_at - now).total_seconds() / 60)
         when = f"in {minutes:.0f} min, when the budget frees"
     reads = f"no scans in the last day ({_ago(last_scan_at, now)})" if value.cold else describe(value).split("; ")[0]

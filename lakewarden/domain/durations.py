@@ -25,3 +25,13 @@ def parse_duration(value: Any) -> timedelta:
     except (OverflowError, ValueError) as exc:  # longer than a timedelta holds (about 2.7 million years), or NaN
         raise ValueError(f"{value!r} is too long a duration") from exc
     raise ValueError(f"{value!r} is not a duration such as 500ms, 30s, 720min, 12h, 30d or milliseconds")
+
+
+def format_duration(span: timedelta) -> str:
+    """A duration as people read it: 45s, 12min, 3.5h."""
+    seconds = span.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}min"
+    return f"{seconds / 3600:.1f}h"

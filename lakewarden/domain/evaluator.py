@@ -25,8 +25,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from lakewarden.domain.clustering import Clustering
+from lakewarden.domain.durations import format_duration
 from lakewarden.domain.file_groups import OPEN_FILE_COST, FileGroup, make_group, split_files, two_smallest
 from lakewarden.domain.files import AppliedDeletes, DataFile, DeleteFile, PartitionFiles, PartitionKey
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -49,12 +51,7 @@ def _mib(n: int) -> str:
 
 
 def _duration(ms: int) -> str:
-    seconds = ms / 1000
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}min"
-    return f"{seconds / 3600:.1f}h"
+    return format_duration(timedelta(milliseconds=ms))
 
 
 def _name(path: str) -> str:

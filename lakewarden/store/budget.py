@@ -3,7 +3,7 @@ byte. Flush, never commit."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -34,10 +34,12 @@ def _tasks(
     return [(s, a, e, u or {}) for s, a, e, u in rows]
 
 
-def group_spend(session: Session, group: str, now: datetime) -> tuple[Spend, datetime]:
-    """The group's optimizing spend over the hour before `now`, and when it drops below what it is now by the
+def group_spend(
+    session: Session, group: str, now: datetime, window: timedelta = SPEND_WINDOW
+) -> tuple[Spend, datetime]:
+    """The group's optimizing spend over the window before `now`, and when it drops below what it is now by the
     spend of the oldest task that ended in the window (the next time the budget may free)."""
-    since = now - SPEND_WINDOW
+    since = now - window
     ended: list[tuple[datetime, float]] = []
     running = 0.0
     for status, acked, ended_at, usage in _tasks(session, group, since):
@@ -47,7 +49,7 @@ def group_spend(session: Session, group: str, now: datetime) -> tuple[Spend, dat
         elif ended_at is not None:
             ended.append((as_utc(ended_at), cpu_seconds(usage)))
     ended.sort()
-    frees_at = ended[0][0] + SPEND_WINDOW if ended else now + SPEND_WINDOW
+    frees_at = ended[0][0] + window if ended else now + window
     return Spend(sum(cpu for _, cpu in ended), running), frees_at
 
 

@@ -55,6 +55,7 @@ class Weighed:
             "chosen": _numbers(chosen),
             "runner_up": _numbers(others[0]) if others else None,
             "budget": self.config.cpu_seconds_per_hour,
+            "window_seconds": self.config.window.total_seconds(),
             "spent": round(self.spend.total, 3),
             "reason": chosen_reason(chosen, self.spend, self.config, len(others)),
         }
@@ -100,7 +101,7 @@ def weigh(session: Session, group: str, config: BudgetConfig, pending: list[Tabl
     """The group's pending tables (those that may be planned now) weighed by value."""
     rates = reads_store.scan_rates(session, now - timedelta(days=1), now - WEEK)
     per_byte = store.cpu_seconds_per_byte(session, group)
-    spend, frees_at = store.group_spend(session, group, now)
+    spend, frees_at = store.group_spend(session, group, now, config.window)
     reads: dict[str, TableReads] = {}
     values = []
     for rec in pending:

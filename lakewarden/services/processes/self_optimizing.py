@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.budget import READ_TRIGGERED, read_triggered
 from lakewarden.domain.clustering import merged_marks
 from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.evaluator import OptimizingClock, evaluate_table
@@ -52,7 +53,9 @@ class SelfOptimizingFactory(ProcessFactory):
         `options["max_input_bytes"]` of Amoro's cost estimate (the rest waits for the next process). When main has
         nothing to do, the first branch of `self-optimizing.branches` that has is planned on its head."""
         max_input = options.get("max_input_bytes")
-        config = OptimizingConfig.of(rec.runtime.config)
+        config = read_triggered(
+            OptimizingConfig.of(rec.runtime.config), (rec.runtime.evaluation or {}).get(READ_TRIGGERED)
+        )
         clock = OptimizingClock(
             now_ms=int(time.time() * 1000),
             last_minor_ms=_ms(rec.runtime.last_minor_optimizing_at or rec.identifier.created_at),

@@ -16,9 +16,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from lakewarden.domain.budget import READ_RECENTLY, READ_TRIGGER, READ_TRIGGERED, BudgetConfig, read_triggered
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
@@ -30,6 +34,8 @@ from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
+from lakewarden.store import groups as group_store
+from lakewarden.store import reads as reads_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import shapes
 from lakewarden.store import tables as table_store
@@ -59,6 +65,31 @@ def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
         "partitions": [p.to_dict() for p in ordered[:MAX_PARTITIONS_SHOWN]],
         "partitions_omitted": max(0, len(ordered) - MAX_PARTITIONS_SHOWN),
     }
+
+
+@dataclass(frozen=True)
+class ReadTrigger:
+    """A table of a budgeted group scanned lately: the small files that make it pending (domain/budget.py)."""
+
+    file_count: int
+    scans: int
+
+
+def read_triggers(session: Session, records: list[TableRecord], now: datetime) -> dict[int, ReadTrigger]:
+    """By table id, the read triggers of those of the tables that have one: the tables of budgeted groups scanned
+    within READ_RECENTLY."""
+    budgets = {g.name: c for g in group_store.list_groups(session) if (c := BudgetConfig.of(g.properties))}
+    if not any(rec.runtime.optimizing_group in budgets for rec in records):
+        return {}
+    since = now - READ_RECENTLY
+    rates = reads_store.scan_rates(session, since, since)
+    triggers = {}
+    for rec in records:
+        config = budgets.get(rec.runtime.optimizing_group)
+        found = rates.get((rec.identifier.catalog_name, rec.identifier.db_name, rec.identifier.table_name))
+        if config is not None and found is not None:
+            triggers[rec.runtime.table_id] = ReadTrigger(config.read_trigger_file_count, found[0])
+    return triggers
 
 
 class TableEvaluator(LoopService):
@@ -110,6 +141,7 @@ class TableEvaluator(LoopService):
             candidates = table_store.due_for_evaluation(session, now)
             due = [rec for rec in candidates if self._due(rec, now)]
             specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
+            triggers = read_triggers(session, due, now)
         by_catalog: dict[str, list[TableRecord]] = defaultdict(list)
         for rec in due:
             by_catalog[rec.identifier.catalog_name].append(rec)
@@ -128,29 +160,46 @@ class TableEvaluator(LoopService):
                         self._record(
                             list(
                                 zip(
-                                    batch, pool.map(lambda rec: self._charged_verdict(catalog, rec), batch), strict=True
+                                    batch,
+                                    pool.map(
+                                        lambda rec: self._charged_verdict(
+                                            catalog, rec, triggers.get(rec.runtime.table_id)
+                                        ),
+                                        batch,
+                                    ),
+                                    strict=True,
                                 )
                             )
                         )
             except Exception as exc:
                 log.warning("cannot evaluate the tables of catalog %s: %s", catalog_name, exc)
 
-    def _charged_verdict(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
+    def _charged_verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None) -> dict[str, Any]:
         with self.charged():  # on a thread of the pool
-            return self._verdict(catalog, rec)
+            return self._verdict(catalog, rec, trigger)
 
     def evaluate(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
         """Evaluate one table now and move it between IDLE and PENDING accordingly."""
-        document = self._verdict(catalog, rec)
+        with self.db.read() as session:
+            trigger = read_triggers(session, [rec], utcnow()).get(rec.runtime.table_id)
+        document = self._verdict(catalog, rec, trigger)
         self._record([(rec, document)])
         return document
 
-    def _verdict(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
+    def _verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None = None) -> dict[str, Any]:
         started = time.monotonic()
         runtime = rec.runtime
         snapshot_id = runtime.current_snapshot_id
+        read_note = None
         try:
             config = OptimizingConfig.of(runtime.config)
+            if trigger is not None and trigger.file_count < config.minor_trigger_file_count:
+                read_note = (
+                    f"scanned {trigger.scans} time(s) in the last hour: in budgeted group "
+                    f"{runtime.optimizing_group}, pending at {READ_TRIGGER} {trigger.file_count} small files "
+                    f"instead of minor.trigger.file-count {config.minor_trigger_file_count}"
+                )
+                config = read_triggered(config, trigger.file_count)
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
             # a table never optimized counts its minor and full intervals from when lakewarden took it on
             managed_since = rec.identifier.created_at
@@ -202,6 +251,9 @@ class TableEvaluator(LoopService):
                 "pending_partitions": 0,
                 "reasons": [f"evaluation failed: {type(exc).__name__}: {exc}"[:1000]],
             }
+        if read_note is not None and trigger is not None:
+            document["reasons"] = [read_note, *document["reasons"]]
+            document[READ_TRIGGERED] = trigger.file_count
         document["duration_ms"] = int((time.monotonic() - started) * 1000)
         document["metadata_location"] = runtime.metadata_location
         document["config_hash"] = _config_hash(runtime.config)
