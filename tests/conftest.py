@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,3 +149,24 @@ def spark() -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium (Debian's, driven by Selenium with the system driver) for the dashboard's tests."""
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and chromedriver):
+        tool_missing("Debian's chromium and chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    options.binary_location = chromium
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)  # the system driver: nothing downloaded
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,33 +14,12 @@ import pytest
 
 from tests.helpers import PROPS, open_lake, wait_for
 from tests.servers import FAST_EVALUATOR, ServerProcess, started_server
-from tests.tools import tool_missing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 OUTPUT = Path(os.environ.get("LAKEWARDEN_TEST_OUTPUT", Path(__file__).resolve().parent.parent / "test-output"))
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    if not (CHROMIUM and CHROMEDRIVER):
-        tool_missing("Debian's chromium and chromium-driver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(argument)
-    options.binary_location = CHROMIUM
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # the system driver: nothing downloaded
-    driver.implicitly_wait(0)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 class Page:

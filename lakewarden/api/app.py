@@ -37,6 +37,7 @@ from lakewarden.api.node_metrics import (
 from lakewarden.api.routes import (
     catalogs,
     events,
+    formats,
     groups,
     iceberg_oauth,
     iceberg_rest,
@@ -164,6 +165,7 @@ def create_app(config: Config, start_services: bool = True, on_started: Callable
         catalogs.router,
         groups.router,
         tables.router,
+        formats.router,
         optimizer.router,
         processes.router,
         events.router,

@@ -220,6 +220,7 @@ function tablesPage() {
         <div class="toolbar"><input id="table-filter" placeholder="filter by name"> <select id="status-filter">
         <option value="">every status</option><option>idle</option><option>pending</option><option>planning</option>
         <option>minor-optimizing</option><option>major-optimizing</option><option>full-optimizing</option></select>
+        <select id="format-filter"><option value="">every format</option><option>iceberg</option><option>hudi</option><option>paimon</option></select>
         <button id="first-page" disabled>first page</button> <button id="next-page" disabled>next page</button></div>
         <div id="tables"></div>`;
       // filtered and paged by the server (keyset: `after` the last table shown), so a million tables page as fast
@@ -227,6 +228,7 @@ function tablesPage() {
       const again = () => { this.after = null; this.update(root); };
       root.querySelector("#table-filter").addEventListener("input", again);
       root.querySelector("#status-filter").addEventListener("change", again);
+      root.querySelector("#format-filter").addEventListener("change", again);
       root.querySelector("#first-page").addEventListener("click", again);
       root.querySelector("#next-page").addEventListener("click", () => { this.after = this.last; this.update(root); });
       root.addEventListener("click", (event) => {
@@ -239,6 +241,8 @@ function tablesPage() {
       const text = root.querySelector("#table-filter").value.trim();
       const query = new URLSearchParams({ limit: String(TABLES_PAGE) });
       if (status) query.set("status", status);
+      const format = root.querySelector("#format-filter").value;
+      if (format) query.set("format", format);
       if (text) query.set("name", text);
       if (this.after) query.set("after", this.after);
       const tables = await api(`/tables?${query}`);
@@ -246,8 +250,8 @@ function tablesPage() {
       root.querySelector("#next-page").disabled = !this.last;
       root.querySelector("#first-page").disabled = !this.after;
       root.querySelector("#tables").innerHTML = grid(
-        ["table", "status", "group", "health", "data files#", "delete files#", "size#", "refreshed"],
-        tables.map((t) => [`<a href="#/tables/${tablePath(t.identifier)}">${esc(t.identifier)}</a>`, badge(t.status),
+        ["table", "format", "status", "group", "health", "data files#", "delete files#", "size#", "refreshed"],
+        tables.map((t) => [`<a href="#/tables/${tablePath(t.identifier)}">${esc(t.identifier)}</a>`, esc(t.format), badge(t.status),
           esc(t.group), `<span class="dot ${esc(t.health)}"></span>${esc(t.health)} <span class="muted">small ${fmt.pct(t.small_file_ratio)} · deletes ${fmt.pct(t.delete_file_ratio)}</span>`,
           fmt.num(t.data_files), fmt.num(t.delete_files), fmt.bytes(t.files_size_bytes), fmt.ago(t.last_refreshed_at)]),
         (i) => `class="clickable" data-table="${esc(tables[i].identifier)}"`);
@@ -256,7 +260,10 @@ function tablesPage() {
 }
 
 const TABLE_TABS = [["overview", "Overview"], ["history", "History"], ["reads", "Reads"], ["files", "Partitions & files"],
-                    ["snapshots", "Snapshots & timeline"], ["processes", "Processes"], ["config", "Configuration"]];
+                    ["snapshots", "Snapshots & timeline"], ["processes", "Processes"], ["config", "Configuration"],
+                    ["hudi", "Hudi timeline & files"], ["paimon", "Paimon snapshots & files"]];
+// the tabs a table of another format than Iceberg has: what lakewarden reads of it, and no Iceberg work
+const FORMAT_TABS = {hudi: ["overview", "history", "hudi", "config"], paimon: ["overview", "history", "paimon", "config"]};
 const ACTIONS = ["expire-snapshots", "clean-orphan-files", "clean-dangling-delete-files", "expire-data",
                  "auto-create-tags", "rewrite-manifests"];
 
@@ -298,7 +305,11 @@ function tablePage(catalog, database, table, tab = "overview") {
     },
     async update(root) {
       const t = await api(path);
-      root.querySelector("#table-status").innerHTML = badge(t.status);
+      root.querySelector("#table-status").innerHTML = `${badge(t.status)} <span class="muted">${esc(t.format)}</span>`;
+      const shown = FORMAT_TABS[t.format] || TABLE_TABS.map(([key]) => key).filter((key) => !(key in FORMAT_TABS));
+      root.querySelectorAll(".tabs a[data-tab]").forEach((a) => { a.hidden = !shown.includes(a.dataset.tab); });
+      const form = root.querySelector("#action-form");
+      if (form) form.hidden = t.format !== "iceberg";
       const target = root.querySelector("#tab");
       const slow = Date.now() - slowAt > 10000;
       if (tab === "overview") {
@@ -322,7 +333,9 @@ function tablePage(catalog, database, table, tab = "overview") {
           <h2>Maintenance</h2><div id="maintenance">${grid(["action", "enabled", "blocked by", "failing"], (t.maintenance || []).map((m) =>
             [esc(m.action), m.enabled ? "on" : "off", `<span class="error">${esc(m.blocked_by || "")}</span>`,
               m.failures ? `<span class="error">${fmt.num(m.failures)} in a row · next try ${fmt.time(m.retry_after)}</span>` : ""]))}</div></div></div>
-          <h2>Partitions</h2>${grid(["partition", "type", "data files#", "fragments#", "undersized#", "deletes#", "why"],
+          <h2>Partitions</h2>${t.format !== "iceberg"
+            ? grid(["partition", "why"], partitions.map((p) => [esc(p.partition), esc((p.reasons || []).join("; "))]))
+            : grid(["partition", "type", "data files#", "fragments#", "undersized#", "deletes#", "why"],
             partitions.map((p) => [esc(p.partition), esc(p.type || ""), fmt.num(p.data_files), fmt.num(p.fragment_files),
               fmt.num(p.undersized_files), fmt.num(p.position_delete_files + p.equality_delete_files), esc((p.reasons || []).join("; "))]))}`;
       } else if (tab === "history" && slow) {
@@ -394,6 +407,46 @@ function tablePage(catalog, database, table, tab = "overview") {
               esc(k.partitions.join(", ")), k.attempt, `<span class="mono">${esc(k.optimizer || "")}</span>`,
               esc(usageText(k.usage)), `<span class="error">${esc(k.error || "")}</span>` +
               (k.diagnosis?.hint ? `<br><span class="muted">hint: ${esc(k.diagnosis.hint)}</span>` : "")])) + fileChanges(files[i])).join("");
+      } else if (tab === "hudi" && slow) {
+        slowAt = Date.now();
+        const h = await api(`${path}/hudi?limit=100`);
+        target.innerHTML = kv([["table type", esc(h.table_type)], ["table version", esc(h.table_version || "")],
+            ["location", `<span class="mono">${esc(h.location)}</span>`], ["instants on the active timeline", fmt.num(h.instants)],
+            ["pending compactions", esc(h.pending_compactions.map((i) => i.timestamp).join(", ") || "none")]]) +
+          `<h2>What Hudi's table services would do</h2><p class="muted">lakewarden shows and judges Hudi tables; the work ` +
+          `runs where Hudi's Spark bundle is, with the call shown.</p><div id="hudi-needs">` +
+          grid(["service", "partition", "why", "call"], h.needs.map((n) => [esc(n.service), esc(n.partition || ""),
+            esc(n.reason), `<span class="mono">${esc(n.procedure)}</span>`])) + `</div>` +
+          `<h2>Timeline (newest first)</h2><div id="hudi-timeline">` + grid(["instant", "action", "state", "time"],
+            h.timeline.map((i) => [`<span class="mono">${esc(i.timestamp)}</span>`, esc(i.action), esc(i.state), fmt.time(i.time)])) +
+          `</div><h2>Partitions</h2>` + grid(["partition", "file groups#", "base files#", "log files#", "size#"],
+            h.partitions.map((p) => [esc(p.partition || "(none)"), fmt.num(p.file_groups), fmt.num(p.base_files),
+              fmt.num(p.log_files), fmt.bytes(p.size_bytes)])) +
+          `<h2>File groups</h2>` + grid(["partition", "file group", "slice", "base file", "log files#", "size#"],
+            h.file_groups.flatMap((g) => g.slices.map((s) => [esc(g.partition), `<span class="mono">${esc(g.file_id)}</span>`,
+              `<span class="mono">${esc(s.base_instant)}</span>${s.latest ? " (latest)" : ""}`,
+              `<span class="mono">${esc(s.base_file || "—")}</span>`, fmt.num(s.log_files.length),
+              fmt.bytes(s.base_size_bytes + s.log_files.reduce((a, l) => a + l.size_bytes, 0))])));
+      } else if (tab === "paimon" && slow) {
+        slowAt = Date.now();
+        const p = await api(`${path}/paimon?limit=100`);
+        target.innerHTML = kv([["location", `<span class="mono">${esc(p.location)}</span>`],
+            ["primary keys", esc(p.primary_keys.join(", ") || "none (an append table)")],
+            ["partition keys", esc(p.partition_keys.join(", ") || "none")], ["snapshots", fmt.num(p.snapshot_count)],
+            ["schemas", fmt.num(p.schemas.length)], ["tags", esc(p.tags.map((t) => `${t.name} (${t.snapshot_id})`).join(", ") || "none")],
+            ["options", `<span class="mono">${esc(Object.entries(p.options).map(([k, v]) => `${k}=${v}`).join(" "))}</span>`]]) +
+          `<h2>What Paimon's compaction and expiry would do</h2><p class="muted">lakewarden shows and judges Paimon tables; ` +
+          `the work runs where Paimon's Spark bundle is, with the call shown.</p><div id="paimon-needs">` +
+          grid(["work", "partition", "bucket", "why", "call"], p.needs.map((n) => [esc(n.service), esc(n.partition || ""),
+            n.bucket ?? "", esc(n.reason), `<span class="mono">${esc(n.procedure)}</span>`])) + `</div>` +
+          `<h2>Buckets</h2><div id="paimon-buckets">` + grid(["partition", "bucket", "files#", "per level", "sorted runs#", "size#"],
+            p.buckets.map((b) => [esc(b.partition || "(none)"), b.bucket, fmt.num(b.files),
+              esc(Object.entries(b.files_per_level).map(([l, n]) => `L${l}: ${n}`).join(", ")), fmt.num(b.sorted_runs),
+              fmt.bytes(b.size_bytes)])) +
+          `</div><h2>Snapshots (newest first)</h2><div id="paimon-snapshots">` + grid(["snapshot#", "kind", "schema#", "records#", "committed"],
+            p.snapshots.map((s) => [s.id, esc(s.commit_kind), s.schema_id, fmt.num(s.total_records ?? 0), fmt.time(s.time)])) +
+          `</div><h2>Schemas</h2>` + grid(["schema#", "columns"], p.schemas.map((s) => [s.id,
+            esc(s.fields.map((f) => `${f.name} ${f.type}`).join(", "))]));
       } else if (tab === "config") {
         target.innerHTML = `<p class="muted">Effective configuration: built-in defaults &lt; the catalog's table.* &lt; table properties</p>` +
           kv(Object.entries(t.config).map(([k, v]) => [k, `<span class="mono">${esc(v)}</span>`]));

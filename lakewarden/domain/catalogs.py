@@ -28,7 +28,14 @@ REQUIRED_PROPERTIES: dict[str, tuple[str, ...]] = {
     "filesystem": ("warehouse",),
     # AWS Glue, with pyiceberg's property names (`glue.region`, `glue.endpoint`, `glue.access-key-id`, ...)
     "glue": (),
+    # Hudi tables under a local directory (metadata/hudi.py): shown and judged, not optimized
+    "hudi": ("warehouse",),
+    # a Paimon filesystem warehouse (metadata/paimon.py): shown and judged, not optimized
+    "paimon": ("warehouse",),
 }
+# catalogs of tables of another format than Iceberg, by catalog type: lakewarden reads their files itself
+FORMAT_OF_CATALOG = {"hudi": "hudi", "paimon": "paimon"}
+TABLE_FORMATS = ("iceberg", *dict.fromkeys(FORMAT_OF_CATALOG.values()))
 CATALOG_TYPES = tuple(REQUIRED_PROPERTIES)
 # Values never shown by the API (they still reach the optimizer through its own endpoint).
 SECRET_PROPERTIES = (
@@ -151,6 +158,10 @@ def validate_catalog(spec: CatalogSpec) -> None:
         _check_thrift_uris(uri)
     if spec.type == "filesystem":
         _check_warehouse(spec.properties["warehouse"])
+    if spec.type in FORMAT_OF_CATALOG:
+        _check_warehouse(spec.properties["warehouse"])
+        if urlsplit(spec.properties["warehouse"]).scheme not in ("", "file"):
+            raise InvalidField("properties.warehouse", f"a {spec.type} catalog's warehouse must be a local directory")
     if spec.type == "glue":
         _check_glue(spec.properties)
     if REST_ENDPOINT in spec.properties:
@@ -161,6 +172,11 @@ def validate_catalog(spec: CatalogSpec) -> None:
                 f"properties.{REST_ENDPOINT}",
                 f"{spec.type} catalogs cannot be served; only {', '.join(FORWARDABLE_TYPES)}",
             )
+
+
+def table_format(spec: CatalogSpec) -> str:
+    """The format of the catalog's tables: iceberg, or that of a catalog of another format's tables."""
+    return FORMAT_OF_CATALOG.get(spec.type, "iceberg")
 
 
 def serves_rest_endpoint(spec: CatalogSpec) -> bool:

@@ -110,6 +110,7 @@ def list_tables(
     name: str | None = None,
     after: TableIdentifier | None = None,
     statuses: Collection[TableStatus] | None = None,
+    fmt: str | None = None,
 ) -> list[TableRecord]:
     """Managed tables by catalog, database and table name, filtered; `name`: a part of `catalog.database.table`
     (any case); `after`: the page after that table (keyset paging: as quick at the end of a million tables as at
@@ -127,6 +128,8 @@ def list_tables(
         plain.append(TableRuntimeRow.status_code.in_([int(s) for s in statuses]))
     if group is not None:
         plain.append(TableRuntimeRow.optimizing_group == group)
+    if fmt is not None:
+        plain.append(TableIdentifierRow.format == fmt)
     # filters with an index of their own: (the ids it may select, the exact condition, the same not by the index)
     indexed: list[tuple[Select[int] | None, ColumnElement[bool], ColumnElement[bool]]] = []
     if name:
@@ -256,7 +259,8 @@ def _changed_looks(entries: dict[str, Any]) -> dict[str, Any]:
 def due_for_maintenance(session: Session, now: datetime, limit: int) -> list[TableRecord]:
     """Up to `limit` tables whose `next_maintenance_at` has come, the longest waiting first: a range of its index.
     A new table, a new snapshot or configuration set it to now; the trigger sets it from what it found."""
-    query = _query().where(TableRuntimeRow.next_maintenance_at <= now)
+    # maintenance is Iceberg's: a table of another format is shown and judged, never maintained (domain/hudi.py)
+    query = _query().where(TableRuntimeRow.next_maintenance_at <= now, TableIdentifierRow.format == "iceberg")
     query = query.order_by(TableRuntimeRow.next_maintenance_at).limit(limit)
     return [TableRecord(ident, rt) for ident, rt in session.execute(query)]
 
@@ -360,6 +364,8 @@ def record_table_snapshot(
     session: Session, runtime: TableRuntimeRow, snapshot: TableSnapshot, group: str, config: dict[str, str]
 ) -> None:
     changed = dict(runtime.config or {}) != config or runtime.current_snapshot_id != snapshot.current_snapshot_id
+    # a table without snapshot ids (of another format, or an empty one) changed when its metadata moved
+    changed |= snapshot.current_snapshot_id is None and runtime.metadata_location != snapshot.metadata_location
     if dict(runtime.config or {}) != config:
         runtime.evaluated_at = None  # a new configuration deserves a new verdict
     if changed:  # and so does a new snapshot; both may bring maintenance work

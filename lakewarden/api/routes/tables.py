@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from lakewarden.api.auth import OPERATOR
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.schemas import ID_MAX, MaintenanceRead, TableBrief, TableRead, _Read
+from lakewarden.domain.catalogs import FORMAT_OF_CATALOG, TABLE_FORMATS
 from lakewarden.domain.errors import Conflict, InvalidField, NothingToDo
 from lakewarden.domain.maintenance import maintenance_states
 from lakewarden.domain.processes import Action
@@ -77,8 +78,13 @@ def list_tables(
             "as quick deep into many tables as at the start, unlike offset",
         ),
     ] = None,
+    table_format: Annotated[
+        str | None, Query(alias="format", description=f"Only tables of this format: {', '.join(TABLE_FORMATS)}")
+    ] = None,
 ) -> list[TableBrief]:
     """Managed tables in the order of their names, a page at a time."""
+    if table_format is not None and table_format not in TABLE_FORMATS:
+        raise InvalidField("format", f"{table_format!r} is not a table format; use one of {', '.join(TABLE_FORMATS)}")
     wanted = TableStatus.parse(status) if status is not None else None
     start = None
     if after is not None:
@@ -88,7 +94,16 @@ def list_tables(
             raise InvalidField("after", exc.problem) from exc
     with ctx.db.read() as session:
         records = store.list_tables(
-            session, catalog, database, wanted, group, limit=limit, offset=offset, name=name, after=start
+            session,
+            catalog,
+            database,
+            wanted,
+            group,
+            limit=limit,
+            offset=offset,
+            name=name,
+            after=start,
+            fmt=table_format,
         )
     return [TableBrief(**_brief_fields(rec)) for rec in records]
 
@@ -157,8 +172,11 @@ def evaluate_table(catalog: str, database: str, table: str, ctx: Ctx) -> TableRe
     status = TableStatus(rec.runtime.status_code)
     if status not in (TableStatus.IDLE, TableStatus.PENDING):
         raise Conflict(f"table {name} is {status.label}; it is evaluated again when that ends")
-    with catalog_for(spec, ctx.internal) as catalog_handle:
-        ctx.evaluator.evaluate(catalog_handle, rec)
+    if spec.type in FORMAT_OF_CATALOG:  # read from its files: no Iceberg catalog to open
+        ctx.evaluator.evaluate(None, rec)
+    else:
+        with catalog_for(spec, ctx.internal) as catalog_handle:
+            ctx.evaluator.evaluate(catalog_handle, rec)
     with ctx.db.read() as session:
         return _read(ctx, session, store.get_table(session, name))
 
@@ -226,8 +244,13 @@ class FileRead(BaseModel):
 
 def _load(ctx: ServerContext, name: TableIdentifier) -> Any:
     with ctx.db.read() as session:
-        store.get_table(session, name)  # a table lakewarden manages, or 404
+        rec = store.get_table(session, name)  # a table lakewarden manages, or 404
         spec = catalog_store.spec_of(catalog_store.get_catalog(session, name.catalog))
+    if rec.identifier.format != "iceberg":
+        raise Conflict(
+            f"table {name} is a {rec.identifier.format} table: its timeline and files are at "
+            f"/api/v1/tables/{name.catalog}/{name.database}/{name.table}/{rec.identifier.format}"
+        )
     with catalog_for(spec, ctx.internal) as catalog:
         return catalog.load_table((*name.database.split("."), name.table))
 

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.budget import READ_RECENTLY, READ_TRIGGER, READ_TRIGGERED, BudgetConfig, read_triggered
+from lakewarden.domain.catalogs import FORMAT_OF_CATALOG
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
@@ -33,6 +34,7 @@ from lakewarden.metadata.files import optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
+from lakewarden.services.tables.formats import format_verdict
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
 from lakewarden.store import reads as reads_store
@@ -65,6 +67,12 @@ def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
         "partitions": [p.to_dict() for p in ordered[:MAX_PARTITIONS_SHOWN]],
         "partitions_omitted": max(0, len(ordered) - MAX_PARTITIONS_SHOWN),
     }
+
+
+def _format_document(rec: TableRecord) -> dict[str, Any]:
+    document = format_verdict(rec)
+    document["config_hash"] = _config_hash(rec.runtime.config)
+    return document
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,12 @@ class TableEvaluator(LoopService):
         # without a new snapshot (a commit of schema, tags, unrelated properties) cannot change it
         if (runtime.evaluation or {}).get("config_hash") != _config_hash(runtime.config):
             return True
+        # a table of another format has no snapshot id: its change token moves
+        if (
+            rec.identifier.format != "iceberg"
+            and (runtime.evaluation or {}).get("metadata_location") != runtime.metadata_location
+        ):
+            return True
         # a commit to a branch leaves main's snapshot as it is: a table optimizing branches looks at new metadata
         if (runtime.config or {}).get("self-optimizing.branches") and (runtime.evaluation or {}).get(
             "metadata_location"
@@ -147,6 +161,10 @@ class TableEvaluator(LoopService):
             by_catalog[rec.identifier.catalog_name].append(rec)
         for catalog_name, records in by_catalog.items():
             if self.stopping or catalog_name not in specs:
+                continue
+            if specs[catalog_name].type in FORMAT_OF_CATALOG:
+                with self.charged():
+                    self._record([(rec, _format_document(rec)) for rec in records])
                 continue
             try:
                 with (
@@ -187,6 +205,8 @@ class TableEvaluator(LoopService):
         return document
 
     def _verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None = None) -> dict[str, Any]:
+        if rec.identifier.format != "iceberg":
+            return _format_document(rec)
         started = time.monotonic()
         runtime = rec.runtime
         snapshot_id = runtime.current_snapshot_id

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
-from lakewarden.domain.catalogs import CatalogSpec, TableFilter
+from lakewarden.domain.catalogs import FORMAT_OF_CATALOG, CatalogSpec, TableFilter, table_format
 from lakewarden.domain.optimizing_config import TURNED_OFF, OptimizingConfig
 from lakewarden.domain.tables import TableIdentifier, TableSnapshot, effective_config, optimizing_group
 from lakewarden.metadata.catalogs import list_tables, snapshot_of, table_locations
+from lakewarden.metadata.formats import READERS
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.catalog_access import InProcessCatalog, InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store
@@ -50,7 +51,7 @@ from lakewarden.store.models import TableRuntimeRow
 log = logging.getLogger(__name__)
 DROPPED = "the table is no longer in its catalog"
 # external catalog types whose refresh reads every table's metadata location in one pass (table_locations)
-WATCHED_TYPES = frozenset({"sql", "hive", "glue", "filesystem"})
+WATCHED_TYPES = frozenset({"sql", "hive", "glue", "filesystem", *FORMAT_OF_CATALOG})
 
 
 @dataclass
@@ -170,17 +171,11 @@ class TableExplorer(LoopService):
         result = RefreshResult(catalog_name)
         table_filter = TableFilter.of(spec)
         try:
-            with catalog_for(spec, self.internal) as catalog:
-                locations = table_locations(catalog, table_filter)
-                defaults: str | None = None
-                if locations is None:  # the catalog cannot tell where each table is: each is loaded
-                    listed = {TableIdentifier(catalog_name, db, t) for db, t in list_tables(catalog, table_filter)}
-                    wanted = listed
-                else:
-                    listed = {TableIdentifier(catalog_name, db, t) for db, t in locations}
-                    wanted, defaults = self._moved(spec, listed, locations)
-                snapshots = self._load_all(catalog, sorted(wanted))
+            if spec.type in FORMAT_OF_CATALOG:
+                listed, wanted, defaults, snapshots = self._explore_files(spec, table_filter)
                 result.loaded = len(wanted)
+            else:
+                listed, defaults, snapshots = self._explore_catalog(spec, table_filter, result)
         except Exception as exc:  # any failure to list: keep every table, report the catalog unhealthy
             result.health, result.error = "unhealthy", _describe(exc)
             with self.db.write() as session:
@@ -191,6 +186,47 @@ class TableExplorer(LoopService):
         self._apply(spec, listed, snapshots, result, loaded_defaults=defaults)
         self._applied(result)
         return result
+
+    def _explore_files(
+        self, spec: CatalogSpec, table_filter: TableFilter
+    ) -> tuple[
+        set[TableIdentifier], set[TableIdentifier], str | None, dict[TableIdentifier, TableSnapshot | str | None]
+    ]:
+        """A catalog of another format's tables, read from its warehouse's files: the tables listed, those read
+        (new, changed or failed last time), the defaults' fingerprint when all were read, and what was read."""
+        reader = READERS[table_format(spec)]
+        paths = {
+            TableIdentifier(spec.name, db, t): path
+            for (db, t), path in reader.find_tables(spec.properties["warehouse"]).items()
+            if table_filter.accepts_table(db, t)
+        }
+        tokens = {(name.database, name.table): reader.change_token(path) for name, path in paths.items()}
+        wanted, defaults = self._moved(spec, set(paths), tokens)
+        snapshots: dict[TableIdentifier, TableSnapshot | str | None] = {}
+        for name in sorted(wanted):
+            try:
+                snapshots[name] = reader.snapshot(paths[name])
+            except Exception as exc:  # this table only: listed with its error
+                snapshots[name] = _describe(exc)
+        return set(paths), wanted, defaults, snapshots
+
+    def _explore_catalog(
+        self, spec: CatalogSpec, table_filter: TableFilter, result: RefreshResult
+    ) -> tuple[set[TableIdentifier], str | None, dict[TableIdentifier, TableSnapshot | str | None]]:
+        """An Iceberg catalog, through pyiceberg: the tables listed, the defaults' fingerprint when all were
+        loaded, and what was loaded."""
+        with catalog_for(spec, self.internal) as catalog:
+            locations = table_locations(catalog, table_filter)
+            defaults: str | None = None
+            if locations is None:  # the catalog cannot tell where each table is: each is loaded
+                listed = {TableIdentifier(spec.name, db, t) for db, t in list_tables(catalog, table_filter)}
+                wanted = listed
+            else:
+                listed = {TableIdentifier(spec.name, db, t) for db, t in locations}
+                wanted, defaults = self._moved(spec, listed, locations)
+            snapshots = self._load_all(catalog, sorted(wanted))
+            result.loaded = len(wanted)
+        return listed, defaults, snapshots
 
     def _applied(self, result: RefreshResult) -> None:
         """After a refresh's transaction: the running processes a configuration change closes are closed
@@ -300,7 +336,7 @@ class TableExplorer(LoopService):
                     config = effective_config(defaults, loaded.properties)
                     group = optimizing_group(config)
                     if record is None:
-                        record = table_store.add_table(session, name, group, config)
+                        record = table_store.add_table(session, name, group, config, table_format(spec))
                         result.added.append(str(name))
                     elif (
                         record.runtime.metadata_location != loaded.metadata_location or record.runtime.config != config
@@ -315,7 +351,9 @@ class TableExplorer(LoopService):
                 elif isinstance(loaded, str):
                     if record is None:
                         config = effective_config(defaults, {})
-                        record = table_store.add_table(session, name, optimizing_group(config), config)
+                        record = table_store.add_table(
+                            session, name, optimizing_group(config), config, table_format(spec)
+                        )
                         result.added.append(str(name))
                     table_store.record_table_error(session, record.runtime, loaded)
             if scope is None:

@@ -1,0 +1,307 @@
+"""Hudi tables in view (domain/hudi.py, metadata/hudi.py, api/routes/formats.py): a `hudi` catalog of tables
+laid out as Hudi writes them (tests/hudi_tables.py), each read back by hudi-rs itself; their timeline, file
+groups and what Hudi's table services would do, shown and judged, never optimized."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import hudi as hudi_rs
+import pytest
+from fastapi.testclient import TestClient
+
+from lakewarden.domain.hudi import (
+    COMPLETED,
+    INFLIGHT,
+    REQUESTED,
+    FileSlice,
+    HudiTableState,
+    Instant,
+    judge,
+    parse_instant,
+    slices_of,
+    timeline_of,
+)
+from lakewarden.metadata.hudi import change_token, find_tables, read_properties, read_table
+from tests.hudi_tables import HudiTable
+from tests.test_explorer import listed, refresh
+
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+
+
+# ---- the timeline and file names, as Hudi names them
+
+
+def test_instant_files_of_both_timeline_layouts_are_read() -> None:
+    assert parse_instant("20261101080000000.commit") == Instant("20261101080000000", "commit", COMPLETED)
+    assert parse_instant("20261101080000000.inflight") == Instant("20261101080000000", "commit", INFLIGHT)
+    assert parse_instant("20261101080000000.deltacommit.requested") == Instant(
+        "20261101080000000", "deltacommit", REQUESTED
+    )
+    # layout 2 (table version 8) names the completion time of a completed instant
+    assert parse_instant("20261101080000000_20261101080005123.replacecommit") == Instant(
+        "20261101080000000", "replacecommit", COMPLETED, "20261101080005123"
+    )
+    for other in ("hoodie.properties", "archived", "20261101080000000.commit.crc", "2026.commit", "x.clean"):
+        assert parse_instant(other) is None
+    assert Instant("20261101080000123", "clean", COMPLETED).time == datetime(2026, 11, 1, 8, 0, 0, 123000, tzinfo=UTC)
+
+
+def test_the_timeline_keeps_each_instant_in_its_newest_state() -> None:
+    names = [
+        "20261101080000000.commit.requested",
+        "20261101080000000.inflight",
+        "20261101080000000.commit",
+        "20261101080100000.compaction.requested",
+        "20261101080200000.clean.requested",
+        "20261101080200000.clean.inflight",
+    ]
+    assert [(i.timestamp[8:12], i.action, i.state) for i in timeline_of(names)] == [
+        ("0800", "commit", COMPLETED),
+        ("0801", "compaction", REQUESTED),
+        ("0802", "clean", INFLIGHT),
+    ]
+
+
+def test_files_group_into_slices_by_file_id_and_base_instant() -> None:
+    files = [
+        ("abc-0_0-1-0_20261101080000000.parquet", 100),
+        (".abc-0_20261101080000000.log.2_0-1-0", 7),
+        (".abc-0_20261101080000000.log.1_0-1-0", 5),
+        ("abc-0_0-2-0_20261101090000000.parquet", 120),
+        (".hoodie_partition_metadata", 30),
+        ("notes.txt", 1),
+    ]
+    assert slices_of("eu", files) == [
+        FileSlice(
+            "eu",
+            "abc-0",
+            "20261101080000000",
+            "abc-0_0-1-0_20261101080000000.parquet",
+            100,
+            ((".abc-0_20261101080000000.log.1_0-1-0", 5), (".abc-0_20261101080000000.log.2_0-1-0", 7)),
+        ),
+        FileSlice("eu", "abc-0", "20261101090000000", "abc-0_0-2-0_20261101090000000.parquet", 120),
+    ]
+
+
+# ---- what Hudi's table services would do: their triggers and defaults, at their boundaries
+
+
+def _state(
+    slices: list[FileSlice], timeline: list[Instant], mor: bool = True, properties: dict[str, str] | None = None
+) -> HudiTableState:
+    kind = "MERGE_ON_READ" if mor else "COPY_ON_WRITE"
+    properties = properties or {}
+    return HudiTableState("t", kind, properties, timeline, slices, sorted({s.partition for s in slices}))
+
+
+def _commits(count: int, action: str = "deltacommit") -> list[Instant]:
+    return [Instant(f"202611010{8 + i // 60:01d}{i % 60:02d}00000", action, COMPLETED) for i in range(count)]
+
+
+def _logs(count: int) -> tuple[tuple[str, int], ...]:
+    return tuple((f".g_20261101080000000.log.{v}_0-1-0", 10) for v in range(1, count + 1))
+
+
+def test_a_file_group_with_max_delta_commits_log_files_needs_compaction() -> None:
+    base = _commits(1)[0].timestamp
+    four = FileSlice("eu", "g", base, "g_0-1-0_x.parquet", 400 << 20, _logs(4))
+    five = FileSlice("us", "h", base, "h_0-1-0_x.parquet", 400 << 20, _logs(5))
+    needs = judge(_state([four, five], _commits(6)), "db.t", NOW).needs
+    assert [(n.service, n.partition) for n in needs] == [("compaction", "us")]
+    assert needs[0].reason == "file group h has 5 log files >= hoodie.compact.inline.max.delta.commits 5"
+    assert needs[0].procedure == "CALL run_compaction(op => 'scheduleAndExecute', table => 'db.t')"
+    # the table's own setting is Hudi's
+    looser = judge(_state([four, five], _commits(6), True, {"hoodie.compact.inline.max.delta.commits": "6"}), "t", NOW)
+    assert looser.needs == []
+    assert judge(_state([five], _commits(6), mor=False), "db.t", NOW).needs == []  # copy-on-write has no logs
+
+
+def test_a_compaction_requested_and_not_run_is_said_with_its_age() -> None:
+    waiting = Instant("20261128100000000", "compaction", REQUESTED)
+    (need,) = judge(_state([], [*_commits(2), waiting]), "db.t", NOW).needs
+    assert (need.service, need.partition) == ("compaction", None)
+    assert need.reason == "compaction 20261128100000000 is requested, 2.0h ago and has not run"
+
+
+def test_small_base_files_need_clustering_once_max_commits_passed() -> None:
+    small = [FileSlice("eu", f"g{i}", "20261101080000000", f"g{i}_0-1-0_x.parquet", 1 << 20) for i in range(2)]
+    large = [FileSlice("us", f"h{i}", "20261101080000000", f"h{i}_0-1-0_x.parquet", 400 << 20) for i in range(2)]
+    assert judge(_state(small + large, _commits(3, "commit"), mor=False), "db.t", NOW).needs == []  # 3 < 4
+    (need,) = judge(_state(small + large, _commits(4, "commit"), mor=False), "db.t", NOW).needs
+    assert (need.service, need.partition) == ("clustering", "eu")
+    assert need.reason == (
+        "2 base files under hoodie.clustering.plan.strategy.small.file.limit 300 MiB, 4 commits since the last "
+        "clustering"
+    )
+    clustered = [*_commits(4, "commit"), Instant("20261101100000000", "replacecommit", COMPLETED)]
+    assert judge(_state(small + large, clustered, mor=False), "db.t", NOW).needs == []  # counted since clustering
+
+
+def test_slices_superseded_before_the_retained_commits_need_cleaning() -> None:
+    commits = _commits(12, "commit")
+    versions = [FileSlice("eu", "g", c.timestamp, f"g_0-1-0_{c.timestamp}.parquet", 400 << 20) for c in commits]
+    needs = judge(_state(versions, commits, mor=False), "db.t", NOW).needs
+    # 12 versions: the newest is read, the 10 retained commits read versions 3..12; versions 1 and 2 are not
+    assert [(n.service, n.partition, n.reason) for n in needs] == [
+        ("clean", "eu", "2 file slice(s) superseded before the 10 commits hoodie.cleaner.commits.retained keeps")
+    ]
+    assert judge(_state(versions[-11:], commits, mor=False), "db.t", NOW).needs[0].reason.startswith("1 file")
+    assert judge(_state(versions[-10:], commits, mor=False), "db.t", NOW).needs == []
+
+
+def test_an_active_timeline_past_keep_max_commits_needs_archiving() -> None:
+    assert judge(_state([], _commits(30, "commit"), mor=False), "db.t", NOW).needs == []
+    (need,) = judge(_state([], _commits(31, "commit"), mor=False), "db.t", NOW).needs
+    assert need.service == "archive" and need.procedure == "CALL archive_commits(table => 'db.t')"
+
+
+# ---- reading tables as Hudi writes them
+
+
+def test_properties_files_are_read_as_java_writes_them(tmp_path: Path) -> None:
+    (tmp_path / "p").write_text("#saved\n! also a comment\nhoodie.table.name=t\nhoodie.base.path=s3\\://b/t\na:b\n\n")
+    assert read_properties(tmp_path / "p") == {"hoodie.table.name": "t", "hoodie.base.path": "s3://b/t", "a": "b"}
+
+
+def test_tables_are_found_under_the_warehouse_and_read_back_by_hudi(tmp_path: Path) -> None:
+    cow = HudiTable(tmp_path / "sales" / "orders").create("orders")
+    cow.commit({"eu": range(0, 5), "us": range(100, 103)})
+    cow.commit({"eu": range(0, 5)}, tag="u")
+    top = HudiTable(tmp_path / "events", mor=True).create("events")
+    top.commit({"eu": range(0, 3)})
+    (tmp_path / "sales" / "notes").mkdir()  # not a table
+    assert find_tables(str(tmp_path)) == {("default", "events"): top.path, ("sales", "orders"): cow.path}
+
+    state = read_table(cow.path)
+    assert (state.table_type, state.partitions) == ("COPY_ON_WRITE", ["eu", "us"])
+    assert [(i.action, i.state) for i in state.timeline] == [("commit", COMPLETED)] * 2
+    assert len(state.slices) == 3 and len(state.latest_slices()) == 2  # eu's first version is superseded
+    # hudi-rs reads the same table: the same latest slices, and the rows of the newest commit
+    table = hudi_rs.HudiTableBuilder.from_base_uri(str(cow.path)).build()
+    assert sorted(s.base_file_name for s in table.get_file_slices()) == sorted(
+        str(s.base_file) for s in state.latest_slices()
+    )
+    rows = sorted((r["id"], r["v"]) for batch in table.read() for r in batch.to_pylist())
+    assert rows == [*((i, f"u-{i}") for i in range(5)), *((i, f"v-{i}") for i in range(100, 103))]
+
+    token = change_token(cow.path)
+    cow.commit({"us": range(100, 101)}, state="inflight")
+    assert change_token(cow.path) != token  # a writer's new instant moves it
+
+
+def test_a_merge_on_read_tables_log_files_are_hudis(tmp_path: Path) -> None:
+    mor = HudiTable(tmp_path / "db" / "m", mor=True).create("m")
+    mor.commit({"eu": range(0, 5)})
+    for n in range(2):
+        mor.commit({"eu": range(0, 3)}, tag=f"u{n}")
+    state = read_table(mor.path)
+    (latest,) = state.latest_slices()
+    table = hudi_rs.HudiTableBuilder.from_base_uri(str(mor.path)).build()
+    (theirs,) = table.get_file_slices()
+    assert table.is_mor and theirs.log_file_names == [name for name, _ in latest.log_files]
+    assert theirs.log_file_sizes == [size for _, size in latest.log_files]
+    assert sum(batch.num_rows for batch in table.read()) == 5  # hudi-rs parses every log block
+    next(mor.path.glob("eu/.*.log.1_*")).write_bytes(b"not a log block")
+    with pytest.raises(Exception, match="magic"):
+        table.read()
+
+
+# ---- a `hudi` catalog in the service
+
+
+def _register(client: TestClient, name: str, warehouse: str) -> Any:
+    return client.post("/api/v1/catalogs", json={"name": name, "type": "hudi", "properties": {"warehouse": warehouse}})
+
+
+def test_a_bad_hudi_catalog_is_refused_naming_the_field(client: TestClient, tmp_path: Path) -> None:
+    missing = client.post("/api/v1/catalogs", json={"name": "h", "type": "hudi", "properties": {}})
+    assert missing.status_code == 400 and "properties.warehouse" in missing.text
+    relative = _register(client, "h", "lake/hudi")
+    assert relative.status_code == 400 and "must be an absolute path" in relative.text
+    remote = _register(client, "h", "s3://bucket/hudi")
+    assert remote.status_code == 400 and "must be a local directory" in remote.text
+
+
+def test_hudi_tables_are_listed_judged_and_shown(client: TestClient, tmp_path: Path) -> None:
+    orders = HudiTable(tmp_path / "sales" / "orders").create("orders")
+    for n in range(4):
+        orders.commit({"eu": range(n * 10, n * 10 + 5)}, tag=f"c{n}")
+    events = HudiTable(tmp_path / "sales" / "events", mor=True).create("events")
+    events.commit({"eu": range(0, 5)})
+    for n in range(5):
+        events.commit({"eu": range(0, 2)}, tag=f"u{n}")
+    waiting = events.request_compaction()
+    broken = tmp_path / "sales" / "broken" / ".hoodie"
+    broken.mkdir(parents=True)
+    (broken / "hoodie.properties").write_text("hoodie.table.type=SOMETHING_ELSE\n")
+
+    assert _register(client, "lake", str(tmp_path)).status_code == 201
+    result = refresh(client, "lake")
+    assert result["health"] == "healthy" and result["tables"] == 3
+    assert listed(client, format="hudi") == ["lake.sales.broken", "lake.sales.events", "lake.sales.orders"]
+    assert listed(client, format="iceberg") == []
+    bad = client.get("/api/v1/tables", params={"format": "delta"})
+    assert bad.status_code == 400 and "format" in bad.text
+    shown = client.get("/api/v1/tables/lake/sales/broken").json()
+    assert "not COPY_ON_WRITE or MERGE_ON_READ" in shown["refresh_error"]  # that table only
+
+    client.app.state.context.evaluator.run_once()  # type: ignore[attr-defined]
+    table = client.get("/api/v1/tables/lake/sales/events").json()
+    assert table["format"] == "hudi" and table["status"] == "idle"  # judged, never pending: nothing to run here
+    assert table["evaluation"]["reasons"] == [
+        f"compaction: file group {events.file_groups['eu'][0]} has 5 log files >= "
+        "hoodie.compact.inline.max.delta.commits 5",
+        f"compaction: compaction {waiting} is requested, " + table["evaluation"]["reasons"][1].split("requested, ")[1],
+    ]
+    assert table["evaluation"]["partitions"][0]["partition"] == "eu"
+    orders_judged = client.get("/api/v1/tables/lake/sales/orders").json()["evaluation"]
+    assert orders_judged["reasons"] == ["nothing for Hudi's table services to do"]  # 4 commits, one file group
+
+    view = client.get("/api/v1/tables/lake/sales/events/hudi").json()
+    assert (view["table_type"], view["table_version"], view["instants"]) == ("MERGE_ON_READ", "6", 7)
+    assert [(i["action"], i["state"]) for i in view["timeline"][:2]] == [
+        ("compaction", "requested"),
+        ("deltacommit", "completed"),
+    ]
+    assert [i["timestamp"] for i in view["pending_compactions"]] == [waiting]
+    (group,) = view["file_groups"]
+    (current,) = group["slices"]
+    assert current["latest"] and len(current["log_files"]) == 5 and current["base_file"].endswith(".parquet")
+    assert view["partitions"] == [
+        {
+            "partition": "eu",
+            "file_groups": 1,
+            "base_files": 1,
+            "log_files": 5,
+            "size_bytes": view["partitions"][0]["size_bytes"],
+        }
+    ]
+    assert [c["name"] for c in view["schema"]] == ["id", "region", "v", "ts"]
+    assert {n["service"] for n in view["needs"]} == {"compaction"}
+    assert view["needs"][0]["procedure"] == "CALL run_compaction(op => 'scheduleAndExecute', table => 'sales.events')"
+
+    # what lakewarden cannot do to a Hudi table is refused, saying why
+    snapshots = client.get("/api/v1/tables/lake/sales/events/snapshots")
+    assert snapshots.status_code == 409 and "/api/v1/tables/lake/sales/events/hudi" in snapshots.text
+    action = client.post("/api/v1/tables/lake/sales/events/actions/expire-snapshots")
+    assert action.status_code == 400 and "not an action for hudi tables" in action.text
+    iceberg = client.get("/api/v1/tables/lake/sales/broken/hudi")
+    assert iceberg.status_code == 409 and "cannot read the Hudi table" in iceberg.text
+
+    # a writer's commit is seen at the next refresh and judged again
+    events.clean()
+    assert refresh(client, "lake")["updated"] == ["lake.sales.events"]
+    client.app.state.context.evaluator.run_once()  # type: ignore[attr-defined]
+    view = client.get("/api/v1/tables/lake/sales/events/hudi").json()
+    assert view["timeline"][0]["action"] == "clean" and view["instants"] == 8
+    assert (
+        view["timeline"][0]["timestamp"]
+        in client.get("/api/v1/tables/lake/sales/events").json()["evaluation"]["metadata_location"]
+    )
+    shutil.rmtree(events.path)  # a table dropped
+    assert refresh(client, "lake")["disposed"] == ["lake.sales.events"]
