@@ -27,18 +27,18 @@ def test_hudi_and_paimon_tables_in_the_cli_and_the_dashboard(
     steps += [{"write": "sales.orders", "rows": rows([i], "eu", f"w{i}")} for i in range(5)]
     write_paimon(tmp_path / "paimon", steps)
     api = server.api()
-    for name, kind in (("lake", "hudi"), ("pond", "paimon")):
+    for name, kind in (("hoodie", "hudi"), ("pond", "paimon")):
         body = {"name": name, "type": kind, "properties": {"warehouse": str(tmp_path / kind)}}
         assert api.post("/catalogs", json=body).status_code == 201
         assert len(api.post(f"/catalogs/{name}/refresh").json()["added"]) == 1
-    for table in ("lake/sales/events", "pond/sales/orders"):
+    for table in ("hoodie/sales/events", "pond/sales/orders"):
         assert api.post(f"/tables/{table}/evaluate").status_code == 200
 
     listed_cli = cli(server, "table", "list", "--format", "hudi").stdout
-    assert "lake.sales.events" in listed_cli and "pond.sales.orders" not in listed_cli
+    assert "hoodie.sales.events" in listed_cli and "pond.sales.orders" not in listed_cli
     assert "is not a table format" in cli(server, "table", "list", "--format", "delta", ok=False).stderr
-    shown = " ".join(cli(server, "table", "show", "lake.sales.events").stdout.split())
-    assert "MERGE_ON_READ" in shown and "deltacommit completed" in shown
+    shown = " ".join(cli(server, "table", "show", "hoodie.sales.events").stdout.split())
+    assert "MERGE_ON_READ" in shown and "deltacommit" in shown and "completed" in shown
     assert "CALL run_compaction(op => 'scheduleAndExecute', table => 'sales.events')" in shown
     assert "recent optimizing" not in shown  # nothing of Iceberg's work is offered
     shown = " ".join(cli(server, "table", "show", "pond.sales.orders").stdout.split())
@@ -50,8 +50,8 @@ def test_hudi_and_paimon_tables_in_the_cli_and_the_dashboard(
     page.open("#/tables")
     page.css("#format-filter").send_keys("paimon")
     page.wait_text("#tables", "pond.sales.orders")
-    assert "lake.sales.events" not in page.text("#tables")
-    page.open("#/tables/lake/sales/events/hudi")
+    assert "hoodie.sales.events" not in page.text("#tables")
+    page.open("#/tables/hoodie/sales/events/hudi")
     page.wait_text("#hudi-needs", "run_compaction")
     assert "deltacommit" in page.text("#hudi-timeline")
     assert not page.css('.tabs a[data-tab="hudi"]').get_attribute("hidden")
