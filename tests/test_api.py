@@ -77,7 +77,7 @@ def test_redacted_secret_sent_back_keeps_its_value(client: TestClient, tmp_path:
     ("change", "field"),
     [
         ({"name": "9lives"}, "name"),
-        ({"type": "hudi"}, "type"),
+        ({"type": "delta"}, "type"),
         ({"properties": {"warehouse": "/w"}}, "properties.uri"),
         (
             {"properties": {"uri": "sqlite:////x.db", "warehouse": "/w", "table-filter": "(("}},
