@@ -16,7 +16,9 @@ SQL = {"uri": "sqlite:////tmp/c.db", "warehouse": "/tmp/w"}
     ("spec", "field"),
     [
         (CatalogSpec("1bad", "sql", SQL), "name"),
-        (CatalogSpec("ok", "hudi", SQL), "type"),
+        (CatalogSpec("ok", "delta", SQL), "type"),
+        (CatalogSpec("ok", "hudi", {"warehouse": "relative/path"}), "properties.warehouse"),
+        (CatalogSpec("ok", "paimon", {"warehouse": "s3://bucket/w"}), "properties.warehouse"),
         (CatalogSpec("ok", "sql", {"uri": "sqlite:////tmp/c.db"}), "properties.warehouse"),
         (CatalogSpec("ok", "sql", {"uri": "sqlite:///relative.db", "warehouse": "/w"}), "properties.uri"),
         (CatalogSpec("ok", "sql", {"uri": "mysql://h/db", "warehouse": "/w"}), "properties.uri"),
