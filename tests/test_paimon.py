@@ -21,7 +21,7 @@ from lakewarden.domain.paimon import (
     parse_size,
     sorted_runs,
 )
-from lakewarden.metadata.paimon import change_token, find_tables, read_table
+from lakewarden.metadata.paimon import NotAPaimonTable, change_token, find_tables, read_table
 from tests.paimon_tables import pk_table, rows, write_paimon
 from tests.test_explorer import listed, refresh
 
@@ -146,6 +146,12 @@ def test_tables_written_by_pypaimon_are_read_back(tmp_path: Path) -> None:
 
     logs = read_table(tables[("sales", "logs")])
     assert logs.primary_keys == [] and logs.partition_keys == [] and [f.partition for f in logs.files] == [""]
+
+    # a half-written table: its latest snapshot names a manifest list that is not there
+    for listed_manifest in tables[("sales", "logs")].glob("manifest/manifest-list-*"):
+        listed_manifest.unlink()
+    with pytest.raises(NotAPaimonTable, match="cannot read the latest snapshot's manifests"):
+        read_table(tables[("sales", "logs")])
 
     token = change_token(tables[("sales", "orders")])
     write_paimon(tmp_path, [{"tag": "sales.orders", "name": "second"}])
