@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from lakewarden.cli import render
+from lakewarden.cli import formats, render
 from lakewarden.cli._common import (
     DEFAULT_SERVER,
     JsonOpt,
@@ -407,10 +407,10 @@ def table_show(
     render.key_values(f"table {name}", pairs)
     render_evaluation(item.get("evaluation"))
     if item["format"] == "hudi":  # shown and judged; nothing of Iceberg's optimizing or maintenance applies
-        render_hudi(call(server, lambda c: c.get(f"{path}/hudi", limit=10)))
+        formats.render_hudi(call(server, lambda c: c.get(f"{path}/hudi", limit=10)))
         return
     if item["format"] == "paimon":
-        render_paimon(call(server, lambda c: c.get(f"{path}/paimon", limit=10)))
+        formats.render_paimon(call(server, lambda c: c.get(f"{path}/paimon", limit=10)))
         return
     recent = call(server, lambda c: c.get("/processes", table=item["identifier"], action="optimizing", limit=5))
     render.table(
@@ -459,93 +459,6 @@ def _backoff(state: dict[str, Any]) -> str:
     if not state.get("failures"):
         return ""
     return f"{state['failures']} failed in a row; next try after {state['retry_after']}"
-
-
-def render_hudi(view: dict[str, Any]) -> None:
-    """A Hudi table's timeline, partitions and what its own table services would do (api/routes/formats.py)."""
-    render.key_values(
-        "hudi",
-        [
-            ("table type", view["table_type"]),
-            ("table version", view["table_version"]),
-            ("location", view["location"]),
-            ("instants on the active timeline", view["instants"]),
-            ("pending compactions", ", ".join(i["timestamp"] for i in view["pending_compactions"]) or "none"),
-        ],
-    )
-    render.table(
-        "timeline (newest first)",
-        ["instant", "action", "state"],
-        [[i["timestamp"], i["action"], i["state"]] for i in view["timeline"]],
-    )
-    render.table(
-        "partitions",
-        ["partition", "file groups", "base files", "log files", "size"],
-        [
-            [
-                p["partition"] or "(none)",
-                p["file_groups"],
-                p["base_files"],
-                p["log_files"],
-                render.human_bytes(p["size_bytes"]),
-            ]
-            for p in view["partitions"]
-        ],
-    )
-    render.table(
-        "what Hudi's table services would do (lakewarden runs none of it)",
-        ["service", "partition", "why", "with Hudi's Spark bundle"],
-        [[n["service"], n["partition"] or "", n["reason"], n["procedure"]] for n in view["needs"]],
-    )
-
-
-def render_paimon(view: dict[str, Any]) -> None:
-    """A Paimon table's snapshots, tags, buckets and what its compaction and expiry would do (api/routes/formats.py)."""
-    render.key_values(
-        "paimon",
-        [
-            ("location", view["location"]),
-            ("primary keys", ", ".join(view["primary_keys"]) or "none (an append table)"),
-            ("partition keys", ", ".join(view["partition_keys"]) or "none"),
-            ("snapshots", view["snapshot_count"]),
-            ("schemas", len(view["schemas"])),
-            ("tags", ", ".join(f"{t['name']} ({t['snapshot_id']})" for t in view["tags"]) or "none"),
-        ],
-    )
-    render.table(
-        "snapshots (newest first)",
-        ["snapshot", "kind", "schema", "records", "time"],
-        [[s["id"], s["commit_kind"], s["schema_id"], s["total_records"], s["time"]] for s in view["snapshots"]],
-    )
-    render.table(
-        "buckets",
-        ["partition", "bucket", "files", "per level", "sorted runs", "size"],
-        [
-            [
-                b["partition"] or "(none)",
-                b["bucket"],
-                b["files"],
-                ", ".join(f"L{level}: {n}" for level, n in b["files_per_level"].items()),
-                b["sorted_runs"],
-                render.human_bytes(b["size_bytes"]),
-            ]
-            for b in view["buckets"]
-        ],
-    )
-    render.table(
-        "what Paimon's compaction and expiry would do (lakewarden runs none of it)",
-        ["work", "partition", "bucket", "why", "with Paimon's Spark bundle"],
-        [
-            [
-                n["service"],
-                n["partition"] or "",
-                "" if n["bucket"] is None else n["bucket"],
-                n["reason"],
-                n["procedure"],
-            ]
-            for n in view["needs"]
-        ],
-    )
 
 
 def render_evaluation(evaluation: dict[str, Any] | None) -> None:

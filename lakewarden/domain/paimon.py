@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakewarden.domain.durations import format_duration
+from lakewarden.domain.durations import format_duration, parse_duration
 
 MB = 1024 * 1024
 COMPACTION_TRIGGER = ("num-sorted-run.compaction-trigger", 5)
@@ -36,7 +36,6 @@ RETAINED_MIN = ("snapshot.num-retained.min", 10)
 RETAINED_MAX = "snapshot.num-retained.max"
 TIME_RETAINED = ("snapshot.time-retained", timedelta(hours=1))
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_SPAN = re.compile(r"^\s*(\d+)\s*(ms|s|min|m|h|d)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -85,15 +84,6 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size")
     scale = {"": 1, "k": 1024, "m": MB, "g": 1024 * MB, "t": 1024 * 1024 * MB}[match.group(2).lower()]
     return int(float(match.group(1)) * scale)
-
-
-def parse_span(text: str) -> timedelta:
-    """A duration as Paimon writes it: 1 h, 30 min, 10 s, 2 d."""
-    match = _SPAN.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration")
-    seconds = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[match.group(2).lower()]
-    return timedelta(seconds=int(match.group(1)) * seconds)
 
 
 def sorted_runs(levels: Sequence[int]) -> int:
@@ -177,7 +167,8 @@ def expirable(state: PaimonTableState, now: datetime) -> str | None:
     count = len(state.snapshots)
     keep_min = _int(o, RETAINED_MIN)
     keep_max = int(o[RETAINED_MAX]) if o.get(RETAINED_MAX, "").isdigit() else None
-    retained = parse_span(o[TIME_RETAINED[0]]) if TIME_RETAINED[0] in o else TIME_RETAINED[1]
+    # Paimon's durations (1 h, 30 min, plain milliseconds) are the ones lakewarden's own properties use
+    retained = parse_duration(o[TIME_RETAINED[0]]) if TIME_RETAINED[0] in o else TIME_RETAINED[1]
     if keep_max is not None and count > keep_max:
         return f"{count} snapshots > {RETAINED_MAX} {keep_max}"
     if count <= keep_min:

@@ -15,6 +15,7 @@ from typing import Any
 
 from lakewarden.domain.hudi import FileSlice, HudiTableState, slices_of, timeline_of
 from lakewarden.domain.tables import TableSnapshot
+from lakewarden.metadata.local import local_warehouse
 
 HOODIE = ".hoodie"
 PROPERTIES = "hoodie.properties"
@@ -26,19 +27,13 @@ class NotAHudiTable(Exception):
     """The directory is not a Hudi table lakewarden can read (the message says why)."""
 
 
-def warehouse_path(warehouse: str) -> Path:
-    return Path(warehouse.removeprefix("file://").removeprefix("file:"))
-
-
 def is_table(path: Path) -> bool:
     return (path / HOODIE / PROPERTIES).is_file()
 
 
 def find_tables(warehouse: str) -> dict[tuple[str, str], Path]:
     """The tables under the warehouse, by (database, table)."""
-    root = warehouse_path(warehouse)
-    if not root.is_dir():
-        raise FileNotFoundError(f"the warehouse {warehouse} is not a directory")
+    root = local_warehouse(warehouse)
     found: dict[tuple[str, str], Path] = {}
     for entry in sorted(root.iterdir()):
         if not entry.is_dir() or entry.name.startswith("."):

@@ -19,16 +19,13 @@ from typing import Any
 
 from lakewarden.domain.paimon import DataFile, PaimonTableState, Snapshot, decode_row, partition_path
 from lakewarden.domain.tables import TableSnapshot
+from lakewarden.metadata.local import local_warehouse
 
 DATABASE_SUFFIX = ".db"
 
 
 class NotAPaimonTable(Exception):
     """The directory is not a Paimon table lakewarden can read (the message says why)."""
-
-
-def warehouse_path(warehouse: str) -> Path:
-    return Path(warehouse.removeprefix("file://").removeprefix("file:"))
 
 
 def _ids(folder: Path, prefix: str) -> list[int]:
@@ -44,9 +41,7 @@ def is_table(path: Path) -> bool:
 
 def find_tables(warehouse: str) -> dict[tuple[str, str], Path]:
     """The tables of the warehouse, by (database, table)."""
-    root = warehouse_path(warehouse)
-    if not root.is_dir():
-        raise FileNotFoundError(f"the warehouse {warehouse} is not a directory")
+    root = local_warehouse(warehouse)
     found: dict[tuple[str, str], Path] = {}
     for database in sorted(root.iterdir()):
         if not database.is_dir() or not database.name.endswith(DATABASE_SUFFIX):

@@ -83,6 +83,16 @@ class HudiView(BaseModel):
     needs: list[HudiNeed] = Field(description="What Hudi's table services would do now; lakewarden runs none of it")
 
 
+def _location(ctx: ServerContext, name: TableIdentifier, fmt: str) -> Path:
+    """Where the table of that format is, as the explorer last read it: 404 for a table lakewarden does not know,
+    409 for one of another format."""
+    with ctx.db.read() as session:
+        rec = store.get_table(session, name)
+    if rec.identifier.format != fmt:
+        raise Conflict(f"table {name} is an {rec.identifier.format} table, not a {fmt.capitalize()} table")
+    return Path(str((rec.runtime.summary or {}).get("location", "")))
+
+
 def _instant(i: Instant) -> HudiInstant:
     return HudiInstant(timestamp=i.timestamp, action=i.action, state=i.state, completed_at=i.completed_at, time=i.time)
 
@@ -97,11 +107,7 @@ def hudi_view(
 ) -> HudiView:
     """The Hudi table as Amoro shows one, read from its files now; 409 for a table of another format."""
     name = TableIdentifier(catalog, database, table)
-    with ctx.db.read() as session:
-        rec = store.get_table(session, name)  # a table lakewarden knows, or 404
-    if rec.identifier.format != "hudi":
-        raise Conflict(f"table {name} is an {rec.identifier.format} table, not a Hudi table")
-    location = Path(str((rec.runtime.summary or {}).get("location", "")))
+    location = _location(ctx, name, "hudi")
     try:
         state = hudi.read_table(location)
         schema = hudi.schema_of(location)
@@ -225,11 +231,7 @@ def paimon_view(
 ) -> PaimonView:
     """The Paimon table as Amoro shows one, read from its files now; 409 for a table of another format."""
     name = TableIdentifier(catalog, database, table)
-    with ctx.db.read() as session:
-        rec = store.get_table(session, name)  # a table lakewarden knows, or 404
-    if rec.identifier.format != "paimon":
-        raise Conflict(f"table {name} is an {rec.identifier.format} table, not a Paimon table")
-    location = Path(str((rec.runtime.summary or {}).get("location", "")))
+    location = _location(ctx, name, "paimon")
     try:
         state = paimon.read_table(location)
     except Exception as exc:  # a table half written or gone since the explorer saw it
