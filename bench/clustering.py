@@ -33,7 +33,8 @@ from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
-from lakewarden.protocol import Assignment, CatalogConnection, OptimizingResult
+from lakewarden.protocol.messages import Assignment, CatalogConnection
+from lakewarden.protocol.results import OptimizingResult
 from lakewarden.services.processes.self_optimizing import plan_process
 
 MB = 1024 * 1024

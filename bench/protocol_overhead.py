@@ -22,7 +22,7 @@ from bench.common import admin_token, bar_chart, running_server, summary, write
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.domain.tables import TableIdentifier
-from lakewarden.protocol import OptimizingInput, PartitionRef
+from lakewarden.protocol.inputs import OptimizingInput, PartitionRef
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store

@@ -15,7 +15,8 @@ import httpx
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import TaskSpec
 from lakewarden.optimizer.app import Optimizer
-from lakewarden.protocol import Assignment, OptimizingInput, PartitionRef
+from lakewarden.protocol.inputs import OptimizingInput, PartitionRef
+from lakewarden.protocol.messages import Assignment
 from lakewarden.spark.session import configure_catalogs
 from tests.servers import ServerProcess
 

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lakewarden"
 # what each room may import of lakewarden's own ("" is the package itself, for __version__)
 ALLOWED = {
     "_compat": {"_compat"},  # the libraries' private names (lakewarden/_compat/): below every room, used by any
-    "protocol": set(),
+    "protocol": {"protocol"},
     "domain": {"domain", "protocol"},
     "metadata": {"metadata", "domain", "_compat"},
     "store": {"store", "domain", "_compat"},

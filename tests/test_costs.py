@@ -20,7 +20,7 @@ from lakewarden.config import Config
 from lakewarden.domain.costs import GB, Price, add_usage, cpu_seconds, total_usage, validate_prices
 from lakewarden.domain.errors import InvalidField
 from lakewarden.optimizer.cpu import TICKS, CpuShares, process_cpu_seconds
-from lakewarden.protocol import SparkUsage
+from lakewarden.protocol.messages import SparkUsage
 from tests.helpers import PROPS, open_lake, running_optimizer, table_status, wait_for
 from tests.servers import ServerProcess, cli
 

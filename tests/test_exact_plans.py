@@ -26,7 +26,8 @@ from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.executor import execute_task
 from lakewarden.optimizer.runners import StalePlan
-from lakewarden.protocol import OptimizingInput, OptimizingResult
+from lakewarden.protocol.inputs import OptimizingInput
+from lakewarden.protocol.results import OptimizingResult
 from lakewarden.services.processes.self_optimizing import commit_input, plan_process
 from lakewarden.store.models import TaskRow
 from tests.cdc import equality_delete, upsert
@@ -449,7 +450,7 @@ def test_on_format_version_3_a_dangling_deletion_vector_is_removed_and_a_live_on
     """Iceberg drops a data file's vector in the commit that removes the file; a writer that does not leaves it
     dangling (here: a vector naming a file the table never had, committed through the Java API). The
     dangling-deletes action removes it and keeps the live one."""
-    from lakewarden.protocol import CleanDanglingDeleteFilesResult
+    from lakewarden.protocol.results import CleanDanglingDeleteFilesResult
     from tests.cdc import java_table
 
     table = create(spark, "v3dangling", {"format-version": "3", "write.delete.mode": "merge-on-read"})
@@ -546,7 +547,7 @@ def test_revoking_a_task_cancels_its_spark_jobs(spark: SparkSession) -> None:
     import threading
 
     from lakewarden.optimizer.app import Optimizer
-    from lakewarden.protocol import TaskKey
+    from lakewarden.protocol.messages import TaskKey
 
     optimizer = Optimizer("http://127.0.0.1:9", "default", parallelism=1, spark=spark)
     key = TaskKey(process_id=7, task_id=1, attempt=1)

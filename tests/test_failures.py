@@ -9,7 +9,7 @@ import pytest
 
 from lakewarden.domain.failures import classify, diagnose, is_retryable
 from lakewarden.optimizer.failures import cause_chain, describe_failure, diagnose_failure
-from lakewarden.protocol import FailureKind
+from lakewarden.protocol.messages import FailureKind
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -19,7 +19,7 @@ from lakewarden.config import load_config
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import InvalidField, NotLeader
 from lakewarden.optimizer.app import Optimizer
-from lakewarden.protocol import Assignment
+from lakewarden.protocol.messages import Assignment
 from lakewarden.services.leadership import VALID_SHARE, Leadership
 from lakewarden.services.tables.changes import OutboxTail
 from lakewarden.spark.session import configure_catalogs

@@ -316,7 +316,7 @@ def test_data_expiration(lake: tuple[ServerProcess, httpx.Client], spark: SparkS
 def test_auto_tag_task_creates_the_tag(spark: SparkSession, tmp_path: Path) -> None:
     """The Spark side of auto tags (which tag is due when is tested in test_maintenance_domain)."""
     from lakewarden.optimizer.executor import execute_task
-    from lakewarden.protocol import AutoCreateTagsResult
+    from lakewarden.protocol.results import AutoCreateTagsResult
 
     spec = spark_sql_catalog(spark, tmp_path, "tagcat")
     spark.sql("CREATE TABLE tagcat.db.t (id BIGINT) USING iceberg")

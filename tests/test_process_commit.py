@@ -13,7 +13,7 @@ from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.domain.tables import TableIdentifier, TableStatus
-from lakewarden.protocol import FileGroupInput, OptimizingInput, PartitionRef
+from lakewarden.protocol.inputs import FileGroupInput, OptimizingInput, PartitionRef
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import runtime as runtime_store

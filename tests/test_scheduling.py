@@ -16,7 +16,7 @@ from lakewarden.domain.processes import ProcessPlan
 from lakewarden.domain.scheduling import thread_cap
 from lakewarden.domain.states import ProcessStatus
 from lakewarden.domain.tables import TableIdentifier, TableStatus
-from lakewarden.protocol import FailureKind
+from lakewarden.protocol.messages import FailureKind
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store

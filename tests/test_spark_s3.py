@@ -231,7 +231,7 @@ def test_storage_that_refuses_fails_at_once_naming_the_bucket(spark: SparkSessio
     """Wrong keys or a bucket that does not exist fail for good (not retried as if they might pass), and the
     message names the object and the reason."""
     from lakewarden.optimizer.failures import describe_failure
-    from lakewarden.protocol import FailureKind
+    from lakewarden.protocol.messages import FailureKind
 
     jvm: Any = spark._jvm
 

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
-from lakewarden.protocol import MAINTENANCE_TOTALS
+from lakewarden.protocol.results import MAINTENANCE_TOTALS
 from lakewarden.store import processes as processes_store
 from lakewarden.store import reads, stats
 from lakewarden.store.database import Database, utcnow

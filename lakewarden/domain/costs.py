@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakewarden.domain.errors import InvalidField
-from lakewarden.protocol import SparkUsage
+from lakewarden.protocol.messages import SparkUsage
 
 CORE_HOUR = "cost.core-hour"
 GB_WRITTEN = "cost.gb-written"

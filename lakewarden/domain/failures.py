@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from lakewarden.protocol import FailureKind
+from lakewarden.protocol.messages import FailureKind
 
 # may pass on a retry: conflicts with concurrent commits, I/O, lost executors and JVMs, timeouts
 RETRYABLE = frozenset(

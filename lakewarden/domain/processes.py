@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.protocol import TaskInput
+from lakewarden.protocol.inputs import TaskInput
 
 
 class Action(enum.StrEnum):

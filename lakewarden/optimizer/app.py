@@ -23,15 +23,15 @@ from lakewarden.optimizer.client import OptimizerClient, PollLater, ProtocolErro
 from lakewarden.optimizer.cpu import CpuShares, process_cpu_seconds
 from lakewarden.optimizer.failures import describe_failure, diagnose_failure
 from lakewarden.optimizer.rewrite import TaskRevoked
-from lakewarden.protocol import (
+from lakewarden.protocol.messages import (
     Assignment,
     FailureDiagnosis,
     FailureKind,
     SparkApplication,
     SparkUsage,
     TaskKey,
-    TaskResult,
 )
+from lakewarden.protocol.results import TaskResult
 from lakewarden.spark.session import submitted
 
 log = logging.getLogger(__name__)

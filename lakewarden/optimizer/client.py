@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from lakewarden.protocol import (
+from lakewarden.protocol.messages import (
     Assignment,
     Completion,
     FailureDiagnosis,
@@ -17,10 +17,10 @@ from lakewarden.protocol import (
     SparkApplication,
     SparkUsage,
     TaskKey,
-    TaskResult,
     Touch,
     Touched,
 )
+from lakewarden.protocol.results import TaskResult
 
 
 class ProtocolError(Exception):

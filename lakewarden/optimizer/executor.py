@@ -10,7 +10,9 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.security import optimizer_id
 from lakewarden.optimizer.maintenance import run_maintenance
 from lakewarden.optimizer.rewrite import run_optimizing
-from lakewarden.protocol import Assignment, OptimizingInput, TaskResult
+from lakewarden.protocol.inputs import OptimizingInput
+from lakewarden.protocol.messages import Assignment
+from lakewarden.protocol.results import TaskResult
 from lakewarden.spark.session import configure_catalogs
 
 if TYPE_CHECKING:

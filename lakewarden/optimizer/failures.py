@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from lakewarden.domain.failures import classify, diagnose
-from lakewarden.protocol import FailureDiagnosis, FailureKind
+from lakewarden.protocol.messages import FailureDiagnosis, FailureKind
 
 MAX_MESSAGE = 4000
 _LOCATION = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:;,)]+")  # s3a://bucket/key, file:/… is a path, hdfs://…

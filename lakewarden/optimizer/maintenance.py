@@ -16,22 +16,24 @@ from typing import TYPE_CHECKING, Any
 from lakewarden.domain.maintenance import format_datetime
 from lakewarden.domain.retention import LONG_MAX, Kept, Need, Policy, flink_jobs, latest_external_commit, plan_expiry
 from lakewarden.optimizer.history import table_history
-from lakewarden.protocol import (
-    MAX_LISTED,
+from lakewarden.protocol.inputs import (
     AutoCreateTagsInput,
-    AutoCreateTagsResult,
     CleanDanglingDeleteFilesInput,
-    CleanDanglingDeleteFilesResult,
     CleanOrphanFilesInput,
-    CleanOrphanFilesResult,
     ExpireDataInput,
-    ExpireDataResult,
     ExpireSnapshotsInput,
+    RewriteManifestsInput,
+    TaskInput,
+)
+from lakewarden.protocol.results import (
+    MAX_LISTED,
+    AutoCreateTagsResult,
+    CleanDanglingDeleteFilesResult,
+    CleanOrphanFilesResult,
+    ExpireDataResult,
     ExpireSnapshotsResult,
     KeptSnapshot,
-    RewriteManifestsInput,
     RewriteManifestsResult,
-    TaskInput,
     TaskResult,
 )
 

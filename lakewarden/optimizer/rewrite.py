@@ -38,7 +38,8 @@ from lakewarden.optimizer.runners import (
     rewrite_positions,
     write_deletion_vectors,
 )
-from lakewarden.protocol import MAX_FILES, OptimizingInput, OptimizingResult, StagedFiles
+from lakewarden.protocol.inputs import OptimizingInput, StagedFiles
+from lakewarden.protocol.results import MAX_FILES, OptimizingResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from lakewarden.protocol import FileGroupInput
+from lakewarden.protocol.inputs import FileGroupInput
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from lakewarden.protocol import SparkUsage
+from lakewarden.protocol.messages import SparkUsage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -4,7 +4,7 @@ An optimizer registers and gets a token; it touches (heartbeats) every 10 s, nam
 and hearing which of them to stop; each of its threads long-polls for a task (up to 3 s), acks it, runs
 it, asks to commit, and completes it with a result or an error.
 An ack or completion that names a superseded attempt is refused with 409. The messages are the
-typed models of lakewarden/protocol.py, which the optimizer imports too.
+typed models of lakewarden/protocol/, which the optimizer imports too.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from lakewarden.api.auth import OPTIMIZER, Caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.domain.errors import Forbidden, InvalidField
 from lakewarden.domain.security import Principal, Role
-from lakewarden.protocol import (
+from lakewarden.protocol.messages import (
     Assignment,
     Completion,
     PollRequest,

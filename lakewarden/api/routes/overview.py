@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
-from lakewarden.protocol import MAINTENANCE_TOTALS
+from lakewarden.protocol.results import MAINTENANCE_TOTALS
 from lakewarden.store import stats
 
 router = APIRouter(tags=["overview"])

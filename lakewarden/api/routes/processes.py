@@ -18,7 +18,8 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.security import optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableIdentifier
-from lakewarden.protocol import FailureKind, OptimizingResult
+from lakewarden.protocol.messages import FailureKind
+from lakewarden.protocol.results import OptimizingResult
 from lakewarden.store import process_files as process_file_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store

@@ -31,7 +31,7 @@ from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.retention import Ref, Snapshot, next_expiry_at, plan_expiry
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
-from lakewarden.protocol import TASK_INPUT, TaskInput
+from lakewarden.protocol.inputs import TASK_INPUT, TaskInput
 from lakewarden.services.processes.factories import ProcessFactory
 from lakewarden.store import processes as store
 from lakewarden.store.models import ProcessRow

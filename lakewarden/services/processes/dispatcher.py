@@ -29,7 +29,8 @@ from lakewarden.domain.scheduling import Candidate, ranked, thread_cap, why_firs
 from lakewarden.domain.security import Grant, Privilege, optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.protocol import TASK_INPUT, Assignment, CatalogConnection, Completion
+from lakewarden.protocol.inputs import TASK_INPUT
+from lakewarden.protocol.messages import Assignment, CatalogConnection, Completion
 from lakewarden.services.access.auth import AuthService
 from lakewarden.services.loop import WakeSignal
 from lakewarden.services.processes.budget import budget_of, weigh

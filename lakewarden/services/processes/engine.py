@@ -5,7 +5,7 @@ A process is created by its action's factory (services/processes/factories.py) f
 metadata and written with all its tasks in one transaction. When a task ends the engine settles the
 process: a failure a retry may change sends the task back to PLANNED after a back-off; a final one,
 or one past `execute.num-retries`, fails the process; when every task succeeded it succeeds. Ending a
-process merges its tasks' results (the typed results of lakewarden/protocol.py) into its summary and
+process merges its tasks' results (the typed results of lakewarden/protocol/results.py) into its summary and
 tells its factory, which says what that means for the table. Handing tasks to optimizers is the
 dispatcher's (services/processes/dispatcher.py); the engine tells it, through `on_work`, that tasks may be ready.
 """
@@ -28,7 +28,8 @@ from lakewarden.domain.optimizing_config import TURNED_OFF, OptimizingConfig
 from lakewarden.domain.processes import Action
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.protocol import TASK_RESULT, FailureKind
+from lakewarden.protocol.messages import FailureKind
+from lakewarden.protocol.results import TASK_RESULT
 from lakewarden.services.processes.factories import ProcessRegistry
 from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
 from lakewarden.store import catalogs as catalog_store

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.processes import Action, ProcessPlan
 from lakewarden.domain.states import ProcessStatus
-from lakewarden.protocol import TaskInput, TaskResult
+from lakewarden.protocol.inputs import TaskInput
+from lakewarden.protocol.results import TaskResult
 from lakewarden.store.models import ProcessRow
 from lakewarden.store.tables import TableRecord
 

@@ -25,7 +25,14 @@ from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import SnapshotFiles, optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
-from lakewarden.protocol import ClusteringInput, FileGroupInput, OptimizingInput, PartitionRef, StagedFiles, TaskInput
+from lakewarden.protocol.inputs import (
+    ClusteringInput,
+    FileGroupInput,
+    OptimizingInput,
+    PartitionRef,
+    StagedFiles,
+    TaskInput,
+)
 from lakewarden.services.processes.factories import ProcessFactory
 from lakewarden.store import processes as process_store
 from lakewarden.store import runtime as runtime_store
