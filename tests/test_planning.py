@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, OptimizingType, evaluate_table
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey, group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -126,3 +129,23 @@ def test_a_process_takes_the_costliest_partitions_its_threads_can_run() -> None:
     bounded = plan_tasks(later, cfg(), 1)
     assert [p["path"] for t in bounded.tasks for p in t.partitions] == ["p=b"]
     assert [t.remove_deletes for t in bounded.tasks] == [["/d/eq-b"]] and bounded.shared_deletes == []
+
+
+def test_the_open_file_cost_is_the_tables_read_split_open_file_cost() -> None:
+    """Amoro weighs each file of a plan by the table's read.split.open-file-cost (4 MB when unset): tiny files
+    weigh what opening them costs, so a lower setting lets a process take more of them."""
+    files = fragments("a", 300, 0.004) + fragments("b", 300, 0.004)
+    clock = OptimizingClock(NOW, NOW, NOW)
+    default = evaluate_table(1, group_by_partition(files, []), cfg(), clock)
+    cheap_config = OptimizingConfig.of({"read.split.open-file-cost": str(64 * 1024)})
+    cheap = evaluate_table(1, group_by_partition(files, []), cheap_config, clock)
+    data = 2 * 300 * int(0.004 * MB)
+    assert [p.cost for p in default.pending] == [data + 300 * 4 * MB] * 2
+    assert [p.cost for p in cheap.pending] == [data + 300 * 64 * 1024] * 2
+    bound = 512 * MB  # one thread's default
+    assert len(taken_partitions(default, bound)) == 1
+    assert len(taken_partitions(cheap, bound)) == 2
+    assert all(g.cost == 2 * g.data_bytes + len(g.rewrite) * 64 * 1024 for p in cheap.pending for g in p.groups)
+    assert plan_tasks(cheap, cheap_config, bound).tasks[0].cost_bytes == sum(p.cost for p in cheap.pending)
+    with pytest.raises(InvalidField, match=r"read\.split\.open-file-cost"):
+        OptimizingConfig.of({"read.split.open-file-cost": "4MB"})

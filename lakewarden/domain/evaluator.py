@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from lakewarden.domain.clustering import Clustering
@@ -144,7 +144,8 @@ class PartitionEvaluation:
             + self.position_delete_files
             + self.equality_delete_files
         )
-        return cost + files * OPEN_FILE_COST
+        open_file_cost = self._rules.config.open_file_cost if self._rules is not None else OPEN_FILE_COST
+        return cost + files * open_file_cost
 
     def count_delete(self, delete: DeleteFile) -> None:
         if delete.path in self._counted:
@@ -328,7 +329,8 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
     alone join the reserved ones. A clustering takes the partition as one group."""
     deletes_of: Callable[[DataFile], list[DeleteFile]] = files.deletes_for if files.delete_files else (lambda _data: [])
     if rules.clustering is not None:
-        return [make_group(r.partition, r.rewrite, [], deletes_of, rules.clustering)] if r.rewrite else []
+        groups = [make_group(r.partition, r.rewrite, [], deletes_of, rules.clustering)] if r.rewrite else []
+        return _weighed(groups, config)
     groups, reserved = split_files(
         r.partition,
         r.rewrite,
@@ -339,7 +341,14 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
         max(config.target_size, config.max_task_size),
     )
     r.reserved.update(reserved)
-    return groups
+    return _weighed(groups, config)
+
+
+def _weighed(groups: list[FileGroup], config: OptimizingConfig) -> list[FileGroup]:
+    """The groups with the table's open-file cost, which their plan cost counts per file."""
+    if config.open_file_cost == OPEN_FILE_COST:
+        return groups
+    return [replace(g, open_file_cost=config.open_file_cost) for g in groups]
 
 
 def _decide_clustering(r: PartitionEvaluation, config: OptimizingConfig, clustering: Clustering) -> None:

@@ -12,6 +12,7 @@ from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 
 # Iceberg's read.split.open-file-cost: opening a file costs about as much as reading this many bytes.
 OPEN_FILE_COST = 4 * 1024 * 1024
+OPEN_FILE_COST_PROPERTY = "read.split.open-file-cost"
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class FileGroup:
     deletes: tuple[DeleteFile, ...]
     # rows sorted or z-ordered across the output files (a clustered table's full optimizing)
     clustering: Clustering | None = None
+    # the table's read.split.open-file-cost
+    open_file_cost: int = OPEN_FILE_COST
 
     @property
     def data_bytes(self) -> int:
@@ -42,7 +45,7 @@ class FileGroup:
             2 * sum(f.size for f in self.rewrite)
             + sum(f.size for f in self.rewrite_pos) // 10
             + sum(d.size for d in self.deletes)
-            + files * OPEN_FILE_COST
+            + files * self.open_file_cost
         )
 
 

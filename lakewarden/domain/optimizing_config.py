@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from lakewarden.domain.clustering import parse_columns
 from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.file_groups import OPEN_FILE_COST, OPEN_FILE_COST_PROPERTY
 from lakewarden.domain.tables import TABLE_DEFAULTS
 
 P = "self-optimizing."
@@ -69,6 +70,8 @@ class OptimizingConfig:
     allow_partial_commit: bool
     filter: str | None
     branches: tuple[str, ...] = ()  # branches optimized besides main, each on its own head
+    # what opening a file weighs in a plan's cost (Amoro reads Iceberg's read.split.open-file-cost, 4 MB)
+    open_file_cost: int = OPEN_FILE_COST
 
     @property
     def fragment_threshold(self) -> int:
@@ -110,7 +113,15 @@ class OptimizingConfig:
             allow_partial_commit=_bool(props, "allow-partial-commit"),
             filter=_get(props, "filter") or None,
             branches=_branches(_get(props, "branches")),
+            open_file_cost=_open_file_cost(props),
         )
+
+
+def _open_file_cost(props: Mapping[str, str]) -> int:
+    text = str(props.get(OPEN_FILE_COST_PROPERTY, OPEN_FILE_COST)).strip()
+    if not text.isdigit():
+        raise InvalidField(OPEN_FILE_COST_PROPERTY, f"{text!r} must be a number of bytes >= 0")
+    return int(text)
 
 
 def _branches(text: str) -> tuple[str, ...]:
