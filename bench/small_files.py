@@ -6,8 +6,10 @@ in 10 partitions, a few KB each, written by pyiceberg through the REST catalog o
 streaming writer commits) one source table is written with self-optimizing off and registered three times
 from its metadata, so the copies share the very same files:
 
-- lakewarden: self-optimizing turned on by a commit; timed from that commit until its optimizing process
-  succeeded, and the CPU-seconds of the optimizer's processes (Python and its JVM) over that time;
+- lakewarden: self-optimizing turned on by a commit; timed from that commit until the table has nothing
+  pending (a process takes at most the group's threads x `max-input-file-size-per-thread` of Amoro's cost, so
+  a large shape takes several processes, each planned when the last committed), and the CPU-seconds of the
+  optimizer's processes (Python and its JVM) over that time;
 - iceberg-zamboni's local engine (DuckDB and pyiceberg, no Spark), installed by this script into an
   environment of its own and pointed at the same REST catalog: `zamboni compact --yes`, process start included,
   its CPU-seconds from the kernel's accounting of the child;
@@ -19,6 +21,7 @@ in turn. Goal: lakewarden's median wall time and CPU-seconds <= 1.0x the faster 
 ends with its rows counted against the source.
 
     .venv/bin/python bench/small_files.py [--shapes 300x2,3000x10] [--rows 20] [--rounds 3] [--warm 3]
+        [--max-input BYTES]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +96,18 @@ def write_source(catalog: Any, name: str, files: int, partitions: int, rows: int
     return table
 
 
+def quiet(server: int, limit: float = 120.0) -> None:
+    """Wait until the server has finished with what the writes left it (evaluations, history, trends) and idles
+    (under 5% of a core for a second): otherwise the first tool of the first round shares the cores with it."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        before = cpu_seconds(server)
+        time.sleep(1.0)
+        if cpu_seconds(server) - before < 0.05:
+            return
+    print(f"  the server did not idle within {limit:.0f} s")
+
+
 def counted(catalog: Any, name: str) -> tuple[int, int]:
     """(data files, rows) of the table now."""
     tasks = list(catalog.load_table(("db", name)).scan().plan_files())
@@ -99,7 +115,9 @@ def counted(catalog: Any, name: str) -> tuple[int, int]:
 
 
 def lakewarden_run(api: httpx.Client, catalog: Any, name: str, optimizer: list[int]) -> dict[str, Any]:
-    """Self-optimizing turned on; until its process succeeded."""
+    """Self-optimizing turned on; until the table has nothing pending: every process the group's bound
+    (`max-input-file-size-per-thread` x threads, Amoro's rule) cuts the work into has succeeded and the
+    evaluator found the committed table idle."""
     table = catalog.load_table(("db", name))
     cpu = tree_cpu(optimizer)
     started = time.monotonic()
@@ -111,23 +129,45 @@ def lakewarden_run(api: httpx.Client, catalog: Any, name: str, optimizer: list[i
                 "self-optimizing.min-plan-interval": "0",
             }
         )
-    process: dict[str, Any] = {}
+    processes: list[dict[str, Any]] = []
     while time.monotonic() - started < 600:
         response = api.get("/api/v1/processes", params={"table": f"lake.db.{name}", "action": "optimizing"})
         found = response.json() if response.status_code == 200 else []  # a 404 until the table is known
-        if found and all(p["status"] != "running" for p in found):
-            process = found[0]
+        if found and all(p["status"] != "running" for p in found) and _idle(api, name):
+            processes = found
             break
         time.sleep(0.05)
     wall = time.monotonic() - started
-    if process.get("status") != "success":
-        raise RuntimeError(f"lakewarden's process for {name} ended {process.get('status')}: {process}")
+    if not processes or any(p["status"] != "success" for p in processes):
+        raise RuntimeError(f"lakewarden's processes for {name} did not all succeed: {processes}")
+    first = processes[-1]  # newest first
     return {
         "wall_s": round(wall, 2),
         "cpu_s": round(tree_cpu(optimizer) - cpu, 2),
-        "tasks": len(process["tasks"]),
-        "seconds": stages(enabled, process),
+        "processes": len(processes),
+        "tasks": sum(len(p["tasks"]) for p in processes),
+        "first_process_seconds": stages(enabled, first),
+        "between_processes_s": between(processes),
     }
+
+
+def between(processes: list[dict[str, Any]]) -> float:
+    """Seconds from each process's end to the next one's plan, added up: the server's evaluation and planning
+    of what the bound left for later."""
+    at = datetime.fromisoformat
+    ordered = sorted(processes, key=lambda p: at(p["start_time"]))
+    gaps = [(at(b["start_time"]) - at(a["end_time"])).total_seconds() for a, b in pairwise(ordered)]
+    return round(sum(gaps), 3)
+
+
+def _idle(api: httpx.Client, name: str) -> bool:
+    """The table is idle and its verdict is of its current snapshot (not of one before the last commit)."""
+    response = api.get(f"/api/v1/tables/lake/db/{name}")
+    if response.status_code != 200:
+        return False
+    table = response.json()
+    evaluation = table.get("evaluation") or {}
+    return bool(table["status"] == "idle" and evaluation.get("snapshot_id") == table["current_snapshot_id"])
 
 
 def stages(enabled: datetime, process: dict[str, Any]) -> dict[str, float]:
@@ -172,13 +212,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20, help="rows per file")
     parser.add_argument("--rounds", type=int, default=3, help="fresh copies compacted by each tool, medians kept")
     parser.add_argument("--warm", type=int, default=3, help="warm-up rewrites on each Spark side")
+    parser.add_argument(
+        "--max-input", type=int, default=None, help="the group's max-input-file-size-per-thread (default Amoro's)"
+    )
     args = parser.parse_args()
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
     settings = (
         "  evaluator: {interval: 1s, recheck-interval: 5s}\n"
         "catalogs: [{name: lake, type: internal}]\n"
         "resource-groups: [{name: default, container: local,"
-        " properties: {instances: '1', memory: 2g, parallelism: '2'}}]\n"
+        " properties: {instances: '1', memory: 2g, parallelism: '2'"
+        + (f", max-input-file-size-per-thread: '{args.max_input}'" if args.max_input else "")
+        + "}}]\n"
     )
     from pyiceberg.catalog import load_catalog
 
@@ -216,6 +261,7 @@ def main() -> None:
             shape = f"{files}x{partitions}"
             source = write_source(catalog, f"src_{files}", files, partitions, args.rows)
             expected = counted(catalog, f"src_{files}")
+            quiet(server_pid(tmp))
             rounds: list[dict[str, Any]] = []
             for round_ in range(args.rounds):
                 runs: dict[str, Any] = {}
@@ -253,7 +299,16 @@ def main() -> None:
             )
         spark.stop()
 
-    write("small_files", {"rows_per_file": args.rows, "rounds": args.rounds, "goal": "<= 1.0x", "shapes": results})
+    write(
+        "small_files",
+        {
+            "rows_per_file": args.rows,
+            "rounds": args.rounds,
+            "max_input_per_thread": args.max_input,
+            "goal": "<= 1.0x",
+            "shapes": results,
+        },
+    )
     bars = {}
     for shape, result in results.items():
         for tool in TOOLS:
