@@ -18,6 +18,7 @@ from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
+from lakewarden.store.models import TableRuntimeRow
 
 SHARED = "s3://lake/db/t/data/shared-eq-deletes.parquet"
 
@@ -200,3 +201,26 @@ def test_a_partial_commit_commits_the_tasks_that_succeeded(client: TestClient, h
     if how == "failure":
         assert "task 2 failed" in process["fail_reason"]
     assert status_of(client, process_id)[2] == "idle"
+
+
+@pytest.mark.parametrize("how", ["failure", "cancel"])
+def test_a_property_turned_unreadable_mid_process_settles_it_by_the_defaults(client: TestClient, how: str) -> None:
+    """A catalog lakewarden does not guard may leave a value it cannot read while a process runs: the process
+    still ends (by the defaults: no partial commit), and the table goes back to idle."""
+    ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
+    process_id = setup(ctx, partial=True)
+    with ctx.db.write() as session:
+        runtime = session.get(TableRuntimeRow, store.get_process(session, process_id).table_id)
+        assert runtime is not None
+        runtime.config = {**runtime.config, "self-optimizing.execute.num-retries": "often"}
+    optimizer = Optimizer(client)
+    first, second = optimizer.take(), optimizer.take()
+    assert first is not None and second is not None
+    optimizer.complete(first, output=staged(1))
+    if how == "failure":
+        optimizer.complete(second, **failure())
+    else:
+        assert client.post(f"/api/v1/processes/{process_id}/cancel").status_code in (200, 202, 204)
+    ended = "failed" if how == "failure" else "canceled"
+    assert status_of(client, process_id)[0] == ended and status_of(client, process_id)[2] == "idle"
+    assert optimizer.take() is None  # no partial commit: the defaults do not allow one

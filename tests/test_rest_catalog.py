@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -529,3 +530,37 @@ def test_file_conflict_strategy_lands_every_append_and_refuses_a_removed_file(se
         assert 1 not in set(catalog.load_table("files.t").scan().to_arrow().column("id").to_pylist())
     finally:
         logging.getLogger("pyiceberg.table").removeHandler(retries)
+
+
+def test_a_self_optimizing_property_lakewarden_cannot_read_is_refused_when_set(server: ServerProcess) -> None:
+    """A value the planner could not read would leave the table unplanned (and a running process settled by
+    defaults): the commit that sets it is a 400 naming the property. A table that already holds such a value
+    (adopted from elsewhere) still takes its writers' commits."""
+    catalog = client(server)
+    catalog.create_namespace("tuned")
+    with pytest.raises(BadRequestError, match=re.escape("self-optimizing.quota")):
+        catalog.create_table("tuned.bad", SCHEMA, properties={"self-optimizing.quota": "lots"})
+    table = catalog.create_table("tuned.t", SCHEMA, properties={"self-optimizing.quota": "0.5"})
+    for key, value in [("self-optimizing.execute.num-retries", "-1"), ("read.split.open-file-cost", "4 MB")]:
+        with pytest.raises(BadRequestError, match=re.escape(key)):
+            table.transaction().set_properties({key: value}).commit_transaction()
+    table = catalog.load_table("tuned.t")
+    assert table.properties["self-optimizing.quota"] == "0.5" and "read.split.open-file-cost" not in table.properties
+    table.transaction().set_properties({"self-optimizing.quota": "2"}).commit_transaction()  # threads, as Amoro
+
+    current = Path(catalog.load_table("tuned.t").metadata_location.removeprefix("file://"))
+    document = json.loads(current.read_text())
+    document["properties"]["self-optimizing.allow-partial-commit"] = "maybe"
+    crafted = current.parent / "99999-crafted.metadata.json"  # what another catalog's writer left
+    crafted.write_text(json.dumps(document))
+    base = f"{server.url}/iceberg/v1/lake"
+    adopted = server.http.post(
+        f"{base}/namespaces/tuned/register", json={"name": "adopted", "metadata-location": str(crafted)}
+    )
+    assert adopted.status_code == 200, adopted.text
+    catalog.load_table("tuned.adopted").append(rows(0, 3))  # does not touch the property: lands
+    assert len(catalog.load_table("tuned.adopted").scan().to_arrow()) == 3
+    with pytest.raises(BadRequestError, match=re.escape("self-optimizing.allow-partial-commit")):
+        catalog.load_table("tuned.adopted").transaction().set_properties(
+            {"self-optimizing.group": "default"}
+        ).commit_transaction()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from lakewarden.domain.file_groups import OPEN_FILE_COST, OPEN_FILE_COST_PROPERT
 from lakewarden.domain.tables import TABLE_DEFAULTS
 
 P = "self-optimizing."
+log = logging.getLogger(__name__)
 
 
 def _get(props: Mapping[str, str], key: str) -> str:
@@ -92,6 +94,17 @@ class OptimizingConfig:
             return None
 
     @classmethod
+    def or_defaults(cls, props: Mapping[str, str] | None) -> OptimizingConfig:
+        """Parsed, or the defaults when a value does not parse: for the bookkeeping of work already under way (a
+        process settling, a quota counted) when a table's property turned invalid in a catalog lakewarden does
+        not guard; no new process is planned from such a configuration (the evaluator says why)."""
+        try:
+            return cls.of(props or {})
+        except InvalidField as exc:
+            log.warning("a self-optimizing property does not parse (%s); the defaults stand in", exc)
+            return cls.of({})
+
+    @classmethod
     def of(cls, props: Mapping[str, str]) -> OptimizingConfig:
         """Parse; a bad value raises InvalidField naming the property."""
         return cls(
@@ -115,6 +128,11 @@ class OptimizingConfig:
             branches=_branches(_get(props, "branches")),
             open_file_cost=_open_file_cost(props),
         )
+
+
+def optimizing_property(key: str) -> bool:
+    """Whether a table property is one OptimizingConfig reads."""
+    return key.startswith(P) or key == OPEN_FILE_COST_PROPERTY
 
 
 def _open_file_cost(props: Mapping[str, str]) -> int:

@@ -49,6 +49,7 @@ from pyiceberg.table.update import (
 )
 
 from lakewarden.domain.errors import CommitFailed, InvalidField
+from lakewarden.domain.optimizing_config import OptimizingConfig, optimizing_property
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
@@ -78,12 +79,18 @@ def conflict_strategy(properties: Mapping[str, str]) -> str:
     return value
 
 
-def check_properties(properties: Mapping[str, str]) -> None:
-    """A table's properties as lakewarden reads them (its conflict strategy), checked: a 400 naming the property."""
+def check_properties(properties: Mapping[str, str], base: Mapping[str, str] | None = None) -> None:
+    """A table's properties as lakewarden reads them (its conflict strategy, its self-optimizing configuration),
+    checked: a 400 naming the property. The self-optimizing ones are checked when the commit sets or changes one
+    (`base` the properties before it), so a table that already holds a value lakewarden cannot read (written
+    through another catalog) still takes its writers' commits; its evaluation says what is wrong."""
     try:
         conflict_strategy(properties)
     except ValueError as exc:
         raise InvalidField(CONFLICT_STRATEGY, str(exc)) from exc
+    changed = {k for k, v in properties.items() if base is None or base.get(k) != v}
+    if any(optimizing_property(k) for k in changed):
+        OptimizingConfig.of(properties)
 
 
 @dataclass(frozen=True)

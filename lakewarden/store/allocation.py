@@ -63,7 +63,7 @@ def group_facts(session: Session, group: str) -> GroupFacts:
         )
         configs = {table_id: config for table_id, config in session.execute(query)}
     demands = [
-        TableDemand(count, OptimizingConfig.of(configs.get(table_id) or {}).quota, occupied[table_id])
+        TableDemand(count, OptimizingConfig.or_defaults(configs.get(table_id)).quota, occupied[table_id])
         for table_id, count in planned.items()
     ]
     pending = session.scalar(

@@ -349,7 +349,4 @@ class TaskDispatcher:
 
 
 def _quota(session: Session, table_id: int) -> float:
-    try:
-        return OptimizingConfig.of(table_store.runtime_config(session, table_id)).quota
-    except InvalidField:
-        return OptimizingConfig.of({}).quota
+    return OptimizingConfig.or_defaults(table_store.runtime_config(session, table_id)).quota

@@ -178,7 +178,7 @@ class ProcessEngine:
             counts = store.task_status_counts(session, process_id)
             if counts.get(TaskStatus.FAILED, 0) == 0 and not set(counts) <= {TaskStatus.SUCCESS, TaskStatus.CANCELED}:
                 return  # tasks still to run, none failed: nothing to settle yet
-            config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
+            config = OptimizingConfig.or_defaults(table_store.runtime_config(session, process.table_id))
             tasks = store.tasks_of(session, process_id)
             failed = [t for t in tasks if t.status == TaskStatus.FAILED]
             final = next((t for t in failed if t.failure == FailureKind.FINAL), None)
@@ -229,7 +229,7 @@ class ProcessEngine:
             process = store.get_process(session, process_id)
             if process.status != ProcessStatus.RUNNING:
                 raise Conflict(f"process {process_id} is {process.status}, not running")
-            config = OptimizingConfig.of(table_store.runtime_config(session, process.table_id))
+            config = OptimizingConfig.or_defaults(table_store.runtime_config(session, process.table_id))
             tasks = store.tasks_of(session, process_id)
             if config.allow_partial_commit and self._commit_partially(
                 session, process, tasks, ProcessStatus.CANCELED, reason

@@ -248,7 +248,7 @@ class TableCommits:
             self.files.discard(io, written)
             return _Staged(change, expected, version, base, applied, base, "", "", [], was_known)
         try:
-            check_properties(metadata.properties)
+            check_properties(metadata.properties, base.properties)
             if _paths_changed(base, metadata):
                 confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         except InvalidField:
