@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from lakewarden.domain.clustering import Clustering
@@ -329,8 +329,9 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
     alone join the reserved ones. A clustering takes the partition as one group."""
     deletes_of: Callable[[DataFile], list[DeleteFile]] = files.deletes_for if files.delete_files else (lambda _data: [])
     if rules.clustering is not None:
-        groups = [make_group(r.partition, r.rewrite, [], deletes_of, rules.clustering)] if r.rewrite else []
-        return _weighed(groups, config)
+        if not r.rewrite:
+            return []
+        return [make_group(r.partition, r.rewrite, [], deletes_of, rules.clustering, config.open_file_cost)]
     groups, reserved = split_files(
         r.partition,
         r.rewrite,
@@ -339,16 +340,10 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
         deletes_of,
         lambda data, deletes: rules.should_rewrite_pos(AppliedDeletes.of(data, deletes)),
         max(config.target_size, config.max_task_size),
+        config.open_file_cost,
     )
     r.reserved.update(reserved)
-    return _weighed(groups, config)
-
-
-def _weighed(groups: list[FileGroup], config: OptimizingConfig) -> list[FileGroup]:
-    """The groups with the table's open-file cost, which their plan cost counts per file."""
-    if config.open_file_cost == OPEN_FILE_COST:
-        return groups
-    return [replace(g, open_file_cost=config.open_file_cost) for g in groups]
+    return groups
 
 
 def _decide_clustering(r: PartitionEvaluation, config: OptimizingConfig, clustering: Clustering) -> None:

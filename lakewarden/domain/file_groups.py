@@ -94,18 +94,20 @@ def split_files(
     deletes_of: Callable[[DataFile], list[DeleteFile]],
     needs_pos: Callable[[DataFile, list[DeleteFile]], bool],
     capacity: int,
+    open_file_cost: int = OPEN_FILE_COST,
 ) -> tuple[list[FileGroup], set[str]]:
     """Amoro's BinPackingTaskSplitter: undersized segments are packed first, and those that find company are
     rewritten; a lone one has its deletes rewritten, if it needs that (`needs_pos`), or is left alone. Then
     the files to rewrite and those whose deletes are rewritten are packed together. Bins hold `capacity`
     (max(target-size, max-task-size-bytes)); a group of one data file with no deletes changes nothing and is
-    dropped. Returns the groups and the delete files of lone segments left alone (reserved)."""
+    dropped. Each group weighs its files by `open_file_cost` (the table's `read.split.open-file-cost`).
+    Returns the groups and the delete files of lone segments left alone (reserved)."""
     groups: list[FileGroup] = []
     reserved: set[str] = set()
     rewrite_pos = list(rewrite_pos)
     for packed in pack(undersized, capacity):
         if len(packed) > 1:
-            groups.append(make_group(partition, packed, [], deletes_of))
+            groups.append(make_group(partition, packed, [], deletes_of, open_file_cost=open_file_cost))
             continue
         (lone,) = packed
         lone_deletes = deletes_of(lone)
@@ -116,7 +118,8 @@ def split_files(
     pos_paths = {f.path for f in rewrite_pos}
     for packed in pack([*rewrite, *rewrite_pos], capacity):
         rewritten = [f for f in packed if f.path not in pos_paths]
-        groups.append(make_group(partition, rewritten, [f for f in packed if f.path in pos_paths], deletes_of))
+        pos = [f for f in packed if f.path in pos_paths]
+        groups.append(make_group(partition, rewritten, pos, deletes_of, open_file_cost=open_file_cost))
     kept = [g for g in groups if len(g.rewrite) + len(g.rewrite_pos) > 1 or g.rewrite_pos or g.deletes]
     return kept, reserved
 
@@ -127,10 +130,16 @@ def make_group(
     rewrite_pos: Iterable[DataFile],
     deletes_of: Callable[[DataFile], list[DeleteFile]],
     clustering: Clustering | None = None,
+    open_file_cost: int = OPEN_FILE_COST,
 ) -> FileGroup:
     rewrite = sorted(rewrite, key=lambda f: f.path)
     rewrite_pos = sorted(rewrite_pos, key=lambda f: f.path)
     deletes = {d.path: d for f in [*rewrite, *rewrite_pos] for d in deletes_of(f)}
     return FileGroup(
-        partition, tuple(rewrite), tuple(rewrite_pos), tuple(deletes[p] for p in sorted(deletes)), clustering
+        partition,
+        tuple(rewrite),
+        tuple(rewrite_pos),
+        tuple(deletes[p] for p in sorted(deletes)),
+        clustering,
+        open_file_cost=open_file_cost,
     )
