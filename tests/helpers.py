@@ -46,6 +46,22 @@ def wait_for(what: str, check: Any, timeout: float = 120.0, interval: float = 0.
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def create_by_cat(spark: SparkSession, table: str, properties: str) -> None:
+    """An Iceberg table of (id, cat, v) partitioned by cat, with `properties` (SQL: 'k'='v', ...)."""
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
+        f"TBLPROPERTIES ({properties})"
+    )
+
+
+def insert_ids(spark: SparkSession, table: str, start: int, rows: int) -> None:
+    """Rows start..start+rows-1 of a create_by_cat table in one commit: even ids in cat=a, odd in b, one file each."""
+    spark.sql(
+        f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, IF(id % 2 = 0, 'a', 'b'), 'v' "
+        f"FROM range({start}, {start + rows})"
+    )
+
+
 def checksum(spark: SparkSession, table: str, columns: str = "id, cat, v") -> tuple[int, int]:
     row = spark.sql(f"SELECT count(*), sum(xxhash64({columns})) FROM {table}").first()
     assert row is not None

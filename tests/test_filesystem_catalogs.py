@@ -13,7 +13,7 @@ from lakewarden.domain.catalogs import CatalogSpec, TableFilter, validate_catalo
 from lakewarden.domain.errors import InvalidField
 from lakewarden.metadata.catalogs import list_tables, open_catalog, table_locations
 from lakewarden.spark.session import configure_catalogs
-from tests.helpers import checksum, file_counts, optimize_table, run_task, wait_for
+from tests.helpers import checksum, create_by_cat, file_counts, insert_ids, optimize_table, run_task, wait_for
 from tests.s3 import BUCKET, REGION, S3Server, s3_server
 from tests.servers import started_server
 
@@ -41,17 +41,11 @@ def test_a_filesystem_catalog_needs_a_warehouse_it_can_reach(warehouse: str, mes
 
 
 def _create(spark: SparkSession, table: str) -> None:
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
-        f"TBLPROPERTIES ({SETTINGS}, 'write.delete.mode'='merge-on-read')"
-    )
+    create_by_cat(spark, table, f"{SETTINGS}, 'write.delete.mode'='merge-on-read'")
 
 
 def _write(spark: SparkSession, table: str, start: int, rows: int = 40) -> None:
-    spark.sql(
-        f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, IF(id % 2 = 0, 'a', 'b'), 'v' "
-        f"FROM range({start}, {start + rows})"
-    )
+    insert_ids(spark, table, start, rows)
 
 
 def _current_metadata(spark: SparkSession, table: str) -> str:

@@ -18,7 +18,9 @@ from lakewarden.metadata.catalogs import open_catalog, table_locations
 from lakewarden.spark.session import configure_catalogs
 from tests.helpers import (
     checksum,
+    create_by_cat,
     file_counts,
+    insert_ids,
     optimize_table,
     planned_process,
     run_task,
@@ -78,17 +80,11 @@ def hms(metastore: Metastore, spark: SparkSession, tmp_path_factory: pytest.Temp
 
 
 def _create(spark: SparkSession, table: str, **settings: str) -> None:
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, cat STRING, v STRING) USING iceberg PARTITIONED BY (cat) "
-        f"TBLPROPERTIES ({_listed({**SETTINGS, **settings})})"
-    )
+    create_by_cat(spark, table, _listed({**SETTINGS, **settings}))
 
 
 def _write(spark: SparkSession, table: str, start: int, rows: int = 50) -> None:
-    spark.sql(
-        f"INSERT INTO {table} SELECT /*+ REPARTITION(1) */ id, IF(id % 2 = 0, 'a', 'b'), 'v' "
-        f"FROM range({start}, {start + rows})"
-    )
+    insert_ids(spark, table, start, rows)
 
 
 def _metastore_location(spec: CatalogSpec, database: str, table: str) -> str:
