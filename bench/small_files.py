@@ -267,6 +267,9 @@ def main() -> None:
                 runs: dict[str, Any] = {}
                 order = TOOLS[round_ % len(TOOLS) :] + TOOLS[: round_ % len(TOOLS)]  # each goes first in turn
                 for tool in order:
+                    # each tool starts with the server idle, as the first does: the server evaluates every commit
+                    # to its catalog, the peers' rewrites of their copies too
+                    quiet(server_pid(tmp))
                     copy = f"{tool}_{files}_{round_}"
                     catalog.register_table(("db", copy), source.metadata_location)
                     if tool == "lakewarden":
