@@ -120,6 +120,20 @@ def failure() -> dict[str, Any]:
     return {"error": "java.lang.OutOfMemoryError: Java heap space", "failure": "final"}
 
 
+def stage_one_then_end(client: TestClient, process_id: int, how: str) -> Optimizer:
+    """The first staging task succeeds; then the second fails for good (`how` "failure") or the process is
+    canceled ("cancel"). The optimizer, for what it polls next."""
+    optimizer = Optimizer(client)
+    first, second = optimizer.take(), optimizer.take()
+    assert first is not None and second is not None
+    optimizer.complete(first, output=staged(1))
+    if how == "failure":
+        optimizer.complete(second, **failure())
+    else:
+        assert client.post(f"/api/v1/processes/{process_id}/cancel").status_code in (200, 202, 204)
+    return optimizer
+
+
 def status_of(client: TestClient, process_id: int) -> tuple[str, list[str], str]:
     process = client.get(f"/api/v1/processes/{process_id}").json()
     table = client.get("/api/v1/tables/c/db/t").json()
@@ -178,14 +192,7 @@ def test_a_partial_commit_commits_the_tasks_that_succeeded(client: TestClient, h
     CANCELED) all the same."""
     ctx: ServerContext = client.app.state.context  # type: ignore[attr-defined]
     process_id = setup(ctx, partial=True)
-    optimizer = Optimizer(client)
-    first, second = optimizer.take(), optimizer.take()
-    assert first is not None and second is not None
-    optimizer.complete(first, output=staged(1))
-    if how == "failure":
-        optimizer.complete(second, **failure())
-    else:
-        assert client.post(f"/api/v1/processes/{process_id}/cancel").status_code in (200, 202, 204)
+    optimizer = stage_one_then_end(client, process_id, how)
     assert status_of(client, process_id) == ("running", ["success", "canceled", "planned"], "minor_optimizing")
     commit = optimizer.take()
     assert commit is not None and commit["task_id"] == 3
@@ -213,14 +220,7 @@ def test_a_property_turned_unreadable_mid_process_settles_it_by_the_defaults(cli
         runtime = session.get(TableRuntimeRow, store.get_process(session, process_id).table_id)
         assert runtime is not None
         runtime.config = {**runtime.config, "self-optimizing.execute.num-retries": "often"}
-    optimizer = Optimizer(client)
-    first, second = optimizer.take(), optimizer.take()
-    assert first is not None and second is not None
-    optimizer.complete(first, output=staged(1))
-    if how == "failure":
-        optimizer.complete(second, **failure())
-    else:
-        assert client.post(f"/api/v1/processes/{process_id}/cancel").status_code in (200, 202, 204)
+    optimizer = stage_one_then_end(client, process_id, how)
     ended = "failed" if how == "failure" else "canceled"
     assert status_of(client, process_id)[0] == ended and status_of(client, process_id)[2] == "idle"
     assert optimizer.take() is None  # no partial commit: the defaults do not allow one

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -12,7 +11,6 @@ from lakewarden.domain.file_groups import OPEN_FILE_COST, OPEN_FILE_COST_PROPERT
 from lakewarden.domain.tables import TABLE_DEFAULTS
 
 P = "self-optimizing."
-log = logging.getLogger(__name__)
 
 
 def _get(props: Mapping[str, str], key: str) -> str:
@@ -100,8 +98,7 @@ class OptimizingConfig:
         not guard; no new process is planned from such a configuration (the evaluator says why)."""
         try:
             return cls.of(props or {})
-        except InvalidField as exc:
-            log.warning("a self-optimizing property does not parse (%s); the defaults stand in", exc)
+        except InvalidField:  # said once, in the table's evaluation; this runs on every poll and scaling tick
             return cls.of({})
 
     @classmethod
