@@ -64,6 +64,14 @@ class LoopService:
     def wake(self) -> None:
         self._wake.set()
 
+    def take_wake(self) -> bool:
+        """Whether `wake()` was called since the last pass began or the last look, consuming it: a pass that
+        looks for what woke it handles that now instead of in the next pass."""
+        if not self._wake.is_set():
+            return False
+        self._wake.clear()
+        return True
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()

@@ -230,14 +230,16 @@ def add_table(
     return TableRecord(ident, runtime)
 
 
-def due_for_evaluation(session: Session, now: datetime) -> list[TableRecord]:
-    """IDLE and PENDING tables whose `next_evaluation_at` has come. Whatever deserves a new verdict sets it: a new
-    table, a new snapshot or configuration (record_table_snapshot), a process's end, and each verdict for its
-    time-based triggers. So the pass reads a range of that column's index, not every table: a table that does not
-    change is not read until a time-based trigger can fire."""
+def due_for_evaluation(session: Session, now: datetime, since: datetime | None = None) -> list[TableRecord]:
+    """IDLE and PENDING tables whose `next_evaluation_at` has come (and, with `since`, came after it). Whatever
+    deserves a new verdict sets it: a new table, a new snapshot or configuration (record_table_snapshot), a
+    process's end, and each verdict for its time-based triggers. So the pass reads a range of that column's index,
+    not every table: a table that does not change is not read until a time-based trigger can fire; `since` narrows
+    the range to what changed while a pass ran."""
     runtime = TableRuntimeRow
     query = _query().where(
         runtime.next_evaluation_at <= now,
+        *(() if since is None else (runtime.next_evaluation_at > since,)),
         # `+ 0`: not by the status index, which would walk every idle table of a million
         (runtime.status_code + 0).in_([TableStatus.IDLE.value, TableStatus.PENDING.value]),
     )

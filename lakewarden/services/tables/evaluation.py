@@ -13,9 +13,10 @@ import hashlib
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.budget import READ_RECENTLY, READ_TRIGGER, READ_TRIGGERED, BudgetConfig, read_triggered
-from lakewarden.domain.catalogs import FORMAT_OF_CATALOG
+from lakewarden.domain.catalogs import FORMAT_OF_CATALOG, CatalogSpec
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
@@ -47,7 +48,10 @@ from lakewarden.store.tables import TableRecord
 
 log = logging.getLogger(__name__)
 MAX_PARTITIONS_SHOWN = 200
-BATCH = 200  # tables evaluated, then stored in one transaction
+BATCH = 200  # verdicts stored in one transaction at most
+FLUSH_SECONDS = 1.0  # a long pass stores its verdicts at least this often: tables turn pending as it goes
+LOOK_SECONDS = 0.25  # a pass looks for tables changed under it (a wake) at most this often
+LOOK_SLACK = timedelta(seconds=1)  # a change stored just as the pass read the due tables is looked for again
 RETRY_FAILED = timedelta(minutes=1)  # a failed evaluation (an unreachable store, a broken file) is tried again
 
 
@@ -81,6 +85,60 @@ class ReadTrigger:
 
     file_count: int
     scans: int
+
+
+def _urgency(rec: TableRecord) -> tuple[bool, bool, datetime]:
+    """Tables with a new snapshot or configuration before the re-checks of time-based triggers, tables that
+    self-optimize before those only shown, then the longest due first."""
+    runtime = rec.runtime
+    changed = (
+        runtime.evaluated_at is None
+        or runtime.current_snapshot_id != runtime.evaluated_snapshot_id
+        or (runtime.evaluation or {}).get("config_hash") != _config_hash(runtime.config)
+    )
+    optimizes = OptimizingConfig.enabled_in(runtime.config) is not False
+    due = (
+        as_utc(runtime.next_evaluation_at)
+        if runtime.next_evaluation_at is not None
+        else datetime.min.replace(tzinfo=UTC)
+    )
+    return (not changed, not optimizes, due)
+
+
+FORMAT_ONLY = object()  # a catalog of Hudi or Paimon tables: judged from what the explorer recorded, never opened
+
+
+class _PassCatalogs:
+    """The catalogs a pass reads, each opened when its first table comes and closed with the pass; a catalog that
+    cannot be opened is skipped for the pass (its tables stay due)."""
+
+    def __init__(self, specs: dict[str, CatalogSpec], internal: InternalTables | None) -> None:
+        self.specs = specs
+        self.internal = internal
+        self._open: dict[str, Any] = {}
+        self._stack = ExitStack()
+
+    def of(self, name: str) -> Any:
+        """The catalog to read a table of catalog `name` through, FORMAT_ONLY, or None (gone, or failed)."""
+        if name in self._open:
+            return self._open[name]
+        spec = self.specs.get(name)
+        catalog: Any = None
+        if spec is not None and spec.type in FORMAT_OF_CATALOG:
+            catalog = FORMAT_ONLY
+        elif spec is not None:
+            try:
+                catalog = self._stack.enter_context(catalog_for(spec, self.internal))
+            except Exception as exc:
+                log.warning("cannot evaluate the tables of catalog %s: %s", name, exc)
+        self._open[name] = catalog
+        return catalog
+
+    def __enter__(self) -> _PassCatalogs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
 
 def read_triggers(session: Session, records: list[TableRecord], now: datetime) -> dict[int, ReadTrigger]:
@@ -150,47 +208,71 @@ class TableEvaluator(LoopService):
         return runtime.next_evaluation_at is not None and as_utc(runtime.next_evaluation_at) <= now
 
     def run_once(self) -> None:
-        now = utcnow()
+        """One pass: each due table evaluated on the pool, those with a new snapshot or configuration first. A pass
+        can be long (many changed tables, or one of many manifests); a table that changes meanwhile (a wake) goes
+        to the front of it rather than waiting for the next pass, so a commit is not kept behind other tables."""
+        began = utcnow()
+        due, triggers, specs = self._due_now(began, None)
+        records = {rec.runtime.table_id: rec for rec in due}
+        queue = deque(records)
+        running: dict[Future[dict[str, Any]], TableRecord] = {}
+        done: list[tuple[TableRecord, dict[str, Any]]] = []
+        urgent: set[int] = set()  # changed during the pass: stored as soon as evaluated
+        changed_again = False
+        catalogs = _PassCatalogs(specs, self.internal)
+        looked = stored = time.monotonic()
+        with catalogs, ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool:
+            while (queue or running) and not self.stopping:
+                if time.monotonic() - looked >= LOOK_SECONDS and self.take_wake():
+                    looked = time.monotonic()
+                    fresh, fresh_triggers, catalogs.specs = self._due_now(utcnow(), began - LOOK_SLACK)
+                    triggers.update(fresh_triggers)
+                    running_ids = {rec.runtime.table_id for rec in running.values()}
+                    for rec in reversed(fresh):
+                        table_id = rec.runtime.table_id
+                        if table_id in running_ids:
+                            changed_again = True  # the next pass takes its newer change
+                            continue
+                        if table_id in records and table_id in queue:
+                            queue.remove(table_id)
+                        records[table_id] = rec
+                        queue.appendleft(table_id)
+                        urgent.add(table_id)
+                while queue and len(running) < self.thread_count:
+                    rec = records[queue.popleft()]
+                    catalog = catalogs.of(rec.identifier.catalog_name)
+                    if catalog is FORMAT_ONLY:
+                        done.append((rec, _format_document(rec)))
+                    elif catalog is not None:
+                        trigger = triggers.get(rec.runtime.table_id)
+                        running[pool.submit(self._charged_verdict, catalog, rec, trigger)] = rec
+                finished, _ = wait(running, timeout=LOOK_SECONDS, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    rec = running.pop(future)
+                    try:
+                        done.append((rec, future.result()))
+                    except Exception as exc:
+                        log.warning("evaluating %s failed: %s", rec.name, exc)
+                last = not queue and not running
+                due_now = len(done) >= BATCH or time.monotonic() - stored >= FLUSH_SECONDS
+                if done and (last or due_now or any(rec.runtime.table_id in urgent for rec, _ in done)):
+                    with self.charged():
+                        self._record(done)
+                    done, stored = [], time.monotonic()
+        if changed_again:
+            self.wake()
+
+    def _due_now(
+        self, now: datetime, since: datetime | None
+    ) -> tuple[list[TableRecord], dict[int, ReadTrigger], dict[str, CatalogSpec]]:
+        """The tables due for a verdict (those whose due moment came after `since`), the most urgent first, their
+        read triggers, and the catalogs by name."""
         with self.db.read() as session:
-            candidates = table_store.due_for_evaluation(session, now)
-            due = [rec for rec in candidates if self._due(rec, now)]
+            due = [rec for rec in table_store.due_for_evaluation(session, now, since) if self._due(rec, now)]
             specs = {row.name: catalog_store.spec_of(row) for row in catalog_store.list_catalogs(session)}
             triggers = read_triggers(session, due, now)
-        by_catalog: dict[str, list[TableRecord]] = defaultdict(list)
-        for rec in due:
-            by_catalog[rec.identifier.catalog_name].append(rec)
-        for catalog_name, records in by_catalog.items():
-            if self.stopping or catalog_name not in specs:
-                continue
-            if specs[catalog_name].type in FORMAT_OF_CATALOG:
-                with self.charged():
-                    self._record([(rec, _format_document(rec)) for rec in records])
-                continue
-            try:
-                with (
-                    catalog_for(specs[catalog_name], self.internal) as catalog,
-                    ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool,
-                ):
-                    for start in range(0, len(records), BATCH):  # verdicts are stored a batch at a time
-                        if self.stopping:
-                            return
-                        batch = records[start : start + BATCH]
-                        self._record(
-                            list(
-                                zip(
-                                    batch,
-                                    pool.map(
-                                        lambda rec: self._charged_verdict(
-                                            catalog, rec, triggers.get(rec.runtime.table_id)
-                                        ),
-                                        batch,
-                                    ),
-                                    strict=True,
-                                )
-                            )
-                        )
-            except Exception as exc:
-                log.warning("cannot evaluate the tables of catalog %s: %s", catalog_name, exc)
+        due.sort(key=_urgency)
+        return due, triggers, specs
 
     def _charged_verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None) -> dict[str, Any]:
         with self.charged():  # on a thread of the pool

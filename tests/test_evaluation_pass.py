@@ -1,0 +1,132 @@
+"""The evaluator's pass: the tables that changed go first, and a table committed while a long pass runs is evaluated
+within it, not after it. Real tables in a SQL catalog, written by pyiceberg; the evaluator is the server's, with
+its verdict for one table made to wait on the test (the pass's scheduling is what is under test, not the verdict)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+from fastapi.testclient import TestClient
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from lakewarden.api.context import ServerContext
+from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.metadata.catalogs import open_catalog
+from lakewarden.services.tables.evaluation import ReadTrigger, TableEvaluator
+from lakewarden.store.tables import TableRecord
+from tests.helpers import wait_for
+from tests.test_explorer import refresh, register
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+TWO_FILES = {"self-optimizing.minor.trigger.file-count": "2"}
+
+
+def ctx(client: TestClient) -> ServerContext:
+    return client.app.state.context  # type: ignore[attr-defined, no-any-return]
+
+
+def append(catalog: Any, name: str, value: int) -> None:
+    catalog.load_table(("db", name)).append(pa.table({"id": pa.array([value], pa.int64())}))
+
+
+def evaluation(client: TestClient, c: str, name: str) -> dict[str, Any]:
+    found = client.get(f"/api/v1/tables/{c}/db/{name}").json()
+    return {"snapshot": found["current_snapshot_id"], **(found["evaluation"] or {})}
+
+
+class Watched(TableEvaluator):
+    """The server's evaluator, recording the order of its verdicts and holding the one for `held` until released."""
+
+    def __init__(self, held: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.held = held
+        self.order: list[str] = []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def _verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None = None) -> dict[str, Any]:
+        self.order.append(rec.identifier.table_name)
+        if rec.identifier.table_name == self.held:
+            self.entered.set()
+            assert self.release.wait(60), "the test never released the held verdict"
+        return super()._verdict(catalog, rec, trigger)
+
+
+def watched(client: TestClient, threads: int, held: str | None = None, recheck: float | None = None) -> Watched:
+    server = ctx(client).evaluator
+    return Watched(
+        held,
+        db=server.db,
+        interval_seconds=60,
+        thread_count=threads,
+        recheck_seconds=recheck,
+        internal=server.internal,
+        cache=server.cache,
+    )
+
+
+def make_tables(client: TestClient, spec: CatalogSpec, names: dict[str, dict[str, str]]) -> Any:
+    register(client, spec)
+    catalog = open_catalog(spec)
+    catalog.create_namespace("db")
+    for name, properties in names.items():
+        catalog.create_table(("db", name), SCHEMA, properties=properties)
+        append(catalog, name, 1)
+    refresh(client, spec.name)
+    return catalog
+
+
+def test_changed_tables_go_before_rechecks_and_optimized_before_shown(
+    client: TestClient, sql_catalog: CatalogSpec
+) -> None:
+    c = sql_catalog.name
+    off = {**TWO_FILES, "self-optimizing.enabled": "false"}
+    catalog = make_tables(client, sql_catalog, {"rechecked": TWO_FILES, "shown": off, "changed": TWO_FILES})
+    first = watched(client, threads=1, recheck=0.001)  # every table due again at once, by time alone
+    first.run_once()
+    assert sorted(first.order) == ["changed", "rechecked", "shown"]
+
+    # `rechecked` is due for its recheck only, and has waited longest; the other two have new snapshots
+    time.sleep(0.05)
+    append(catalog, "shown", 2)
+    append(catalog, "changed", 2)
+    refresh(client, c)
+    second = watched(client, threads=1)
+    second.run_once()
+    assert second.order == ["changed", "shown", "rechecked"]
+    assert evaluation(client, c, "changed")["type"] == "minor"
+
+
+def test_a_table_committed_during_a_long_pass_is_evaluated_within_it(
+    client: TestClient, sql_catalog: CatalogSpec
+) -> None:
+    c = sql_catalog.name
+    catalog = make_tables(client, sql_catalog, {"big": TWO_FILES, "hot": TWO_FILES})
+    watched(client, threads=2).run_once()
+    assert evaluation(client, c, "hot")["type"] is None  # one file: idle
+
+    append(catalog, "big", 2)
+    refresh(client, c)
+    evaluator = watched(client, threads=2, held="big")
+    passing = threading.Thread(target=evaluator.run_once)
+    passing.start()
+    try:
+        assert evaluator.entered.wait(30), "the pass never reached the held table"
+        append(catalog, "hot", 2)  # while `big`'s verdict is still being made
+        refresh(client, c)
+        evaluator.wake()  # as the change feed wakes it after a commit
+        hot = wait_for(
+            "hot evaluated within the pass",
+            lambda: (e := evaluation(client, c, "hot")).get("snapshot_id") == e["snapshot"] and e,
+            timeout=30,
+        )
+        assert hot["type"] == "minor" and client.get(f"/api/v1/tables/{c}/db/hot").json()["status"] == "pending"
+        assert passing.is_alive() and not evaluator.release.is_set()  # `big` still held: it did not wait for it
+    finally:
+        evaluator.release.set()
+        passing.join(60)
+    assert evaluation(client, c, "big")["type"] == "minor"
+    assert evaluator.order == ["big", "hot"]
