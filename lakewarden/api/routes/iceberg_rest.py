@@ -43,7 +43,7 @@ from lakewarden.metadata.files import identity_fields
 from lakewarden.services.rest_catalog.catalog import RestCatalog
 from lakewarden.services.rest_catalog.commits import TableChange as Change
 from lakewarden.services.rest_catalog.federation import Federation
-from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable, TableAccess, etag_matches, table_etag
+from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable
 from lakewarden.services.rest_catalog.scan_planning import ScanPlanning, parse_affinity, parse_plan_request
 from lakewarden.store import rest_catalog as store
 
@@ -220,24 +220,6 @@ def forwarded(svc: RestCatalog, prefix: str, me: Principal) -> Federation | None
     return svc.federation
 
 
-def _forwarded_body(
-    svc: RestCatalog, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
-) -> dict[str, Any]:
-    """A forwarded table's loadTable answer: its metadata, and how to reach its files (its catalog's storage)."""
-    found = svc.federation.find(prefix)
-    profile = None if found is None else found.profile
-    access = (
-        TableAccess({}, [])
-        if profile is None
-        else svc.loads.access_with(profile, prefix, namespace, name, table.metadata, asked)
-    )
-    return {
-        "metadata-location": table.metadata_location,
-        "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
-        **access.fields(),
-    }
-
-
 def _loaded(
     svc: RestCatalog, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
 ) -> dict[str, Any]:
@@ -408,7 +390,7 @@ def create_table(
             body.properties,
         )
         asked = delegation(request, me, prefix, ns, body.name)
-        return _forwarded_body(svc, prefix, ns, body.name, created, asked)
+        return svc.forwarded_answer(prefix, ns, body.name, created, asked)
     loaded = svc.tables.create_table(
         prefix,
         ns,
@@ -443,25 +425,16 @@ async def load_table(
     me = caller(request)
     asked = delegation(request, me, prefix, ns, table)
     if svc.federation.known(prefix) is not False and await in_thread(forwarded, svc, prefix, me) is not None:
-        return await in_thread(_forwarded_load, svc, prefix, ns, table, if_none_match, asked)
-    answer = await svc.loads.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
+        answer: tuple[str, bytes | None] | None = await in_thread(
+            svc.forwarded_load, prefix, ns, table, if_none_match, asked
+        )
+    else:
+        answer = await svc.loads.cached_load(prefix, ns, table, snapshots, if_none_match, asked)
     if answer is None:
         answer = await in_thread(svc.loads.load_table_body, prefix, ns, table, snapshots, if_none_match, asked)
     etag, body = answer
     if body is None:
         return Response(status_code=304, headers={"ETag": etag})
-    return JSONBytes(body, etag)
-
-
-def _forwarded_load(
-    svc: RestCatalog, prefix: str, ns: str, table: str, if_none_match: str | None, asked: Delegation | None
-) -> Response:
-    loaded = svc.federation.load_table(prefix, tuple(store.levels(ns)), table)
-    assert loaded.metadata_location is not None
-    etag = table_etag(loaded.metadata_location, "all")
-    if if_none_match is not None and etag_matches(if_none_match, etag):
-        return Response(status_code=304, headers={"ETag": etag})
-    body = json.dumps(_forwarded_body(svc, prefix, ns, table, loaded, asked), separators=(",", ":")).encode()
     return JSONBytes(body, etag)
 
 
@@ -496,7 +469,7 @@ async def commit_table(
         committed = await in_thread(
             svc.federation.commit_table, prefix, tuple(store.levels(ns)), table, body.requirements, body.updates
         )
-        return JSONBytes(json.dumps(_forwarded_body(svc, prefix, ns, table, committed, None)).encode())
+        return JSONBytes(json.dumps(svc.forwarded_answer(prefix, ns, table, committed, None)).encode())
     async with svc.queue.turn((prefix, *store.levels(ns), table)):
         try:
             answer = _commit(svc, prefix, ns, table, body, client, wait=False)

@@ -227,11 +227,12 @@ class TableEvaluator(LoopService):
                     looked = time.monotonic()
                     fresh, fresh_triggers, catalogs.specs = self._due_now(utcnow(), began - LOOK_SLACK)
                     triggers.update(fresh_triggers)
-                    running_ids = {rec.runtime.table_id for rec in running.values()}
+                    # a verdict being made or not stored yet: the database still shows the table as due
+                    unsettled = {rec.runtime.table_id for rec in (*running.values(), *(rec for rec, _ in done))}
                     for rec in reversed(fresh):
                         table_id = rec.runtime.table_id
-                        if table_id in running_ids:
-                            changed_again = True  # the next pass takes its newer change
+                        if table_id in unsettled:
+                            changed_again = True  # if it changed again, the next pass takes that at once
                             continue
                         if table_id in records and table_id in queue:
                             queue.remove(table_id)
