@@ -20,6 +20,7 @@ from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
 from lakewarden.spark.submit import MAVEN_PACKAGES
 from lakewarden.store import allocation as allocation_store
 from lakewarden.store import processes as store
+from lakewarden.store.database import as_utc, utcnow
 from tests.servers import LAKEWARDEN
 from tests.test_scheduling import ctx_of
 
@@ -109,6 +110,27 @@ def test_a_heartbeat_tells_the_optimizers_of_a_released_resource_to_leave(client
     assert touch("r-1") and not touch("r-2")
     shown = client.get("/api/v1/resource-groups/default/optimizers").json()
     assert {o["resource_id"] for o in shown} == {"r-1", "r-2"}  # asked, not removed: it leaves by itself
+
+
+def test_a_draining_optimizer_stays_alive_until_its_heartbeat_tells_it_to_leave(client: TestClient) -> None:
+    """Its polls (empty: it takes nothing new) still count as heartbeats, and it is told to beat at least three
+    times per heart-beat-timeout: were it lost first, it would register again and never hear that it should leave."""
+    ctx = ctx_of(client)
+    body = {"group": "default", "parallelism": 1, "resource_id": "r-1"}
+    registered = client.post("/api/v1/optimizer/register", json=body).json()
+    assert registered["heartbeat_seconds"] <= ctx.keeper.heartbeat_timeout.total_seconds() / 3
+    token = registered["token"]
+    with ctx.db.write() as session:
+        store.ask_to_leave(session, "r-1")
+        store.get_optimizer(session, token).last_heartbeat_at = utcnow() - ctx.keeper.heartbeat_timeout * 0.9
+    polled = client.post("/api/v1/optimizer/poll", json={"token": token, "thread_id": 0, "timeout_seconds": 0})
+    assert polled.status_code == 204
+    with ctx.db.read() as session:
+        beat = as_utc(store.get_optimizer(session, token).last_heartbeat_at)
+    assert utcnow() - beat < timedelta(seconds=5)
+    ctx.keeper.release()  # the keeper's pass: not lost
+    answer = client.post("/api/v1/optimizer/touch", json={"token": token})
+    assert answer.status_code == 200 and answer.json()["leave"] is True
 
 
 def sleeper(tmp_path: Path, ignore_term: bool) -> Instance:

@@ -67,7 +67,9 @@ def register(body: Registration, ctx: Ctx, principal: Caller) -> Registered:
                 "spark_master": body.spark.master,
                 "spark_ui_url": body.spark.ui_url,
             }
-    return Registered(token=row.token, heartbeat_seconds=HEARTBEAT_SECONDS)
+    # a heartbeat at least three times per heart-beat-timeout, however short an operator sets it
+    every = min(HEARTBEAT_SECONDS, ctx.keeper.heartbeat_timeout.total_seconds() / 3)
+    return Registered(token=row.token, heartbeat_seconds=every)
 
 
 @router.post("/touch", response_model=Touched, **OPTIMIZER)

@@ -126,6 +126,10 @@ class TaskDispatcher:
             assignment = None if leaving else self._schedule(group, token, thread_id)
             remaining = deadline - time.monotonic()
             if leaving:
+                # its polls still count as heartbeats: a draining optimizer learns it must leave at its next
+                # heartbeat, which may come later than a short heart-beat-timeout
+                with self.db.write() as session:
+                    store.touch_optimizer(session, token)
                 if remaining <= 0:
                     return None
                 self.work_ready.wait(min(remaining, 1.0))
