@@ -4,19 +4,22 @@ catalog opened as usual."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+import logging
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.domain.catalogs import FORMAT_OF_CATALOG, CatalogSpec
 from lakewarden.domain.errors import NotFound
 from lakewarden.metadata.catalogs import opened_catalog
 from lakewarden.services.rest_catalog.loads import TableLoads
 from lakewarden.store import rest_catalog as store
 from lakewarden.store.database import Database
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,39 @@ def catalog_for(spec: CatalogSpec, internal: InternalTables | None) -> AbstractC
     if spec.type == "internal" and internal is not None:
         return nullcontext(InProcessCatalog(internal, spec.name))
     return opened_catalog(spec)
+
+
+FORMAT_ONLY = object()  # a catalog of Hudi or Paimon tables: judged from what the explorer recorded, never opened
+
+
+class PassCatalogs:
+    """The catalogs a pass reads, each opened when its first table comes and closed with the pass; a catalog that
+    cannot be opened is skipped for the pass (its tables stay due)."""
+
+    def __init__(self, specs: dict[str, CatalogSpec], internal: InternalTables | None) -> None:
+        self.specs = specs
+        self.internal = internal
+        self._open: dict[str, Any] = {}
+        self._stack = ExitStack()
+
+    def of(self, name: str) -> Any:
+        """The catalog to read a table of catalog `name` through, FORMAT_ONLY, or None (gone, or failed)."""
+        if name in self._open:
+            return self._open[name]
+        spec = self.specs.get(name)
+        catalog: Any = None
+        if spec is not None and spec.type in FORMAT_OF_CATALOG:
+            catalog = FORMAT_ONLY
+        elif spec is not None:
+            try:
+                catalog = self._stack.enter_context(catalog_for(spec, self.internal))
+            except Exception as exc:
+                log.warning("cannot evaluate the tables of catalog %s: %s", name, exc)
+        self._open[name] = catalog
+        return catalog
+
+    def __enter__(self) -> PassCatalogs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()

@@ -16,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.budget import READ_RECENTLY, READ_TRIGGER, READ_TRIGGERED, BudgetConfig, read_triggered
-from lakewarden.domain.catalogs import FORMAT_OF_CATALOG, CatalogSpec
+from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
@@ -34,7 +33,7 @@ from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.files import optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.services.loop import LoopService
-from lakewarden.services.tables.catalog_access import InternalTables, catalog_for
+from lakewarden.services.tables.catalog_access import FORMAT_ONLY, InternalTables, PassCatalogs
 from lakewarden.services.tables.formats import format_verdict
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
@@ -103,42 +102,6 @@ def _urgency(rec: TableRecord) -> tuple[bool, bool, datetime]:
         else datetime.min.replace(tzinfo=UTC)
     )
     return (not changed, not optimizes, due)
-
-
-FORMAT_ONLY = object()  # a catalog of Hudi or Paimon tables: judged from what the explorer recorded, never opened
-
-
-class _PassCatalogs:
-    """The catalogs a pass reads, each opened when its first table comes and closed with the pass; a catalog that
-    cannot be opened is skipped for the pass (its tables stay due)."""
-
-    def __init__(self, specs: dict[str, CatalogSpec], internal: InternalTables | None) -> None:
-        self.specs = specs
-        self.internal = internal
-        self._open: dict[str, Any] = {}
-        self._stack = ExitStack()
-
-    def of(self, name: str) -> Any:
-        """The catalog to read a table of catalog `name` through, FORMAT_ONLY, or None (gone, or failed)."""
-        if name in self._open:
-            return self._open[name]
-        spec = self.specs.get(name)
-        catalog: Any = None
-        if spec is not None and spec.type in FORMAT_OF_CATALOG:
-            catalog = FORMAT_ONLY
-        elif spec is not None:
-            try:
-                catalog = self._stack.enter_context(catalog_for(spec, self.internal))
-            except Exception as exc:
-                log.warning("cannot evaluate the tables of catalog %s: %s", name, exc)
-        self._open[name] = catalog
-        return catalog
-
-    def __enter__(self) -> _PassCatalogs:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
 
 
 def read_triggers(session: Session, records: list[TableRecord], now: datetime) -> dict[int, ReadTrigger]:
@@ -219,7 +182,7 @@ class TableEvaluator(LoopService):
         done: list[tuple[TableRecord, dict[str, Any]]] = []
         urgent: set[int] = set()  # changed during the pass: stored as soon as evaluated
         changed_again = False
-        catalogs = _PassCatalogs(specs, self.internal)
+        catalogs = PassCatalogs(specs, self.internal)
         looked = stored = time.monotonic()
         with catalogs, ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool:
             while (queue or running) and not self.stopping:
