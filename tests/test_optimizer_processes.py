@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -90,6 +91,43 @@ def acked_process(api: httpx.Client) -> dict[str, Any]:
         return None
 
     return dict(wait_for("the task to be acked", acked, timeout=120))
+
+
+def test_a_stopped_optimizer_unregisters_logs_its_end_and_leaves_with_its_jvm(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """SIGTERM: the optimizer unregisters, stops Spark, and leaves without the interpreter's teardown
+    (optimizer/app.py `leave`): its exit status is 0, its last log line is written, and its JVM goes with it."""
+    log_path = tmp_path / "optimizer.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "LAKEWARDEN_TOKEN": server.token},
+        )
+    try:
+        wait_for("the optimizer to register", lambda: optimizers(server), timeout=120)
+        jvms = [pid for pid, name in descendants(process.pid) if name == "java"]
+        assert len(jvms) == 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert log_path.read_text().rstrip().splitlines()[-1].endswith("optimizer stopped after 0 task(s)")
+    assert optimizers(server) == []  # it unregistered: not left for the heartbeat timeout to find
+    wait_for("its JVM to exit", lambda: exited(jvms[0]), timeout=30)
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (its parent left first)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_optimizer_killed_mid_task_loses_nothing(server: ServerProcess, spark: SparkSession) -> None:

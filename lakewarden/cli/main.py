@@ -78,7 +78,7 @@ def optimizer(
     ] = DEFAULT_SERVER,
 ) -> None:
     """Run an optimizer: a PySpark application that pulls self-optimizing tasks of one group from the server."""
-    from lakewarden.optimizer.app import Optimizer
+    from lakewarden.optimizer.app import Optimizer, leave
     from lakewarden.optimizer.client import ProtocolError
     from lakewarden.server import configure_logging
 
@@ -91,6 +91,7 @@ def optimizer(
         fail(str(exc))
     except httpx.ConnectError as exc:
         fail(f"cannot reach the lakewarden server at {server}: {exc}")
+    leave(0)
 
 
 @app.command()
