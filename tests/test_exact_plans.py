@@ -487,6 +487,28 @@ def test_on_format_version_3_a_dangling_deletion_vector_is_removed_and_a_live_on
     assert referenced == {segment} and checksum(spark, table) == before
 
 
+def test_a_plan_naming_files_its_snapshot_does_not_have_fails_as_a_stale_plan_and_commits_nothing(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """Java's PlannedFiles checks the plan against its snapshot; the optimizer turns its refusal into PlanMismatch
+    (a stale plan: planned again, no retry spent on it)."""
+    from lakewarden.optimizer.rewrite import PlanMismatch
+
+    table = create(spark, "mismatch")
+    for i in range(3):
+        write(spark, table, FRAGMENT, "a", i * 100)
+    snapshots = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]  # type: ignore[index]
+    work = plan(catalog, table).tasks[0].input.model_dump(mode="json")
+    missing = dict(work, groups=[dict(g, rewrite=[*g["rewrite"][1:], "/nowhere/gone.parquet"]) for g in work["groups"]])
+    with pytest.raises(PlanMismatch, match=r"1 planned data file\(s\) are not in snapshot .*gone\.parquet"):
+        execute_task(spark, assignment(catalog, missing), "test")
+    not_live = dict(work, remove_deletes=["/nowhere/deletes.parquet"])
+    with pytest.raises(PlanMismatch, match=r"1 delete file\(s\) to remove are not live in the planned snapshot"):
+        execute_task(spark, assignment(catalog, not_live), "test")
+    spark.sql(f"REFRESH TABLE {table}")
+    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots  # type: ignore[index]
+
+
 def test_a_task_revoked_before_its_commit_commits_nothing_and_leaves_no_file(
     spark: SparkSession, catalog: CatalogSpec
 ) -> None:

@@ -18,9 +18,9 @@ deleted again. In a process of several tasks that commit is the process's, once 
 once): each task stages what it wrote (`stage_only`: returned as Iceberg content files) and the process's
 last task (`commit_staged`) finds every task's planned files again and commits all the staged files.
 
-The per-file bookkeeping (finding the planned files, checking their deletes, collecting what each group wrote,
-the commit, the counts) is lakewarden's Java PlannedRewrite, driven from here with a call per task or group:
-through py4j each file would cost round trips that, for small files, take longer than Spark's work.
+The per-file bookkeeping (finding the planned files and checking their deletes: Java's PlannedFiles; collecting
+what each group wrote, the commit, the counts: PlannedRewrite) runs in Java, driven from here with a call per task
+or group: through py4j each file would cost round trips that, for small files, take longer than Spark's work.
 
 The optimizer trusts no plan blindly: a planned file missing from the planned snapshot, or a delete file
 Iceberg applies that the plan did not name, fails the task (the plan and Iceberg disagree).
@@ -163,7 +163,7 @@ def _planned(jvm: Any, table: Any, snapshot: Any, work: OptimizingInput) -> Any:
         from lakewarden.optimizer.failures import cause_chain
 
         for name, message in cause_chain(exc):
-            if name.endswith("PlannedRewrite$PlanMismatchException"):
+            if name == "io.lakewarden.iceberg.PlanMismatchException":
                 raise PlanMismatch(message) from exc
         raise
 

@@ -15,10 +15,8 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Objects;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.iceberg.ContentFile;
@@ -27,41 +25,26 @@ import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.FileFormat;
 import org.apache.iceberg.FileScanTask;
-import org.apache.iceberg.ManifestFile;
-import org.apache.iceberg.ManifestFiles;
-import org.apache.iceberg.ManifestReader;
 import org.apache.iceberg.RewriteFiles;
 import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.Transaction;
-import org.apache.iceberg.expressions.ExpressionParser;
-import org.apache.iceberg.io.CloseableIterable;
 import org.apache.iceberg.util.JsonUtil;
 
 /**
- * The bookkeeping of one optimizing task around Spark's rewrite jobs: the planned files found as scan tasks of
- * the planned snapshot and checked against the plan, the delete files the task removes, what each file group
- * wrote, the one commit and the task's counts. Here rather than in Python because all of it is per file: through
- * py4j every file would cost several round trips, and for the small files streaming writers leave those round
- * trips cost more than Spark's own work. Python drives it with one call per task or file group.
+ * The bookkeeping of one optimizing task around Spark's rewrite jobs: its planned files (PlannedFiles), what
+ * each file group wrote, the one commit and the task's counts. Here rather than in Python because all of it is
+ * per file: through py4j every file would cost several round trips, and for the small files streaming writers
+ * leave those round trips cost more than Spark's own work. Python drives it with one call per task or file
+ * group.
  */
 public final class PlannedRewrite {
-  /** The plan names files the planned snapshot does not have as planned (Python: PlanMismatch). */
-  public static final class PlanMismatchException extends RuntimeException {
-    PlanMismatchException(String message) {
-      super(message);
-    }
-  }
-
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final Table table;
   private final Snapshot snapshot;
-  private final List<List<FileScanTask>> groups = new ArrayList<>();
-  private final List<FileScanTask> positionTasks = new ArrayList<>();
-  private final Map<String, FileScanTask> byPath = new HashMap<>();
-  private final Map<String, DeleteFile> removed = new LinkedHashMap<>();
+  private final PlannedFiles planned;
   private final List<DataFile> rewritten = new ArrayList<>();
   private final List<DataFile> written = new ArrayList<>();
   private final Map<Integer, List<DataFile>> writtenByGroup = new HashMap<>();
@@ -70,168 +53,44 @@ public final class PlannedRewrite {
   private int positionsRewritten = 0;
   private boolean vectorsWritten = false;
 
-  private PlannedRewrite(Table table, Snapshot snapshot) {
+  private PlannedRewrite(Table table, Snapshot snapshot, PlannedFiles planned) {
     this.table = table;
     this.snapshot = snapshot;
+    this.planned = planned;
   }
 
   /**
    * The task's planned files, found in its planned snapshot. `workJson` is the task's input as lakewarden's
-   * protocol writes it (OptimizingInput): `snapshot_id`, `filter`, `groups` (`rewrite`, `rewrite_pos`,
-   * `deletes`) and `remove_deletes` are read. Fails with PlanMismatchException when a planned data file is not
-   * in the snapshot, when Iceberg applies a delete file to one that its group did not name, or when a delete
-   * file to remove is not live in the snapshot.
+   * protocol writes it (OptimizingInput). Fails with PlanMismatchException when the snapshot does not have
+   * them as planned (PlannedFiles.find).
    */
   public static PlannedRewrite of(Table table, Snapshot snapshot, String workJson) throws IOException {
-    JsonNode work = JSON.readTree(workJson);
-    PlannedRewrite plan = new PlannedRewrite(table, snapshot);
-    Map<String, Set<String>> allowedDeletes = new HashMap<>();
-    for (JsonNode group : work.path("groups")) {
-      Set<String> deletes = strings(group.path("deletes"));
-      for (String path : strings(group.path("rewrite"))) {
-        allowedDeletes.put(path, deletes);
-      }
-      for (String path : strings(group.path("rewrite_pos"))) {
-        allowedDeletes.put(path, deletes);
-      }
-    }
-    if (!allowedDeletes.isEmpty()) {
-      plan.scan(work.path("filter").asText(), allowedDeletes);
-    }
-    for (JsonNode group : work.path("groups")) {
-      plan.groups.add(plan.tasksOf(group.path("rewrite")));
-      plan.positionTasks.addAll(plan.tasksOf(group.path("rewrite_pos")));
-    }
-    plan.findRemoved(strings(work.path("remove_deletes")));
-    return plan;
-  }
-
-  private static Set<String> strings(JsonNode array) {
-    Set<String> values = new HashSet<>();
-    for (JsonNode value : array) {
-      values.add(value.asText());
-    }
-    return values;
-  }
-
-  private List<FileScanTask> tasksOf(JsonNode paths) {
-    List<FileScanTask> tasks = new ArrayList<>();
-    for (JsonNode path : paths) {
-      tasks.add(byPath.get(path.asText()));
-    }
-    return tasks;
-  }
-
-  private void scan(String filterJson, Map<String, Set<String>> allowedDeletes) throws IOException {
-    try (CloseableIterable<FileScanTask> files =
-        table
-            .newScan()
-            .useSnapshot(snapshot.snapshotId())
-            .filter(ExpressionParser.fromJson(filterJson))
-            .ignoreResiduals()
-            .planFiles()) {
-      for (FileScanTask task : files) {
-        if (allowedDeletes.containsKey(task.file().location())) {
-          byPath.put(task.file().location(), task);
-        }
-      }
-    }
-    Set<String> missing = new TreeSet<>(allowedDeletes.keySet());
-    missing.removeAll(byPath.keySet());
-    if (!missing.isEmpty()) {
-      throw new PlanMismatchException(
-          missing.size()
-              + " planned data file(s) are not in snapshot "
-              + snapshot.snapshotId()
-              + ": "
-              + first(missing));
-    }
-    for (Map.Entry<String, FileScanTask> entry : byPath.entrySet()) {
-      Set<String> unplanned = new TreeSet<>();
-      for (DeleteFile delete : entry.getValue().deletes()) {
-        if (!allowedDeletes.get(entry.getKey()).contains(delete.location())) {
-          unplanned.add(delete.location());
-        }
-      }
-      if (!unplanned.isEmpty()) {
-        throw new PlanMismatchException(
-            "Iceberg applies delete files to "
-                + entry.getKey()
-                + " that the plan did not name: "
-                + first(unplanned));
-      }
-    }
-  }
-
-  /**
-   * The delete files to remove: those that apply to the planned data files come with their scan tasks; only
-   * the others (a last task's shared ones) are read from the snapshot's delete manifests.
-   */
-  private void findRemoved(Set<String> paths) throws IOException {
-    if (paths.isEmpty()) {
-      return;
-    }
-    for (FileScanTask task : byPath.values()) {
-      for (DeleteFile delete : task.deletes()) {
-        if (paths.contains(delete.location())) {
-          removed.putIfAbsent(delete.location(), delete);
-        }
-      }
-    }
-    if (removed.size() < paths.size()) {
-      for (ManifestFile manifest : snapshot.deleteManifests(table.io())) {
-        try (ManifestReader<DeleteFile> reader =
-            ManifestFiles.readDeleteManifest(manifest, table.io(), table.specs())) {
-          for (DeleteFile delete : reader) {
-            if (paths.contains(delete.location()) && !removed.containsKey(delete.location())) {
-              removed.put(delete.location(), delete.copy());
-            }
-          }
-        }
-      }
-    }
-    Set<String> missing = new TreeSet<>(paths);
-    missing.removeAll(removed.keySet());
-    if (!missing.isEmpty()) {
-      throw new PlanMismatchException(
-          missing.size() + " delete file(s) to remove are not live in the planned snapshot: " + first(missing));
-    }
-  }
-
-  private static String first(Set<String> paths) {
-    List<String> shown = new ArrayList<>();
-    for (String path : paths) {
-      if (shown.size() == 3) {
-        break;
-      }
-      shown.add(path);
-    }
-    return shown.toString();
+    return new PlannedRewrite(table, snapshot, PlannedFiles.find(table, snapshot, JSON.readTree(workJson)));
   }
 
   /** The scan tasks of file group `index` whose files are rewritten, in the plan's order. */
   public List<FileScanTask> group(int index) {
-    return groups.get(index);
+    return planned.group(index);
   }
 
   /** The scan tasks of every group's files whose deletes become files of their own. */
   public List<FileScanTask> positionTasks() {
-    return positionTasks;
+    return planned.positionTasks();
   }
 
   /** The planned data file's scan task. */
   public FileScanTask task(String path) {
-    return Objects.requireNonNull(byPath.get(path), path);
+    return planned.task(path);
   }
 
   /** The spec id of group `index`'s files (a group is one partition of one spec). */
   public int specId(int index) {
-    return groups.get(index).get(0).spec().specId();
+    return planned.group(index).get(0).spec().specId();
   }
 
   /** Group `index` was rewritten into `files`; returns their locations, as a JSON array. */
   public String rewrote(int index, Collection<DataFile> files) throws IOException {
-    for (FileScanTask task : groups.get(index)) {
+    for (FileScanTask task : planned.group(index)) {
       rewritten.add(task.file());
     }
     written.addAll(files);
@@ -249,16 +108,16 @@ public final class PlannedRewrite {
    */
   public void rewrotePositions(Collection<DeleteFile> deletes, boolean vectors) {
     writtenDeletes.addAll(deletes);
-    positionsRewritten += positionTasks.size();
+    positionsRewritten += planned.positionTasks().size();
     vectorsWritten |= vectors;
     if (!vectors) {
       return;
     }
     Set<String> removing = new HashSet<>();
-    for (DeleteFile delete : removed.values()) {
+    for (DeleteFile delete : planned.removedFiles()) {
       removing.add(identity(delete));
     }
-    for (FileScanTask task : positionTasks) {
+    for (FileScanTask task : planned.positionTasks()) {
       for (DeleteFile delete : task.deletes()) {
         boolean vector = delete.format() == FileFormat.PUFFIN;
         if (vector
@@ -289,10 +148,10 @@ public final class PlannedRewrite {
   public String staged() throws IOException {
     ObjectNode out = JSON.createObjectNode();
     ArrayNode byGroup = out.putArray("groups");
-    for (int i = 0; i < groups.size(); i++) {
-      ArrayNode files = byGroup.addArray();
+    for (int i = 0; i < planned.groupCount(); i++) {
+      ArrayNode group = byGroup.addArray();
       for (DataFile file : writtenByGroup.getOrDefault(i, List.of())) {
-        files.add(JSON.readTree(ContentFileParser.toJson(file, table.specs().get(file.specId()))));
+        group.add(JSON.readTree(ContentFileParser.toJson(file, table.specs().get(file.specId()))));
       }
     }
     ArrayNode deletes = out.putArray("deletes");
@@ -310,24 +169,24 @@ public final class PlannedRewrite {
   public void restage(String stagedJson) throws IOException {
     JsonNode staged = JSON.readTree(stagedJson);
     JsonNode byGroup = staged.path("groups");
-    if (byGroup.size() != groups.size()) {
+    if (byGroup.size() != planned.groupCount()) {
       throw new PlanMismatchException(
-          "staged files for " + byGroup.size() + " file group(s), the plan has " + groups.size());
+          "staged files for " + byGroup.size() + " file group(s), the plan has " + planned.groupCount());
     }
-    for (int i = 0; i < groups.size(); i++) {
-      List<DataFile> files = new ArrayList<>();
+    for (int i = 0; i < planned.groupCount(); i++) {
+      List<DataFile> group = new ArrayList<>();
       for (JsonNode file : byGroup.get(i)) {
-        files.add((DataFile) contentFile(file));
+        group.add((DataFile) contentFile(file));
       }
-      if (!groups.get(i).isEmpty()) {
-        rewrote(i, files);
+      if (!planned.group(i).isEmpty()) {
+        rewrote(i, group);
       }
     }
     List<DeleteFile> deletes = new ArrayList<>();
     for (JsonNode file : staged.path("deletes")) {
       deletes.add((DeleteFile) contentFile(file));
     }
-    if (!positionTasks.isEmpty() || !deletes.isEmpty()) {
+    if (!planned.positionTasks().isEmpty() || !deletes.isEmpty()) {
       rewrotePositions(deletes, staged.path("vectors").asBoolean(false));
     }
   }
@@ -339,7 +198,7 @@ public final class PlannedRewrite {
 
   /** Whether the task has anything to commit. */
   public boolean changes() {
-    return !(rewritten.isEmpty() && removed.isEmpty() && writtenDeletes.isEmpty());
+    return !(rewritten.isEmpty() && planned.removed().isEmpty() && writtenDeletes.isEmpty());
   }
 
   /**
@@ -359,23 +218,23 @@ public final class PlannedRewrite {
     for (DeleteFile delete : writtenDeletes) {
       vectors |= delete.format() == FileFormat.PUFFIN;
     }
-    boolean deletesInRewrite = !removed.isEmpty() && !vectors;
-    long planned = snapshot.snapshotId();
-    boolean rewrites = !rewritten.isEmpty() || !removed.isEmpty();
+    boolean deletesInRewrite = !planned.removed().isEmpty() && !vectors;
+    long plannedId = snapshot.snapshotId();
+    boolean rewrites = !rewritten.isEmpty() || !planned.removed().isEmpty();
     boolean adds = !writtenDeletes.isEmpty() && !deletesInRewrite;
     // one operation commits alone, as Iceberg's own rewrite commits: a transaction would load the table again
     Transaction transaction = rewrites && adds ? table.newTransaction() : null;
     if (rewrites) {
       RewriteFiles rewrite =
           (transaction != null ? transaction.newRewrite() : table.newRewrite())
-              .validateFromSnapshot(planned)
+              .validateFromSnapshot(plannedId)
               .dataSequenceNumber(snapshot.sequenceNumber());
       if (branch != null) {
         rewrite = rewrite.toBranch(branch);
       }
       rewritten.forEach(rewrite::deleteFile);
       written.forEach(rewrite::addFile);
-      removed.values().forEach(rewrite::deleteFile);
+      planned.removedFiles().forEach(rewrite::deleteFile);
       if (deletesInRewrite) {
         writtenDeletes.forEach(rewrite::addFile);
       }
@@ -384,7 +243,7 @@ public final class PlannedRewrite {
     }
     if (adds) {
       RowDelta delta =
-          (transaction != null ? transaction.newRowDelta() : table.newRowDelta()).validateFromSnapshot(planned);
+          (transaction != null ? transaction.newRowDelta() : table.newRowDelta()).validateFromSnapshot(plannedId);
       if (branch != null) {
         delta = delta.toBranch(branch);
       }
@@ -431,9 +290,9 @@ public final class PlannedRewrite {
     out.put("files_out", written.size());
     out.put("bytes_out", written.stream().mapToLong(DataFile::fileSizeInBytes).sum());
     out.put("rewrite_pos_files", positionsRewritten);
-    out.put("delete_files_removed", removed.size() + replaced.size());
+    out.put("delete_files_removed", planned.removed().size() + replaced.size());
     long removedBytes = 0;
-    for (DeleteFile delete : removed.values()) {
+    for (DeleteFile delete : planned.removedFiles()) {
       removedBytes += deleteBytes(delete);
     }
     for (DeleteFile delete : replaced) {
@@ -445,7 +304,7 @@ public final class PlannedRewrite {
     out.set("rewritten_files", paths(rewritten, listed));
     out.set("added_files", paths(written, listed));
     ArrayNode removedPaths = JSON.createArrayNode();
-    new TreeSet<>(removed.keySet()).stream().limit(listed).forEach(removedPaths::add);
+    new TreeSet<>(planned.removed().keySet()).stream().limit(listed).forEach(removedPaths::add);
     out.set("removed_delete_files", removedPaths);
     out.set("added_delete_files", paths(writtenDeletes, listed));
     try {
