@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -70,12 +70,13 @@ def pending_table(
     return api, before
 
 
-def optimizer_process(server: ServerProcess) -> subprocess.Popen[bytes]:
-    """A `lakewarden optimizer` in a session of its own (its JVM with it), registered with the admin's token."""
+def optimizer_process(server: ServerProcess, log: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
+    """A `lakewarden optimizer` in a session of its own (its JVM with it), registered with the admin's token;
+    its output goes to `log` when given."""
     return subprocess.Popen(
         [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log if log is not None else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
         start_new_session=True,
         env={**os.environ, "LAKEWARDEN_TOKEN": server.token},  # an operator's (here the admin's) token registers
     )
@@ -100,13 +101,7 @@ def test_a_stopped_optimizer_unregisters_logs_its_end_and_leaves_with_its_jvm(
     (optimizer/app.py `leave`): its exit status is 0, its last log line is written, and its JVM goes with it."""
     log_path = tmp_path / "optimizer.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden.cli.main", "optimizer", "--server", server.url, "--driver-memory", "1g"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "LAKEWARDEN_TOKEN": server.token},
-        )
+        process = optimizer_process(server, log)
     try:
         wait_for("the optimizer to register", lambda: optimizers(server), timeout=120)
         jvms = [pid for pid, name in descendants(process.pid) if name == "java"]

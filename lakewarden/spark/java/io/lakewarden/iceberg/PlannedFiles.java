@@ -8,7 +8,6 @@ package io.lakewarden.iceberg;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -201,10 +200,5 @@ final class PlannedFiles {
   /** The delete files the task removes, by location, in the order they were found. */
   Map<String, DeleteFile> removed() {
     return Collections.unmodifiableMap(removed);
-  }
-
-  /** The delete files the task removes. */
-  Collection<DeleteFile> removedFiles() {
-    return removed.values();
   }
 }

@@ -114,7 +114,7 @@ public final class PlannedRewrite {
       return;
     }
     Set<String> removing = new HashSet<>();
-    for (DeleteFile delete : planned.removedFiles()) {
+    for (DeleteFile delete : planned.removed().values()) {
       removing.add(identity(delete));
     }
     for (FileScanTask task : planned.positionTasks()) {
@@ -234,7 +234,7 @@ public final class PlannedRewrite {
       }
       rewritten.forEach(rewrite::deleteFile);
       written.forEach(rewrite::addFile);
-      planned.removedFiles().forEach(rewrite::deleteFile);
+      planned.removed().values().forEach(rewrite::deleteFile);
       if (deletesInRewrite) {
         writtenDeletes.forEach(rewrite::addFile);
       }
@@ -292,7 +292,7 @@ public final class PlannedRewrite {
     out.put("rewrite_pos_files", positionsRewritten);
     out.put("delete_files_removed", planned.removed().size() + replaced.size());
     long removedBytes = 0;
-    for (DeleteFile delete : planned.removedFiles()) {
+    for (DeleteFile delete : planned.removed().values()) {
       removedBytes += deleteBytes(delete);
     }
     for (DeleteFile delete : replaced) {
