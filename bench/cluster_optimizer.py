@@ -3,12 +3,14 @@
 1. Throughput: the same table of small files (zstd Parquet) is compacted by lakewarden's planner and the
    optimizer's executor, once in a Spark application on a standalone cluster of two one-core workers (the
    driver here, the rewrites on the executors) and once in local[2]. Each variant runs in a process of its
-   own (one SparkContext per JVM), on a fresh copy of the table, alternating, --rounds times; medians.
-   Goal: cluster >= 0.9x local (the cluster costs little).
+   own (one SparkContext per JVM), on a fresh copy of the table, alternating, --rounds times; medians. Before
+   the measured compaction each variant compacts a first copy of the same rows (its tasks at once, so every
+   executor runs one), as an optimizer that has been running has warm JVMs; that first one is reported too.
+   Goal: cluster >= 0.95x local (the cluster costs little).
 2. Reaction: a real server whose `spark` container submits optimizers to the cluster; from `group scale` to
    the first task acked (spark-submit, the driver's start, registration, the first poll).
 
-    .venv/bin/python bench/cluster_optimizer.py [--files 120] [--rows-per-file 40000] [--rounds 2]
+    .venv/bin/python bench/cluster_optimizer.py [--files 120] [--rows-per-file 40000] [--rounds 2] [--threads 1]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +51,17 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=120)
     parser.add_argument("--rows-per-file", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="the measured optimizer's threads")
     # internal: one variant's compaction in a process of its own
     parser.add_argument("--variant-master", help=argparse.SUPPRESS)
     parser.add_argument("--variant-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variant_master:
-        print(json.dumps(compact(Path(args.variant_dir), args.variant_master, args.files, args.rows_per_file)))
+        print(
+            json.dumps(
+                compact(Path(args.variant_dir), args.variant_master, args.files, args.rows_per_file, args.threads)
+            )
+        )
         return
     in_temporary_dir(lambda tmp: run(args, tmp))
 
@@ -64,11 +72,11 @@ def catalog(directory: Path) -> CatalogSpec:
     )
 
 
-def write_table(spark: Any, files: int, rows_per_file: int) -> int:
-    """The table of small files (the same rows every time); returns its bytes."""
-    spark.sql("CREATE NAMESPACE bench.db")
+def write_table(spark: Any, name: str, files: int, rows_per_file: int) -> int:
+    """A table of small files (the same rows every time); returns its bytes."""
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS bench.db")
     spark.sql(
-        "CREATE TABLE bench.db.small (id BIGINT, name STRING, amount DOUBLE, note STRING) USING iceberg "
+        f"CREATE TABLE bench.db.{name} (id BIGINT, name STRING, amount DOUBLE, note STRING) USING iceberg "
         "TBLPROPERTIES ('write.parquet.compression-codec'='zstd')"
     )
     (
@@ -80,16 +88,17 @@ def write_table(spark: Any, files: int, rows_per_file: int) -> int:
             "sha2(CAST(id AS STRING), 256) AS note",
         )
         .repartition(files)
-        .writeTo("bench.db.small")
+        .writeTo(f"bench.db.{name}")
         .append()
     )
-    size = sum(r[0] for r in spark.sql("SELECT file_size_in_bytes FROM bench.db.small.files").collect())
+    size = sum(r[0] for r in spark.sql(f"SELECT file_size_in_bytes FROM bench.db.{name}.files").collect())
     return int(size)
 
 
-def compact(directory: Path, master: str, files: int, rows_per_file: int) -> dict[str, Any]:
-    """One variant in a fresh directory: write the table, then plan it and run every task with the optimizer's
-    executor, as an optimizer would (only that is timed)."""
+def compact(directory: Path, master: str, files: int, rows_per_file: int, threads: int) -> dict[str, Any]:
+    """One variant in a fresh directory: two tables of the same rows; the first is compacted to warm the
+    optimizer's JVMs (every executor's: its tasks run at once), as a running optimizer's are; the second is
+    the measure: planned and every task run with the optimizer's executor on `threads` threads."""
     spec = catalog(directory)
     initialize_catalog(spec)
     extra = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
@@ -101,27 +110,16 @@ def compact(directory: Path, master: str, files: int, rows_per_file: int) -> dic
     )
     up = time.perf_counter() - started
     spark.range(4).count()  # executors registered
-    size = write_table(spark, files, rows_per_file)
-    table = open_catalog(spec).load_table(("db", "small"))
-    now = int(time.time() * 1000)
-    config = OptimizingConfig.of(table.properties)
-    clock = OptimizingClock(now, last_minor_ms=0, last_full_ms=now)
-    planned = plan_process("db.small", table, snapshot_files(table, ManifestCache()), config, clock)
     connection = CatalogConnection(name=spec.name, type=spec.type, properties=dict(spec.properties))
-    begun = time.perf_counter()
-    results = []
-    for task_id, task in enumerate(planned.tasks, start=1):
-        work = Assignment(
-            process_id=1, task_id=task_id, attempt=1, type=task.type, catalog=connection, input=task.input
-        )
-        result = execute_task(spark, work, "bench")
-        assert isinstance(result, OptimizingResult)
-        results.append(result)
-    seconds = time.perf_counter() - begun
+    write_table(spark, "first", files, rows_per_file)
+    first_seconds, _ = optimize(spark, spec, connection, "first", threads=2)
+    size = write_table(spark, "small", files, rows_per_file)
+    seconds, results = optimize(spark, spec, connection, "small", threads)
     executors = int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1  # minus the driver
     spark.stop()
     return {
         "seconds": seconds,
+        "first_process_seconds": first_seconds,
         "startup_seconds": up,
         "bytes_in": sum(r.bytes_in for r in results),
         "files_in": sum(r.files_in for r in results),
@@ -129,6 +127,32 @@ def compact(directory: Path, master: str, files: int, rows_per_file: int) -> dic
         "executors": executors,
         "table_bytes": size,
     }
+
+
+def optimize(
+    spark: Any, spec: CatalogSpec, connection: CatalogConnection, name: str, threads: int
+) -> tuple[float, list[OptimizingResult]]:
+    """Plan the table as the server would and run its tasks as an optimizer's threads do; seconds of the
+    tasks and their results."""
+    table = open_catalog(spec).load_table(("db", name))
+    now = int(time.time() * 1000)
+    config = OptimizingConfig.of(table.properties)
+    clock = OptimizingClock(now, last_minor_ms=0, last_full_ms=now)
+    planned = plan_process(f"db.{name}", table, snapshot_files(table, ManifestCache()), config, clock)
+
+    def run_task(numbered: tuple[int, Any]) -> OptimizingResult:
+        task_id, task = numbered
+        work = Assignment(
+            process_id=1, task_id=task_id, attempt=1, type=task.type, catalog=connection, input=task.input
+        )
+        result = execute_task(spark, work, "bench")
+        assert isinstance(result, OptimizingResult)
+        return result
+
+    begun = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(run_task, enumerate(planned.tasks, start=1)))
+    return time.perf_counter() - begun, results
 
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
@@ -144,7 +168,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
                     [
                         *(sys.executable, __file__, "--variant-master", master),
                         *("--variant-dir", str(copy), "--files", str(args.files)),
-                        *("--rows-per-file", str(args.rows_per_file)),
+                        *("--rows-per-file", str(args.rows_per_file), "--threads", str(args.threads)),
                     ],
                     capture_output=True,
                     text=True,
@@ -165,7 +189,15 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     size = measured["local[2]"][0]["table_bytes"]
     print(f"{args.files} files, {size / MB:.0f} MB")
     print(f"cluster (2 workers x 1 core): {rate['cluster']:.1f} MB/s; local[2]: {rate['local[2]']:.1f} MB/s")
-    print(f"ratio: {ratio:.2f}x (goal >= 0.9x)")
+    print(f"ratio: {ratio:.2f}x (goal >= 0.95x)")
+    first = {
+        v: statistics.median(r["bytes_in"] / MB / r["first_process_seconds"] for r in runs)
+        for v, runs in measured.items()
+    }
+    print(
+        f"first process of each application (cold JVMs, tasks at once): cluster {first['cluster']:.1f} MB/s, "
+        f"local[2] {first['local[2]']:.1f} MB/s ({first['cluster'] / first['local[2]']:.2f}x)"
+    )
     print(f"group scale -> first task acked: {reaction:.1f} s")
     write(
         "cluster_optimizer",
@@ -176,8 +208,9 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
             "mb_per_second": {v: round(r, 2) for v, r in rate.items()},
             "runs": measured,
             "cluster_vs_local": round(ratio, 3),
+            "first_process_mb_per_second": {v: round(r, 2) for v, r in first.items()},
             "scale_to_first_ack_seconds": round(reaction, 2),
-            "goal": 0.9,
+            "goal": 0.95,
         },
     )
     bar_chart("cluster_optimizer", "Compaction throughput: standalone cluster vs local[2]", rate, "MB/s")
