@@ -5,8 +5,9 @@ through the REST catalog), this isolates the data work of one task: identical ta
 written --per-append files at a time, so they have a manifest per append as streaming writers leave them) in a
 local SQL catalog; for each pair, lakewarden's planner plans one table and the optimizer's executor runs its
 task, and `rewrite_data_files` compacts the other. The two alternate; the first half of the --rounds warms the
-JVM and is not counted. Per task: wall seconds and CPU-seconds of the Python process and of its JVM. The
-task's planning is the server's and not counted; Iceberg's procedure plans its own.
+JVM and is not counted. Per table: wall seconds and CPU-seconds of the Python process and of its JVM, planning
+included on both sides (lakewarden's planner, pyiceberg in this process, where the server would run it;
+Iceberg's procedure plans in the JVM).
 
     .venv/bin/python bench/optimizer_task.py [--files 300] [--per-append 10] [--rounds 8]
 """
@@ -25,16 +26,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bar_chart, in_temporary_dir, write
-from lakewarden.domain.evaluator import OptimizingClock
-from lakewarden.domain.optimizing_config import OptimizingConfig
-from lakewarden.metadata.catalogs import open_catalog
-from lakewarden.metadata.files import snapshot_files
-from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.optimizer.cpu import process_cpu_seconds
-from lakewarden.optimizer.executor import execute_task
-from lakewarden.services.processes.self_optimizing import plan_process
 from lakewarden.spark.session import build_spark_session
-from tests.helpers import assignment, spark_sql_catalog
+from tests.helpers import planned_process, run_task, spark_sql_catalog
 
 PROPERTIES = "'self-optimizing.minor.trigger.file-count'='3', 'format-version'='2'"
 
@@ -70,13 +64,9 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         }
 
     def lakewarden(name: str) -> None:
-        table = open_catalog(spec).load_table(("db", name))
-        now = int(time.time() * 1000)
-        clock = OptimizingClock(now, last_minor_ms=now, last_full_ms=now)
-        config = OptimizingConfig.of(table.properties)
-        planned = plan_process(f"db.{name}", table, snapshot_files(table, ManifestCache()), config, clock)
+        planned = planned_process(spec, f"bench.db.{name}")
         assert len(planned.tasks) == 1, "one task per table: the pair compares one task with one rewrite"
-        result = execute_task(spark, assignment(spec, planned.tasks[0].input.model_dump(mode="json")), "bench")
+        result = run_task(spark, spec, planned.tasks[0].input.model_dump(mode="json"))
         assert getattr(result, "files_in", 0) == args.files, result
 
     def iceberg(name: str) -> None:
