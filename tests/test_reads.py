@@ -20,6 +20,7 @@ from lakewarden.domain.reads import (
     ReportedRead,
     ReportKind,
     ReportSource,
+    commit_report,
     day_of_hours,
     partition_of,
     percentile,
@@ -251,6 +252,33 @@ def test_reads_are_pruned_by_age_and_count_keeping_each_tables_newest(client: Te
         ("a", timedelta(days=1)),
         ("b", timedelta(days=20)),  # its newest
     ]
+
+
+def test_reads_are_counted_in_the_hour_they_fall_in(client: TestClient) -> None:
+    db = _context(client).db
+    hours = day_of_hours(NOW)  # NOW - 24 h … NOW - 1 h
+    scan = scan_report({"result-data-files": {"value": 4}, "result-delete-files": {"value": 2}}, 1, True, {}, None)
+    commit = commit_report({"added-data-files": {"value": 9}}, 1, "append", {}, None)
+    owner = ("lake", "db", "hours")
+    with db.write() as session:
+        for report, at in [
+            (scan, hours[0] - timedelta(seconds=1)),  # before the day: not counted
+            (scan, hours[0]),  # an hour's start is in that hour
+            (scan, hours[1] - timedelta(seconds=1)),
+            (commit, hours[1]),
+            (scan, hours[-1] + timedelta(minutes=59)),
+            (commit, NOW + timedelta(seconds=1)),  # after the last hour: not counted
+        ]:
+            store.record_read(session, owner, report, at)
+        store.record_read(session, ("lake", "db", "other"), scan, hours[5])  # another table's
+        counted = store.hourly_counts(session, owner, hours)
+    assert [h.hour for h in counted] == hours
+    assert [(h.scans, h.files_per_scan, h.commits) for h in counted if h.scans or h.commits] == [
+        (2, 6.0, 0),
+        (0, 0.0, 1),
+        (1, 6.0, 0),
+    ]
+    assert counted[0].scans == 2 and counted[1].commits == 1 and counted[-1].scans == 1
 
 
 # ---- what optimizing bought

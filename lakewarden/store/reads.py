@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, case, func, insert, select
+from sqlalchemy import ColumnElement, and_, bindparam, case, func, insert, select
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.benefits import ReadCost
@@ -93,24 +93,49 @@ def reads_since(session: Session, owner: Owner, since: datetime, limit: int) -> 
     return [ReportedRead(as_utc(r[0]), *r[1:]) for r in rows]
 
 
-def hourly_counts(session: Session, owner: Owner, hours: list[datetime]) -> list[HourOfReads]:
-    """Scans, commits and the files scans planned in each hour starting at `hours` (ascending, one query)."""
+def _hourly_statement(count: int) -> Any:
+    """Scans, commits and planned files per hour and kind of `count` contiguous hours starting at the parameters
+    `h0`… (the table named by `catalog`, `namespace`, `table`), the hour of a row found by a CASE."""
     row = TableReadRow
-    scan, files = row.kind == ReportKind.SCAN.value, row.data_files + row.delete_files
-    columns = []
-    for start in hours:
-        inside = and_(row.reported_at >= start, row.reported_at < start + timedelta(hours=1))
-        columns += [
-            func.sum(case((and_(inside, scan), 1), else_=0)),
-            func.sum(case((and_(inside, scan), files), else_=0)),
-            func.sum(case((and_(inside, row.kind == ReportKind.COMMIT.value), 1), else_=0)),
-        ]
-    counts = session.execute(select(*columns).where(_of(owner), row.reported_at >= hours[0])).one()
-    out = []
-    for i, start in enumerate(hours):
-        scans, planned, commits = (int(v or 0) for v in counts[3 * i : 3 * i + 3])
-        out.append(HourOfReads(start, scans, planned / scans if scans else 0.0, commits))
-    return out
+    starts = [bindparam(f"h{i}", type_=row.reported_at.type) for i in range(count + 1)]  # the last: the end
+    # the index of the hour a row falls in: the latest start it is not before
+    hour = case(*((row.reported_at >= starts[i], i) for i in reversed(range(count))), else_=-1)
+    owner = and_(
+        row.catalog_name == bindparam("catalog"),
+        row.namespace == bindparam("namespace"),
+        row.table_name == bindparam("table"),
+    )
+    rows = (
+        select(hour.label("hour"), row.kind.label("kind"), (row.data_files + row.delete_files).label("files"))
+        .where(owner, row.reported_at >= starts[0], row.reported_at < starts[-1])
+        .subquery()
+    )
+    return select(rows.c.hour, rows.c.kind, func.count(), func.sum(rows.c.files)).group_by(rows.c.hour, rows.c.kind)
+
+
+# built once (a table page asks every time, and the expressions cost more to build than the query to run)
+_HOURLY = {24: _hourly_statement(24)}
+
+
+def hourly_counts(session: Session, owner: Owner, hours: list[datetime]) -> list[HourOfReads]:
+    """Scans, commits and the files scans planned in each hour starting at `hours` (ascending, contiguous): one
+    query grouping the rows by their hour and kind, a few rows back."""
+    statement = _HOURLY.get(len(hours))
+    if statement is None:
+        statement = _hourly_statement(len(hours))
+    bounds = [*hours, hours[-1] + timedelta(hours=1)]
+    params = {f"h{i}": start for i, start in enumerate(bounds)}
+    counts = session.execute(statement, {**params, "catalog": owner[0], "namespace": owner[1], "table": owner[2]})
+    scans, planned, commits = [0] * len(hours), [0] * len(hours), [0] * len(hours)
+    for index, kind, count, files in counts:
+        if kind == ReportKind.SCAN.value:
+            scans[index], planned[index] = int(count), int(files or 0)
+        elif kind == ReportKind.COMMIT.value:
+            commits[index] = int(count)
+    return [
+        HourOfReads(start, scans[i], planned[i] / scans[i] if scans[i] else 0.0, commits[i])
+        for i, start in enumerate(hours)
+    ]
 
 
 def scans_since(session: Session, owner: Owner, since: datetime) -> int:

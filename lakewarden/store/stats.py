@@ -65,15 +65,20 @@ class ProcessTotals:
 
 RowT = TypeVar("RowT", ProcessTotalsRow, ProcessStreakRow)
 TOTALS_KEY = ("catalog_name", "db_name", "table_name", "action", "type", "status")
+_TOTALS_KEYS = tuple(getattr(ProcessRow, key) for key in TOTALS_KEY)
+# built once: a sum of a JSON field per result is many expressions, and the table page and metrics ask every time
+_RUNNING_TOTALS = select(
+    *_TOTALS_KEYS,
+    func.count(),
+    *(func.coalesce(func.sum(ProcessRow.summary[f].as_float()), 0) for f in RESULT_FIELDS),
+).where(ProcessRow.status == ProcessStatus.RUNNING.value)
 
 
 def process_totals(session: Session, table: tuple[str, str, str] | None = None) -> list[ProcessTotals]:
     """Processes counted, and their results summed, per table, action, type and status, of every table or of one:
     those ended (from their running totals, however many are kept in history) and those running. Reads as many
     rows as there are keys and running processes, not processes ever run."""
-    keys = tuple(getattr(ProcessRow, key) for key in TOTALS_KEY)
-    sums = [func.coalesce(func.sum(ProcessRow.summary[f].as_float()), 0) for f in RESULT_FIELDS]
-    running = select(*keys, func.count(), *sums).where(ProcessRow.status == ProcessStatus.RUNNING.value)
+    keys, running = _TOTALS_KEYS, _RUNNING_TOTALS
     ended = select(ProcessTotalsRow)
     if table is not None:
         running = running.where(*(column == value for column, value in zip(keys[:3], table, strict=True)))
