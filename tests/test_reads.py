@@ -382,3 +382,7 @@ def test_a_later_process_closes_the_window_of_the_one_before(client: TestClient,
     with ctx.db.read() as session:
         kept = session.get(ProcessRow, first)
         assert kept is not None and kept.summary["benefit"]["after"]["scans"] == 1
+    ctx.rest_catalog.reads.clock = lambda: NOW
+    listed = client.get("/api/v1/processes?table=lake.db.t").json()  # newest first; the second measured now
+    assert [(p["benefit"]["before"]["scans"], p["benefit"]["after"]["scans"]) for p in listed] == [(1, 1), (0, 1)]
+    assert [p["benefit"]["settled"] for p in listed] == [False, True]

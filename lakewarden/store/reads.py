@@ -5,6 +5,7 @@ Pruned like the timeline (store/history.prune_reads): by age and by count per ta
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -175,28 +176,70 @@ def scan_gauges(session: Session, since: datetime) -> list[ScanGauge]:
     return [ScanGauge(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0)) for r in rows]
 
 
-def read_cost(session: Session, owner: Owner, start: datetime, end: datetime) -> ReadCost:
-    """What the table's scans in [start, end) read, on average."""
+def _windows_statement() -> Any:
+    """What the table's scans (`catalog`, `namespace`, `table`) read on average in two windows, [before_start,
+    before_end) and [after_start, after_end), among the rows in [first, last)."""
     row = TableReadRow
-    found = session.execute(
-        select(
-            func.count(),
-            func.avg(row.data_files + row.delete_files),
-            func.avg(row.delete_files),
-            func.avg(row.data_bytes + row.delete_bytes),
-        ).where(_of(owner), row.kind == ReportKind.SCAN.value, row.reported_at >= start, row.reported_at < end)
-    ).one()
-    return ReadCost(int(found[0]), float(found[1] or 0), float(found[2] or 0), float(found[3] or 0))
-
-
-def next_optimizing_start(session: Session, table_id: int, after: datetime) -> datetime | None:
-    """When the table's next optimizing process after `after` was planned."""
-    found = session.scalar(
-        select(func.min(ProcessRow.plan_time)).where(
-            ProcessRow.table_id == table_id, ProcessRow.action == OPTIMIZING, ProcessRow.plan_time > after
-        )
+    files, bytes_ = row.data_files + row.delete_files, row.data_bytes + row.delete_bytes
+    columns: list[Any] = []
+    for window in ("before", "after"):
+        start, end = (bindparam(f"{window}_{edge}", type_=row.reported_at.type) for edge in ("start", "end"))
+        inside = and_(row.reported_at >= start, row.reported_at < end)
+        columns += [
+            func.count(case((inside, 1))),
+            func.avg(case((inside, files))),
+            func.avg(case((inside, row.delete_files))),
+            func.avg(case((inside, bytes_))),
+        ]
+    return select(*columns).where(
+        row.catalog_name == bindparam("catalog"),
+        row.namespace == bindparam("namespace"),
+        row.table_name == bindparam("table"),
+        row.kind == ReportKind.SCAN.value,
+        row.reported_at >= bindparam("first", type_=row.reported_at.type),
+        row.reported_at < bindparam("last", type_=row.reported_at.type),
     )
-    return None if found is None else as_utc(found)
+
+
+_WINDOWS = _windows_statement()  # built once: a process list measures every process it shows
+
+
+def read_costs(
+    session: Session, owner: Owner, before: tuple[datetime, datetime], after: tuple[datetime, datetime]
+) -> tuple[ReadCost, ReadCost]:
+    """What the table's scans in the window `before` and in the window `after` ([start, end) each) read, on
+    average: one query."""
+    params = {
+        "catalog": owner[0],
+        "namespace": owner[1],
+        "table": owner[2],
+        "before_start": before[0],
+        "before_end": before[1],
+        "after_start": after[0],
+        "after_end": after[1],
+        "first": min(before[0], after[0]),
+        "last": max(before[1], after[1]),
+    }
+    found = session.execute(_WINDOWS, params).one()
+    return (
+        ReadCost(int(found[0]), float(found[1] or 0), float(found[2] or 0), float(found[3] or 0)),
+        ReadCost(int(found[4]), float(found[5] or 0), float(found[6] or 0), float(found[7] or 0)),
+    )
+
+
+def optimizing_starts(session: Session, table_ids: Collection[int], after: datetime) -> dict[int, list[datetime]]:
+    """When each table's optimizing processes planned after `after` were planned, per table, in order."""
+    starts: dict[int, list[datetime]] = {table_id: [] for table_id in table_ids}
+    if not starts:
+        return starts
+    rows = session.execute(
+        select(ProcessRow.table_id, ProcessRow.plan_time)
+        .where(ProcessRow.table_id.in_(starts), ProcessRow.action == OPTIMIZING, ProcessRow.plan_time > after)
+        .order_by(ProcessRow.plan_time)
+    )
+    for table_id, planned in rows:
+        starts[table_id].append(as_utc(planned))
+    return starts
 
 
 def judged_processes(session: Session, ended_after: datetime, group: str | None = None) -> list[ProcessRow]:

@@ -174,7 +174,8 @@ def list_processes(
         processes = store.list_processes(session, table_id, limit, action=action, status=status)
         tasks = store.tasks_of_each(session, [p.process_id for p in processes])
         currency, reads = ctx.config.ams.cost.currency, ctx.rest_catalog.reads
-        return [_read(p, tasks[p.process_id], currency, reads.benefit(session, p)) for p in processes]
+        benefits = reads.benefits(session, processes)
+        return [_read(p, tasks[p.process_id], currency, b) for p, b in zip(processes, benefits, strict=True)]
 
 
 @router.get("/{process_id}", response_model=ProcessRead)

@@ -8,7 +8,7 @@ summary (its page, `GET /api/v1/tables/…` under `reads`) is taken from its rep
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from urllib.parse import unquote_plus
@@ -82,25 +82,44 @@ class TableReads:
     def benefit(self, session: Session, process: ProcessRow, now: datetime | None = None) -> Benefit | None:
         """What a successful optimizing process bought (domain/benefits.Benefit): kept in its summary once settled,
         else measured from the reads kept; None for another process, or one that ended a week ago unsettled."""
-        if process.action != Action.OPTIMIZING or process.status != ProcessStatus.SUCCESS or process.end_time is None:
-            return None
-        kept = (process.summary or {}).get(store.BENEFIT)
-        if kept is not None:
-            return benefit_from_json(kept)
+        return self.benefits(session, [process], now)[0]
+
+    def benefits(
+        self, session: Session, processes: Sequence[ProcessRow], now: datetime | None = None
+    ) -> list[Benefit | None]:
+        """`benefit` of each process, in their order: a query for the next plans of all their tables, and one
+        per process measured (a process list shows many)."""
         now = now or self.clock()
-        owner = (process.catalog_name, process.db_name, process.table_name)
-        planned, ended = as_utc(process.plan_time), as_utc(process.end_time)
-        if ended < now - WEEK:
-            return None  # never settled (it ended before reads were kept, or while no leader pruned): not judged
-        before = store.read_cost(session, owner, planned - BENEFIT_WINDOW, planned)
-        until = ended + BENEFIT_WINDOW
-        following = store.next_optimizing_start(session, process.table_id, ended)
-        settled = now >= until or following is not None
-        if following is not None:
-            until = min(until, following)
-        after = store.read_cost(session, owner, ended, min(until, now))
-        cpu = cpu_seconds(process.summary, "spark_")
-        return benefit_of(before, after, cpu, settled)
+        found: list[Benefit | None] = [None] * len(processes)
+        measured: list[tuple[int, ProcessRow, datetime]] = []  # with when it ended
+        for i, process in enumerate(processes):
+            if process.action != Action.OPTIMIZING or process.status != ProcessStatus.SUCCESS:
+                continue
+            if process.end_time is None:
+                continue
+            kept = (process.summary or {}).get(store.BENEFIT)
+            ended = as_utc(process.end_time)
+            if kept is not None:
+                found[i] = benefit_from_json(kept)
+            elif ended >= now - WEEK:
+                measured.append((i, process, ended))
+            # else never settled (it ended before reads were kept, or while no leader pruned): not judged
+        if not measured:
+            return found
+        starts = store.optimizing_starts(session, {p.table_id for _, p, _ in measured}, min(e for _, _, e in measured))
+        for i, process, ended in measured:
+            planned = as_utc(process.plan_time)
+            until = ended + BENEFIT_WINDOW
+            following = next((s for s in starts[process.table_id] if s > ended), None)
+            settled = now >= until or following is not None
+            if following is not None:
+                until = min(until, following)
+            owner = (process.catalog_name, process.db_name, process.table_name)
+            before, after = store.read_costs(
+                session, owner, (planned - BENEFIT_WINDOW, planned), (ended, min(until, now))
+            )
+            found[i] = benefit_of(before, after, cpu_seconds(process.summary, "spark_"), settled)
+        return found
 
     def settle_benefits(self, now: datetime | None = None) -> int:
         """Keeps in each successful optimizing process's summary what it bought once the window after it is
@@ -109,10 +128,10 @@ class TableReads:
         now = now or self.clock()
         settled = 0
         with self.db.write() as session:
-            for process in store.judged_processes(session, now - WEEK):
-                if store.BENEFIT in (process.summary or {}):
-                    continue
-                found = self.benefit(session, process, now)
+            unsettled = [
+                p for p in store.judged_processes(session, now - WEEK) if store.BENEFIT not in (p.summary or {})
+            ]
+            for process, found in zip(unsettled, self.benefits(session, unsettled, now), strict=True):
                 if found is not None and found.settled:
                     store.keep_benefit(session, process.process_id, benefit_json(found))
                     settled += 1
@@ -120,5 +139,4 @@ class TableReads:
 
     def net(self, session: Session, processes: list[ProcessRow]) -> NetBenefit:
         """What the processes bought, added up."""
-        found = [self.benefit(session, p) for p in processes]
-        return NetBenefit.of([b for b in found if b is not None])
+        return NetBenefit.of([b for b in self.benefits(session, processes) if b is not None])
