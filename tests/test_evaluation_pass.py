@@ -130,3 +130,26 @@ def test_a_table_committed_during_a_long_pass_is_evaluated_within_it(
         passing.join(60)
     assert evaluation(client, c, "big")["type"] == "minor"
     assert evaluator.order == ["big", "hot"]
+
+
+def test_a_table_changed_while_its_verdict_is_made_stays_due(client: TestClient, sql_catalog: CatalogSpec) -> None:
+    c = sql_catalog.name
+    catalog = make_tables(client, sql_catalog, {"moving": {**TWO_FILES, "self-optimizing.enabled": "false"}})
+    append(catalog, "moving", 2)  # two files: a minor optimizing once it is turned on
+    refresh(client, c)
+    evaluator = watched(client, threads=1, held="moving", recheck=600)
+    passing = threading.Thread(target=evaluator.run_once)
+    passing.start()
+    try:
+        assert evaluator.entered.wait(30), "the pass never reached the held table"
+        with catalog.load_table(("db", "moving")).transaction() as tx:  # turned on while its verdict is made
+            tx.set_properties({"self-optimizing.enabled": "true"})
+        refresh(client, c)
+    finally:
+        evaluator.release.set()
+        passing.join(60)
+    assert evaluation(client, c, "moving")["type"] is None  # the verdict on the table as the pass read it
+    # that verdict did not push back the moment the change set: the next pass takes the table, not the recheck
+    again = watched(client, threads=1, recheck=600)
+    again.run_once()
+    assert again.order == ["moving"] and evaluation(client, c, "moving")["type"] == "minor"

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.states import check_table
 from lakewarden.domain.tables import TableStatus
-from lakewarden.store.database import utcnow
+from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import TableRuntimeRow
 
 
@@ -44,6 +44,16 @@ def transition_tables(session: Session, table_ids: list[int], expected: TableSta
         moved = {table_id for table_id in table_ids if transition_table(session, table_id, expected, new)}
     session.flush()
     return moved
+
+
+def next_evaluations(session: Session, table_ids: list[int]) -> dict[int, datetime | None]:
+    """When each table is due for its next verdict, as stored now."""
+    rows = session.execute(
+        select(TableRuntimeRow.table_id, TableRuntimeRow.next_evaluation_at).where(
+            TableRuntimeRow.table_id.in_(table_ids)
+        )
+    )
+    return {table_id: None if due is None else as_utc(due) for table_id, due in rows}
 
 
 def save_evaluations(session: Session, verdicts: list[tuple[int, int | None, dict[str, Any], datetime | None]]) -> None:

@@ -352,9 +352,17 @@ class TableEvaluator(LoopService):
                 else {}
             )
             saved = []
+            due_now = runtime_store.next_evaluations(session, [rec.runtime.table_id for rec, _ in verdicts])
             for rec, document in verdicts:
                 sampling = sampled.get(rec.runtime.table_id)
                 again = self._next_evaluation(document, None if sampling is None else sampling.deferred_until)
+                # a commit (or a process's end) while the verdict was made set the table due anew; this verdict is
+                # of the table as it was read before, so it must not push that moment back (else the change waits
+                # for a recheck: the wake it sent came while the table was being evaluated)
+                due = due_now.get(rec.runtime.table_id)
+                read = rec.runtime.next_evaluation_at
+                if due is not None and (read is None or due != as_utc(read)):
+                    again = due if again is None else min(again, due)
                 saved.append((rec.runtime.table_id, document["snapshot_id"], document, again))
             runtime_store.save_evaluations(session, saved)
             pending = [rec.runtime.table_id for rec, document in verdicts if document["type"] is not None]
