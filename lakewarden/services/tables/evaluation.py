@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -177,6 +177,7 @@ class TableEvaluator(LoopService):
         began = utcnow()
         due, triggers, specs = self._due_now(began, None)
         records = {rec.runtime.table_id: rec for rec in due}
+        read_at = dict.fromkeys(records, began)  # when each record was read
         queue = deque(records)
         running: dict[Future[dict[str, Any]], TableRecord] = {}
         done: list[tuple[TableRecord, dict[str, Any]]] = []
@@ -187,8 +188,8 @@ class TableEvaluator(LoopService):
         with catalogs, ThreadPoolExecutor(self.thread_count, thread_name_prefix="evaluator") as pool:
             while (queue or running) and not self.stopping:
                 if time.monotonic() - looked >= LOOK_SECONDS and self.take_wake():
-                    looked = time.monotonic()
-                    fresh, fresh_triggers, catalogs.specs = self._due_now(utcnow(), began - LOOK_SLACK)
+                    looked, look = time.monotonic(), utcnow()
+                    fresh, fresh_triggers, catalogs.specs = self._due_now(look, began - LOOK_SLACK)
                     triggers.update(fresh_triggers)
                     # a verdict being made or not stored yet: the database still shows the table as due
                     unsettled = {rec.runtime.table_id for rec in (*running.values(), *(rec for rec, _ in done))}
@@ -199,7 +200,7 @@ class TableEvaluator(LoopService):
                             continue
                         if table_id in records and table_id in queue:
                             queue.remove(table_id)
-                        records[table_id] = rec
+                        records[table_id], read_at[table_id] = rec, look
                         queue.appendleft(table_id)
                         urgent.add(table_id)
                 while queue and len(running) < self.thread_count:
@@ -221,7 +222,7 @@ class TableEvaluator(LoopService):
                 due_now = len(done) >= BATCH or time.monotonic() - stored >= FLUSH_SECONDS
                 if done and (last or due_now or any(rec.runtime.table_id in urgent for rec, _ in done)):
                     with self.charged():
-                        self._record(done)
+                        self._record(done, read_at)
                     done, stored = [], time.monotonic()
         if changed_again:
             self.wake()
@@ -338,8 +339,11 @@ class TableEvaluator(LoopService):
             moments.append(now + self.recheck)
         return min(moments, default=None)
 
-    def _record(self, verdicts: list[tuple[TableRecord, dict[str, Any]]]) -> None:
-        """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE."""
+    def _record(
+        self, verdicts: list[tuple[TableRecord, dict[str, Any]]], read_at: Mapping[int, datetime] | None = None
+    ) -> None:
+        """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE. `read_at`:
+        when the pass read each table's record, so a change stored since keeps the table due."""
         with self.db.write() as session:
             shaped = {
                 rec.runtime.table_id: shape
@@ -352,16 +356,16 @@ class TableEvaluator(LoopService):
                 else {}
             )
             saved = []
-            due_now = runtime_store.next_evaluations(session, [rec.runtime.table_id for rec, _ in verdicts])
+            ids = [rec.runtime.table_id for rec, _ in verdicts]
+            due_now = runtime_store.next_evaluations(session, ids) if read_at is not None else {}
             for rec, document in verdicts:
                 sampling = sampled.get(rec.runtime.table_id)
                 again = self._next_evaluation(document, None if sampling is None else sampling.deferred_until)
-                # a commit (or a process's end) while the verdict was made set the table due anew; this verdict is
-                # of the table as it was read before, so it must not push that moment back (else the change waits
-                # for a recheck: the wake it sent came while the table was being evaluated)
+                # a commit (or a process's end) after the record was read set the table due anew; this verdict is
+                # of the table as it was read, so it must not push that moment back (else the change waits for a
+                # recheck: the wake it sent came while the table was being evaluated)
                 due = due_now.get(rec.runtime.table_id)
-                read = rec.runtime.next_evaluation_at
-                if due is not None and (read is None or due != as_utc(read)):
+                if due is not None and read_at is not None and due > read_at[rec.runtime.table_id]:
                     again = due if again is None else min(again, due)
                 saved.append((rec.runtime.table_id, document["snapshot_id"], document, again))
             runtime_store.save_evaluations(session, saved)
