@@ -14,6 +14,7 @@ from lakewarden.store import runtime as runtime_store
 from lakewarden.store import shapes
 from lakewarden.store import tables as table_store
 from lakewarden.store.models import TableRuntimeRow
+from lakewarden.store.runtime import Verdict
 from lakewarden.store.shapes import Shape
 from tests.test_scheduling import ctx_of
 
@@ -49,7 +50,11 @@ def test_a_batch_of_verdicts_is_saved_per_table(client: TestClient) -> None:
     db = ctx_of(client).db
     with db.write() as session:
         runtime_store.save_evaluations(
-            session, [(ids[0], 11, {"type": None, "n": 0}, None), (ids[2], 33, {"type": 1, "n": 2}, later)]
+            session,
+            [
+                Verdict(ids[0], 11, {"type": None, "n": 0}, None, datetime.now(UTC)),
+                Verdict(ids[2], 33, {"type": 1, "n": 2}, later, datetime.now(UTC)),
+            ],
         )
     with db.read() as session:
         rows = [session.get(TableRuntimeRow, i) for i in ids]
@@ -61,6 +66,34 @@ def test_a_batch_of_verdicts_is_saved_per_table(client: TestClient) -> None:
         assert rows[0] is not None and rows[0].next_evaluation_at is None
         assert rows[2] is not None and rows[2].next_evaluation_at is not None
         assert abs(rows[2].next_evaluation_at.replace(tzinfo=UTC) - later) < timedelta(seconds=1)
+
+
+def test_a_verdict_keeps_a_due_moment_stored_after_its_record_was_read(client: TestClient) -> None:
+    """A change stored while a verdict was being made (a due moment later than the record's read) stays due unless
+    the verdict's own moment is earlier; a due moment from before the read is the verdict's to replace."""
+    ids = _tables(client, 5)
+    db = ctx_of(client).db
+    read_at = datetime.now(UTC)
+    before, after = read_at - timedelta(seconds=5), read_at + timedelta(seconds=5)
+    own = read_at + timedelta(hours=1)
+    stored = {ids[0]: after, ids[1]: after, ids[2]: before, ids[3]: before, ids[4]: own + timedelta(seconds=1)}
+    with db.write() as session:
+        for table_id, due in stored.items():
+            row = session.get(TableRuntimeRow, table_id)
+            assert row is not None
+            row.next_evaluation_at = due
+    verdicts = {ids[0]: own, ids[1]: None, ids[2]: own, ids[3]: None, ids[4]: own}
+    with db.write() as session:
+        runtime_store.save_evaluations(
+            session, [Verdict(table_id, 1, {"type": None}, again, read_at) for table_id, again in verdicts.items()]
+        )
+    with db.read() as session:
+        found = {}
+        for table_id in ids:
+            row = session.get(TableRuntimeRow, table_id)
+            assert row is not None
+            found[table_id] = None if row.next_evaluation_at is None else row.next_evaluation_at.replace(tzinfo=UTC)
+    assert found == {ids[0]: after, ids[1]: after, ids[2]: own, ids[3]: None, ids[4]: own}
 
 
 def test_a_batch_of_shapes_samples_as_one_table_at_a_time_does(client: TestClient) -> None:

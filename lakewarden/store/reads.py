@@ -5,6 +5,7 @@ Pruned like the timeline (store/history.prune_reads): by age and by count per ta
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -65,9 +66,19 @@ def known_partitions(session: Session, owner: Owner) -> list[str]:
     return [str(p["partition"]) for p in (evaluation or {}).get("partitions", []) if p.get("partition")]
 
 
-def _of(owner: Owner) -> ColumnElement[bool]:
+def _owned() -> ColumnElement[bool]:
+    """The rows of one table, named by the parameters `catalog`, `namespace`, `table` (`_owner_parameters`): the
+    statements that use it can be built once."""
     row = TableReadRow
-    return and_(row.catalog_name == owner[0], row.namespace == owner[1], row.table_name == owner[2])
+    return and_(
+        row.catalog_name == bindparam("catalog"),
+        row.namespace == bindparam("namespace"),
+        row.table_name == bindparam("table"),
+    )
+
+
+def _owner_parameters(owner: Owner) -> dict[str, str]:
+    return {"catalog": owner[0], "namespace": owner[1], "table": owner[2]}
 
 
 def reads_since(session: Session, owner: Owner, since: datetime, limit: int) -> list[ReportedRead]:
@@ -87,13 +98,15 @@ def reads_since(session: Session, owner: Owner, since: datetime, limit: int) -> 
             row.engine,
             row.principal,
         )
-        .where(_of(owner), row.reported_at >= since)
+        .where(_owned(), row.reported_at >= since)
         .order_by(row.read_id.desc())
-        .limit(limit)
+        .limit(limit),
+        _owner_parameters(owner),
     )
     return [ReportedRead(as_utc(r[0]), *r[1:]) for r in rows]
 
 
+@functools.cache  # a table page asks every time, and the expressions cost more to build than the query to run
 def _hourly_statement(count: int) -> Any:
     """Scans, commits and planned files per hour and kind of `count` contiguous hours starting at the parameters
     `h0`… (the table named by `catalog`, `namespace`, `table`), the hour of a row found by a CASE."""
@@ -101,32 +114,20 @@ def _hourly_statement(count: int) -> Any:
     starts = [bindparam(f"h{i}", type_=row.reported_at.type) for i in range(count + 1)]  # the last: the end
     # the index of the hour a row falls in: the latest start it is not before
     hour = case(*((row.reported_at >= starts[i], i) for i in reversed(range(count))), else_=-1)
-    owner = and_(
-        row.catalog_name == bindparam("catalog"),
-        row.namespace == bindparam("namespace"),
-        row.table_name == bindparam("table"),
-    )
     rows = (
         select(hour.label("hour"), row.kind.label("kind"), (row.data_files + row.delete_files).label("files"))
-        .where(owner, row.reported_at >= starts[0], row.reported_at < starts[-1])
+        .where(_owned(), row.reported_at >= starts[0], row.reported_at < starts[-1])
         .subquery()
     )
     return select(rows.c.hour, rows.c.kind, func.count(), func.sum(rows.c.files)).group_by(rows.c.hour, rows.c.kind)
 
 
-# built once (a table page asks every time, and the expressions cost more to build than the query to run)
-_HOURLY = {24: _hourly_statement(24)}
-
-
 def hourly_counts(session: Session, owner: Owner, hours: list[datetime]) -> list[HourOfReads]:
     """Scans, commits and the files scans planned in each hour starting at `hours` (ascending, contiguous): one
     query grouping the rows by their hour and kind, a few rows back."""
-    statement = _HOURLY.get(len(hours))
-    if statement is None:
-        statement = _hourly_statement(len(hours))
     bounds = [*hours, hours[-1] + timedelta(hours=1)]
     params = {f"h{i}": start for i, start in enumerate(bounds)}
-    counts = session.execute(statement, {**params, "catalog": owner[0], "namespace": owner[1], "table": owner[2]})
+    counts = session.execute(_hourly_statement(len(hours)), {**params, **_owner_parameters(owner)})
     scans, planned, commits = [0] * len(hours), [0] * len(hours), [0] * len(hours)
     for index, kind, count, files in counts:
         if kind == ReportKind.SCAN.value:
@@ -143,7 +144,8 @@ def scans_since(session: Session, owner: Owner, since: datetime) -> int:
     row = TableReadRow
     return int(
         session.scalar(
-            select(func.count()).where(_of(owner), row.kind == ReportKind.SCAN.value, row.reported_at >= since)
+            select(func.count()).where(_owned(), row.kind == ReportKind.SCAN.value, row.reported_at >= since),
+            _owner_parameters(owner),
         )
         or 0
     )
@@ -192,9 +194,7 @@ def _windows_statement() -> Any:
             func.avg(case((inside, bytes_))),
         ]
     return select(*columns).where(
-        row.catalog_name == bindparam("catalog"),
-        row.namespace == bindparam("namespace"),
-        row.table_name == bindparam("table"),
+        _owned(),
         row.kind == ReportKind.SCAN.value,
         row.reported_at >= bindparam("first", type_=row.reported_at.type),
         row.reported_at < bindparam("last", type_=row.reported_at.type),
@@ -210,9 +210,7 @@ def read_costs(
     """What the table's scans in the window `before` and in the window `after` ([start, end) each) read, on
     average: one query."""
     params = {
-        "catalog": owner[0],
-        "namespace": owner[1],
-        "table": owner[2],
+        **_owner_parameters(owner),
         "before_start": before[0],
         "before_end": before[1],
         "after_start": after[0],

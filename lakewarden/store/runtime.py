@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, Update, and_, bindparam, case, null, update
 from sqlalchemy.orm import Session
 
 from lakewarden.domain.states import check_table
 from lakewarden.domain.tables import TableStatus
-from lakewarden.store.database import as_utc, utcnow
+from lakewarden.store.database import utcnow
 from lakewarden.store.models import TableRuntimeRow
 
 
@@ -46,54 +46,65 @@ def transition_tables(session: Session, table_ids: list[int], expected: TableSta
     return moved
 
 
-def next_evaluations(session: Session, table_ids: list[int]) -> dict[int, datetime | None]:
-    """When each table is due for its next verdict, as stored now."""
-    rows = session.execute(
-        select(TableRuntimeRow.table_id, TableRuntimeRow.next_evaluation_at).where(
-            TableRuntimeRow.table_id.in_(table_ids)
-        )
-    )
-    return {table_id: None if due is None else as_utc(due) for table_id, due in rows}
+class Verdict(NamedTuple):
+    """The evaluator's verdict on a table, to store: of `snapshot_id`, due again at `next_evaluation_at` (None:
+    only when the table or its configuration changes), made from the table's record as read at `read_at`."""
+
+    table_id: int
+    snapshot_id: int | None
+    evaluation: dict[str, Any]
+    next_evaluation_at: datetime | None
+    read_at: datetime
 
 
-def save_evaluations(session: Session, verdicts: list[tuple[int, int | None, dict[str, Any], datetime | None]]) -> None:
-    """`save_evaluation` for many tables: (table id, snapshot id, verdict, next evaluation), one executemany."""
-    if not verdicts:
-        return
-    now = utcnow()
-    session.execute(
-        update(TableRuntimeRow),
-        [
-            {
-                "table_id": table_id,
-                "evaluated_snapshot_id": snapshot_id,
-                "evaluated_at": now,
-                "evaluation": evaluation,
-                "next_evaluation_at": again,
-            }
-            for table_id, snapshot_id, evaluation, again in verdicts
-        ],
-    )
-    session.flush()
-
-
-def save_evaluation(
-    session: Session,
-    table_id: int,
-    snapshot_id: int | None,
-    evaluation: dict[str, Any],
-    next_evaluation_at: datetime | None = None,
-) -> None:
-    """The verdict on `snapshot_id`, and when to evaluate again if nothing else changes (None: never)."""
-    session.execute(
-        update(TableRuntimeRow)
-        .where(TableRuntimeRow.table_id == table_id)
+def _verdict_statement(again: bool) -> Update:
+    """One verdict's UPDATE, for an executemany. A commit or a process's end stored after the verdict's record
+    was read set the table due anew (a moment later than `read_at`); the verdict is of the table as read, so it
+    keeps that moment when it is earlier than its own rather than pushing the change back to a recheck."""
+    table = cast(Table, TableRuntimeRow.__table__)
+    stored = table.c.next_evaluation_at
+    moment = stored.type
+    read_at = bindparam("b_read_at", type_=moment)
+    changed_since = stored > read_at
+    if again:
+        own = bindparam("b_again", type_=moment)
+        due = case((and_(changed_since, stored < own), stored), else_=own)
+    else:
+        due = case((changed_since, stored), else_=null())
+    return (
+        update(table)
+        .where(table.c.table_id == bindparam("b_table_id"))
         .values(
-            evaluated_snapshot_id=snapshot_id,
-            evaluated_at=utcnow(),
-            evaluation=evaluation,
-            next_evaluation_at=next_evaluation_at,
+            evaluated_snapshot_id=bindparam("b_snapshot_id"),
+            evaluated_at=bindparam("b_now", type_=moment),
+            evaluation=bindparam("b_evaluation", type_=table.c.evaluation.type),
+            next_evaluation_at=due,
         )
-        .execution_options(synchronize_session=False)
     )
+
+
+_VERDICT_WITH_AGAIN = _verdict_statement(again=True)
+_VERDICT_WITHOUT = _verdict_statement(again=False)
+
+
+def save_evaluations(session: Session, verdicts: list[Verdict]) -> None:
+    """Store verdicts: at most two executemany statements, one for those due again at a moment, one for those due
+    only on a change."""
+    now = utcnow()
+    rows = [
+        {
+            "b_table_id": verdict.table_id,
+            "b_snapshot_id": verdict.snapshot_id,
+            "b_now": now,
+            "b_evaluation": verdict.evaluation,
+            "b_again": verdict.next_evaluation_at,
+            "b_read_at": verdict.read_at,
+        }
+        for verdict in verdicts
+    ]
+    with_again = [row for row in rows if row["b_again"] is not None]
+    without = [{key: value for key, value in row.items() if key != "b_again"} for row in rows if row["b_again"] is None]
+    for statement, batch in ((_VERDICT_WITH_AGAIN, with_again), (_VERDICT_WITHOUT, without)):
+        if batch:
+            session.execute(statement, batch)
     session.flush()

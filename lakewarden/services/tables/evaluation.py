@@ -42,6 +42,7 @@ from lakewarden.store import runtime as runtime_store
 from lakewarden.store import shapes
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, as_utc, utcnow
+from lakewarden.store.runtime import Verdict
 from lakewarden.store.shapes import shape_of
 from lakewarden.store.tables import TableRecord
 
@@ -245,10 +246,11 @@ class TableEvaluator(LoopService):
 
     def evaluate(self, catalog: Any, rec: TableRecord) -> dict[str, Any]:
         """Evaluate one table now and move it between IDLE and PENDING accordingly."""
+        read_at = utcnow()  # the caller read `rec` just before: a change stored from here on keeps it due
         with self.db.read() as session:
-            trigger = read_triggers(session, [rec], utcnow()).get(rec.runtime.table_id)
+            trigger = read_triggers(session, [rec], read_at).get(rec.runtime.table_id)
         document = self._verdict(catalog, rec, trigger)
-        self._record([(rec, document)])
+        self._record([(rec, document)], {rec.runtime.table_id: read_at})
         return document
 
     def _verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None = None) -> dict[str, Any]:
@@ -339,11 +341,9 @@ class TableEvaluator(LoopService):
             moments.append(now + self.recheck)
         return min(moments, default=None)
 
-    def _record(
-        self, verdicts: list[tuple[TableRecord, dict[str, Any]]], read_at: Mapping[int, datetime] | None = None
-    ) -> None:
+    def _record(self, verdicts: list[tuple[TableRecord, dict[str, Any]]], read_at: Mapping[int, datetime]) -> None:
         """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE. `read_at`:
-        when the pass read each table's record, so a change stored since keeps the table due."""
+        when each table's record was read, so a change stored since keeps the table due."""
         with self.db.write() as session:
             shaped = {
                 rec.runtime.table_id: shape
@@ -356,18 +356,11 @@ class TableEvaluator(LoopService):
                 else {}
             )
             saved = []
-            ids = [rec.runtime.table_id for rec, _ in verdicts]
-            due_now = runtime_store.next_evaluations(session, ids) if read_at is not None else {}
             for rec, document in verdicts:
-                sampling = sampled.get(rec.runtime.table_id)
+                table_id = rec.runtime.table_id
+                sampling = sampled.get(table_id)
                 again = self._next_evaluation(document, None if sampling is None else sampling.deferred_until)
-                # a commit (or a process's end) after the record was read set the table due anew; this verdict is
-                # of the table as it was read, so it must not push that moment back (else the change waits for a
-                # recheck: the wake it sent came while the table was being evaluated)
-                due = due_now.get(rec.runtime.table_id)
-                if due is not None and read_at is not None and due > read_at[rec.runtime.table_id]:
-                    again = due if again is None else min(again, due)
-                saved.append((rec.runtime.table_id, document["snapshot_id"], document, again))
+                saved.append(Verdict(table_id, document["snapshot_id"], document, again, read_at[table_id]))
             runtime_store.save_evaluations(session, saved)
             pending = [rec.runtime.table_id for rec, document in verdicts if document["type"] is not None]
             idle = [rec.runtime.table_id for rec, document in verdicts if document["type"] is None]

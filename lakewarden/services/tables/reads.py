@@ -8,6 +8,7 @@ summary (its page, `GET /api/v1/tables/…` under `reads`) is taken from its rep
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -93,9 +94,8 @@ class TableReads:
         found: list[Benefit | None] = [None] * len(processes)
         measured: list[tuple[int, ProcessRow, datetime]] = []  # with when it ended
         for i, process in enumerate(processes):
-            if process.action != Action.OPTIMIZING or process.status != ProcessStatus.SUCCESS:
-                continue
-            if process.end_time is None:
+            optimized = process.action == Action.OPTIMIZING and process.status == ProcessStatus.SUCCESS
+            if not optimized or process.end_time is None:
                 continue
             kept = (process.summary or {}).get(store.BENEFIT)
             ended = as_utc(process.end_time)
@@ -110,7 +110,9 @@ class TableReads:
         for i, process, ended in measured:
             planned = as_utc(process.plan_time)
             until = ended + BENEFIT_WINDOW
-            following = next((s for s in starts[process.table_id] if s > ended), None)
+            planned_after = starts[process.table_id]  # in order
+            later = bisect_right(planned_after, ended)
+            following = planned_after[later] if later < len(planned_after) else None
             settled = now >= until or following is not None
             if following is not None:
                 until = min(until, following)
