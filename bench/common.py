@@ -42,6 +42,7 @@ def machine() -> dict[str, Any]:
 
 
 def percentile(values: list[float], q: float) -> float:
+    """The `q`th percentile, `q` in percent (95 for p95), nearest rank."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
