@@ -341,9 +341,12 @@ class TableEvaluator(LoopService):
             moments.append(now + self.recheck)
         return min(moments, default=None)
 
-    def _record(self, verdicts: list[tuple[TableRecord, dict[str, Any]]], read_at: Mapping[int, datetime]) -> None:
+    def _record(
+        self, verdicts: list[tuple[TableRecord, dict[str, Any]]], read_at: Mapping[int, datetime] | None = None
+    ) -> None:
         """Store verdicts in one transaction; a table with something to do turns PENDING, else IDLE. `read_at`:
-        when each table's record was read, so a change stored since keeps the table due."""
+        when each table's record was read, so a change stored since keeps the table due (None: just now)."""
+        now = utcnow()
         with self.db.write() as session:
             shaped = {
                 rec.runtime.table_id: shape
@@ -360,7 +363,8 @@ class TableEvaluator(LoopService):
                 table_id = rec.runtime.table_id
                 sampling = sampled.get(table_id)
                 again = self._next_evaluation(document, None if sampling is None else sampling.deferred_until)
-                saved.append(Verdict(table_id, document["snapshot_id"], document, again, read_at[table_id]))
+                read = now if read_at is None else read_at[table_id]
+                saved.append(Verdict(table_id, document["snapshot_id"], document, again, read))
             runtime_store.save_evaluations(session, saved)
             pending = [rec.runtime.table_id for rec, document in verdicts if document["type"] is not None]
             idle = [rec.runtime.table_id for rec, document in verdicts if document["type"] is None]
@@ -368,7 +372,7 @@ class TableEvaluator(LoopService):
             turned |= runtime_store.transition_tables(session, idle, TableStatus.PENDING, TableStatus.IDLE)
         moved = [(rec, document) for rec, document in verdicts if rec.runtime.table_id in turned]
         for rec, document in moved:
-            now = "pending" if document["type"] else "idle"
-            log.info("%s is now %s: %s", rec.name, now, "; ".join(document["reasons"]))
+            status = "pending" if document["type"] else "idle"
+            log.info("%s is now %s: %s", rec.name, status, "; ".join(document["reasons"]))
         if any(document["type"] is not None for _, document in moved) and self.on_pending is not None:
             self.on_pending()
