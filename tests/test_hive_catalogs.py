@@ -240,7 +240,7 @@ def test_a_writer_committing_through_the_metastore_loses_nothing_while_lakewarde
 
     thread = threading.Thread(target=writer)
     thread.start()
-    compactions = 0
+    compactions = lost = 0
     try:
         while thread.is_alive() and compactions < 3:
             try:
@@ -248,13 +248,21 @@ def test_a_writer_committing_through_the_metastore_loses_nothing_while_lakewarde
             except NothingToDo:  # the writer has not left enough fragments yet
                 time.sleep(0.5)
                 continue
-            for task in planned.tasks:
-                run_task(spark, hms, task.input.model_dump(mode="json"))
+            try:
+                for task in planned.tasks:
+                    run_task(spark, hms, task.input.model_dump(mode="json"))
+            except Exception as exc:
+                # the writer won every one of Iceberg's commit retries: the rewrite is lost, not the data (checked
+                # below); the optimizer would fail the task and the table be planned again, as here
+                if "CommitFailedException" not in str(exc):
+                    raise
+                lost += 1
+                continue
             compactions += 1
     finally:
         thread.join(300)
     assert not failures, failures
-    assert compactions >= 1
+    assert compactions >= 1, f"every compaction lost its commit to the writer ({lost})"
     rows = spark.sql("SELECT count(*), count(DISTINCT id), min(id), max(id) FROM hms.db.busy").first()
     assert tuple(rows) == (written[0], written[0], 0, written[0] - 1)  # type: ignore[arg-type]
     summaries = spark.sql("SELECT summary FROM hms.db.busy.snapshots").collect()
