@@ -91,19 +91,18 @@ def save_evaluations(session: Session, verdicts: list[Verdict]) -> None:
     """Store verdicts: at most two executemany statements, one for those due again at a moment, one for those due
     only on a change."""
     now = utcnow()
-    rows = [
-        {
+
+    def row(verdict: Verdict) -> dict[str, object]:
+        return {
             "b_table_id": verdict.table_id,
             "b_snapshot_id": verdict.snapshot_id,
             "b_now": now,
             "b_evaluation": verdict.evaluation,
-            "b_again": verdict.next_evaluation_at,
             "b_read_at": verdict.read_at,
         }
-        for verdict in verdicts
-    ]
-    with_again = [row for row in rows if row["b_again"] is not None]
-    without = [{key: value for key, value in row.items() if key != "b_again"} for row in rows if row["b_again"] is None]
+
+    with_again = [{**row(v), "b_again": v.next_evaluation_at} for v in verdicts if v.next_evaluation_at is not None]
+    without = [row(v) for v in verdicts if v.next_evaluation_at is None]
     for statement, batch in ((_VERDICT_WITH_AGAIN, with_again), (_VERDICT_WITHOUT, without)):
         if batch:
             session.execute(statement, batch)
