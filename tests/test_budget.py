@@ -15,7 +15,9 @@ from sqlalchemy import update
 from lakewarden.domain.budget import (
     BUDGET,
     COLD_SCANS_PER_HOUR,
+    READ_PLAN_INTERVAL,
     READ_TRIGGER,
+    READ_TRIGGERED,
     WINDOW,
     BudgetConfig,
     Layout,
@@ -102,6 +104,8 @@ def test_a_deferral_says_why_and_when() -> None:
         ("optimizing.budget.window", "30s"),
         ("optimizing.budget.window", "2h"),
         ("optimizing.budget.window", "soon"),
+        ("optimizing.budget.read-trigger.min-plan-interval", "-5s"),
+        ("optimizing.budget.read-trigger.min-plan-interval", "often"),
     ],
 )
 def test_a_bad_budget_is_refused_naming_the_property(key: str, value: str) -> None:
@@ -181,3 +185,46 @@ def test_a_bad_budget_on_a_group_is_a_400_naming_it(client: TestClient) -> None:
         "/api/v1/resource-groups/default", json={"properties": {"optimizing.budget.cpu-seconds-per-hour": "-1"}}
     )
     assert answer.status_code == 400 and "optimizing.budget.cpu-seconds-per-hour" in answer.text
+
+
+def test_a_table_pending_by_its_reads_is_planned_again_after_the_read_triggers_interval(client: TestClient) -> None:
+    """Amoro's min-plan-interval (1 min) caps a table at a process a minute; a table a budgeted group's reads made
+    pending may go again after the read trigger's interval (10 s by default), when that is the shorter."""
+    ctx = ctx_of(client)
+    budget = {"optimizing.budget.cpu-seconds-per-hour": "100"}
+    assert client.put("/api/v1/resource-groups/default", json={"properties": budget}).status_code == 200
+    planned = utcnow() - timedelta(seconds=30)
+    read, unread = add_table(ctx, "read"), add_table(ctx, "unread")
+    quick = add_table(ctx, "quick", **{"self-optimizing.min-plan-interval": "20000"})
+    for rec in (read, quick):
+        make_pending(ctx, rec, evaluation={**LAYOUT.__dict__, READ_TRIGGERED: 2}, last_planned_at=planned)
+    make_pending(ctx, unread, evaluation=dict(LAYOUT.__dict__), last_planned_at=planned)
+
+    def candidates() -> int:
+        picked = ctx.dispatcher._pick_table("default")
+        return 0 if picked is None else int(picked[1]["candidates"])
+
+    assert candidates() == 2  # read and quick, 30 s after their plans; unread waits for its 1 min
+
+    budget[READ_PLAN_INTERVAL] = "1min"  # longer than its own 20 s: quick alone may go
+    assert client.put("/api/v1/resource-groups/default", json={"properties": budget}).status_code == 200
+    picked = ctx.dispatcher._pick_table("default")
+    assert picked is not None and picked[0].name.table == "quick" and picked[1]["candidates"] == 1
+
+    assert client.put("/api/v1/resource-groups/default", json={"properties": {}}).status_code == 200
+    picked = ctx.dispatcher._pick_table("default")  # no budget: each table's own min-plan-interval
+    assert picked is not None and picked[0].name.table == "quick" and picked[1]["candidates"] == 1
+
+
+def test_the_read_triggers_interval_is_the_shorter_of_the_two() -> None:
+    config = BudgetConfig.of({BUDGET: "10", READ_PLAN_INTERVAL: "20s"})
+    assert config is not None
+    from lakewarden.domain.optimizing_config import OptimizingConfig
+
+    amoro = OptimizingConfig.of({})
+    assert config.min_plan_interval(amoro, read_triggered=True) == timedelta(seconds=20)
+    assert config.min_plan_interval(amoro, read_triggered=False) == timedelta(minutes=1)
+    short = OptimizingConfig.of({"self-optimizing.min-plan-interval": "5000"})
+    assert config.min_plan_interval(short, read_triggered=True) == timedelta(seconds=5)
+    default = BudgetConfig.of({BUDGET: "10"})
+    assert default is not None and default.min_plan_interval(amoro, read_triggered=True) == timedelta(seconds=10)

@@ -20,7 +20,9 @@ files its scans will no longer open per hour, per CPU-second the optimizing is e
   `optimizing.budget.read-trigger.file-count` small files (2: as soon as two can be merged) instead of its
   `minor.trigger.file-count`, which was set for tables whatever their reads; the budget and the ranking then
   decide how often it is worth optimizing, so a table read every few seconds is kept compact and one read
-  hourly waits its turn.
+  hourly waits its turn. Such a table may also be planned again sooner than its `self-optimizing.min-plan-interval`
+  (Amoro's 1 min, which caps a table at a process a minute whatever its reads):
+  `optimizing.budget.read-trigger.min-plan-interval` (10 s) after its last plan; the budget bounds what that spends.
 - `optimizing.budget.window` (1 h) is how far back the spend is counted, the budget prorated to it: a shorter
   window spreads the hour's budget over the hour instead of letting it all go in one burst.
 """
@@ -39,8 +41,11 @@ BUDGET = "optimizing.budget.cpu-seconds-per-hour"
 HARD_SMALL_FILES = "optimizing.budget.hard-limit.small-files"
 HARD_DELETE_FILES = "optimizing.budget.hard-limit.delete-files"
 READ_TRIGGER = "optimizing.budget.read-trigger.file-count"
+READ_PLAN_INTERVAL = "optimizing.budget.read-trigger.min-plan-interval"
 WINDOW = "optimizing.budget.window"
 READ_TRIGGER_DEFAULT = 2  # two small files are the fewest a rewrite can merge
+# a read table planned again this soon: a few of its commits, and no replanning on every evaluation
+READ_PLAN_INTERVAL_DEFAULT = timedelta(seconds=10)
 READ_TRIGGERED = "read_trigger_file_count"  # the evaluation document's: the read trigger it was judged with
 READ_RECENTLY = timedelta(hours=1)  # scanned this recently: the read trigger applies
 MIN_WINDOW = timedelta(minutes=1)
@@ -59,6 +64,7 @@ class BudgetConfig:
     hard_delete_files: int
     read_trigger_file_count: int = READ_TRIGGER_DEFAULT
     window: timedelta = SPEND_WINDOW
+    read_plan_interval: timedelta = READ_PLAN_INTERVAL_DEFAULT
 
     @property
     def allowance(self) -> float:
@@ -81,7 +87,16 @@ class BudgetConfig:
             int(properties.get(HARD_DELETE_FILES, HARD_DELETE_FILES_DEFAULT)),
             int(properties.get(READ_TRIGGER, READ_TRIGGER_DEFAULT)),
             parse_duration(properties[WINDOW]) if WINDOW in properties else SPEND_WINDOW,
+            parse_duration(properties[READ_PLAN_INTERVAL])
+            if READ_PLAN_INTERVAL in properties
+            else READ_PLAN_INTERVAL_DEFAULT,
         )
+
+    def min_plan_interval(self, config: OptimizingConfig, read_triggered: bool) -> timedelta:
+        """How soon after its last plan a table of the group may be planned again: a table pending by the read
+        trigger after the read trigger's interval, when that is the shorter."""
+        own = timedelta(milliseconds=config.min_plan_interval_ms)
+        return min(own, self.read_plan_interval) if read_triggered else own
 
 
 def read_triggered(config: OptimizingConfig, file_count: int | None) -> OptimizingConfig:
@@ -105,6 +120,14 @@ def validate_budget(properties: Mapping[str, str]) -> None:
         given = properties.get(key)
         if given is not None and (not given.isdigit() or int(given) < 1):
             raise InvalidField(f"properties.{key}", f"{given!r} must be an integer >= 1")
+    interval = properties.get(READ_PLAN_INTERVAL)
+    if interval is not None:
+        try:
+            parse_duration(interval)
+        except (TypeError, ValueError):
+            raise InvalidField(
+                f"properties.{READ_PLAN_INTERVAL}", f"{interval!r} must be a duration such as 10s or 2min"
+            ) from None
     window = properties.get(WINDOW)
     if window is not None:
         try:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.budget import READ_TRIGGERED
 from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec
 from lakewarden.domain.costs import Price, add_usage
 from lakewarden.domain.errors import Conflict, InvalidField
@@ -223,13 +224,15 @@ class TaskDispatcher:
 
     def _pick_table(self, group: str) -> tuple[TableRecord, dict[str, Any]] | None:
         """The next PENDING table of the group by its scheduling policy (by value within its budget when it sets
-        one), past its min-plan-interval and not blocked by a maintenance process that must not run beside
-        optimizing; with why it goes first (the policy's numbers for it and for the runner-up)."""
+        one), past its min-plan-interval (the read trigger's, for a table a budgeted group's reads made pending) and
+        not blocked by a maintenance process that must not run beside optimizing; with why it goes first (the
+        policy's numbers for it and for the runner-up)."""
         now = utcnow()
         with self.db.read() as session:
             policy = store.group_policy(session, group)
             threads = store.group_threads(session, group)
             blocked = {p.table_id for p in store.running_processes(session, group) if p.action in BLOCKS_OPTIMIZING}
+            budget = budget_of(session, group)
             candidates = []
             for rec in table_store.list_tables(session, status=TableStatus.PENDING, group=group):
                 try:
@@ -237,9 +240,10 @@ class TaskDispatcher:
                 except InvalidField:
                     continue  # misconfigured: the evaluator says why
                 planned = rec.runtime.last_planned_at
-                if rec.runtime.table_id in blocked or (
-                    planned is not None and now - as_utc(planned) < timedelta(milliseconds=config.min_plan_interval_ms)
-                ):
+                interval = timedelta(milliseconds=config.min_plan_interval_ms)
+                if budget is not None:
+                    interval = budget.min_plan_interval(config, READ_TRIGGERED in (rec.runtime.evaluation or {}))
+                if rec.runtime.table_id in blocked or (planned is not None and now - as_utc(planned) < interval):
                     continue
                 r = rec.runtime
                 times = [
@@ -254,7 +258,6 @@ class TaskDispatcher:
                 )
                 limit = thread_cap(config.quota, threads)
                 candidates.append(Candidate(rec, str(rec.name), config.quota, limit, used, max(times, default=0.0)))
-            budget = budget_of(session, group)
             if budget is not None and candidates:  # a budget: by value, within it (services/processes/budget.py)
                 weighed = weigh(session, group, budget, [c.table for c in candidates], now)
                 picked = weighed.pick()
