@@ -142,7 +142,6 @@ def spark() -> Iterator[SparkSession]:
         master="local[2]",
         extra_conf={
             "spark.ui.enabled": "true",
-            "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",  # the driver and its web UI listen on loopback only
         },

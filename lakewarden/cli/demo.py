@@ -390,7 +390,6 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
                 [CatalogSpec("lake", "internal", {"uri": f"{url}/iceberg", "token": token})],
                 app_name="lakewarden-demo-writer",
                 driver_memory="1g",
-                extra_conf={"spark.ui.showConsoleProgress": "false"},  # the live view owns the screen
             )
             signal.signal(signal.SIGINT, ask_to_stop)  # PySpark installed its own (cancel jobs, then raise)
             spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.demo")

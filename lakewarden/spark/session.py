@@ -147,6 +147,9 @@ def build_spark_session(
         "spark.driver.memory": driver_memory,
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
+        # the console's progress bar is for a shell: its thread wakes five times a second for a screen nobody
+        # watches (an optimizer, a server's jobs), and draws over a live view (the demo's)
+        "spark.ui.showConsoleProgress": "false",
         # crash reports go to the temp dir, not into whatever directory Spark was started from
         "spark.driver.extraJavaOptions": f"-XX:ErrorFile={tempfile.gettempdir()}/lakewarden-hs_err_pid%p.log",
     }
