@@ -193,16 +193,17 @@ FAST_DYNAMIC_ALLOCATION = {
 }
 
 
-def record_scans(db: Any, owner: tuple[str, str, str], count: int, files: int) -> None:
-    """`count` scans of the table by the engine `bi`, each planning `files` data files, one a minute from 10
-    minutes ago back."""
+def record_scans(db: Any, owner: tuple[str, str, str], count: int, files: int, at: Any = None) -> None:
+    """`count` scans of the table by the engine `bi`, each planning `files` data files, one a minute from `at`
+    (10 minutes ago unless given) back."""
     from datetime import timedelta
 
     from lakewarden.domain.reads import scan_report
     from lakewarden.store import reads as reads_store
     from lakewarden.store.database import utcnow
 
+    latest = at if at is not None else utcnow() - timedelta(minutes=10)
     with db.write() as session:
         for i in range(count):
             report = scan_report({"result-data-files": {"value": files}}, 1, True, {}, "bi")
-            reads_store.record_read(session, owner, report, utcnow() - timedelta(minutes=10 + i))
+            reads_store.record_read(session, owner, report, latest - timedelta(minutes=i))

@@ -25,6 +25,7 @@ from lakewarden.domain.budget import (
     TableReads,
     by_value,
     deferral,
+    may_go,
     may_start,
     value_of,
 )
@@ -90,6 +91,27 @@ def test_a_deferral_says_why_and_when() -> None:
     text = deferral(hot, 2, Spend(10, 0), CONFIG, 90, NOW, NOW, NOW)
     assert text.startswith("deferred: ranked 2 by value (1.38 files saved per CPU-second); 2 scans/h reading 50")
     assert text.endswith("next look when the tables ahead of it were planned")
+
+
+def test_a_table_not_scanned_since_its_last_process_waits_for_a_scan_whatever_the_budget() -> None:
+    ended = NOW - timedelta(minutes=30)
+    unread = value_of("w", LAYOUT, TableReads(2, 50.0, ended - timedelta(minutes=5)), 1 / MIB, CONFIG, ended)
+    assert unread.awaits_scan_since == ended and not may_go(unread, Spend(0, 0), CONFIG)
+    text = deferral(unread, 1, Spend(0, 0), CONFIG, 90, None, NOW, NOW)
+    assert text == (
+        "deferred: not scanned since its last optimizing process ended 30 min ago; 0.0833 scans/h reading 50 files "
+        "each; 90 small files; next look at its next scan"
+    )
+    # a scan after the process, or no process yet: by value within the budget again
+    read = value_of("w", LAYOUT, TableReads(3, 50.0, ended + timedelta(minutes=1)), 1 / MIB, CONFIG, ended)
+    assert read.awaits_scan_since is None and may_go(read, Spend(0, 0), CONFIG)
+    assert not may_go(read, Spend(100, 0), CONFIG)  # the budget spent
+    never = value_of("c", LAYOUT, TableReads(0, 0.0, None), 1 / MIB, CONFIG, None)
+    assert may_go(never, Spend(0, 0), CONFIG)
+    # past a hard limit it goes regardless
+    many = Layout(data_files=2000, small_files=1500, delete_files=0, pending_partitions=1, cost_bytes=MIB)
+    rotting = value_of("m", many, TableReads(0, 0.0, None), 1 / MIB, CONFIG, ended)
+    assert rotting.awaits_scan_since == ended and may_go(rotting, Spend(100, 0), CONFIG)
 
 
 @pytest.mark.parametrize(
@@ -228,3 +250,20 @@ def test_the_read_triggers_interval_is_the_shorter_of_the_two() -> None:
     assert config.min_plan_interval(short, read_triggered=True) == timedelta(seconds=5)
     default = BudgetConfig.of({BUDGET: "10"})
     assert default is not None and default.min_plan_interval(amoro, read_triggered=True) == timedelta(seconds=10)
+
+
+def test_a_table_nobody_scanned_since_its_last_process_is_passed_over(client: TestClient) -> None:
+    ctx = ctx_of(client)
+    budget = {"optimizing.budget.cpu-seconds-per-hour": "100"}
+    assert client.put("/api/v1/resource-groups/default", json={"properties": budget}).status_code == 200
+    ended = utcnow() - timedelta(minutes=10)
+    rec = add_table(ctx, "warm")
+    make_pending(ctx, rec, evaluation=dict(LAYOUT.__dict__), last_minor_optimizing_at=ended)
+    record_scans(ctx.db, ("c", "db", "warm"), 2, files=50, at=ended - timedelta(minutes=5))
+    assert ctx.dispatcher._pick_table("default") is None  # budget to spare, but nobody read the last process's
+    shown = client.get("/api/v1/tables/c/db/warm").json()["deferred"]
+    assert shown.startswith("deferred: not scanned since its last optimizing process ended 10 min ago;")
+    record_scans(ctx.db, ("c", "db", "warm"), 1, files=50, at=utcnow())  # a scan now: it goes
+    picked = ctx.dispatcher._pick_table("default")
+    assert picked is not None and picked[0].name.table == "warm"
+    assert client.get("/api/v1/tables/c/db/warm").json()["deferred"] is None

@@ -75,6 +75,15 @@ def test_a_budget_holds_processes_back_until_a_hard_limit() -> None:
     assert hard.processes == 2
 
 
+def test_a_budget_spends_nothing_more_on_a_table_nobody_scanned_since_its_last_process() -> None:
+    # an ample budget, two scans in the hour: the process of minute 12, then one at each scan, none between
+    rare = [Scan(START + timedelta(minutes=m, seconds=30), m, 0) for m in (30, 59)]
+    budget = replay(Policy.parse("budget:1000"), TABLE, stream(), rare, END)
+    amoro = replay(Policy.parse("amoro"), TABLE, stream(), rare, END)
+    assert (budget.processes, amoro.processes) == (3, 5)
+    assert budget.cpu_seconds == pytest.approx(12 + 18 + 29)  # the 12, 18 and 29 small files of each
+
+
 def test_the_replay_leaves_lakewardens_own_rewrites_out_and_keeps_each_scans_share() -> None:
     # minutes 1..10: a small file each; lakewarden merged them into one at 10:10; minutes 11..20: one more each
     merged = Commit(START + timedelta(minutes=10, seconds=10), 1, 10 * MIB, 10, 10 * MIB, 0, 0, live_files=1, own=True)

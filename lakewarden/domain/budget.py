@@ -16,6 +16,10 @@ files its scans will no longer open per hour, per CPU-second the optimizing is e
   even a small budget lets the most valuable work through, one process at a time.
 - Hard limits fire regardless of reads and budget, so an unread table never rots: small files or delete files
   past `optimizing.budget.hard-limit.small-files` / `.delete-files`.
+- A process pays off at the scans after it: a table not scanned since its last optimizing process ended waits
+  for its next scan (or a hard limit) however much budget is left, so a table read hourly and written every few
+  seconds is optimized at most once between two of its reads, and one nobody reads once at most. Its first
+  process, and any after a scan, go by value as above.
 - Reads make a table pending sooner: a table scanned in the last hour is pending at
   `optimizing.budget.read-trigger.file-count` small files (2: as soon as two can be merged) instead of its
   `minor.trigger.file-count`, which was set for tables whatever their reads; the budget and the ranking then
@@ -169,6 +173,8 @@ class TableValue:
     removed_share: float  # of the files a scan opens, those the process merges away
     expected_cpu_seconds: float
     hard_limit: str | None  # the hard limit it is past, if any
+    # when its last optimizing process ended, if no scan came since: no process pays off before its next scan
+    awaits_scan_since: datetime | None = None
 
     @property
     def files_saved_per_hour(self) -> float:
@@ -181,8 +187,14 @@ class TableValue:
 
 
 def value_of(
-    name: str, layout: Layout, reads: TableReads, cpu_seconds_per_byte: float, config: BudgetConfig
+    name: str,
+    layout: Layout,
+    reads: TableReads,
+    cpu_seconds_per_byte: float,
+    config: BudgetConfig,
+    optimized_at: datetime | None = None,
 ) -> TableValue:
+    """`optimized_at`: when the table's last optimizing process ended (None: never)."""
     live = layout.data_files + layout.delete_files
     merged = max(0, layout.small_files + layout.delete_files - layout.pending_partitions)
     cold = reads.scans_last_day == 0
@@ -200,7 +212,21 @@ def value_of(
         removed_share=min(1.0, merged / live) if live else 0.0,
         expected_cpu_seconds=max(MIN_PROCESS_CPU_SECONDS, layout.cost_bytes * cpu_seconds_per_byte),
         hard_limit=hard,
+        awaits_scan_since=optimized_at if awaits_scan(optimized_at, reads.last_scan_at) else None,
     )
+
+
+def awaits_scan(optimized_at: datetime | None, last_scan_at: datetime | None) -> bool:
+    """Whether no scan came since the table's last optimizing process ended."""
+    return optimized_at is not None and (last_scan_at is None or last_scan_at <= optimized_at)
+
+
+def may_go(value: TableValue, spend: Spend, config: BudgetConfig) -> bool:
+    """Whether the table may be planned now: past a hard limit always; otherwise once a scan came since its last
+    process, while the budget allows."""
+    if value.hard_limit is not None:
+        return True
+    return value.awaits_scan_since is None and may_start(spend, config)
 
 
 def by_value(values: Sequence[TableValue]) -> list[TableValue]:
@@ -234,9 +260,10 @@ def _ago(moment: datetime | None, now: datetime) -> str:
 
 def chosen_reason(value: TableValue, spend: Spend, config: BudgetConfig, others: int) -> str:
     """Why a budgeted group picked this table."""
+    within = may_start(spend, config) and value.awaits_scan_since is None
     head = (
         f"value: past a hard limit ({value.hard_limit})"
-        if value.hard_limit is not None and not may_start(spend, config)
+        if value.hard_limit is not None and not within
         else f"value: {value.value:.3g} files saved per CPU-second"
     )
     return f"{head}; {describe(value)}; {config.spent_text(spend)}" + (
@@ -264,6 +291,13 @@ def deferral(
     frees_at: datetime,
 ) -> str:
     """Why a pending table waits in a budgeted group, and when it is looked at next."""
+    if value.awaits_scan_since is not None:
+        minutes = max(0.0, (now - value.awaits_scan_since).total_seconds() / 60)
+        reads = "no scans in the last day" if value.cold else describe(value).split("; ")[0]
+        return (
+            f"deferred: not scanned since its last optimizing process ended {minutes:.0f} min ago; {reads}; "
+            f"{small_files} small files; next look at its next scan"
+        )
     if may_start(spend, config):
         budget = f"ranked {rank} by value ({value.value:.3g} files saved per CPU-second)"
         when = "when the tables ahead of it were planned"

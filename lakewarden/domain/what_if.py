@@ -11,7 +11,7 @@ policy decides after each commit (the evaluator looks at a table when it commits
 - `scheduled:<minutes>`: a whole-table `rewrite_data_files` every so many minutes, as a cron job runs it: each
   run costs a Spark job even with nothing to do, and rewrites the small files and delete files it finds;
 - `budget:<cpu-seconds per hour>`: Amoro's trigger, a process starting only while the hour's spend is below
-  the budget (a table past a hard limit regardless);
+  the budget and once a scan came since the last process (a table past a hard limit regardless);
 - `none`: nothing.
 
 A process costs its bytes at the group's CPU-seconds per byte, at least MIN_PROCESS_CPU_SECONDS. A recorded
@@ -184,9 +184,11 @@ def replay(policy: Policy, table: Table, commits: Sequence[Commit], scans: Seque
     seen_files: list[float] = []
     seen_deletes: list[float] = []
     spent: list[tuple[datetime, float]] = []  # each process's time and CPU-seconds (the budget's hour)
+    scanned_since_process = True  # no process yet: the budget's first may go
 
     def run(at: datetime) -> None:
-        nonlocal last_process
+        nonlocal last_process, scanned_since_process
+        scanned_since_process = False
         bytes_ = files.merge(table)
         cost = _cost(bytes_, table)
         out.processes += 1
@@ -207,7 +209,7 @@ def replay(policy: Policy, table: Table, commits: Sequence[Commit], scans: Seque
             if policy.kind == "budget" and policy.budget is not None:
                 hour = sum(c for t, c in spent if at - t < timedelta(hours=1))
                 hard = files.small >= HARD_SMALL_FILES_DEFAULT or files.deletes >= HARD_DELETE_FILES_DEFAULT
-                if hour >= policy.budget and not hard:
+                if (hour >= policy.budget or not scanned_since_process) and not hard:
                     return
             run(at)
 
@@ -228,6 +230,7 @@ def replay(policy: Policy, table: Table, commits: Sequence[Commit], scans: Seque
                 files.write(event, table)
                 decide(at)
         else:
+            scanned_since_process = True
             share = min(1.0, event.files / actual_live) if actual_live else 1.0
             seen_files.append(share * files.live)
             seen_deletes.append(share * files.deletes)

@@ -19,7 +19,7 @@ from lakewarden.domain.budget import (
     by_value,
     chosen_reason,
     deferral,
-    may_start,
+    may_go,
     value_of,
 )
 from lakewarden.domain.reads import WEEK
@@ -27,6 +27,7 @@ from lakewarden.domain.tables import TableStatus
 from lakewarden.store import budget as store
 from lakewarden.store import reads as reads_store
 from lakewarden.store import tables as table_store
+from lakewarden.store.database import as_utc
 from lakewarden.store.groups import get_group
 from lakewarden.store.tables import TableRecord
 
@@ -42,9 +43,9 @@ class Weighed:
     reads: dict[str, TableReads]  # by table name
 
     def pick(self) -> tuple[TableValue, TableRecord] | None:
-        """The most valuable table while the budget allows; past it, the most valuable one past a hard limit."""
-        allowed = may_start(self.spend, self.config)
-        return next(((v, r) for v, r in self.order if allowed or v.hard_limit is not None), None)
+        """The most valuable table that may go (domain/budget.py's `may_go`): within the budget and scanned since
+        its last process; past a hard limit regardless."""
+        return next(((v, r) for v, r in self.order if may_go(v, self.spend, self.config)), None)
 
     def why(self, chosen: TableValue) -> dict[str, Any]:
         """Why the table was picked: kept with its process as `scheduling`, like the other policies' reasons."""
@@ -97,6 +98,15 @@ def _layout(rec: TableRecord) -> Layout:
     )
 
 
+def _optimized_at(rec: TableRecord) -> datetime | None:
+    """When the table's last optimizing process (of any type) ended successfully."""
+    r = rec.runtime
+    ended = [
+        as_utc(t) for t in (r.last_minor_optimizing_at, r.last_major_optimizing_at, r.last_full_optimizing_at) if t
+    ]
+    return max(ended, default=None)
+
+
 def weigh(session: Session, group: str, config: BudgetConfig, pending: list[TableRecord], now: datetime) -> Weighed:
     """The group's pending tables (those that may be planned now) weighed by value."""
     rates = reads_store.scan_rates(session, now - timedelta(days=1), now - WEEK)
@@ -110,7 +120,7 @@ def weigh(session: Session, group: str, config: BudgetConfig, pending: list[Tabl
             (rec.identifier.catalog_name, rec.identifier.db_name, rec.identifier.table_name), (0, 0.0, None)
         )
         reads[name] = TableReads(scans, files, last)
-        values.append((value_of(name, _layout(rec), reads[name], per_byte, config), rec))
+        values.append((value_of(name, _layout(rec), reads[name], per_byte, config, _optimized_at(rec)), rec))
     ranked = by_value([v for v, _ in values])
     records = {v.name: rec for v, rec in values}
     return Weighed(config, [(v, records[v.name]) for v in ranked], spend, frees_at, reads)
