@@ -23,7 +23,11 @@ what each group wrote, the commit, the counts: PlannedRewrite) runs in Java, dri
 or group: through py4j each file would cost round trips that, for small files, take longer than Spark's work.
 
 The optimizer trusts no plan blindly: a planned file missing from the planned snapshot, or a delete file
-Iceberg applies that the plan did not name, fails the task (the plan and Iceberg disagree).
+Iceberg applies that the plan did not name, fails the task (the plan and Iceberg disagree). A plan that
+describes its files where no delete file can apply to them (PlannedFiles.describable: the append-only small
+files streaming writers leave) is taken as described, without reading the snapshot's manifests again, and
+checked against the snapshot only when its task fails; a planned file the snapshot lacks still cannot commit
+(Iceberg's rewrite refuses to remove a file that is not there).
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ def run_optimizing(
     except BaseException as exc:
         if not _commit_state_unknown(exc):
             plan.deleteWritten()
+        _raise_mismatch(plan, exc)
         raise
     return OptimizingResult(
         **json.loads(plan.summary(MAX_FILES)),
@@ -148,8 +153,12 @@ def _commit_staged(
             gate()  # the process was canceled before its commit: nobody commits what its tasks staged
         if plan.changes():
             committed = _checked(lambda: plan.commit(properties, work.branch))
-    except (StalePlan, TaskRevoked):
+    except (StalePlan, TaskRevoked) as exc:
         plan.deleteWritten()
+        _raise_mismatch(plan, exc)
+        raise
+    except Exception as exc:
+        _raise_mismatch(plan, exc)
         raise
     return OptimizingResult(**json.loads(plan.summary(MAX_FILES)), snapshot_id=committed, process_commit=True)
 
@@ -160,12 +169,34 @@ def _planned(jvm: Any, table: Any, snapshot: Any, work: OptimizingInput) -> Any:
     try:
         return jvm.io.lakewarden.iceberg.PlannedRewrite.of(table, snapshot, work.model_dump_json())
     except Exception as exc:
-        from lakewarden.optimizer.failures import cause_chain
-
-        for name, message in cause_chain(exc):
-            if name == "io.lakewarden.iceberg.PlanMismatchException":
-                raise PlanMismatch(message) from exc
+        mismatch = _mismatch(exc)
+        if mismatch is not None:
+            raise mismatch from exc
         raise
+
+
+def _mismatch(exc: BaseException) -> PlanMismatch | None:
+    """Java's refusal of a plan (PlanMismatchException) among an error's causes, as a PlanMismatch."""
+    from lakewarden.optimizer.failures import cause_chain
+
+    for name, message in cause_chain(exc):
+        if name == "io.lakewarden.iceberg.PlanMismatchException":
+            return PlanMismatch(message)
+    return None
+
+
+def _raise_mismatch(plan: Any, failure: BaseException) -> None:
+    """After a task failed: a plan whose files were taken as it describes them (unchecked, for speed) is checked
+    against its snapshot now, and raises PlanMismatch when the snapshot disagrees, whatever Spark or the commit
+    made of it. A revoked task, or a check that cannot run, leaves the failure as it was."""
+    if isinstance(failure, TaskRevoked) or not isinstance(failure, Exception):
+        return
+    try:
+        plan.verify()
+    except Exception as exc:
+        mismatch = _mismatch(exc)
+        if mismatch is not None:
+            raise mismatch from failure
 
 
 _SUMMARY_COUNTS = (

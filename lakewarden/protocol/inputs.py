@@ -34,11 +34,27 @@ class ClusteringInput(ProtocolModel):
     columns: list[str] = Field(default_factory=list, description="z-order: the columns interleaved")
 
 
+class PlannedFile(ProtocolModel):
+    """A data file as the plan found it in its snapshot's manifests: what reading it takes."""
+
+    path: str
+    format: Literal["parquet", "orc", "avro"]
+    spec_id: int
+    partition: list[Any] = Field(description="Its partition values in the spec's order, as Iceberg's JSON writes them")
+    size: int = Field(description="Bytes")
+    records: int
+
+
 class FileGroupInput(ProtocolModel):
     """Files of one partition optimized together, named by path as planned on the task's snapshot."""
 
     partition: PartitionRef
     rewrite: list[str] = Field(description="Data files rewritten, their deletes applied, into new files")
+    files: list[PlannedFile] = Field(
+        default_factory=list,
+        description="The data files of `rewrite`, in order, as the plan found them: sent when no delete file can apply "
+        "to them, so that the optimizer need not read the planned snapshot's manifests again to find them",
+    )
     rewrite_pos: list[str] = Field(description="Data files whose deletes become a position-delete file of their own")
     deletes: list[str] = Field(description="Every delete file that applies to those data files")
     split_size: int = Field(description="Bytes read per Spark split; each split becomes one file")

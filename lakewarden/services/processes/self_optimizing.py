@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -30,6 +30,7 @@ from lakewarden.protocol.inputs import (
     FileGroupInput,
     OptimizingInput,
     PartitionRef,
+    PlannedFile,
     StagedFiles,
     TaskInput,
 )
@@ -176,6 +177,10 @@ def plan_process(
     if not plan.tasks or verdict.type is None:
         raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")
     kind = max(t.type for t in plan.tasks)  # of the partitions taken, as Amoro types a bounded plan
+    # with no delete file in the snapshot none applies to a planned file: the optimizer may take the files as the
+    # plan describes them instead of reading every manifest again (format version 3 keeps row lineage the plan
+    # does not know)
+    describe = not files.deletes and table.metadata.format_version < 3
     # a process of several tasks commits once (Amoro's): its tasks stage their files, its last task commits them
     once = len(plan.tasks) > 1 or bool(plan.shared_deletes)
     tasks = [
@@ -187,7 +192,7 @@ def plan_process(
                 type=task.type.label,
                 partitions=[PartitionRef(**p) for p in task.partitions],
                 filter=partition_filter_json(table, task.partitions),
-                groups=[group_input(g, config.target_size) for g in task.groups],
+                groups=[group_input(g, config.target_size, describe) for g in task.groups],
                 remove_deletes=task.remove_deletes,
                 reasons=task.reasons,
                 branch=branch,
@@ -292,14 +297,16 @@ def _clustered(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
     return merged_marks(runtime.clustered, done) if done else runtime.clustered
 
 
-def group_input(group: FileGroup, target_size: int) -> FileGroupInput:
-    """One file group as an optimizer runs it: its files by path, and how Iceberg sizes its output."""
+def group_input(group: FileGroup, target_size: int, describe: bool = False) -> FileGroupInput:
+    """One file group as an optimizer runs it: its files by path (`describe`: and as content files, when the
+    group rewrites no deletes and every file's format is known), and how Iceberg sizes its output."""
     sizing = output_sizing(sum(f.size for f in group.rewrite), target_size)
     p = group.partition
     c = group.clustering
     return FileGroupInput(
         partition=PartitionRef(spec_id=p.spec_id, path=p.path, values=list(p.values)),
         rewrite=[f.path for f in group.rewrite],
+        files=_described(group) if describe else [],
         rewrite_pos=[f.path for f in group.rewrite_pos],
         deletes=[d.path for d in group.deletes],
         split_size=sizing.split_size,
@@ -309,6 +316,36 @@ def group_input(group: FileGroup, target_size: int) -> FileGroupInput:
         if c is None
         else ClusteringInput(kind=c.kind, label=c.label, sort_order_id=c.sort_order_id, columns=list(c.columns)),
     )
+
+
+# the formats Iceberg tells by a file's name (FileFormat.fromFileName)
+FORMATS_BY_SUFFIX: dict[str, Literal["parquet", "orc", "avro"]] = {
+    ".parquet": "parquet",
+    ".orc": "orc",
+    ".avro": "avro",
+}
+
+
+def _described(group: FileGroup) -> list[PlannedFile]:
+    """The group's files as the plan found them; none when it rewrites deletes or a file's format is not known."""
+    if group.deletes or group.rewrite_pos:
+        return []
+    described = []
+    for f in group.rewrite:
+        file_format = FORMATS_BY_SUFFIX.get(f.path[f.path.rfind(".") :].lower())
+        if file_format is None:
+            return []
+        described.append(
+            PlannedFile(
+                path=f.path,
+                format=file_format,
+                spec_id=f.partition.spec_id,
+                partition=list(f.partition.values),
+                size=f.size,
+                records=f.records,
+            )
+        )
+    return described
 
 
 def _ms(moment: Any) -> int:

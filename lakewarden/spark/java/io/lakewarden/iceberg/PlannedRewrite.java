@@ -45,6 +45,7 @@ public final class PlannedRewrite {
   private final Table table;
   private final Snapshot snapshot;
   private final PlannedFiles planned;
+  private final JsonNode work;
   private final List<DataFile> rewritten = new ArrayList<>();
   private final List<DataFile> written = new ArrayList<>();
   private final Map<Integer, List<DataFile>> writtenByGroup = new HashMap<>();
@@ -53,10 +54,11 @@ public final class PlannedRewrite {
   private int positionsRewritten = 0;
   private boolean vectorsWritten = false;
 
-  private PlannedRewrite(Table table, Snapshot snapshot, PlannedFiles planned) {
+  private PlannedRewrite(Table table, Snapshot snapshot, PlannedFiles planned, JsonNode work) {
     this.table = table;
     this.snapshot = snapshot;
     this.planned = planned;
+    this.work = work;
   }
 
   /**
@@ -65,7 +67,24 @@ public final class PlannedRewrite {
    * them as planned (PlannedFiles.find).
    */
   public static PlannedRewrite of(Table table, Snapshot snapshot, String workJson) throws IOException {
-    return new PlannedRewrite(table, snapshot, PlannedFiles.find(table, snapshot, JSON.readTree(workJson)));
+    JsonNode work = JSON.readTree(workJson);
+    return new PlannedRewrite(table, snapshot, PlannedFiles.find(table, snapshot, work), work);
+  }
+
+  /**
+   * A plan whose files were taken as it describes them is checked against its snapshot, as any other plan is
+   * when it is found (PlannedFiles.scanned): called once its task failed, so that a plan the snapshot disagrees
+   * with fails as a mismatch, whatever Spark or the commit made of it. Nothing to do for a scanned plan.
+   */
+  public void verify() throws IOException {
+    if (planned.described()) {
+      PlannedFiles.scanned(table, snapshot, work);
+    }
+  }
+
+  /** Whether the planned files were taken as the plan describes them (PlannedFiles.find), not scanned. */
+  public boolean described() {
+    return planned.described();
   }
 
   /** The scan tasks of file group `index` whose files are rewritten, in the plan's order. */
