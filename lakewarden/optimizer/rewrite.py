@@ -153,11 +153,9 @@ def _commit_staged(
             gate()  # the process was canceled before its commit: nobody commits what its tasks staged
         if plan.changes():
             committed = _checked(lambda: plan.commit(properties, work.branch))
-    except (StalePlan, TaskRevoked) as exc:
-        plan.deleteWritten()
-        _raise_mismatch(plan, exc)
-        raise
     except Exception as exc:
+        if isinstance(exc, (StalePlan, TaskRevoked)):
+            plan.deleteWritten()
         _raise_mismatch(plan, exc)
         raise
     return OptimizingResult(**json.loads(plan.summary(MAX_FILES)), snapshot_id=committed, process_commit=True)

@@ -298,8 +298,8 @@ def _clustered(tasks: list[Any], runtime: Any) -> dict[str, Any] | None:
 
 
 def group_input(group: FileGroup, target_size: int, describe: bool = False) -> FileGroupInput:
-    """One file group as an optimizer runs it: its files by path (`describe`: and as content files, when the
-    group rewrites no deletes and every file's format is known), and how Iceberg sizes its output."""
+    """One file group as an optimizer runs it: its files by path (`describe`: and as the plan found them, when
+    every file's format is known), and how Iceberg sizes its output."""
     sizing = output_sizing(sum(f.size for f in group.rewrite), target_size)
     p = group.partition
     c = group.clustering
@@ -327,9 +327,7 @@ FORMATS_BY_SUFFIX: dict[str, Literal["parquet", "orc", "avro"]] = {
 
 
 def _described(group: FileGroup) -> list[PlannedFile]:
-    """The group's files as the plan found them; none when it rewrites deletes or a file's format is not known."""
-    if group.deletes or group.rewrite_pos:
-        return []
+    """The group's files as the plan found them; none when a file's format is not known."""
     described = []
     for f in group.rewrite:
         file_format = FORMATS_BY_SUFFIX.get(f.path[f.path.rfind(".") :].lower())

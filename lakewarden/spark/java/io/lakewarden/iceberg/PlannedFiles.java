@@ -104,9 +104,9 @@ final class PlannedFiles {
 
   /**
    * Whether the plan's files can be taken as it describes them: every file group describes each file it
-   * rewrites (`files`, the data files of `rewrite` in order), no group rewrites
-   * deletes and the task removes none, and the snapshot has no delete manifest, so no delete file can apply to a
-   * planned file (the check scanned() makes holds by itself). Not for format version 3: a rewrite keeps each
+   * rewrites (`files`, the data files of `rewrite` in order), no group rewrites deletes and the task removes
+   * none, and the snapshot has no delete manifest, so no delete file can apply to a planned file (the check
+   * scanned() makes holds by itself). Not for format version 3: a rewrite keeps each
    * row's lineage, which needs the files' first row ids as the manifests have them; not for encrypted tables,
    * whose files' key metadata a plan does not carry.
    */
