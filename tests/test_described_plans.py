@@ -32,11 +32,11 @@ def catalog(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> It
     yield spark_sql_catalog(spark, tmp_path_factory.mktemp("described"), "described")
 
 
-def create(spark: SparkSession, name: str, version: int = 2) -> str:
+def create(spark: SparkSession, name: str, version: int = 2, layout: str = LAYOUT) -> str:
     table = f"described.db.{name}"
     spark.sql(
         f"CREATE TABLE {table} (id BIGINT, cat STRING, n INT, d DATE, ts TIMESTAMP, amount DECIMAL(9, 2), v STRING) "
-        f"USING iceberg {LAYOUT} TBLPROPERTIES ({PROPERTIES}, 'format-version'='{version}')"
+        f"USING iceberg {layout} TBLPROPERTIES ({PROPERTIES}, 'format-version'='{version}')"
     )
     for i in range(4):  # four appends of the same partitions: each partition gets four small files
         spark.sql(
@@ -135,3 +135,21 @@ def test_no_file_is_described_where_a_delete_file_could_apply_or_row_lineage_is_
 
     lineage = create(spark, "lineage", version=3)
     assert all(not g.files for g in only_input(catalog, lineage).groups)
+
+
+def test_a_scanned_plan_keeps_every_file_of_a_column_partitioned_both_by_identity_and_a_transform(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    # bucket(4, n) is 0 for both n = 0 and n = 1: a filter with `bucket[4](n) = 0` would be projected on the
+    # identity field as `n = 0` and drop the files of n = 1
+    table = create(spark, "bucketed", layout="PARTITIONED BY (cat, n, bucket(4, n))")
+    before = checksum(spark, table, COLUMNS)
+    work = only_input(catalog, table)
+    assert len(work.groups) == 2 and "transform" not in work.filter
+    scanned = work.model_copy(update={"groups": [g.model_copy(update={"files": []}) for g in work.groups]})
+    assert not java_plan(spark, table, scanned).described()  # found by the scan, every planned file in it
+
+    result = execute_task(spark, assignment(catalog, scanned.model_dump(mode="json")), "test")
+    assert isinstance(result, OptimizingResult)
+    assert (result.files_in, result.files_out) == (8, 2)
+    assert checksum(spark, table, COLUMNS) == before

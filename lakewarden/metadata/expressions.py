@@ -1,7 +1,7 @@
 """Filters that scope a rewrite to planned partitions, in Iceberg's ExpressionParser JSON.
 
 The optimizer hands the JSON to `org.apache.iceberg.expressions.ExpressionParser.fromJson`, which
-handles transform terms (bucket, day, truncate, …), so a task touches exactly its partitions.
+handles transform terms (bucket, day, truncate, …), so a task's scan keeps to its partitions.
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ def partition_filter_json(table: Table, partitions: list[dict[str, Any]]) -> str
     """`(field1 = v1 AND field2 = v2) OR …` over the given partitions, each in the terms of its own spec."""
     schema = table.schema()
     specs = table.specs()
+    # Iceberg's identity transform projects a predicate on any transform of its column as if it were on the
+    # column itself (`bucket[4](n) = 0` becomes `n = 0`), so a transform's term on a column some spec partitions
+    # by identity would drop that spec's files from the scan. Such a term is left out: the filter needs only to
+    # keep every planned file (the optimizer takes the planned ones from the scan by path), and within a spec
+    # that partitions by the column itself, its identity value implies the transform's.
+    by_identity = {f.source_id for spec in specs.values() for f in spec.fields if str(f.transform) == "identity"}
     alternatives: list[Json] = []
     for partition in partitions:
         spec = specs[int(partition["spec_id"])]
@@ -42,6 +48,8 @@ def partition_filter_json(table: Table, partitions: list[dict[str, Any]]) -> str
         for field, value in zip(spec.fields, partition["values"], strict=True):
             column = schema.find_column_name(field.source_id)
             transform = str(field.transform)
+            if transform != "identity" and field.source_id in by_identity:
+                continue
             term: Any = (
                 column if transform == "identity" else {"type": "transform", "transform": transform, "term": column}
             )
