@@ -1,8 +1,9 @@
 """An optimizer on a Spark standalone cluster against one in local[2], on the same two cores, side by side.
 
 1. Throughput: the same table of small files (zstd Parquet) is compacted by lakewarden's planner and the
-   optimizer's executor, once in a Spark application on a standalone cluster of two one-core workers (the
-   driver here, the rewrites on the executors) and once in local[2]. Each variant runs in a process of its
+   optimizer's executor, once in a Spark application on a standalone cluster (the driver here, the rewrites on
+   the executors: two one-core workers, or with --worker-cores 2 one worker whose one executor has both cores)
+   and once in local[2]. Each variant runs in a process of its
    own (one SparkContext per JVM), on a fresh copy of the table, alternating, --rounds times; medians. Before
    the measured compaction each variant compacts a first copy of the same rows (its tasks at once, so every
    executor runs one), as an optimizer that has been running has warm JVMs; that first one is reported too.
@@ -11,6 +12,7 @@
    the first task acked (spark-submit, the driver's start, registration, the first poll).
 
     .venv/bin/python bench/cluster_optimizer.py [--files 120] [--rows-per-file 40000] [--rounds 2] [--threads 1]
+        [--worker-cores 1|2]
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ def main() -> None:
     parser.add_argument("--rows-per-file", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="the measured optimizer's threads")
+    parser.add_argument(
+        "--worker-cores",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="1: two workers of one core (two executors); 2: one worker of two cores (one executor)",
+    )
     # internal: one variant's compaction in a process of its own
     parser.add_argument("--variant-master", help=argparse.SUPPRESS)
     parser.add_argument("--variant-dir", help=argparse.SUPPRESS)
@@ -59,7 +68,14 @@ def main() -> None:
     if args.variant_master:
         print(
             json.dumps(
-                compact(Path(args.variant_dir), args.variant_master, args.files, args.rows_per_file, args.threads)
+                compact(
+                    Path(args.variant_dir),
+                    args.variant_master,
+                    args.files,
+                    args.rows_per_file,
+                    args.threads,
+                    args.worker_cores,
+                )
             )
         )
         return
@@ -95,7 +111,9 @@ def write_table(spark: Any, name: str, files: int, rows_per_file: int) -> int:
     return int(size)
 
 
-def compact(directory: Path, master: str, files: int, rows_per_file: int, threads: int) -> dict[str, Any]:
+def compact(
+    directory: Path, master: str, files: int, rows_per_file: int, threads: int, executor_cores: int
+) -> dict[str, Any]:
     """One variant in a fresh directory: two tables of the same rows; the first is compacted to warm the
     optimizer's JVMs (every executor's: its tasks run at once), as a running optimizer's are; the second is
     the measure: planned and every task run with the optimizer's executor on `threads` threads."""
@@ -103,7 +121,9 @@ def compact(directory: Path, master: str, files: int, rows_per_file: int, thread
     initialize_catalog(spec)
     extra = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     if master.startswith("spark://"):
-        extra.update({"spark.executor.memory": "1g", "spark.cores.max": "2", "spark.executor.cores": "1"})
+        extra.update(
+            {"spark.executor.memory": "1g", "spark.cores.max": "2", "spark.executor.cores": str(executor_cores)}
+        )
     started = time.perf_counter()
     spark = build_spark_session(
         [spec], master=master, driver_memory="2g", app_name="lakewarden-bench-variant", extra_conf=extra
@@ -157,7 +177,8 @@ def optimize(
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
     measured: dict[str, list[dict[str, Any]]] = {"cluster": [], "local[2]": []}
-    with standalone_cluster(tmp) as cluster:
+    layout = f"{2 // args.worker_cores} worker(s) x {args.worker_cores} core(s)"
+    with standalone_cluster(tmp, workers=2 // args.worker_cores, cores=args.worker_cores) as cluster:
         for round_ in range(args.rounds):
             order = ["cluster", "local[2]"] if round_ % 2 == 0 else ["local[2]", "cluster"]
             for variant in order:
@@ -169,6 +190,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
                         *(sys.executable, __file__, "--variant-master", master),
                         *("--variant-dir", str(copy), "--files", str(args.files)),
                         *("--rows-per-file", str(args.rows_per_file), "--threads", str(args.threads)),
+                        *("--worker-cores", str(args.worker_cores)),
                     ],
                     capture_output=True,
                     text=True,
@@ -188,7 +210,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     ratio = rate["cluster"] / rate["local[2]"]
     size = measured["local[2]"][0]["table_bytes"]
     print(f"{args.files} files, {size / MB:.0f} MB")
-    print(f"cluster (2 workers x 1 core): {rate['cluster']:.1f} MB/s; local[2]: {rate['local[2]']:.1f} MB/s")
+    print(f"cluster ({layout}): {rate['cluster']:.1f} MB/s; local[2]: {rate['local[2]']:.1f} MB/s")
     print(f"ratio: {ratio:.2f}x (goal >= 0.95x)")
     first = {
         v: statistics.median(r["bytes_in"] / MB / r["first_process_seconds"] for r in runs)
@@ -199,10 +221,12 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         f"local[2] {first['local[2]']:.1f} MB/s ({first['cluster'] / first['local[2]']:.2f}x)"
     )
     print(f"group scale -> first task acked: {reaction:.1f} s")
+    name = "cluster_optimizer" if args.worker_cores == 1 else "cluster_optimizer_one_worker"
     write(
-        "cluster_optimizer",
+        name,
         {
             "files": args.files,
+            "cluster": layout,
             "input_mb": round(size / MB, 1),
             "rounds": args.rounds,
             "mb_per_second": {v: round(r, 2) for v, r in rate.items()},
@@ -213,7 +237,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
             "goal": 0.95,
         },
     )
-    bar_chart("cluster_optimizer", "Compaction throughput: standalone cluster vs local[2]", rate, "MB/s")
+    bar_chart(name, f"Compaction throughput: standalone cluster ({layout}) vs local[2]", rate, "MB/s")
 
 
 def scale_to_first_ack(tmp: Path, master: str) -> float:

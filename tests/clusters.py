@@ -44,8 +44,9 @@ class Cluster:
 
 
 @contextmanager
-def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[Cluster]:
-    """A Spark standalone master and `workers` workers of one core each, from pyspark's own jars, on loopback."""
+def standalone_cluster(tmp_path: Path, workers: int = 2, cores: int = 1) -> Iterator[Cluster]:
+    """A Spark standalone master and `workers` workers of `cores` cores each, from pyspark's own jars, on
+    loopback."""
     port, ui = free_port(), free_port()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
     log = (tmp_path / "cluster.log").open("wb")
@@ -72,7 +73,7 @@ def standalone_cluster(tmp_path: Path, workers: int = 2) -> Iterator[Cluster]:
             subprocess.Popen(
                 [
                     *(spark_bin("spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"),
-                    *("--cores", "1", "--memory", "1g", "--webui-port", str(worker_ui)),
+                    *("--cores", str(cores), "--memory", "1g", "--webui-port", str(worker_ui)),
                     *("--work-dir", str(work), master),
                 ],
                 stdout=log,
