@@ -20,7 +20,7 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.maintenance import AutoTagConfig, next_tag_trigger
 from lakewarden.domain.processes import Action
 from lakewarden.domain.retention import Policy, Ref, Snapshot, next_expiry_at, plan_expiry
-from lakewarden.domain.tables import TableIdentifier
+from lakewarden.domain.tables import TableIdentifier, TableStatus
 from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.store import processes as process_store
 from lakewarden.store import tables as table_store
@@ -216,3 +216,22 @@ def test_changed_schedules_make_every_table_due_once(lake: Lake) -> None:
     lake.ctx.trigger = type(trigger)(lake.ctx.db, lake.ctx.engine, turned_on)
     assert lake.look() == ["a", "b"]
     assert lake.look() == []
+
+
+def _set_status(lake: Lake, table: str, status: TableStatus) -> None:
+    with lake.ctx.db.write() as session:
+        table_store.get_table(session, lake.name(table)).runtime.status_code = int(status)
+
+
+def test_manifests_are_not_rewritten_while_self_optimizing_runs_on_the_table(lake: Lake) -> None:
+    lake.ctx.trigger.schedules = {Action.REWRITE_MANIFESTS: (True, timedelta(0))}
+    _table(lake, "merging", **{"rewrite-manifests.enabled": "true", "rewrite-manifests.trigger.manifest-count": "2"})
+    lake.append("merging", 1)
+    lake.append("merging", 2)
+    lake.refresh()
+    _set_status(lake, "merging", TableStatus.MINOR_OPTIMIZING)
+    assert lake.look() == ["merging"]
+    assert lake.processes("merging") == []  # its commit would make the optimizing commit start over
+    _set_status(lake, "merging", TableStatus.PENDING)  # planned by nobody yet: nothing to conflict with
+    assert lake.look() == ["merging"]
+    assert lake.processes("merging") == ["rewrite-manifests"]

@@ -29,6 +29,7 @@ from lakewarden.domain.maintenance import (
 )
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.retention import Ref, Snapshot, next_expiry_at, plan_expiry
+from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata.files import snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
 from lakewarden.protocol.inputs import TASK_INPUT, TaskInput
@@ -244,6 +245,16 @@ class RewriteManifestsFactory(MaintenanceFactory):
 
     def __init__(self, cache: ManifestCache) -> None:
         self.cache = cache  # the manifest list, as the evaluator read it
+
+    def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        # While a self-optimizing process runs on the table, rewriting its manifests would make that process's
+        # commit start over (Iceberg retries it on the new manifests) and take cores from it, and its commit
+        # rewrites the manifests of the files it replaces anyway (merging them, with Iceberg's default
+        # commit.manifest-merge.enabled, once commit.manifest.min-count-to-merge are small). The next look decides.
+        status = TableStatus(rec.runtime.status_code)
+        if trigger != "manual" and status < TableStatus.PENDING:
+            raise NothingToDo(f"deferred: self-optimizing is {status.label}")
+        return super().create(rec, table, trigger, options)
 
     def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
         cfg = RewriteManifestsConfig.of(config)
