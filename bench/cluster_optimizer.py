@@ -3,10 +3,10 @@
 1. Throughput: the same table of small files (zstd Parquet) is compacted by lakewarden's planner and the
    optimizer's executor, once in a Spark application on a standalone cluster (the driver here, the rewrites on
    the executors: two one-core workers, or with --worker-cores 2 one worker whose one executor has both cores)
-   and once in local[2]. Each variant runs in a process of its
-   own (one SparkContext per JVM), on a fresh copy of the table, alternating, --rounds times; medians. Before
-   the measured compaction each variant compacts a first copy of the same rows (its tasks at once, so every
-   executor runs one), as an optimizer that has been running has warm JVMs; that first one is reported too.
+   and once in local[2]. Each variant runs in a process of its own (one SparkContext per JVM), on a fresh copy
+   of the table, alternating, --rounds times; medians. Before the measured compaction each variant compacts a
+   first copy of the same rows (its tasks at once, so every executor runs one), as an optimizer that has been
+   running has warm JVMs; that first one is reported too.
    Goal: cluster >= 0.95x local (the cluster costs little).
 2. Reaction: a real server whose `spark` container submits optimizers to the cluster; from `group scale` to
    the first task acked (spark-submit, the driver's start, registration, the first poll).
