@@ -117,11 +117,16 @@ def rows(table: int, start: int, count: int, tag: str) -> Any:
     return pa.table({"id": ids, "v": pa.array([f"{table}-{tag}-{i:08d}-{'x' * 60}" for i in range(count)])})
 
 
-def make_tables(catalog: Any, args: argparse.Namespace, optimizing: dict[str, str]) -> list[str]:
+def table_schema() -> Any:
+    """The schema of the stream's tables and of the warm-up table."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
-    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+    return Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+
+
+def make_tables(catalog: Any, args: argparse.Namespace, optimizing: dict[str, str]) -> list[str]:
+    schema = table_schema()
     catalog.create_namespace("db")
     names = []
     for t in range(args.tables):
@@ -136,10 +141,7 @@ WARM_UP = "db.warm_up"
 
 def warm_up(catalog: Any, args: argparse.Namespace, compact: Any) -> None:
     """`--warm-up` rounds of six commits to a table of its own, each round ended by `compact(table, round)`."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-
-    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+    schema = table_schema()
     properties = {
         "self-optimizing.enabled": "true",
         "self-optimizing.minor.trigger.file-count": "3",
