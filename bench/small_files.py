@@ -20,7 +20,7 @@ Both Spark sides are warmed by the same rewrites first; each round compacts fres
 in turn. Goal: lakewarden's median wall time and CPU-seconds <= 1.0x the faster of the two others. Each copy
 ends with its rows counted against the source.
 
-    .venv/bin/python bench/small_files.py [--shapes 300x2,3000x10] [--rows 20] [--rounds 3] [--warm 3]
+    .venv/bin/python bench/small_files.py [--shapes 300x2,3000x10] [--rows 20] [--rounds 3] [--warm 15]
         [--max-input BYTES]
 """
 
@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="300x2,3000x10", help="files x partitions, comma-separated")
     parser.add_argument("--rows", type=int, default=20, help="rows per file")
     parser.add_argument("--rounds", type=int, default=3, help="fresh copies compacted by each tool, medians kept")
-    parser.add_argument("--warm", type=int, default=3, help="warm-up rewrites on each Spark side")
+    parser.add_argument("--warm", type=int, default=15, help="warm-up rewrites on each Spark side")
     parser.add_argument(
         "--max-input", type=int, default=None, help="the group's max-input-file-size-per-thread (default Amoro's)"
     )
