@@ -446,7 +446,7 @@ def main() -> None:
     parser.add_argument("--hot-every", type=float, default=3.0)
     parser.add_argument("--warm", type=int, default=10)
     parser.add_argument("--warm-every", type=float, default=60.0, help="the hourly tables, on the bench's clock")
-    parser.add_argument("--budget", type=float, default=60.0, help="budgeted: CPU-seconds an hour")
+    parser.add_argument("--budget", type=float, default=30.0, help="budgeted: CPU-seconds an hour")
     parser.add_argument(
         "--budget-window",
         default="1min",
