@@ -2,14 +2,14 @@
 
 Where `small_files.py` measures a whole service (the server's planning, polls, bounded processes, commits
 through the REST catalog), this isolates the data work of one task: identical tables of small files (--files,
-written --per-append files at a time, so they have a manifest per append as streaming writers leave them) in a
-local SQL catalog; for each pair, lakewarden's planner plans one table and the optimizer's executor runs its
-task, and `rewrite_data_files` compacts the other. The two alternate; the first half of the --rounds warms the
-JVM and is not counted. Per table: wall seconds and CPU-seconds of the Python process and of its JVM, planning
-included on both sides (lakewarden's planner, pyiceberg in this process, where the server would run it;
-Iceberg's procedure plans in the JVM).
+written --per-append files at a time, so they have a manifest per append as streaming writers leave them, in
+--partitions partitions) in a local SQL catalog; for each pair, lakewarden's planner plans one table and the
+optimizer's executor runs its task, and `rewrite_data_files` compacts the other. The two alternate; the first
+half of the --rounds warms the JVM and is not counted. Per table: wall seconds and CPU-seconds of the Python
+process and of its JVM, planning included on both sides (lakewarden's planner, pyiceberg in this process, where
+the server would run it; Iceberg's procedure plans in the JVM).
 
-    .venv/bin/python bench/optimizer_task.py [--files 300] [--per-append 10] [--rounds 8]
+    .venv/bin/python bench/optimizer_task.py [--files 300] [--per-append 10] [--partitions 1] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=300)
     parser.add_argument("--per-append", type=int, default=10)
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="identity partitions; >1 writes a file of each per append"
+    )
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
     in_temporary_dir(lambda tmp: run(args, tmp))
@@ -48,12 +51,19 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     spec = spark_sql_catalog(spark, tmp, "bench")
 
     def make(name: str) -> None:
-        spark.sql(f"CREATE TABLE bench.db.{name} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ({PROPERTIES})")
+        partitioned = args.partitions > 1
+        columns = "id BIGINT, v STRING, p INT" if partitioned else "id BIGINT, v STRING"
+        how = "PARTITIONED BY (p)" if partitioned else ""
+        spark.sql(f"CREATE TABLE bench.db.{name} ({columns}) USING iceberg {how} TBLPROPERTIES ({PROPERTIES})")
         rows = 200
         for i in range(args.files // args.per_append):
             first = i * args.per_append * rows
             data = spark.range(first, first + args.per_append * rows).selectExpr("id", "repeat('x', 40) AS v")
-            data.repartition(args.per_append).writeTo(f"bench.db.{name}").append()
+            if partitioned:  # a file of each partition per append (per_append is then the partition count)
+                data = data.selectExpr("*", f"CAST(id % {args.partitions} AS INT) AS p").repartition("p")
+            else:
+                data = data.repartition(args.per_append)
+            data.writeTo(f"bench.db.{name}").append()
 
     def measured(work: Callable[[], None]) -> dict[str, float]:
         py, jvm, wall = time.process_time(), process_cpu_seconds([jvm_pid]), time.perf_counter()
@@ -94,13 +104,15 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     median = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "cpu_s")} for k, v in counted.items()}
     ours, theirs = median["lakewarden task"], median["rewrite_data_files"]
     ratio = {m: ours[m] / theirs[m] for m in ("wall_s", "cpu_s")}
-    print(f"{args.files} files ({args.per_append} per append), warm medians of {len(counted['lakewarden task'])}:")
+    shape = f"{args.files} files ({args.per_append} per append, {args.partitions} partitions)"
+    print(f"{shape}, warm medians of {len(counted['lakewarden task'])}:")
     for label, values in median.items():
         print(f"  {label}: {values['wall_s']:.3f} s, {values['cpu_s']:.2f} CPU-s")
     print(f"lakewarden / Iceberg: wall {ratio['wall_s']:.2f}x, CPU {ratio['cpu_s']:.2f}x")
     result: dict[str, Any] = {
         "files": args.files,
         "per_append": args.per_append,
+        "partitions": args.partitions,
         "rounds": args.rounds,
         "runs": runs,
         "median": median,
