@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=300)
     parser.add_argument("--per-append", type=int, default=10)
     parser.add_argument(
-        "--partitions", type=int, default=1, help="identity partitions; >1 writes a file of each per append"
+        "--partitions", type=int, default=1, help="identity partitions; >1 writes a file of each per append instead"
     )
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
@@ -50,19 +50,21 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
     spec = spark_sql_catalog(spark, tmp, "bench")
 
+    partitioned = args.partitions > 1
+    per_append = args.partitions if partitioned else args.per_append  # partitioned: a file of each per append
+
     def make(name: str) -> None:
-        partitioned = args.partitions > 1
         columns = "id BIGINT, v STRING, p INT" if partitioned else "id BIGINT, v STRING"
         how = "PARTITIONED BY (p)" if partitioned else ""
         spark.sql(f"CREATE TABLE bench.db.{name} ({columns}) USING iceberg {how} TBLPROPERTIES ({PROPERTIES})")
         rows = 200
-        for i in range(args.files // args.per_append):
-            first = i * args.per_append * rows
-            data = spark.range(first, first + args.per_append * rows).selectExpr("id", "repeat('x', 40) AS v")
-            if partitioned:  # a file of each partition per append (per_append is then the partition count)
+        for i in range(args.files // per_append):
+            first = i * per_append * rows
+            data = spark.range(first, first + per_append * rows).selectExpr("id", "repeat('x', 40) AS v")
+            if partitioned:
                 data = data.selectExpr("*", f"CAST(id % {args.partitions} AS INT) AS p").repartition("p")
             else:
-                data = data.repartition(args.per_append)
+                data = data.repartition(per_append)
             data.writeTo(f"bench.db.{name}").append()
 
     def measured(work: Callable[[], None]) -> dict[str, float]:
@@ -104,14 +106,14 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     median = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "cpu_s")} for k, v in counted.items()}
     ours, theirs = median["lakewarden task"], median["rewrite_data_files"]
     ratio = {m: ours[m] / theirs[m] for m in ("wall_s", "cpu_s")}
-    shape = f"{args.files} files ({args.per_append} per append, {args.partitions} partitions)"
+    shape = f"{args.files} files ({per_append} per append, {args.partitions} partitions)"
     print(f"{shape}, warm medians of {len(counted['lakewarden task'])}:")
     for label, values in median.items():
         print(f"  {label}: {values['wall_s']:.3f} s, {values['cpu_s']:.2f} CPU-s")
     print(f"lakewarden / Iceberg: wall {ratio['wall_s']:.2f}x, CPU {ratio['cpu_s']:.2f}x")
     result: dict[str, Any] = {
         "files": args.files,
-        "per_append": args.per_append,
+        "per_append": per_append,
         "partitions": args.partitions,
         "rounds": args.rounds,
         "runs": runs,
