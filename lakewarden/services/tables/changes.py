@@ -1,7 +1,7 @@
 """What lakewarden does when its REST catalog announces a change (rest_catalog/outbox.py): the table is evaluated
 at once.
 
-Events arrive from request threads; a single worker takes them off a queue in batches, refreshes
+Events arrive from request threads; a single worker takes them off a queue, refreshes
 just the tables they name (adding created ones, disposing dropped ones, taking the new metadata
 location of committed ones; no listing of the catalog) and wakes the evaluator, so a commit that crosses a
 trigger is queued for optimizing within moments instead of the explorer's interval.
@@ -29,7 +29,6 @@ from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 OWN_COMMIT = "lakewarden.process-id"
-BATCH_SECONDS = 0.1
 
 
 class ChangeListener:
@@ -63,7 +62,9 @@ class ChangeListener:
             event = self._queue.get()
             if event is None:
                 return
-            time.sleep(BATCH_SECONDS)  # let a burst of commits arrive, then handle it as one
+            # no wait for more: an event finding the worker idle is handled at once (every commit's evaluation
+            # would wait for it); what arrives while a batch is handled makes the next batch, so a burst of
+            # commits is still taken in a few refreshes, not one each
             batch = [event]
             while not self._queue.empty():
                 more = self._queue.get()
