@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from fastapi.testclient import TestClient
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
@@ -16,6 +17,7 @@ from pyiceberg.types import LongType, NestedField
 from lakewarden.api.context import ServerContext
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.metadata.catalogs import open_catalog
+from lakewarden.services.tables import evaluation as evaluation_module
 from lakewarden.services.tables.evaluation import ReadTrigger, TableEvaluator
 from lakewarden.store.tables import TableRecord
 from tests.helpers import wait_for
@@ -153,3 +155,38 @@ def test_a_table_changed_while_its_verdict_is_made_stays_due(client: TestClient,
     again = watched(client, threads=1, recheck=600)
     again.run_once()
     assert again.order == ["moving"] and evaluation(client, c, "moving")["type"] == "minor"
+
+
+def test_a_wake_during_a_long_verdict_is_taken_in_at_once(
+    client: TestClient, sql_catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass looks for changed tables at most every LOOK_SECONDS; a wake coming later than that after its last
+    look is looked at when it comes, not when the verdict being made ends or the wait for it times out."""
+    monkeypatch.setattr(evaluation_module, "LOOK_SECONDS", 2.0)
+    c = sql_catalog.name
+    catalog = make_tables(client, sql_catalog, {"big": TWO_FILES, "hot": TWO_FILES})
+    watched(client, threads=2).run_once()
+    append(catalog, "big", 2)
+    refresh(client, c)
+    evaluator = watched(client, threads=2, held="big")
+    passing = threading.Thread(target=evaluator.run_once)
+    passing.start()
+    try:
+        assert evaluator.entered.wait(30), "the pass never reached the held table"
+        time.sleep(2.2)  # past the pace of the looks: the pass's wait for `big` runs on
+        append(catalog, "hot", 2)
+        refresh(client, c)
+        woken = time.monotonic()
+        evaluator.wake()
+        wait_for(
+            "hot evaluated",
+            lambda: (e := evaluation(client, c, "hot")).get("snapshot_id") == e["snapshot"] and e,
+            timeout=30,
+        )
+        # within a few verdicts' time; waiting for the next look would take until 4 s after the pass began
+        assert time.monotonic() - woken < 1.2
+        assert not evaluator.release.is_set()
+    finally:
+        evaluator.release.set()
+        passing.join(60)
+    assert evaluator.order == ["big", "hot"]

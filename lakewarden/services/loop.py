@@ -64,6 +64,10 @@ class LoopService:
     def wake(self) -> None:
         self._wake.set()
 
+    def woken(self) -> bool:
+        """Whether `wake()` was called since the last pass began or the last look (nothing is consumed)."""
+        return self._wake.is_set()
+
     def take_wake(self) -> bool:
         """Whether `wake()` was called since the last pass began or the last look, consuming it: a pass that
         looks for what woke it handles that now instead of in the next pass."""

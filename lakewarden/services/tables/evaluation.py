@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -147,6 +148,30 @@ class TableEvaluator(LoopService):
         self.recheck = None if recheck_seconds is None else timedelta(seconds=recheck_seconds)
         self.cache = cache if cache is not None else ManifestCache()  # the server's, shared with scan planning
         self.on_pending = on_pending  # called when a table turns pending (wakes the optimizers' polls)
+        # set when a verdict of the running pass is made or the evaluator is woken: what the pass waits on
+        self._progress = threading.Event()
+
+    def wake(self) -> None:
+        super().wake()
+        self._progress.set()
+
+    def _made(self, _verdict: Future[dict[str, Any]]) -> None:
+        self._progress.set()
+
+    def _finished(self, running: Mapping[Future[dict[str, Any]], TableRecord], looked: float) -> list[Future[Any]]:
+        """The running verdicts that are made, waiting until one is, or a wake may be looked at (LOOK_SECONDS after
+        the pass's last look), or at most LOOK_SECONDS: a table changed during the pass is taken in as soon as the
+        looks' pace allows, not when a verdict being made ends (a large table's may take seconds)."""
+        deadline = time.monotonic() + LOOK_SECONDS
+        while running:
+            self._progress.clear()  # before looking: a verdict made or a wake from here on sets it again
+            finished = [future for future in running if future.done()]
+            now = time.monotonic()
+            look_at = looked + LOOK_SECONDS
+            if finished or now >= deadline or (self.woken() and now >= look_at):
+                return finished
+            self._progress.wait((min(deadline, look_at) if self.woken() else deadline) - now)
+        return []
 
     def _due(self, rec: TableRecord, now: datetime) -> bool:
         runtime = rec.runtime
@@ -211,8 +236,10 @@ class TableEvaluator(LoopService):
                         done.append((rec, _format_document(rec)))
                     elif catalog is not None:
                         trigger = triggers.get(rec.runtime.table_id)
-                        running[pool.submit(self._charged_verdict, catalog, rec, trigger)] = rec
-                finished, _ = wait(running, timeout=LOOK_SECONDS, return_when=FIRST_COMPLETED)
+                        future = pool.submit(self._charged_verdict, catalog, rec, trigger)
+                        future.add_done_callback(self._made)
+                        running[future] = rec
+                finished = self._finished(running, looked)
                 for future in finished:
                     rec = running.pop(future)
                     try:
