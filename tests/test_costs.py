@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -161,7 +162,7 @@ def test_a_compaction_records_what_spark_measured_and_what_it_cost(server: Serve
     for i in range(4):
         spark.sql(f"INSERT INTO local.db.c SELECT id, 'a', 'v{i}' FROM range({i * 1000}, {i * 1000 + 1000})")
     api.post("/catalogs/local/refresh")
-    table_status(api, "c", "pending")
+    pending = table_status(api, "c", "pending")
     with running_optimizer(server, spark):
         process = wait_for(
             "a finished process",
@@ -214,6 +215,10 @@ def test_a_compaction_records_what_spark_measured_and_what_it_cost(server: Serve
     assert process["scheduling"]["reason"] == (
         "quota: used 0.0% of its quota in the last hour; the only table that could be planned"
     )
+    # since when it waited: the moment it turned pending, before its process was planned
+    since = datetime.fromisoformat(process["scheduling"]["pending_since"])
+    assert since == datetime.fromisoformat(pending["status_changed_at"]).replace(tzinfo=UTC)
+    assert since <= datetime.fromisoformat(process["start_time"]).replace(tzinfo=UTC)
     shown_cli = cli(server, "process", "show", str(process["process_id"])).stdout
     assert "the only table that could be planned" in shown_cli
     assert "what it bought" in shown_cli and "no scans in the day before it" in " ".join(shown_cli.split())

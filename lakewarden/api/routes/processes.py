@@ -82,7 +82,8 @@ class ProcessRead(_Read):
     currency: str = Field(description="What `cost` is counted in (the server's `cost.currency`)")
     scheduling: dict[str, Any] | None = Field(
         description="Self-optimizing: why the group's policy picked this table — the policy's numbers for it and "
-        "the runner-up (quota share used, seconds since last optimized) and a sentence"
+        "the runner-up (quota share used, seconds since last optimized) and a sentence — and since when the table "
+        "was pending (`pending_since`)"
     )
     diagnosis: dict[str, Any] | None = Field(
         description="A failed process: the diagnosis of the task that failed it (class, root cause, hint)"

@@ -149,8 +149,12 @@ class TaskDispatcher:
             assignment = self._next_planned(group, token, thread_id)
             if assignment is None:
                 picked = self._pick_table(group)
-                if picked is not None and self.engine.start_optimizing(picked[0], group, scheduling=picked[1]):
-                    assignment = self._next_planned(group, token, thread_id)
+                if picked is not None:
+                    table, why = picked
+                    # its status last changed when it turned pending: how long the table waited to be planned
+                    why = {**why, "pending_since": as_utc(table.runtime.status_changed_at).isoformat()}
+                    if self.engine.start_optimizing(table, group, scheduling=why):
+                        assignment = self._next_planned(group, token, thread_id)
             return assignment
 
     def _next_planned(self, group: str, token: str, thread_id: int, within_quota: bool = True) -> Assignment | None:
