@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -102,21 +104,31 @@ def test_changed_tables_go_before_rechecks_and_optimized_before_shown(
     assert evaluation(client, c, "changed")["type"] == "minor"
 
 
-def test_a_table_committed_during_a_long_pass_is_evaluated_within_it(
-    client: TestClient, sql_catalog: CatalogSpec
-) -> None:
-    c = sql_catalog.name
-    catalog = make_tables(client, sql_catalog, {"big": TWO_FILES, "hot": TWO_FILES})
+@contextmanager
+def big_held(client: TestClient, spec: CatalogSpec) -> Iterator[tuple[Any, Watched, threading.Thread]]:
+    """Tables `big` and `hot` of one file each, evaluated (idle); then `big` given a second file and a pass started
+    that holds `big`'s verdict until the block ends. Yields the catalog, that pass's evaluator and its thread."""
+    catalog = make_tables(client, spec, {"big": TWO_FILES, "hot": TWO_FILES})
     watched(client, threads=2).run_once()
-    assert evaluation(client, c, "hot")["type"] is None  # one file: idle
-
+    assert evaluation(client, spec.name, "hot")["type"] is None  # one file: idle
     append(catalog, "big", 2)
-    refresh(client, c)
+    refresh(client, spec.name)
     evaluator = watched(client, threads=2, held="big")
     passing = threading.Thread(target=evaluator.run_once)
     passing.start()
     try:
         assert evaluator.entered.wait(30), "the pass never reached the held table"
+        yield catalog, evaluator, passing
+    finally:
+        evaluator.release.set()
+        passing.join(60)
+
+
+def test_a_table_committed_during_a_long_pass_is_evaluated_within_it(
+    client: TestClient, sql_catalog: CatalogSpec
+) -> None:
+    c = sql_catalog.name
+    with big_held(client, sql_catalog) as (catalog, evaluator, passing):
         append(catalog, "hot", 2)  # while `big`'s verdict is still being made
         refresh(client, c)
         evaluator.wake()  # as the change feed wakes it after a commit
@@ -127,9 +139,6 @@ def test_a_table_committed_during_a_long_pass_is_evaluated_within_it(
         )
         assert hot["type"] == "minor" and client.get(f"/api/v1/tables/{c}/db/hot").json()["status"] == "pending"
         assert passing.is_alive() and not evaluator.release.is_set()  # `big` still held: it did not wait for it
-    finally:
-        evaluator.release.set()
-        passing.join(60)
     assert evaluation(client, c, "big")["type"] == "minor"
     assert evaluator.order == ["big", "hot"]
 
@@ -164,15 +173,7 @@ def test_a_wake_during_a_long_verdict_is_taken_in_at_once(
     look is looked at when it comes, not when the verdict being made ends or the wait for it times out."""
     monkeypatch.setattr(evaluation_module, "LOOK_SECONDS", 2.0)
     c = sql_catalog.name
-    catalog = make_tables(client, sql_catalog, {"big": TWO_FILES, "hot": TWO_FILES})
-    watched(client, threads=2).run_once()
-    append(catalog, "big", 2)
-    refresh(client, c)
-    evaluator = watched(client, threads=2, held="big")
-    passing = threading.Thread(target=evaluator.run_once)
-    passing.start()
-    try:
-        assert evaluator.entered.wait(30), "the pass never reached the held table"
+    with big_held(client, sql_catalog) as (catalog, evaluator, passing):
         time.sleep(2.2)  # past the pace of the looks: the pass's wait for `big` runs on
         append(catalog, "hot", 2)
         refresh(client, c)
@@ -185,8 +186,5 @@ def test_a_wake_during_a_long_verdict_is_taken_in_at_once(
         )
         # within a few verdicts' time; waiting for the next look would take until 4 s after the pass began
         assert time.monotonic() - woken < 1.2
-        assert not evaluator.release.is_set()
-    finally:
-        evaluator.release.set()
-        passing.join(60)
+        assert passing.is_alive() and not evaluator.release.is_set()
     assert evaluator.order == ["big", "hot"]
