@@ -13,6 +13,7 @@ from lakewarden.optimizer.rewrite import run_optimizing
 from lakewarden.protocol.inputs import OptimizingInput
 from lakewarden.protocol.messages import Assignment
 from lakewarden.protocol.results import TaskResult
+from lakewarden.spark.classes import java_class
 from lakewarden.spark.session import configure_catalogs
 
 if TYPE_CHECKING:
@@ -44,9 +45,9 @@ def execute_task(
     jss: Any = spark._jsparkSession
     # Each Python thread runs on its own JVM thread, which starts with no active SparkSession; without
     # one, Spark's SQLConf.get answers with a blank conf and Iceberg's actions cannot find their catalogs.
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(jss)
+    java_class(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(jss)
     name = f"{spark_name}.{work.table}"
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jss, name)
+    table = java_class(jvm, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(jss, name)
     # Spark's catalog may hand out a table it cached (cache-enabled, 30 s) while other writers committed: the
     # task must see the table as it is now. Above all orphan cleanup: a stale table's reachable files omit what
     # was committed since, its newest metadata file among them, which it would delete.

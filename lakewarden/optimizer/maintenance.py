@@ -36,6 +36,7 @@ from lakewarden.protocol.results import (
     RewriteManifestsResult,
     TaskResult,
 )
+from lakewarden.spark.classes import java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,7 +64,7 @@ def run_maintenance(
 
 def _actions(spark: SparkSession) -> Any:
     jvm: Any = spark._jvm
-    return jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    return java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
 
 
 def _iterate(java_iterable: Any) -> Iterator[Any]:
@@ -187,7 +188,7 @@ class _TableFiles:
         system's fully qualified by Hadoop (`/x` as `file:/x`)."""
         if "://" in path and not path.lower().startswith(("file:", "hdfs:")):
             return same_scheme(path)
-        hadoop_path = self.jvm.org.apache.hadoop.fs.Path(path)
+        hadoop_path = java_class(self.jvm, "org.apache.hadoop.fs.Path")(path)
         return str(hadoop_path.getFileSystem(self._conf).makeQualified(hadoop_path).toString())
 
     def under(self, path: str) -> str | None:
@@ -223,8 +224,9 @@ class _TableFiles:
             freed += listing.get(name, (0, 0))[0]
         if not inside:
             return 0, 0, outside
-        if self.jvm.org.apache.iceberg.io.SupportsBulkOperations._java_lang_class.isInstance(self.io):
-            self.io.deleteFiles(self.jvm.java.util.ArrayList(inside))  # many at once, retried by the FileIO
+        bulk = java_class(self.jvm, "org.apache.iceberg.io.SupportsBulkOperations")
+        if bulk._java_lang_class.isInstance(self.io):
+            self.io.deleteFiles(java_class(self.jvm, "java.util.ArrayList")(inside))  # many at once, retried
         else:
             for path in inside:
                 self.io.deleteFile(path)
@@ -253,7 +255,7 @@ def _clean_orphan_files(spark: SparkSession, table: Any, work: CleanOrphanFilesI
         "file_path STRING, last_modified TIMESTAMP",
     )
     # a java.util.function.Consumer<String> that keeps what it is given: Iceberg's own deletion never runs
-    collector = jvm.java.util.stream.Stream.builder()
+    collector = java_class(jvm, "java.util.stream.Stream").builder()
     # the listing's names are qualified (`file:/…`), where a table's location may not be: the action keeps the
     # listed files under its location, given here in the listing's own form
     action = _actions(spark).deleteOrphanFiles(table).compareToFileList(listed._jdf).location(files.prefix)
@@ -365,7 +367,7 @@ def _expire_data(
         for row in expired:
             # a CharSequence that is not a String: py4j would otherwise pick the producer's own
             # deleteFile(String), which removes the file from storage and not from the table
-            delete.deleteFile(jvm.java.lang.StringBuilder(row[0]))
+            delete.deleteFile(java_class(jvm, "java.lang.StringBuilder")(row[0]))
         for key_, value in properties.items():
             delete.set(key_, value)
         delete.commit()

@@ -44,6 +44,7 @@ from lakewarden.optimizer.runners import (
 )
 from lakewarden.protocol.inputs import OptimizingInput, StagedFiles
 from lakewarden.protocol.results import MAX_FILES, OptimizingResult
+from lakewarden.spark.classes import java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,7 +166,7 @@ def _planned(jvm: Any, table: Any, snapshot: Any, work: OptimizingInput) -> Any:
     """The task's planned files as Iceberg scan tasks of the planned snapshot, checked against the plan, with
     the delete files it removes (lakewarden's PlannedRewrite: per file, where py4j would cost round trips)."""
     try:
-        return jvm.io.lakewarden.iceberg.PlannedRewrite.of(table, snapshot, work.model_dump_json())
+        return java_class(jvm, "io.lakewarden.iceberg.PlannedRewrite").of(table, snapshot, work.model_dump_json())
     except Exception as exc:
         mismatch = _mismatch(exc)
         if mismatch is not None:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.protocol.inputs import FileGroupInput
+from lakewarden.spark.classes import java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,7 +31,7 @@ class StalePlan(RuntimeError):
 def _static(jvm: Any, gateway: Any, class_name: str, method: str) -> Any:
     """A static no-argument method's result, called through reflection (py4j mistakes SparkTableCache.get()
     for its instance overload get(String))."""
-    klass = jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
+    klass = java_class(jvm, "org.apache.spark.util.Utils").classForName(class_name, True, False)
     return klass.getMethod(method, _classes(jvm, gateway, [])).invoke(None, _objects(jvm, gateway, []))
 
 
@@ -47,8 +48,8 @@ class _Staged:
         jvm: Any = spark._jvm
         self.id = str(uuid.uuid4())
         self.cache = _static(jvm, spark.sparkContext._gateway, "org.apache.iceberg.spark.SparkTableCache", "get")
-        self.tasks = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
-        self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        self.tasks = java_class(jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
+        self.coordinator = java_class(jvm, "org.apache.iceberg.spark.FileRewriteCoordinator").get()
         self.cache.add(self.id, table)
         self.tasks.stageTasks(table, self.id, tasks)
 
@@ -83,7 +84,7 @@ def _rewrite(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput)
             .mode("append")
             .save(staged.id)
         )
-        return jvm.java.util.ArrayList(staged.coordinator.fetchNewFiles(table, staged.id))
+        return java_class(jvm, "java.util.ArrayList")(staged.coordinator.fetchNewFiles(table, staged.id))
     finally:
         staged.close()
 
@@ -105,7 +106,7 @@ def rewrite_groups(
     }
 
     def in_task_job_group(group: FileGroupInput, group_tasks: Any) -> Any:
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        java_class(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
         for key, value in inherited.items():
             sc.setLocalProperty(key, value)  # type: ignore[arg-type]
         return _rewrite_one(spark, table, group_tasks, group)
@@ -148,7 +149,7 @@ def _cluster(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput)
             raise StalePlan(f"the table has no sort order {clustering.sort_order_id} any more")
         runner_class, how_class = "SparkSortFileRewriteRunner", "org.apache.iceberg.SortOrder"
     else:
-        how = jvm.java.util.ArrayList()
+        how = java_class(jvm, "java.util.ArrayList")()
         for name in clustering.columns:
             how.add(name)
         runner_class, how_class = "SparkZOrderFileRewriteRunner", "java.util.List"
@@ -160,32 +161,33 @@ def _cluster(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput)
         [spark._jsparkSession, table, how],
     )
     interface = "org.apache.iceberg.actions.FileRewriteRunner"
-    _invoke(jvm, gateway, interface, "init", ["java.util.Map"], runner, [jvm.java.util.HashMap()])
+    _invoke(jvm, gateway, interface, "init", ["java.util.Map"], runner, [java_class(jvm, "java.util.HashMap")()])
     info = (
-        jvm.org.apache.iceberg.actions.ImmutableRewriteDataFiles.FileGroupInfo.builder()
+        java_class(jvm, "org.apache.iceberg.actions.ImmutableRewriteDataFiles$FileGroupInfo")
+        .builder()
         .globalIndex(0)
         .partitionIndex(0)
         .partition(tasks.get(0).file().partition())
         .build()
     )
-    file_group = jvm.org.apache.iceberg.actions.RewriteFileGroup(
+    file_group = java_class(jvm, "org.apache.iceberg.actions.RewriteFileGroup")(
         info, tasks, int(table.spec().specId()), group.max_file_size, group.split_size, group.expected_files
     )
     written = _invoke(
         jvm, gateway, interface, "rewrite", ["org.apache.iceberg.actions.RewriteGroupBase"], runner, [file_group]
     )
-    return jvm.java.util.ArrayList(written)
+    return java_class(jvm, "java.util.ArrayList")(written)
 
 
 def _classes(jvm: Any, gateway: Any, names: list[str]) -> Any:
-    classes = gateway.new_array(jvm.java.lang.Class, len(names))
+    classes = gateway.new_array(java_class(jvm, "java.lang.Class"), len(names))
     for i, name in enumerate(names):
-        classes[i] = jvm.org.apache.spark.util.Utils.classForName(name, True, False)
+        classes[i] = java_class(jvm, "org.apache.spark.util.Utils").classForName(name, True, False)
     return classes
 
 
 def _objects(jvm: Any, gateway: Any, values: list[Any]) -> Any:
-    objects = gateway.new_array(jvm.java.lang.Object, len(values))
+    objects = gateway.new_array(java_class(jvm, "java.lang.Object"), len(values))
     for i, value in enumerate(values):
         objects[i] = value
     return objects
@@ -193,7 +195,7 @@ def _objects(jvm: Any, gateway: Any, values: list[Any]) -> Any:
 
 def _construct(jvm: Any, gateway: Any, class_name: str, parameters: list[str], arguments: list[Any]) -> Any:
     """A new instance of a class whose constructor is not public."""
-    klass = jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
+    klass = java_class(jvm, "org.apache.spark.util.Utils").classForName(class_name, True, False)
     constructor = klass.getDeclaredConstructor(_classes(jvm, gateway, parameters))
     constructor.setAccessible(True)
     return constructor.newInstance(_objects(jvm, gateway, arguments))
@@ -203,7 +205,7 @@ def _invoke(
     jvm: Any, gateway: Any, interface: str, method: str, parameters: list[str], target: Any, arguments: list[Any]
 ) -> Any:
     """A public interface's method called on an object whose own class is not public."""
-    klass = jvm.org.apache.spark.util.Utils.classForName(interface, True, False)
+    klass = java_class(jvm, "org.apache.spark.util.Utils").classForName(interface, True, False)
     return klass.getMethod(method, _classes(jvm, gateway, parameters)).invoke(target, _objects(jvm, gateway, arguments))
 
 
@@ -229,7 +231,7 @@ def rewrite_positions(spark: SparkSession, table: Any, tasks: Any, task_of: Call
     for path, pos in deleted:
         positions.setdefault(path, []).append(pos)
     jvm: Any = spark._jvm
-    written = jvm.java.util.ArrayList()
+    written = java_class(jvm, "java.util.ArrayList")()
     for path in sorted(positions):
         written.add(_write_position_deletes(spark, table, task_of(path), sorted(positions[path])))
     return written
@@ -242,7 +244,8 @@ def write_deletion_vectors(spark: SparkSession, table: Any, tasks: Any) -> Any:
     jvm: Any = spark._jvm
     staged = _Staged(spark, table, tasks)
     try:
-        return jvm.io.lakewarden.iceberg.DeletionVectors.write(table, tasks, _deleted_rows(spark, staged)._jdf)
+        vectors = java_class(jvm, "io.lakewarden.iceberg.DeletionVectors")
+        return vectors.write(table, tasks, _deleted_rows(spark, staged)._jdf)
     finally:
         staged.close()
 
@@ -274,14 +277,15 @@ def _write_position_deletes(spark: SparkSession, table: Any, task: Any, position
         stream.write(bytearray(content))
     finally:
         stream.close()
-    metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-        table.io().newInputFile(location), jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(table)
+    metrics = java_class(jvm, "org.apache.iceberg.parquet.ParquetUtil").fileMetrics(
+        table.io().newInputFile(location), java_class(jvm, "org.apache.iceberg.MetricsConfig").forPositionDelete(table)
     )
     return (
-        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
+        java_class(jvm, "org.apache.iceberg.FileMetadata")
+        .deleteFileBuilder(spec)
         .ofPositionDeletes()
         .withPath(location)
-        .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
+        .withFormat(java_class(jvm, "org.apache.iceberg.FileFormat").PARQUET)
         .withFileSizeInBytes(len(content))
         .withRecordCount(len(positions))
         .withPartition(data.partition())
