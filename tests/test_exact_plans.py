@@ -565,6 +565,25 @@ def test_the_groups_of_a_task_run_at_once_in_its_job_group_and_a_failure_leaves_
     assert checksum(spark, table) == before
 
 
+def test_a_group_that_fails_leaves_no_file_of_the_groups_that_did_not_fail(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    table = create(spark, "failing")
+    for cat in ("a", "b", "c"):
+        for i in range(3):
+            write(spark, table, FRAGMENT, cat, i * 100)
+    location = Path(str(spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]))  # type: ignore[index]
+    (task,) = plan(catalog, table).tasks
+    groups = task.input.groups  # type: ignore[union-attr]
+    assert len(groups) == 3
+    Path(groups[1].rewrite[0].removeprefix("file:")).unlink()  # the second group cannot read one of its files
+    on_disk = set((location / "data").rglob("*.parquet"))
+    with pytest.raises(Exception, match=r"FileNotFound|does not exist|NotFoundException"):
+        execute_task(spark, assignment(catalog, task.input.model_dump(mode="json"), 4322, 1), "test")
+    # the first and third groups were written, and deleted again when the second failed
+    assert set((location / "data").rglob("*.parquet")) == on_disk
+
+
 def test_revoking_a_task_cancels_its_spark_jobs(spark: SparkSession) -> None:
     import threading
 

@@ -89,10 +89,10 @@ def run_optimizing(
     committed: int | None = None
     try:
         jobs = [(i, g) for i, g in enumerate(work.groups) if g.rewrite]
-        done_groups = rewrite_groups(spark, table, [(g, plan.group(i)) for i, g in jobs])
+        written = rewrite_groups(spark, table, plan, [g for _, g in jobs])
         current_spec = int(table.spec().specId())
-        for (index, group), (_, _, written) in zip(jobs, done_groups, strict=True):
-            paths: list[str] = json.loads(plan.rewrote(index, written))
+        for index, group in jobs:
+            paths = written[index]
             if group.clustering is not None:
                 # files of an older spec land in other partitions: clustered again at the next full optimizing
                 if int(plan.specId(index)) == current_spec:

@@ -1,14 +1,15 @@
 """How a task's file groups are rewritten on Spark, with Iceberg's own runners: the bin-pack runner's read and
-write of staged scan tasks, the sort and z-order runners (package-private in Iceberg's Spark module: made
-through reflection and driven through their public interface), and position-delete files of a segment's own
-from Iceberg's `_deleted` metadata column. rewrite.py decides what to rewrite and commits it."""
+write of staged scan tasks, the sort and z-order runners (package-private in Iceberg's Spark module: lakewarden's
+GroupRewrites makes them through reflection and drives them through their public interface), and position-delete
+files of a segment's own from Iceberg's `_deleted` metadata column. rewrite.py decides what to rewrite and commits
+it."""
 
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.protocol.inputs import FileGroupInput
@@ -59,124 +60,23 @@ class _Staged:
         self.coordinator.clearRewrite(self.table, self.id)
 
 
-def _rewrite(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput) -> Any:
-    """Iceberg's bin-pack rewrite runner (SparkBinPackFileRewriteRunner) on exactly these files: read in
-    splits of the planned size, each split written as one file, returned uncommitted."""
-    jvm: Any = spark._jvm
-    staged = _Staged(spark, table, tasks)
-    try:
-        frame = (
-            spark.read.format("iceberg")
-            .option("scan-task-set-id", staged.id)
-            .option("split-size", str(group.split_size))
-            .option("file-open-cost", "0")
-            .load(staged.id)
-        )
-        output_spec = int(table.spec().specId())
-        # files of an older partition spec are written in the current one, which needs a shuffle
-        same_spec = int(tasks.get(0).spec().specId()) == output_spec
-        (
-            frame.write.format("iceberg")
-            .option("rewritten-file-scan-task-set-id", staged.id)
-            .option("target-file-size-bytes", str(group.max_file_size))
-            .option("distribution-mode", "none" if same_spec else "range")
-            .option("output-spec-id", str(output_spec))
-            .mode("append")
-            .save(staged.id)
-        )
-        return java_class(jvm, "java.util.ArrayList")(staged.coordinator.fetchNewFiles(table, staged.id))
-    finally:
-        staged.close()
-
-
-def rewrite_groups(
-    spark: SparkSession, table: Any, jobs: list[tuple[FileGroupInput, Any]]
-) -> list[tuple[FileGroupInput, Any, Any]]:
-    """Each group rewritten (bin-packed, or clustered) by a Spark job of its own, up to MAX_CONCURRENT_GROUPS
-    at once as Iceberg's action runs its groups (max-concurrent-file-group-rewrites): a group read as one
-    split keeps one core busy, so one group at a time would leave the others idle. The jobs run in the
-    task's Spark job group (canceling the task cancels them all). When a group fails, the files the others
-    wrote are deleted before the error is raised. Tasks and written files are Java lists."""
-    if len(jobs) <= 1:
-        return [(g, t, _rewrite_one(spark, table, t, g)) for g, t in jobs]
-    sc = spark.sparkContext
-    jvm: Any = spark._jvm
-    inherited = {
-        k: sc.getLocalProperty(k) for k in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-    }
-
-    def in_task_job_group(group: FileGroupInput, group_tasks: Any) -> Any:
-        java_class(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
-        for key, value in inherited.items():
-            sc.setLocalProperty(key, value)  # type: ignore[arg-type]
-        return _rewrite_one(spark, table, group_tasks, group)
-
-    done: list[tuple[FileGroupInput, Any, Any]] = []
-    failure: BaseException | None = None
-    with ThreadPoolExecutor(min(len(jobs), MAX_CONCURRENT_GROUPS), thread_name_prefix="group") as pool:
-        futures = [pool.submit(in_task_job_group, g, t) for g, t in jobs]
-        for (group, group_tasks), future in zip(jobs, futures, strict=True):
-            try:
-                done.append((group, group_tasks, future.result()))
-            except BaseException as exc:
-                failure = failure or exc
-    if failure is not None:
-        for _, _, written in done:
-            for f in written:
-                table.io().deleteFile(f.location())
-        raise failure
-    return done
-
-
-def _rewrite_one(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput) -> Any:
-    return (
-        _cluster(spark, table, tasks, group) if group.clustering is not None else _rewrite(spark, table, tasks, group)
-    )
-
-
-def _cluster(spark: SparkSession, table: Any, tasks: Any, group: FileGroupInput) -> Any:
-    """Iceberg's own sort or z-order rewrite runner (SparkSortFileRewriteRunner, SparkZOrderFileRewriteRunner)
-    on exactly these files: the rows shuffled into `expected_files` ranges of the clustering key, each sorted
-    and written as one file, returned uncommitted. The runners are package-private in Iceberg's Spark module:
-    constructed through reflection and driven through their public interface, FileRewriteRunner."""
-    clustering = group.clustering
-    assert clustering is not None
-    jvm: Any = spark._jvm
-    gateway: Any = spark.sparkContext._gateway
-    if clustering.kind == "sort":
-        how = table.sortOrders().get(clustering.sort_order_id)
-        if how is None:
-            raise StalePlan(f"the table has no sort order {clustering.sort_order_id} any more")
-        runner_class, how_class = "SparkSortFileRewriteRunner", "org.apache.iceberg.SortOrder"
-    else:
-        how = java_class(jvm, "java.util.ArrayList")()
-        for name in clustering.columns:
-            how.add(name)
-        runner_class, how_class = "SparkZOrderFileRewriteRunner", "java.util.List"
-    runner = _construct(
-        jvm,
-        gateway,
-        f"org.apache.iceberg.spark.actions.{runner_class}",
-        ["org.apache.spark.sql.SparkSession", "org.apache.iceberg.Table", how_class],
-        [spark._jsparkSession, table, how],
-    )
-    interface = "org.apache.iceberg.actions.FileRewriteRunner"
-    _invoke(jvm, gateway, interface, "init", ["java.util.Map"], runner, [java_class(jvm, "java.util.HashMap")()])
-    info = (
-        java_class(jvm, "org.apache.iceberg.actions.ImmutableRewriteDataFiles$FileGroupInfo")
-        .builder()
-        .globalIndex(0)
-        .partitionIndex(0)
-        .partition(tasks.get(0).file().partition())
-        .build()
-    )
-    file_group = java_class(jvm, "org.apache.iceberg.actions.RewriteFileGroup")(
-        info, tasks, int(table.spec().specId()), group.max_file_size, group.split_size, group.expected_files
-    )
-    written = _invoke(
-        jvm, gateway, interface, "rewrite", ["org.apache.iceberg.actions.RewriteGroupBase"], runner, [file_group]
-    )
-    return java_class(jvm, "java.util.ArrayList")(written)
+def rewrite_groups(spark: SparkSession, table: Any, plan: Any, groups: list[FileGroupInput]) -> dict[int, list[str]]:
+    """The plan's file groups that have files to rewrite (`groups`, as the task's input has them), each rewritten
+    by Iceberg's own runner (bin-pack, or a clustering group's sort or z-order runner) by a Spark job of its own, up
+    to MAX_CONCURRENT_GROUPS at once as Iceberg's action runs its groups: a group read as one split keeps one core
+    busy, so one group at a time would leave the others idle. The jobs run in the task's Spark job group (canceling
+    the task cancels them all); when a group fails, the files the others wrote are deleted before the error is
+    raised. Driven by lakewarden's GroupRewrites in one call: through py4j each group would cost dozens of round
+    trips. Returns, by group index, the locations each group wrote (the plan records them)."""
+    for group in groups:
+        how = group.clustering
+        if how is not None and how.kind == "sort" and table.sortOrders().get(how.sort_order_id) is None:
+            raise StalePlan(f"the table has no sort order {how.sort_order_id} any more")
+    if not groups:
+        return {}
+    runner = java_class(spark._jvm, "io.lakewarden.iceberg.GroupRewrites")
+    written = json.loads(runner.run(spark._jsparkSession, plan, MAX_CONCURRENT_GROUPS))
+    return {int(index): paths for index, paths in written.items()}
 
 
 def _classes(jvm: Any, gateway: Any, names: list[str]) -> Any:
@@ -191,22 +91,6 @@ def _objects(jvm: Any, gateway: Any, values: list[Any]) -> Any:
     for i, value in enumerate(values):
         objects[i] = value
     return objects
-
-
-def _construct(jvm: Any, gateway: Any, class_name: str, parameters: list[str], arguments: list[Any]) -> Any:
-    """A new instance of a class whose constructor is not public."""
-    klass = java_class(jvm, "org.apache.spark.util.Utils").classForName(class_name, True, False)
-    constructor = klass.getDeclaredConstructor(_classes(jvm, gateway, parameters))
-    constructor.setAccessible(True)
-    return constructor.newInstance(_objects(jvm, gateway, arguments))
-
-
-def _invoke(
-    jvm: Any, gateway: Any, interface: str, method: str, parameters: list[str], target: Any, arguments: list[Any]
-) -> Any:
-    """A public interface's method called on an object whose own class is not public."""
-    klass = java_class(jvm, "org.apache.spark.util.Utils").classForName(interface, True, False)
-    return klass.getMethod(method, _classes(jvm, gateway, parameters)).invoke(target, _objects(jvm, gateway, arguments))
 
 
 def _deleted_rows(spark: SparkSession, staged: _Staged) -> Any:

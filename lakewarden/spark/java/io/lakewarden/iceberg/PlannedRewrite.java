@@ -87,6 +87,19 @@ public final class PlannedRewrite {
     return planned.described();
   }
 
+  Table table() {
+    return table;
+  }
+
+  int groupCount() {
+    return planned.groupCount();
+  }
+
+  /** File group `index` as the task's input describes it (lakewarden's FileGroupInput). */
+  JsonNode groupInput(int index) {
+    return work.path("groups").path(index);
+  }
+
   /** The scan tasks of file group `index` whose files are rewritten, in the plan's order. */
   public List<FileScanTask> group(int index) {
     return planned.group(index);
