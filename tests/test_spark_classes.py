@@ -20,5 +20,5 @@ def test_a_class_is_found_by_its_full_name_once_and_a_package_is_refused(spark: 
     info = java_class(jvm, "org.apache.iceberg.actions.ImmutableRewriteDataFiles$FileGroupInfo")  # a nested class
     assert info.builder().globalIndex(3).getClass().getSimpleName() == "Builder"
     assert java_class(jvm, "org.apache.iceberg.FileFormat").PARQUET.name() == "PARQUET"  # a static field
-    with pytest.raises(LookupError, match="no Java class org.apache.iceberg"):
+    with pytest.raises(LookupError, match=r"no Java class org\.apache\.iceberg$"):
         java_class(jvm, "org.apache.iceberg")  # a package
