@@ -532,18 +532,24 @@ def test_a_task_revoked_before_its_commit_commits_nothing_and_leaves_no_file(
     assert set((location / "data").rglob("*.parquet")) == on_disk  # the files it wrote are gone again
 
 
+def three_partitions(spark: SparkSession, name: str) -> tuple[str, Path]:
+    """A table of three fragments in each of three partitions (a task of three file groups), and its location."""
+    table = create(spark, name)
+    for cat in ("a", "b", "c"):
+        for i in range(3):
+            write(spark, table, FRAGMENT, cat, i * 100)
+    location = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]  # type: ignore[index]
+    return table, Path(str(location))
+
+
 def test_the_groups_of_a_task_run_at_once_in_its_job_group_and_a_failure_leaves_no_file(
     spark: SparkSession, catalog: CatalogSpec
 ) -> None:
     from lakewarden.optimizer.executor import job_group
     from lakewarden.optimizer.rewrite import TaskRevoked
 
-    table = create(spark, "groups")
-    for cat in ("a", "b", "c"):
-        for i in range(3):
-            write(spark, table, FRAGMENT, cat, i * 100)
+    table, location = three_partitions(spark, "groups")
     before = checksum(spark, table)
-    location = Path(str(spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]))  # type: ignore[index]
     on_disk = set((location / "data").rglob("*.parquet"))
     planned = plan(catalog, table)
     (task,) = planned.tasks
@@ -568,11 +574,7 @@ def test_the_groups_of_a_task_run_at_once_in_its_job_group_and_a_failure_leaves_
 def test_a_group_that_fails_leaves_no_file_of_the_groups_that_did_not_fail(
     spark: SparkSession, catalog: CatalogSpec
 ) -> None:
-    table = create(spark, "failing")
-    for cat in ("a", "b", "c"):
-        for i in range(3):
-            write(spark, table, FRAGMENT, cat, i * 100)
-    location = Path(str(spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]))  # type: ignore[index]
+    table, location = three_partitions(spark, "failing")
     (task,) = plan(catalog, table).tasks
     groups = task.input.groups  # type: ignore[union-attr]
     assert len(groups) == 3

@@ -94,49 +94,35 @@ public final class GroupRewrites {
       throws ReflectiveOperationException {
     FileRewriteRunner<?, ?, ?, ?> runner;
     if (clustering.isMissingNode() || clustering.isNull()) {
-      runner = construct("SparkBinPackFileRewriteRunner", new Class<?>[0], new Object[0], spark, table);
+      runner = construct("SparkBinPackFileRewriteRunner", spark, table, null, null);
     } else if ("sort".equals(clustering.path("kind").asText())) {
       int orderId = clustering.path("sort_order_id").asInt();
       SortOrder order = table.sortOrders().get(orderId);
       if (order == null) { // looked for by the caller first, which tells a stale plan by it
         throw new IllegalStateException("the table has no sort order " + orderId);
       }
-      runner =
-          construct(
-              "SparkSortFileRewriteRunner",
-              new Class<?>[] {SortOrder.class},
-              new Object[] {order},
-              spark,
-              table);
+      runner = construct("SparkSortFileRewriteRunner", spark, table, SortOrder.class, order);
     } else {
       List<String> columns = new ArrayList<>();
       clustering.path("columns").forEach(column -> columns.add(column.asText()));
-      runner =
-          construct(
-              "SparkZOrderFileRewriteRunner",
-              new Class<?>[] {List.class},
-              new Object[] {columns},
-              spark,
-              table);
+      runner = construct("SparkZOrderFileRewriteRunner", spark, table, List.class, columns);
     }
     runner.init(new HashMap<>());
     return runner;
   }
 
+  /** A runner made by its package-private constructor: (spark, table), or (spark, table, what it clusters by). */
   private static FileRewriteRunner<?, ?, ?, ?> construct(
-      String name, Class<?>[] extraTypes, Object[] extra, SparkSession spark, Table table)
+      String name, SparkSession spark, Table table, Class<?> byType, Object by)
       throws ReflectiveOperationException {
-    Class<?>[] types = new Class<?>[2 + extraTypes.length];
-    Object[] arguments = new Object[2 + extra.length];
-    types[0] = SparkSession.class;
-    types[1] = Table.class;
-    arguments[0] = spark;
-    arguments[1] = table;
-    System.arraycopy(extraTypes, 0, types, 2, extraTypes.length);
-    System.arraycopy(extra, 0, arguments, 2, extra.length);
-    Constructor<?> constructor = Class.forName(RUNNERS + name).getDeclaredConstructor(types);
+    Class<?> runner = Class.forName(RUNNERS + name);
+    Constructor<?> constructor =
+        byType == null
+            ? runner.getDeclaredConstructor(SparkSession.class, Table.class)
+            : runner.getDeclaredConstructor(SparkSession.class, Table.class, byType);
     constructor.setAccessible(true);
-    return (FileRewriteRunner<?, ?, ?, ?>) constructor.newInstance(arguments);
+    Object made = byType == null ? constructor.newInstance(spark, table) : constructor.newInstance(spark, table, by);
+    return (FileRewriteRunner<?, ?, ?, ?>) made;
   }
 
   @SuppressWarnings({"unchecked", "rawtypes"})
