@@ -47,11 +47,15 @@ def execute_task(
     # one, Spark's SQLConf.get answers with a blank conf and Iceberg's actions cannot find their catalogs.
     java_class(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(jss)
     name = f"{spark_name}.{work.table}"
-    table = java_class(jvm, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(jss, name)
+    spark3 = java_class(jvm, "org.apache.iceberg.spark.Spark3Util")
     # Spark's catalog may hand out a table it cached (cache-enabled, 30 s) while other writers committed: the
     # task must see the table as it is now. Above all orphan cleanup: a stale table's reachable files omit what
-    # was committed since, its newest metadata file among them, which it would delete.
-    table.refresh()
+    # was committed since, its newest metadata file among them, which it would delete. Dropping the cached
+    # entry first makes the load itself fresh: one read of the table's metadata, where a load and a refresh
+    # would read it twice.
+    found = spark3.catalogAndIdentifier(jss, name)
+    found.catalog().invalidateTable(found.identifier())
+    table = spark3.loadIcebergTable(jss, name)
     # interrupt running Spark tasks when the group is canceled: a canceled process stops at once
     spark.sparkContext.setJobGroup(job_group(task, optimizer), f"{work.action} {name}", interruptOnCancel=True)
     properties = {
