@@ -26,11 +26,15 @@ Both Spark sides are warmed by the same rewrites first: of a small table, then o
 compacts fresh copies, each tool going first in turn; while lakewarden works, this script asks the server how the
 table is doing four times a second (the times it reports are the server's own, so asking more often would only take
 CPU from the optimizer).
+With `--instances N` all of it (a fresh server and its optimizer, a fresh Spark session, the sources written anew,
+the warm-ups, the rounds) runs N times: what a JVM's compiler settled on holds for all of that JVM's rounds and
+differs more from one JVM to the next than from one round to the next (BENCHMARKS.md), so one pair of JVMs can favour
+either side. The medians are over every round; each instance's are kept too.
 Goal: lakewarden's median wall time and CPU-seconds <= 1.0x the faster of the two others. Each copy ends with its
 rows counted against the source.
 
     .venv/bin/python bench/small_files.py [--shapes 300x2,3000x10] [--rows 20] [--rounds 5] [--warm 15]
-        [--shape-warm 40] [--max-input BYTES] [--results small_files]
+        [--shape-warm 40] [--instances 1] [--max-input BYTES] [--results small_files]
 """
 
 from __future__ import annotations
@@ -243,21 +247,10 @@ def spark_run(spark: Any, jvm_pid: int, name: str, api: httpx.Client) -> dict[st
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", default="300x2,3000x10", help="files x partitions, comma-separated")
-    parser.add_argument("--rows", type=int, default=20, help="rows per file")
-    parser.add_argument("--rounds", type=int, default=5, help="fresh copies compacted by each tool, medians kept")
-    parser.add_argument("--warm", type=int, default=15, help="warm-up rewrites on each Spark side")
-    parser.add_argument(
-        "--shape-warm", type=int, default=40, help="warm-up rewrites of each shape on each Spark side, not counted"
-    )
-    parser.add_argument(
-        "--max-input", type=int, default=None, help="the group's max-input-file-size-per-thread (default Amoro's)"
-    )
-    parser.add_argument("--results", default="small_files", help="name of the results file and plot")
-    args = parser.parse_args()
-    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+def run_instance(args: argparse.Namespace, shapes: list[tuple[int, ...]], instance: int) -> dict[str, Any]:
+    """One pair of JVMs: a fresh server (its own optimizer) and a fresh Spark session, warmed alike, each shape
+    written anew on that server and compacted `args.rounds` times by each tool. Returns each shape's files and
+    rounds."""
     # the evaluator's default recheck (none: tables are evaluated when they change): a recheck of every table every
     # few seconds, the 3,000-file source's among them, would take cores from the tools and keep the evaluator busy
     # when a compacted copy changes
@@ -274,6 +267,8 @@ def main() -> None:
     from lakewarden.domain.catalogs import CatalogSpec
     from lakewarden.spark.session import build_spark_session
 
+    label = f"instance {instance + 1}: " if args.instances > 1 else ""
+    found: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lakewarden-bench-") as tmp, running_server(tmp, settings) as root:
         zamboni = zamboni_env(Path(tempfile.gettempdir()) / "lakewarden-bench-cache")
         token = admin_token(tmp)
@@ -300,7 +295,6 @@ def main() -> None:
             lakewarden_run(api, catalog, f"warm_lw{i}", descendants(server_pid(tmp)))
         optimizer = descendants(server_pid(tmp))
 
-        results: dict[str, Any] = {}
         for files, partitions in shapes:
             shape = f"{files}x{partitions}"
             source = write_source(catalog, f"src_{files}", files, partitions, args.rows)
@@ -316,7 +310,7 @@ def main() -> None:
                         else spark_run(spark, jvm_pid, copy, api)
                     )
                     if i % 10 == 9 or i == args.shape_warm - 1:
-                        print(f"{shape} warm-up {i + 1} {tool}: {run['wall_s']} s, {run['cpu_s']} CPU-s")
+                        print(f"{label}{shape} warm-up {i + 1} {tool}: {run['wall_s']} s, {run['cpu_s']} CPU-s")
             rounds: list[dict[str, Any]] = []
             for round_ in range(args.rounds):
                 runs: dict[str, Any] = {}
@@ -337,31 +331,72 @@ def main() -> None:
                     if after[1] != expected[1]:
                         raise RuntimeError(f"{tool} changed the rows of {shape}: {after[1]} vs {expected[1]}")
                     runs[tool]["files_after"] = after[0]
-                    print(f"{shape} round {round_ + 1} {tool}: {runs[tool]}")
-                rounds.append(runs)
-            median = {
-                tool: {m: statistics.median(r[tool][m] for r in rounds) for m in ("wall_s", "cpu_s")} for tool in TOOLS
-            }
-            best_wall = min(median["zamboni"]["wall_s"], median["spark"]["wall_s"])
-            best_cpu = min(median["zamboni"]["cpu_s"], median["spark"]["cpu_s"])
-            results[shape] = {
-                "files_before": expected[0],
-                "rounds": rounds,
-                "median": median,
-                "ratio_wall": round(median["lakewarden"]["wall_s"] / best_wall, 3),
-                "ratio_cpu": round(median["lakewarden"]["cpu_s"] / best_cpu, 3),
-            }
-            print(
-                f"{shape}: medians {median}; lakewarden / the faster peer: wall {results[shape]['ratio_wall']}x, "
-                f"CPU {results[shape]['ratio_cpu']}x"
-            )
+                    print(f"{label}{shape} round {round_ + 1} {tool}: {runs[tool]}")
+                rounds.append({"instance": instance, **runs})
+            found[shape] = {"files_before": expected[0], "rounds": rounds}
         spark.stop()
+    return found
+
+
+def medians(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    def median(tool: str, measure: str) -> float:
+        return round(float(statistics.median(r[tool][measure] for r in rounds)), 3)
+
+    return {tool: {m: median(tool, m) for m in ("wall_s", "cpu_s")} for tool in TOOLS}
+
+
+def ratios(median: dict[str, dict[str, float]]) -> dict[str, float]:
+    """lakewarden's median wall time and CPU-seconds over the faster peer's."""
+    return {
+        f"ratio_{m}": round(median["lakewarden"][f"{m}_s"] / min(median[p][f"{m}_s"] for p in ("zamboni", "spark")), 3)
+        for m in ("wall", "cpu")
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="300x2,3000x10", help="files x partitions, comma-separated")
+    parser.add_argument("--rows", type=int, default=20, help="rows per file")
+    parser.add_argument("--rounds", type=int, default=5, help="fresh copies compacted by each tool, medians kept")
+    parser.add_argument(
+        "--instances", type=int, default=1, help="pairs of JVMs (a fresh server and Spark session), each warmed alike"
+    )
+    parser.add_argument("--warm", type=int, default=15, help="warm-up rewrites on each Spark side")
+    parser.add_argument(
+        "--shape-warm", type=int, default=40, help="warm-up rewrites of each shape on each Spark side, not counted"
+    )
+    parser.add_argument(
+        "--max-input", type=int, default=None, help="the group's max-input-file-size-per-thread (default Amoro's)"
+    )
+    parser.add_argument("--results", default="small_files", help="name of the results file and plot")
+    args = parser.parse_args()
+    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+
+    found = [run_instance(args, shapes, i) for i in range(args.instances)]
+    results: dict[str, Any] = {}
+    for shape in found[0]:
+        rounds = [r for instance in found for r in instance[shape]["rounds"]]
+        median = medians(rounds)
+        results[shape] = {
+            "files_before": found[0][shape]["files_before"],
+            "rounds": rounds,
+            "median": median,
+            **ratios(median),
+            # each pair of JVMs on its own: a JVM's steady state (what its compiler chose) holds for all its rounds
+            "instances": [{"median": (m := medians(instance[shape]["rounds"])), **ratios(m)} for instance in found],
+        }
+        print(
+            f"{shape}: medians {median}; lakewarden / the faster peer: wall {results[shape]['ratio_wall']}x, "
+            f"CPU {results[shape]['ratio_cpu']}x; by instance: "
+            + ", ".join(f"{i['ratio_wall']}x / {i['ratio_cpu']}x" for i in results[shape]["instances"])
+        )
 
     write(
         args.results,
         {
             "rows_per_file": args.rows,
             "rounds": args.rounds,
+            "instances": args.instances,
             "shape_warm": args.shape_warm,
             "max_input_per_thread": args.max_input,
             "goal": "<= 1.0x",
