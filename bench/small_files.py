@@ -40,10 +40,7 @@ rows counted against the source.
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,19 +53,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import admin_token, bar_chart, cpu_seconds, descendants, running_server, server_pid, tree_cpu, write
+from bench.zamboni import zamboni_env, zamboni_run
 
-ZAMBONI = "iceberg-zamboni==0.7.0"
 TOOLS = ["lakewarden", "zamboni", "spark"]
 POLL_SECONDS = 0.25
-
-
-def zamboni_env(directory: Path) -> Path:
-    """A virtual environment of its own with iceberg-zamboni (its pyiceberg and pyarrow are not ours)."""
-    venv = directory / "zamboni-venv"
-    if not (venv / "bin" / "zamboni").exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", ZAMBONI], check=True)
-    return venv / "bin" / "zamboni"
 
 
 def write_source(catalog: Any, name: str, files: int, partitions: int, rows: int) -> Any:
@@ -209,22 +197,6 @@ def stages(enabled: datetime, pending: datetime, process: dict[str, Any]) -> dic
     points = [enabled, pending, at(process["start_time"]), scheduled, acked, ended, at(process["end_time"])]
     names = ("to pending", "to planned", "to scheduled", "to acked", "tasks run", "to process end")
     return {n: round((b - a).total_seconds(), 3) for n, a, b in zip(names, points, points[1:], strict=False)}
-
-
-def zamboni_run(zamboni: Path, root: str, token: str, name: str) -> dict[str, Any]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    command = [str(zamboni), "compact", "--uri", f"{root}/iceberg", "--warehouse", "lake", "--engine", "local"]
-    subprocess.run(
-        [*command, "--yes", f"db.{name}"],
-        check=True,
-        env={**os.environ, "ZAMBONI_TOKEN": token},
-        stdout=subprocess.DEVNULL,
-    )
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
 
 
 def spark_run(spark: Any, jvm_pid: int, name: str, api: httpx.Client) -> dict[str, Any]:
