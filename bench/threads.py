@@ -1,0 +1,82 @@
+"""CPU-seconds of processes by kind of thread, from the kernel's accounting of each thread (/proc/<pid>/task).
+
+A JVM's threads are named for what they do (the JIT's compiler threads, the garbage collector, Spark's task
+threads, Iceberg's worker pool), so a difference between two JVMs doing the same work can be placed: in the work,
+in compiling it, or in collecting after it. A Python process counts whole, as `python`. And because a JVM goes on
+compiling what it just ran after the call that ran it has returned, `settle()` waits until the processes idle, so
+that each side's count holds the whole cost of its work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+# thread names as the kernel keeps them (15 characters), by prefix, most specific first
+KINDS = (
+    ("C2 CompilerThre", "jit_c2"),
+    ("C1 CompilerThre", "jit_c1"),
+    ("iceberg-worker", "iceberg_worker"),
+    ("Executor task", "spark_tasks"),
+    ("GC Thread", "gc"),
+    ("G1 ", "gc"),
+    ("VM Thread", "gc"),
+)
+
+
+def _kind(thread: str) -> str:
+    for prefix, kind in KINDS:
+        if thread.startswith(prefix):
+            return kind
+    return re.sub(r"[-#\s]*\d+$", "", thread) or "other"  # a pool's threads by their pool: "Thread-12" as "Thread"
+
+
+def _ticks(stat: Path) -> int:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def by_thread(pids: list[int]) -> dict[str, float]:
+    """CPU-seconds so far of these processes, by kind of thread (a process gone meanwhile counts nothing)."""
+    found: dict[str, float] = defaultdict(float)
+    for pid in pids:
+        proc = Path(f"/proc/{pid}")
+        try:
+            if (proc / "comm").read_text().strip() != "java":
+                found["python"] += _ticks(proc / "stat") / TICK
+                continue
+            live = 0.0
+            for task in (proc / "task").iterdir():
+                seconds = _ticks(task / "stat") / TICK
+                found[_kind((task / "comm").read_text().strip())] += seconds
+                live += seconds
+            # the process's own count keeps what its ended threads spent (a pool shut down after a task)
+            found["ended_threads"] += max(0.0, _ticks(proc / "stat") / TICK - live)
+        except OSError:
+            continue
+    return found
+
+
+def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU-seconds by kind of thread between two readings, rounded."""
+    differences = {kind: after[kind] - before.get(kind, 0.0) for kind in sorted(after)}
+    return {kind: round(seconds, 3) for kind, seconds in differences.items() if seconds > 0}
+
+
+def settle(pids: list[int], interval: float = 0.5, quiet_ticks: int = 1, limit: float = 15.0) -> float:
+    """Wait until the processes use at most `quiet_ticks` of CPU in each of two intervals in a row (what they
+    started, the JIT's queue among it, is done); returns the seconds waited."""
+    started = time.monotonic()
+    quiet = 0
+    last = sum(by_thread(pids).values())
+    while quiet < 2 and time.monotonic() - started < limit:
+        time.sleep(interval)
+        now = sum(by_thread(pids).values())
+        quiet = quiet + 1 if now - last <= quiet_ticks / TICK + 1e-9 else 0
+        last = now
+    return round(time.monotonic() - started, 2)
