@@ -134,6 +134,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def quiet(server: int, limit: float = 120.0) -> None:
+    """Wait until the server has finished with what the writes left it (evaluations, history, trends) and idles
+    (under 5% of a core for a second): otherwise the first tool of the first round shares the cores with it."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        before = cpu_seconds(server)
+        time.sleep(1.0)
+        if cpu_seconds(server) - before < 0.05:
+            return
+    print(f"  the server did not idle within {limit:.0f} s")
+
+
 def descendants(root: int) -> list[int]:
     """Every live process below `root` (e.g. a server's optimizers and their JVMs)."""
     parents: dict[int, int] = {}

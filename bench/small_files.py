@@ -30,6 +30,8 @@ With `--instances N` all of it (a fresh server and its optimizer, a fresh Spark 
 the warm-ups, the rounds) runs N times: what a JVM's compiler settled on holds for all of that JVM's rounds and
 differs more from one JVM to the next than from one round to the next (BENCHMARKS.md), so one pair of JVMs can favour
 either side. The medians are over every round; each instance's are kept too.
+Each Spark side's run also waits until its JVM settles (the JIT's queue done) and records its CPU-seconds by kind of
+thread until then (bench/threads.py): `cpu_settled_s`, `threads`, `ratio_cpu_settled`.
 Goal: lakewarden's median wall time and CPU-seconds <= 1.0x the faster of the two others. Each copy ends with its
 rows counted against the source.
 
@@ -52,8 +54,18 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import admin_token, bar_chart, cpu_seconds, descendants, running_server, server_pid, tree_cpu, write
-from bench.threads import by_thread, settle, spent
+from bench.common import (
+    admin_token,
+    bar_chart,
+    cpu_seconds,
+    descendants,
+    quiet,
+    running_server,
+    server_pid,
+    tree_cpu,
+    write,
+)
+from bench.threads import by_thread, settle, settled_cost
 from bench.zamboni import zamboni_env, zamboni_run
 
 TOOLS = ["lakewarden", "zamboni", "spark"]
@@ -100,18 +112,6 @@ def write_source(catalog: Any, name: str, files: int, partitions: int, rows: int
         if batch % 50 == 0:
             print(f"  {name}: {batch * partitions}/{files} files written ({time.monotonic() - started:.0f} s)")
     return table
-
-
-def quiet(server: int, limit: float = 120.0) -> None:
-    """Wait until the server has finished with what the writes left it (evaluations, history, trends) and idles
-    (under 5% of a core for a second): otherwise the first tool of the first round shares the cores with it."""
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
-        before = cpu_seconds(server)
-        time.sleep(1.0)
-        if cpu_seconds(server) - before < 0.05:
-            return
-    print(f"  the server did not idle within {limit:.0f} s")
 
 
 def counted(catalog: Any, name: str) -> tuple[int, int]:
@@ -167,7 +167,7 @@ def lakewarden_run(api: httpx.Client, catalog: Any, name: str, optimizer: list[i
         "enabled_to_end_s": round((ended - enabled).total_seconds(), 2),
         "until_idle_s": round(until_idle, 2),
         "cpu_s": round(cpu_until_idle, 2),
-        **_settled(settled, threads, by_thread(optimizer)),
+        **settled_cost(settled, threads, by_thread(optimizer)),
         "processes": len(processes),
         "tasks": sum(len(p["tasks"]) for p in processes),
         "first_process_seconds": stages(enabled, pending, first),
@@ -220,7 +220,7 @@ def spark_run(spark: Any, jvm_pid: int, name: str, api: httpx.Client) -> dict[st
         time.sleep(POLL_SECONDS)
     until_idle = time.monotonic() - started
     cpu = cpu_seconds(jvm_pid) - jvm + python
-    after = _settled(settle([jvm_pid]), threads, by_thread([jvm_pid]))
+    after = settled_cost(settle([jvm_pid]), threads, by_thread([jvm_pid]))
     after["threads"]["python"] = round(python, 3)
     after["cpu_settled_s"] = round(after["cpu_settled_s"] + python, 2)
     return {
@@ -230,12 +230,6 @@ def spark_run(spark: Any, jvm_pid: int, name: str, api: httpx.Client) -> dict[st
         **after,
         "until_idle_s": round(until_idle, 2),
     }
-
-
-def _settled(waited: float, before: Any, after: Any) -> dict[str, Any]:
-    """The CPU-seconds from the start until the processes settled (their JIT's queue done), by kind of thread."""
-    threads = spent(before, after)
-    return {"cpu_settled_s": round(sum(threads.values()), 2), "settle_s": waited, "threads": threads}
 
 
 def run_instance(args: argparse.Namespace, shapes: list[tuple[int, ...]], instance: int) -> dict[str, Any]:

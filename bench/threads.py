@@ -14,6 +14,7 @@ import re
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -80,3 +81,9 @@ def settle(pids: list[int], interval: float = 0.5, quiet_ticks: int = 1, limit: 
         quiet = quiet + 1 if now - last <= quiet_ticks / TICK + 1e-9 else 0
         last = now
     return round(time.monotonic() - started, 2)
+
+
+def settled_cost(waited: float, before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """A run's CPU-seconds from its start until its processes settled, in all and by kind of thread."""
+    threads = spent(before, after)
+    return {"cpu_settled_s": round(sum(threads.values()), 2), "settle_s": waited, "threads": threads}
