@@ -128,10 +128,16 @@ def server_pid(tmp: str) -> int:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def stat_cpu_seconds(stat: Path) -> float:
+    """The CPU-seconds (user + system) in a /proc stat file: a process's (/proc/<pid>/stat, its ended threads'
+    included) or one thread's (/proc/<pid>/task/<tid>/stat)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def cpu_seconds(pid: int) -> float:
     """The CPU-seconds (user + system) process `pid` has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def quiet(server: int, limit: float = 120.0) -> None:

@@ -9,14 +9,13 @@ that each side's count holds the whole cost of its work.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-TICK = os.sysconf("SC_CLK_TCK")
+from bench.common import TICK, stat_cpu_seconds, tree_cpu
 
 # thread names as the kernel keeps them (15 characters), by prefix, most specific first
 KINDS = (
@@ -26,7 +25,7 @@ KINDS = (
     ("Executor task", "spark_tasks"),
     ("GC Thread", "gc"),
     ("G1 ", "gc"),
-    ("VM Thread", "gc"),
+    ("VM Thread", "gc"),  # the safepoint operations, the collector's pauses among them
 )
 
 
@@ -37,11 +36,6 @@ def _kind(thread: str) -> str:
     return re.sub(r"[-#\s]*\d+$", "", thread) or "other"  # a pool's threads by their pool: "Thread-12" as "Thread"
 
 
-def _ticks(stat: Path) -> int:
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def by_thread(pids: list[int]) -> dict[str, float]:
     """CPU-seconds so far of these processes, by kind of thread (a process gone meanwhile counts nothing)."""
     found: dict[str, float] = defaultdict(float)
@@ -49,15 +43,15 @@ def by_thread(pids: list[int]) -> dict[str, float]:
         proc = Path(f"/proc/{pid}")
         try:
             if (proc / "comm").read_text().strip() != "java":
-                found["python"] += _ticks(proc / "stat") / TICK
+                found["python"] += stat_cpu_seconds(proc / "stat")
                 continue
             live = 0.0
             for task in (proc / "task").iterdir():
-                seconds = _ticks(task / "stat") / TICK
+                seconds = stat_cpu_seconds(task / "stat")
                 found[_kind((task / "comm").read_text().strip())] += seconds
                 live += seconds
             # the process's own count keeps what its ended threads spent (a pool shut down after a task)
-            found["ended_threads"] += max(0.0, _ticks(proc / "stat") / TICK - live)
+            found["ended_threads"] += max(0.0, stat_cpu_seconds(proc / "stat") - live)
         except OSError:
             continue
     return found
@@ -74,10 +68,10 @@ def settle(pids: list[int], interval: float = 0.5, quiet_ticks: int = 1, limit: 
     started, the JIT's queue among it, is done); returns the seconds waited."""
     started = time.monotonic()
     quiet = 0
-    last = sum(by_thread(pids).values())
+    last = tree_cpu(pids)  # the processes' own counts: every thread, ended ones too
     while quiet < 2 and time.monotonic() - started < limit:
         time.sleep(interval)
-        now = sum(by_thread(pids).values())
+        now = tree_cpu(pids)
         quiet = quiet + 1 if now - last <= quiet_ticks / TICK + 1e-9 else 0
         last = now
     return round(time.monotonic() - started, 2)
