@@ -110,6 +110,7 @@ def ui_figures(spark: SparkSession, group: str) -> dict[str, int]:
     api = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}"
     jobs = [j for j in httpx.get(f"{api}/jobs", timeout=10).json() if j.get("jobGroup") == group]
     figures = {"jobs": len(jobs), "cpu_ns": 0, "run_ms": 0, "written_bytes": 0, "read_records": 0, "tasks": 0}
+    figures["peak_memory"] = 0  # the largest of any one task's, from each attempt's list of tasks
     for stage_id in sorted({s for j in jobs for s in j["stageIds"]}):
         response = httpx.get(f"{api}/stages/{stage_id}", timeout=10)
         if response.status_code == 404:
@@ -120,6 +121,9 @@ def ui_figures(spark: SparkSession, group: str) -> dict[str, int]:
             figures["written_bytes"] += attempt["outputBytes"]
             figures["read_records"] += attempt["inputRecords"]
             figures["tasks"] += attempt["numCompleteTasks"] + attempt["numFailedTasks"] + attempt["numKilledTasks"]
+            listed = httpx.get(f"{api}/stages/{stage_id}/{attempt['attemptId']}/taskList?length=10000", timeout=10)
+            peaks = [t["taskMetrics"]["peakExecutionMemory"] for t in listed.json() if t.get("taskMetrics")]
+            figures["peak_memory"] = max([figures["peak_memory"], *peaks])
     return figures
 
 
@@ -143,8 +147,31 @@ def test_the_usage_of_a_job_group_is_what_the_spark_ui_shows(spark: SparkSession
     assert usage.written_bytes == shown["written_bytes"] > 0
     assert usage.read_records == shown["read_records"] == 401_000
     assert usage.tasks == shown["tasks"] > 0
-    assert usage.shuffle_bytes > 0 and usage.peak_memory_bytes > 0  # an aggregation kept a hash map
+    assert usage.shuffle_bytes > 0  # an aggregation: its hash map is the largest task's peak memory
+    assert usage.peak_memory_bytes == shown["peak_memory"] > 0
     assert job_group_usage(spark, "no-such-group") == SparkUsage()
+
+
+@pytest.mark.spark
+def test_the_usage_of_a_failed_job_counts_its_failed_tasks(spark: SparkSession) -> None:
+    from lakewarden.optimizer.usage import job_group_usage
+
+    def fail(_: object) -> None:
+        raise ValueError("a task that fails")
+
+    sc = spark.sparkContext
+    sc.setJobGroup("lakewarden-usage-failed", "usage of a failed job", interruptOnCancel=True)
+    try:
+        with pytest.raises(Exception, match="a task that fails"):
+            sc.parallelize(range(4), 2).foreach(fail)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    usage = job_group_usage(spark, "lakewarden-usage-failed")
+    shown = ui_figures(spark, "lakewarden-usage-failed")
+    assert usage.jobs == shown["jobs"] == 1
+    # local mode tries a task once: the failed attempt of the stage is its last, and its tasks are counted
+    assert usage.tasks == shown["tasks"] >= 1
+    assert usage.run_ms == shown["run_ms"]
 
 
 @pytest.mark.spark
