@@ -21,8 +21,9 @@ from its metadata, so the copies share the very same files:
   compacted table idle, as lakewarden's optimizer's are counted (and `cpu_call_s`, of the call alone).
 
 Both Spark sides are warmed by the same rewrites first: of a small table, then of copies of each shape itself
-(`--shape-warm`, not counted): a JVM goes on compiling what a shape's rewrite runs through for dozens of rewrites
-(BENCHMARKS.md), and an optimizer or Spark session that has been running for a while has done that. Each round
+(`--shape-warm`, not counted): C2 compiles a method once it has run some thousands of times, so what a rewrite runs
+through a few dozen times goes on being compiled for a hundred rewrites and more, in either JVM (BENCHMARKS.md), and
+an optimizer or Spark session that has been running for a while has done that. Each round
 compacts fresh copies, each tool going first in turn; while lakewarden works, this script asks the server how the
 table is doing four times a second (the times it reports are the server's own, so asking more often would only take
 CPU from the optimizer).
@@ -36,7 +37,7 @@ Goal: lakewarden's median wall time and CPU-seconds <= 1.0x the faster of the tw
 rows counted against the source.
 
     .venv/bin/python bench/small_files.py [--shapes 300x2,3000x10] [--rows 20] [--rounds 5] [--warm 15]
-        [--shape-warm 40] [--instances 1] [--max-input BYTES] [--results small_files]
+        [--shape-warm 120] [--instances 1] [--max-input BYTES] [--results small_files]
 """
 
 from __future__ import annotations
@@ -358,7 +359,7 @@ def main() -> None:
     )
     parser.add_argument("--warm", type=int, default=15, help="warm-up rewrites on each Spark side")
     parser.add_argument(
-        "--shape-warm", type=int, default=40, help="warm-up rewrites of each shape on each Spark side, not counted"
+        "--shape-warm", type=int, default=120, help="warm-up rewrites of each shape on each Spark side, not counted"
     )
     parser.add_argument(
         "--max-input", type=int, default=None, help="the group's max-input-file-size-per-thread (default Amoro's)"
