@@ -58,8 +58,12 @@ def by_thread(pids: list[int]) -> dict[str, float]:
 
 
 def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """CPU-seconds by kind of thread between two readings, rounded."""
-    differences = {kind: after[kind] - before.get(kind, 0.0) for kind in sorted(after)}
+    """CPU-seconds by kind of thread between two readings, rounded. A thread that ended in between leaves its kind's
+    count and enters `ended_threads` with all it ever spent: what its kind lost is taken off `ended_threads`, so the
+    kinds add up to what the processes spent between the readings."""
+    differences = {kind: after.get(kind, 0.0) - before.get(kind, 0.0) for kind in sorted({*before, *after})}
+    lost = sum(seconds for seconds in differences.values() if seconds < 0)
+    differences["ended_threads"] = differences.get("ended_threads", 0.0) + lost
     return {kind: round(seconds, 3) for kind, seconds in differences.items() if seconds > 0}
 
 
