@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from lakewarden.services.resources.containers import ContainerError, Instance, SparkContainer
+from lakewarden.services.resources.containers import ContainerError, Instance, LocalContainer, SparkContainer
 from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
 from lakewarden.spark.submit import MAVEN_PACKAGES
 from lakewarden.store import allocation as allocation_store
@@ -72,6 +72,16 @@ def test_cluster_mode_runs_the_driver_on_yarn_and_kubernetes(
 
 
 @pytest.mark.spark
+def test_the_local_container_gives_its_optimizers_the_group_s_java_options(tmp_path: Path) -> None:
+    local = LocalContainer("local", "http://127.0.0.1:1630", tmp_path, {"java-options": "-Xss2m"})
+    assert "--java-options=-Xss2m" in local.command("etl", {}, "local-etl-1")  # the container's
+    chosen = local.command("etl", {"java-options": "-XX:+UseG1GC"}, "local-etl-2")  # the group's, over it
+    assert [a for a in chosen if a.startswith("--java-options")] == ["--java-options=-XX:+UseG1GC"]
+    assert "--java-options=" in local.command("etl", {"java-options": ""}, "local-etl-3")  # the JVM's defaults
+    unset = LocalContainer("local", "http://127.0.0.1:1630", tmp_path).command("etl", {}, "local-etl-4")
+    assert not [a for a in unset if a.startswith("--java-options")]  # the optimizer's own (JAVA_OPTIONS)
+
+
 @pytest.mark.parametrize(
     ("group", "message"),
     [

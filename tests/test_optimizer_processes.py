@@ -43,6 +43,10 @@ def test_local_container_scales_out_and_releases(server: ServerProcess) -> None:
     (started,) = wait_for("an optimizer to register", lambda: optimizers(server), timeout=120)
     assert started["resource_id"].startswith("local-default-")
     assert started["threads"] == 1
+    assert server.proc is not None
+    (jvm,) = [pid for pid, name in descendants(server.proc.pid) if name == "java"]
+    # an optimizer runs batches: its JVM takes the throughput collector (optimizer/app.py's JAVA_OPTIONS)
+    assert "-XX:+UseParallelGC" in Path(f"/proc/{jvm}/cmdline").read_bytes().decode().split("\0")
     cli(server, "group", "scale", "default", "--instances", "0")
     wait_for("the optimizer to be released", lambda: optimizers(server) == [], timeout=90)
     bad = cli(server, "group", "scale", "default", "--instances", "-1", ok=False)

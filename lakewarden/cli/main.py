@@ -67,6 +67,10 @@ def optimizer(
     parallelism: Annotated[int, typer.Option(min=1, max=256, help="Executor threads (and local[N] cores)")] = 1,
     spark_master: Annotated[str | None, typer.Option(help="Spark master; default local[parallelism]")] = None,
     driver_memory: Annotated[str, typer.Option(help="Spark driver memory")] = "2g",
+    java_options: Annotated[
+        str | None,
+        typer.Option(help="Options of Spark's JVMs, not under spark-submit (default: -XX:+UseParallelGC)"),
+    ] = None,
     resource_id: Annotated[str | None, typer.Option(hidden=True)] = None,
     server: Annotated[
         str,
@@ -86,7 +90,16 @@ def optimizer(
     if not any(url.strip() for url in server.split(",")):
         fail("--server: give the server's URL (or its nodes' URLs, comma-separated)")
     try:
-        Optimizer(server, group, parallelism, spark_master, resource_id, driver_memory, credential=local_token()).run()
+        Optimizer(
+            server,
+            group,
+            parallelism,
+            spark_master,
+            resource_id,
+            driver_memory,
+            credential=local_token(),
+            **({} if java_options is None else {"java_options": java_options}),
+        ).run()
     except ProtocolError as exc:
         fail(str(exc))
     except httpx.ConnectError as exc:

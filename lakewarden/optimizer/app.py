@@ -37,6 +37,10 @@ from lakewarden.spark.session import submitted
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
+# The optimizer's JVM runs batches nobody waits on between their steps, so it takes the throughput collector:
+# G1's barriers and concurrent work cost a rewrite's many short-lived metadata objects more CPU, and its short
+# pauses buy an optimizer nothing (its heartbeats come from Python). bench/BENCHMARKS.md has the measurements.
+JAVA_OPTIONS = "-XX:+UseParallelGC"
 
 
 class Optimizer:
@@ -50,6 +54,7 @@ class Optimizer:
         driver_memory: str = "2g",
         spark: Any = None,
         credential: str | None = None,
+        java_options: str = JAVA_OPTIONS,
     ) -> None:
         self.client = OptimizerClient(server, credential)
         self.group = group
@@ -58,6 +63,7 @@ class Optimizer:
         self.spark_master = spark_master or (None if submitted() else f"local[{parallelism}]")
         self.resource_id = resource_id
         self.driver_memory = driver_memory
+        self.java_options = java_options
         self.stop = threading.Event()
         # SIGTERM/SIGINT only raise this plain flag; the main loop turns it into `stop`. A handler must not call
         # `Event.set`: a second signal landing inside it (a container's release, then the parent's death
@@ -264,6 +270,7 @@ class Optimizer:
             app_name=f"lakewarden-optimizer-{self.resource_id or self.group}",
             driver_memory=self.driver_memory,
             extra_conf={"spark.scheduler.mode": "FAIR"},
+            jvm_options=self.java_options,
         )
         sc = spark.sparkContext
         self.application = SparkApplication(application_id=sc.applicationId, master=sc.master, ui_url=sc.uiWebUrl)

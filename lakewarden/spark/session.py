@@ -136,8 +136,10 @@ def build_spark_session(
     driver_memory: str = "2g",
     extra_conf: Mapping[str, str] | None = None,
     maven_packages: bool | None = None,
+    jvm_options: str = "",
 ) -> SparkSession:
-    """A SparkSession (created, or the active one extended) with Iceberg and the given catalogs."""
+    """A SparkSession (created, or the active one extended) with Iceberg and the given catalogs. `jvm_options`
+    go to the driver's JVM and the executors' (a JVM already running, under spark-submit, keeps its own)."""
     from pyspark.sql import SparkSession
 
     if maven_packages is None:
@@ -171,6 +173,10 @@ def build_spark_session(
         options = java_options(Path(trusted))
         conf["spark.driver.extraJavaOptions"] += f" {options}"
         conf["spark.executor.extraJavaOptions"] = options
+    if jvm_options.strip():
+        conf["spark.driver.extraJavaOptions"] += f" {jvm_options.strip()}"
+        executor = conf.get("spark.executor.extraJavaOptions", "")
+        conf["spark.executor.extraJavaOptions"] = f"{executor} {jvm_options.strip()}".strip()
     for spec in catalogs:
         conf.update(catalog_conf(spec))
     conf.update(extra_conf or {})

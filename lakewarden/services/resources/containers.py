@@ -146,6 +146,7 @@ class LocalContainer:
     def command(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
         """The optimizer's command line (a ContainerError when the group's settings cannot make one)."""
         memory = self.setting(group_properties, "memory", "2g") or "2g"
+        java = self.setting(group_properties, "java-options")
         return [
             sys.executable,
             "-m",
@@ -153,6 +154,7 @@ class LocalContainer:
             *self.optimizer_options(group, group_properties, resource_id),
             "--driver-memory",
             memory,
+            *([] if java is None else [f"--java-options={java}"]),
         ]
 
     def optimizer_options(self, group: str, group_properties: dict[str, str], resource_id: str) -> list[str]:
