@@ -71,7 +71,6 @@ def test_cluster_mode_runs_the_driver_on_yarn_and_kubernetes(
     assert option(maven, "--packages") == [",".join(MAVEN_PACKAGES)] and option(maven, "--jars") == []
 
 
-@pytest.mark.spark
 def test_the_local_container_gives_its_optimizers_the_group_s_java_options(tmp_path: Path) -> None:
     local = LocalContainer("local", "http://127.0.0.1:1630", tmp_path, {"java-options": "-Xss2m"})
     assert "--java-options=-Xss2m" in local.command("etl", {}, "local-etl-1")  # the container's
@@ -82,6 +81,7 @@ def test_the_local_container_gives_its_optimizers_the_group_s_java_options(tmp_p
     assert not [a for a in unset if a.startswith("--java-options")]  # the optimizer's own (JAVA_OPTIONS)
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize(
     ("group", "message"),
     [

@@ -82,7 +82,7 @@ def optimizer(
     ] = DEFAULT_SERVER,
 ) -> None:
     """Run an optimizer: a PySpark application that pulls self-optimizing tasks of one group from the server."""
-    from lakewarden.optimizer.app import Optimizer, leave
+    from lakewarden.optimizer.app import JAVA_OPTIONS, Optimizer, leave
     from lakewarden.optimizer.client import ProtocolError
     from lakewarden.server import configure_logging
 
@@ -98,7 +98,7 @@ def optimizer(
             resource_id,
             driver_memory,
             credential=local_token(),
-            **({} if java_options is None else {"java_options": java_options}),
+            java_options=JAVA_OPTIONS if java_options is None else java_options,
         ).run()
     except ProtocolError as exc:
         fail(str(exc))

@@ -174,9 +174,8 @@ def build_spark_session(
         conf["spark.driver.extraJavaOptions"] += f" {options}"
         conf["spark.executor.extraJavaOptions"] = options
     if jvm_options.strip():
-        conf["spark.driver.extraJavaOptions"] += f" {jvm_options.strip()}"
-        executor = conf.get("spark.executor.extraJavaOptions", "")
-        conf["spark.executor.extraJavaOptions"] = f"{executor} {jvm_options.strip()}".strip()
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            conf[key] = f"{conf.get(key, '')} {jvm_options.strip()}".lstrip()
     for spec in catalogs:
         conf.update(catalog_conf(spec))
     conf.update(extra_conf or {})

@@ -253,10 +253,11 @@ class RewriteManifestsFactory(MaintenanceFactory):
         # commit.manifest-merge.enabled, once commit.manifest.min-count-to-merge are small). The next look decides.
         # A table the evaluator has not judged yet may turn pending at its first look, a moment later: the same.
         status = TableStatus(rec.runtime.status_code)
-        if trigger != "manual" and status < TableStatus.PENDING:
-            raise NothingToDo(f"deferred: self-optimizing is {status.label}")
-        if trigger != "manual" and rec.runtime.evaluated_at is None:
-            raise NothingToDo("deferred: self-optimizing has not evaluated the table yet")
+        if trigger != "manual":
+            if status < TableStatus.PENDING:
+                raise NothingToDo(f"deferred: self-optimizing is {status.label}")
+            if rec.runtime.evaluated_at is None:
+                raise NothingToDo("deferred: self-optimizing has not evaluated the table yet")
         return super().create(rec, table, trigger, options)
 
     def inspect(self, config: dict[str, Any], table: Any, options: dict[str, Any]) -> Inspection:
