@@ -138,6 +138,9 @@ def test_resource_groups(client: TestClient, tmp_path: Path) -> None:
     assert updated.json()["properties"] == {"scheduling-policy": "balanced"}
     bad = client.put("/api/v1/resource-groups/etl", json={"properties": {"scheduling-policy": "lottery"}})
     assert _error(bad, 400).startswith("properties.scheduling-policy")
+    for options in ("-Xss2m 'unclosed", "-Xss2m G1"):
+        bad = client.put("/api/v1/resource-groups/etl", json={"properties": {"java-options": options}})
+        assert _error(bad, 400).startswith("properties.java-options")
     assert client.get("/api/v1/resource-groups/etl").json()["properties"] == {"scheduling-policy": "balanced"}
 
     # a group a catalog uses as its default cannot be deleted

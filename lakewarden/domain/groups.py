@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 
 from lakewarden.domain.budget import validate_budget
@@ -50,7 +51,21 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
             minimum = 0 if key == "instances" else 1
             if not value.isdigit() or int(value) < minimum:
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
+    if "java-options" in properties:
+        _validate_java_options(properties["java-options"])
     validate_prices(properties)
     validate_budget(properties)
     validate_shadow(properties)
     validate_allocation(containers[container], properties)
+
+
+def _validate_java_options(value: str) -> None:
+    """The local container's optimizers start their JVM with these: words that are not options (or an unclosed
+    quote) would stop every optimizer of the group at start, with the reason only in its log."""
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise InvalidField("properties.java-options", f"{value!r} cannot be split into options: {exc}") from None
+    for word in words:
+        if not word.startswith("-"):
+            raise InvalidField("properties.java-options", f"{word!r} is not a JVM option (options start with '-')")
