@@ -11,6 +11,7 @@ from lakewarden.cli._common import DEFAULT_SERVER, JsonOpt, ServerOpt, call, sho
 from lakewarden.cli.processes import result_text, usage_text
 
 table_app = typer.Typer(help="Managed tables.", no_args_is_help=True)
+TableArg = Annotated[str, typer.Argument(help="catalog.database.table")]
 
 
 @table_app.command("list")
@@ -50,7 +51,7 @@ def table_list(
 
 @table_app.command("show")
 def table_show(
-    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    identifier: TableArg,
     server: ServerOpt = DEFAULT_SERVER,
     json_: JsonOpt = False,
 ) -> None:
@@ -170,7 +171,7 @@ def render_evaluation(evaluation: dict[str, Any] | None) -> None:
 
 @table_app.command("evaluate")
 def table_evaluate(
-    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    identifier: TableArg,
     server: ServerOpt = DEFAULT_SERVER,
     json_: JsonOpt = False,
 ) -> None:
@@ -186,7 +187,7 @@ def table_evaluate(
 
 @table_app.command("what-if")
 def table_what_if(
-    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    identifier: TableArg,
     policy: Annotated[
         list[str] | None,
         typer.Option(help="amoro, none, scheduled:<minutes> or budget:<cpu-seconds per hour>; repeat for several"),
@@ -214,7 +215,7 @@ def table_what_if(
 
 @table_app.command("run")
 def table_run(
-    identifier: Annotated[str, typer.Argument(help="catalog.database.table")],
+    identifier: TableArg,
     action: Annotated[
         str,
         typer.Argument(
