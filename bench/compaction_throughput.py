@@ -34,6 +34,7 @@ from lakewarden.services.processes.self_optimizing import plan_process
 from lakewarden.spark.session import build_spark_session
 
 MB = 1024 * 1024
+GOAL = 1.0  # the optimizer's rate over the raw copy's
 
 
 def main() -> None:
@@ -123,7 +124,7 @@ def main() -> None:
         f"raw Spark Parquet read+write (zstd):             {raw_seconds:.1f} s = {raw_rate:.1f} MB/s "
         f"(runs {raw_first:.1f} s, {raw_second:.1f} s)"
     )
-    print(f"ratio: {ratio:.2f}x (goal >= 1.0x)")
+    print(f"ratio: {ratio:.2f}x (goal >= {GOAL}x)")
     write(
         "compaction_throughput",
         {
@@ -136,8 +137,8 @@ def main() -> None:
             "raw_seconds": [round(raw_first, 2), round(raw_second, 2)],
             "raw_mb_per_s": round(raw_rate, 1),
             "ratio": round(ratio, 3),
-            "goal_ratio": 1.0,
-            "met": ratio >= 1.0,
+            "goal_ratio": GOAL,
+            "met": ratio >= GOAL,
             "optimizer_outputs": [o.model_dump(mode="json") for o in outputs],
         },
     )
