@@ -1,34 +1,9 @@
-"""Server configuration: a YAML file with Amoro-like keys, overridable from the environment.
+"""Server configuration: a YAML file with Amoro-like keys (`ams:`, `containers:`, `resource-groups:`,
+`catalogs:`), overridable from the environment.
 
-    ams:
-      server-bind-host: 127.0.0.1
-      http-server: {bind-port: 1630, max-body-size: 16777216, ssl: {certfile: cert.pem, keyfile: key.pem}}
-      data-dir: ~/.lakewarden          # SQLite system database and local warehouse live here
-      database: {url: postgresql+psycopg://user:pw@host/db}   # default: SQLite in data-dir
-      auth: {enabled: true, metrics: token, access-token-ttl: 1h}  # first start: <data-dir>/admin.token
-      refresh-external-catalogs: {interval: 3min, watch-interval: 5s, thread-count: 10}  # watch: sql, hive, filesystem
-      refresh-internal-catalogs: {interval: 1h}   # a safety net: their changes arrive as events
-      optimizer: {heart-beat-timeout: 1min, task-ack-timeout: 30s, task-execute-timeout: 1h,
-                  task-retry-backoff: 5s, task-retry-backoff-max: 5min}
-      evaluator: {interval: 10s, thread-count: 4, recheck-interval: null}  # null: at triggers only
-      manifest-cache: {max-size: 1GiB}  # parsed manifests, for the evaluator and scan planning
-      metadata-cache: {max-size: 256MiB}  # parsed metadata files and loadTable bodies of the REST catalog
-      scan-planning: {sync-timeout: 30s, plan-ttl: 10min, read-ahead: true}
-      history: {expire-interval: 1h, processes: {keep-time: 30d, keep-count: 100},   # what is kept of the past
-                timeline: {keep-time: 30d, keep-count: 1000}, events: {keep-time: 7d, keep-count: 100000},
-                optimizer-logs: {max-size: 64MiB, backups: 2, keep-time: 7d}}
-    containers:
-      - {name: local, container-impl: local}
-    resource-groups:                   # ensured at start (created when absent, never changed)
-      - {name: default, container: local, properties: {instances: "1"}}
-    catalogs:                          # ensured at start; omitted = `lake` (internal) and `local` (sql) in data-dir
-      - {name: lake, type: sql, properties: {uri: "sqlite:////data/lake.db", warehouse: /data/lake}}
-
-Any key can be overridden by an environment variable named LAKEWARDEN_ followed by the key path,
-levels separated by `__`, dashes written as `_`: `LAKEWARDEN_AMS__HTTP_SERVER__BIND_PORT=1631`,
-`LAKEWARDEN_AMS__DATABASE__URL=postgresql+psycopg://…`. Values are read as YAML scalars.
-Durations are milliseconds or a number with a unit: 500ms, 30s, 3min, 1h, 1d.
-"""
+Any key can be set by a variable named LAKEWARDEN_ and the key path, levels joined by `__`, dashes as `_`
+(`LAKEWARDEN_AMS__HTTP_SERVER__BIND_PORT=1631`); values are read as YAML scalars. Durations are milliseconds or a
+number with a unit (500ms, 30s, 3min, 1h, 1d). docs/operations.md lists every key and its default."""
 
 from __future__ import annotations
 

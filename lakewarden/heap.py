@@ -1,20 +1,10 @@
 """The server process's heap and Python's garbage collector.
 
-CPython's cyclic collector walks every object of a generation it collects. The oldest generation holds what
-lives long: the modules and services built at start (hundreds of thousands of objects), and the server's
-caches — a parsed manifest entry with its data file is about a dozen objects, so the manifests of a
-100,000-file table are over a million. A full collection walks them all, and it runs inside whatever request
-allocated last, so as the caches fill, the pauses grow with them (`bench/gc_pauses.py`).
-
-Frozen objects (`gc.freeze`) are left out of every collection; they are still freed the usual way, when their
-last reference goes (an entry evicted from a cache), as long as they are in no reference cycle. So the heap is
-frozen once the server has started (`freeze`), and again right after each full collection that leaves
-`freeze_after` objects or more in the oldest generation (`HeapFreezer`): a full collection then walks about that
-many objects at most, never the whole heap. A freeze right after a full collection keeps no garbage the
-collection could see; what it can keep for good is cyclic garbage that forms later among the objects alive at
-that moment. The caches' entries (pyiceberg's records, table metadata) hold no cycles, and freezes come once per
-`freeze_after` long-lived objects, not once per request.
-"""
+A full collection walks every long-lived object (the services built at start, and the caches: a 100,000-file
+table's parsed manifests are over a million objects) inside whatever request allocated last, so pauses grow with
+the caches. Frozen objects (`gc.freeze`) are left out of collections yet freed as usual when unreferenced. So the
+heap is frozen once the server started, and again after each full collection that leaves `freeze_after` objects
+(`HeapFreezer`): a full collection walks about that many at most. The caches' entries hold no cycles to leak."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from lakewarden.domain.budget import (
     WINDOW,
     BudgetConfig,
     Layout,
+    RecentReads,
     Spend,
-    TableReads,
     by_value,
     deferral,
     may_go,
@@ -48,23 +48,23 @@ LAYOUT = Layout(data_files=100, small_files=90, delete_files=0, pending_partitio
 
 def test_value_is_files_saved_per_cpu_second_from_the_tables_own_scans() -> None:
     per_byte = 1 / MIB  # 1 CPU-s per MiB: 64 CPU-s for the layout's 64 MiB
-    hot = value_of("hot", LAYOUT, TableReads(48, 50.0, NOW), per_byte, CONFIG)
+    hot = value_of("hot", LAYOUT, RecentReads(48, 50.0, NOW), per_byte, CONFIG)
     assert hot.scans_per_hour == 2 and hot.removed_share == pytest.approx(0.88) and hot.expected_cpu_seconds == 64
     assert hot.value == pytest.approx(2 * 50 * 0.88 / 64) and not hot.cold and hot.hard_limit is None
-    cold = value_of("cold", LAYOUT, TableReads(0, 0.0, None), per_byte, CONFIG)
+    cold = value_of("cold", LAYOUT, RecentReads(0, 0.0, None), per_byte, CONFIG)
     # nobody reads it: valued by its layout, as if one scan a day read every file
     assert cold.cold and cold.scans_per_hour == COLD_SCANS_PER_HOUR and cold.files_per_scan == 100
     assert cold.value == pytest.approx(COLD_SCANS_PER_HOUR * 100 * 0.88 / 64)
     assert [v.name for v in by_value([cold, hot])] == ["hot", "cold"]
     tiny = Layout(data_files=3, small_files=3, delete_files=0, pending_partitions=1, cost_bytes=10)
-    assert value_of("t", tiny, TableReads(0, 0.0, None), per_byte, CONFIG).expected_cpu_seconds == 1.0  # at least
+    assert value_of("t", tiny, RecentReads(0, 0.0, None), per_byte, CONFIG).expected_cpu_seconds == 1.0  # at least
     # hard limits fire whatever the reads
     many = Layout(data_files=2000, small_files=1500, delete_files=0, pending_partitions=1, cost_bytes=MIB)
-    assert value_of("m", many, TableReads(0, 0.0, None), per_byte, CONFIG).hard_limit == (
+    assert value_of("m", many, RecentReads(0, 0.0, None), per_byte, CONFIG).hard_limit == (
         "1500 small files >= optimizing.budget.hard-limit.small-files=1000"
     )
     deletes = Layout(data_files=10, small_files=0, delete_files=250, pending_partitions=1, cost_bytes=MIB)
-    assert "250 delete files" in str(value_of("d", deletes, TableReads(0, 0.0, None), per_byte, CONFIG).hard_limit)
+    assert "250 delete files" in str(value_of("d", deletes, RecentReads(0, 0.0, None), per_byte, CONFIG).hard_limit)
 
 
 def test_a_process_may_start_while_the_hour_spent_less_than_the_budget() -> None:
@@ -81,13 +81,13 @@ def test_a_shorter_window_prorates_the_budget_and_says_so() -> None:
 
 
 def test_a_deferral_says_why_and_when() -> None:
-    cold = value_of("cold", LAYOUT, TableReads(0, 0.0, None), 1 / MIB, CONFIG)
+    cold = value_of("cold", LAYOUT, RecentReads(0, 0.0, None), 1 / MIB, CONFIG)
     text = deferral(cold, 2, Spend(150, 0), CONFIG, 412, NOW - timedelta(days=3), NOW, NOW + timedelta(minutes=20))
     assert text == (
         "deferred: the group spent 150 of its 100 CPU-s this hour; no scans in the last day (last scanned 3 days "
         "ago); 412 small files; next look in 20 min, when the budget frees or at its first scan"
     )
-    hot = value_of("hot", LAYOUT, TableReads(48, 50.0, NOW), 1 / MIB, CONFIG)
+    hot = value_of("hot", LAYOUT, RecentReads(48, 50.0, NOW), 1 / MIB, CONFIG)
     text = deferral(hot, 2, Spend(10, 0), CONFIG, 90, NOW, NOW, NOW)
     assert text.startswith("deferred: ranked 2 by value (1.38 files saved per CPU-second); 2 scans/h reading 50")
     assert text.endswith("next look when the tables ahead of it were planned")
@@ -95,7 +95,7 @@ def test_a_deferral_says_why_and_when() -> None:
 
 def test_a_table_not_scanned_since_its_last_process_waits_for_a_scan_whatever_the_budget() -> None:
     ended = NOW - timedelta(minutes=30)
-    unread = value_of("w", LAYOUT, TableReads(2, 50.0, ended - timedelta(minutes=5)), 1 / MIB, CONFIG, ended)
+    unread = value_of("w", LAYOUT, RecentReads(2, 50.0, ended - timedelta(minutes=5)), 1 / MIB, CONFIG, ended)
     assert unread.awaits_scan_since == ended and not may_go(unread, Spend(0, 0), CONFIG)
     text = deferral(unread, 1, Spend(0, 0), CONFIG, 90, None, NOW, NOW)
     assert text == (
@@ -103,14 +103,14 @@ def test_a_table_not_scanned_since_its_last_process_waits_for_a_scan_whatever_th
         "each; 90 small files; next look at its next scan"
     )
     # a scan after the process, or no process yet: by value within the budget again
-    read = value_of("w", LAYOUT, TableReads(3, 50.0, ended + timedelta(minutes=1)), 1 / MIB, CONFIG, ended)
+    read = value_of("w", LAYOUT, RecentReads(3, 50.0, ended + timedelta(minutes=1)), 1 / MIB, CONFIG, ended)
     assert read.awaits_scan_since is None and may_go(read, Spend(0, 0), CONFIG)
     assert not may_go(read, Spend(100, 0), CONFIG)  # the budget spent
-    never = value_of("c", LAYOUT, TableReads(0, 0.0, None), 1 / MIB, CONFIG, None)
+    never = value_of("c", LAYOUT, RecentReads(0, 0.0, None), 1 / MIB, CONFIG, None)
     assert may_go(never, Spend(0, 0), CONFIG)
     # past a hard limit it goes regardless
     many = Layout(data_files=2000, small_files=1500, delete_files=0, pending_partitions=1, cost_bytes=MIB)
-    rotting = value_of("m", many, TableReads(0, 0.0, None), 1 / MIB, CONFIG, ended)
+    rotting = value_of("m", many, RecentReads(0, 0.0, None), 1 / MIB, CONFIG, ended)
     assert rotting.awaits_scan_since == ended and may_go(rotting, Spend(100, 0), CONFIG)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import sqlite3
 import subprocess
@@ -32,6 +33,7 @@ from lakewarden.api.fast_path.routing import PrefixRouter, RouteIndex
 from lakewarden.api.routes.iceberg_rest import CommitTable
 from lakewarden.config import HaConfig
 from lakewarden.domain.errors import CommitFailed, NoSuchTable, WouldWait
+from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.services.composition import rest_catalog
 from lakewarden.services.rest_catalog import commits as table_commits
 from lakewarden.services.rest_catalog import metadata_files
@@ -416,7 +418,7 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     db: Database = context.db
     postgresql = db.engine.dialect.name == "postgresql"
     assert db.driver.one_statements == postgresql
-    published: list[dict[str, Any]] = []
+    published: list[CatalogEvent] = []
     context.rest_catalog.outbox.subscribe(published.append)
     body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
     sent: list[str] = []
@@ -453,14 +455,15 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     assert committed.status_code == 200, committed.text
     location = committed.json()["metadata-location"]
     (announced,) = published
-    assert announced["type"] == "table-committed" and announced["table"] == "t"
-    assert announced["payload"]["version"] == 1 and announced["payload"]["metadata_location"] == location
+    assert announced.type == EventType.TABLE_COMMITTED and announced.table == "t"
+    assert announced.payload["version"] == 1 and announced.payload["metadata_location"] == location
     with db.read() as session:
         (entry, created) = store.timeline(session, "lake", "db", "t")
         assert (entry.version, entry.operation, entry.metadata_location) == (1, "set-properties", location)
         assert (entry.client, entry.summary, created.version) == ("testclient", {}, 0)
-        (row,) = store.events_after(session, announced["event_id"] - 1, 10)
-        assert (row.event_id, row.type, row.payload) == (announced["event_id"], "table-committed", announced["payload"])
+        (row,) = store.events_after(session, announced.event_id - 1, 10)
+        assert (row.event_id, row.type, row.payload) == (announced.event_id, "table-committed", announced.payload)
+        assert store.stored_event(row) == announced
         last = store.last_event_id(session)
     touched = [s for s in sent if re.search(r"iceberg_table|commit_timeline|event_outbox", s)]
     written = [s for s in touched if not s.startswith("SELECT")]  # not the head's read, before
@@ -471,7 +474,7 @@ def test_a_commit_takes_the_fewest_statements_and_a_lost_swap_writes_nothing(
     else:
         assert len(written) == 1 and written[0].startswith("WITH swapped AS"), touched
         (notified,) = listener.notifies(timeout=5, stop_after=1)
-        assert notified.payload == str(announced["event_id"])
+        assert notified.payload == str(announced.event_id)
     # a swap from a pointer another commit moved on: no row written, no event, the pointer kept
     details: dict[str, Any] = {
         "operation": "set-properties",
@@ -515,14 +518,14 @@ def test_only_a_commit_that_moves_the_current_snapshot_is_read_ahead(
         return submit(*args)
 
     monkeypatch.setattr(read_ahead._reader, "submit", counted)
-    published: list[dict[str, Any]] = []
+    published: list[CatalogEvent] = []
     client.app.state.context.rest_catalog.outbox.subscribe(published.append)  # type: ignore[attr-defined]
     body = {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
     assert client.post("/iceberg/v1/lake/namespaces/db/tables/t", json=body).status_code == 200
     (event,) = published
-    assert event["payload"]["snapshot_id"] == event["payload"]["parent_snapshot_id"]
+    assert event.payload["snapshot_id"] == event.payload["parent_snapshot_id"]
     assert handed == []
-    moved = {**event, "payload": {**event["payload"], "snapshot_id": 7, "parent_snapshot_id": None}}
+    moved = dataclasses.replace(event, payload={**event.payload, "snapshot_id": 7, "parent_snapshot_id": None})
     read_ahead(moved)
     assert len(handed) == 1
 
@@ -621,7 +624,7 @@ def test_a_commit_that_cannot_wait_is_made_on_the_event_loop_and_any_other_in_a_
     db: Database = context.db
     url = "/iceberg/v1/lake/namespaces/db/tables/t"
     files = Path(table["metadata"]["location"]) / "metadata"
-    published: list[dict[str, Any]] = []
+    published: list[CatalogEvent] = []
     context.rest_catalog.outbox.subscribe(published.append)
     made: list[tuple[str, str]] = []
     commit_table = TableCommits.commit_table

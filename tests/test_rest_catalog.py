@@ -102,7 +102,9 @@ def test_pyiceberg_client_round_trip(server: ServerProcess) -> None:
 
     events = api.get("/events", params={"after": 0}).json()
     kinds = [e["type"] for e in events]
-    assert kinds[:3] == ["namespace-created", "namespace-created", "table-created"]
+    assert kinds[:4] == ["namespace-created", "namespace-created", "namespace-updated", "table-created"]
+    # the namespace's properties update is an event like every other change, naming the keys it changed
+    assert events[2]["payload"] == {"updated": ["team"], "removed": ["owner"]} and events[2]["table"] is None
     assert {"table-committed", "table-renamed", "table-dropped", "namespace-dropped"} <= set(kinds)
     assert [e["event_id"] for e in events] == sorted(e["event_id"] for e in events)
     assert api.get("/events", params={"after": events[-1]["event_id"]}).json() == []

@@ -1,12 +1,8 @@
 """FastAPI's private names, as the REST catalog's fast path (api/fast_path/) uses them.
 
-The fast path answers the catalog's hottest requests with FastAPI's own pieces but without the machinery FastAPI
-repeats per request: a route's handling planned once (lean_routes.py), a route found by one regular expression
-(routing.py), the application's layers flattened into one step (catalog.py). Each piece below is what FastAPI itself
-calls at that point, so that the answers (values, errors, scope) stay FastAPI's. tests/test_catalog_fast_path.py,
-tests/test_lean_routes.py and tests/test_hot_paths.py compare the two ways request by request; tests/test_compat.py
-checks each contract here against the installed FastAPI.
-"""
+The fast path answers the catalog's hottest requests with FastAPI's own pieces, without the work FastAPI repeats
+per request; each name below is what FastAPI itself calls at that point, so values, errors and scope stay
+FastAPI's. tests/test_compat.py checks each contract against the installed FastAPI."""
 
 from __future__ import annotations
 

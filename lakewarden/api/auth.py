@@ -1,16 +1,9 @@
 """Every route checked: who the caller is (401 otherwise) and whether they may (403 otherwise).
 
-`/api/v1` routes need a role: reading needs `viewer`; a write needs `admin` unless the route is marked
-for operators (`**OPERATOR`: run actions, cancel, scale, refresh) or optimizers (`**OPTIMIZER`: the
-protocol, with the optimizer's own token; registration with a group's registration token or an
-operator's). `/iceberg/v1` routes need a grant on the catalog object in the path: `read` for GET and
-HEAD (and metric reports), `write` for the rest. Open without credentials: `GET /api/v1/health`, the
-OAuth2 token endpoint and the dashboard's sign-in (they check credentials themselves).
-
-Credentials come as `Authorization: Bearer <token>`, or as the dashboard's session cookie; a write
-with the cookie must also carry the `X-CSRF-Token` header matching the `lakewarden_csrf` cookie (a
-page of another site can send the cookie, not read it).
-"""
+`/api/v1` routes need a role (viewer reads; a write needs admin unless marked for operators or optimizers);
+`/iceberg/v1` routes need a grant on the catalog object in the path (`read` for GET and HEAD and metric reports,
+`write` for the rest). Credentials are a Bearer token or the dashboard's session cookie, whose writes also carry
+the CSRF header: a page of another site can send the cookie, not read it. docs/operations.md lists the rules."""
 
 from __future__ import annotations
 
@@ -21,7 +14,7 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
 from lakewarden.domain.errors import Forbidden, NotAuthorized
-from lakewarden.domain.security import Principal, Privilege, Role
+from lakewarden.domain.security import NOBODY, Principal, Privilege, Role
 from lakewarden.services.access.auth import AuthService
 
 ROLE_KEY = "x-lakewarden-role"
@@ -33,8 +26,6 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SESSION_COOKIE = "lakewarden_session"
 CSRF_COOKIE = "lakewarden_csrf"
 CSRF_HEADER = "X-CSRF-Token"
-# the server itself when authentication is turned off (`ams.auth.enabled: false`)
-NOBODY = Principal(name="anonymous", role=Role.ADMIN)
 
 
 AUTHORIZATION = b"authorization"  # ASGI hands header names lowercase

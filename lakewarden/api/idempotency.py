@@ -1,16 +1,10 @@
-"""The REST spec's `Idempotency-Key` on the catalog's mutating requests (`/iceberg/v1`, POST and DELETE).
+"""The REST spec's `Idempotency-Key` on the catalog's mutating requests: a client that lost an answer sends
+again with the same key and gets the first answer, with nothing done twice.
 
-A client that lost the answer to a create or a commit sends the request again with the same key and gets
-the first answer, not a conflict, and nothing happens twice. The key (a UUID) is claimed in the system
-database before the request runs; its final answer (2xx, and the deterministic 4xx: 400, 404, 406, 409,
-422) is kept for IDEMPOTENCY_LIFETIME, advertised in `/v1/config`, and replayed to the same caller for the
-same method and path. Other answers (401, 403, 429, 5xx) are not final: the claim is dropped and a retry
-runs again. The same key for another operation is a 400 (BadRequest); a key whose request still runs is a
-503 with Retry-After: the spec documents both statuses on every route that takes a key, and 503 tells the
-client what to do (retry the same request shortly, to get the first one's answer). The IETF draft on the
-header suggests 422 and 409 instead; neither is documented on most of the spec's routes, and a 409 on a commit
-is CommitFailedException to Iceberg's clients, which refresh and try a new commit.
-"""
+The key is claimed in the system database before the request runs; a final answer (2xx, 400, 404, 406, 409, 422)
+is kept for the lifetime `/v1/config` advertises and replayed to the same caller; other answers drop the claim.
+A key whose request still runs is a 503 with Retry-After, not the IETF draft's 409: to Iceberg's clients a 409 on a
+commit is a conflict to refresh and retry. docs/rest-catalog.md has the details."""
 
 from __future__ import annotations
 
@@ -24,12 +18,11 @@ from starlette.requests import Request
 from lakewarden.api.auth import caller
 from lakewarden.api.errors import error_response
 from lakewarden.api.threads import in_thread
+from lakewarden.domain.catalogs import IDEMPOTENCY_LIFETIME
 from lakewarden.domain.errors import LakewardenError
 from lakewarden.store import idempotency as store
 
 HEADER = b"idempotency-key"
-IDEMPOTENCY_LIFETIME = timedelta(minutes=30)
-LIFETIME_ISO = "PT30M"
 ABANDONED_AFTER = timedelta(minutes=2)  # a claim with no answer this old was left by a dead server
 FINAL = frozenset({400, 404, 406, 409, 422})  # terminal 4xx (beside 2xx) that a retry would get again
 UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")

@@ -211,7 +211,7 @@ class DatabaseCollector(Collector):
         yield from families.values()
 
     @staticmethod
-    def _groups(load: dict[str, stats.GroupLoad], tables: list[stats.TableGauge]) -> Iterator[Metric]:
+    def _groups(load: dict[str, stats.GroupGauge], tables: list[stats.TableGauge]) -> Iterator[Metric]:
         threads = GaugeMetricFamily("lakewarden_group_threads", "Optimizer threads of the group", labels=["group"])
         busy = GaugeMetricFamily("lakewarden_group_threads_busy", "Threads running a task", labels=["group"])
         queued = GaugeMetricFamily(
@@ -227,7 +227,7 @@ class DatabaseCollector(Collector):
             if t.status_code == TableStatus.PENDING:
                 waiting[t.group] = waiting.get(t.group, 0) + 1
         for group in sorted(set(load) | set(counted)):
-            g = load.get(group, stats.GroupLoad(0, 0, 0, 0))
+            g = load.get(group, stats.GroupGauge(0, 0, 0, 0))
             threads.add_metric([group], float(g.threads))
             busy.add_metric([group], float(g.busy))
             queued.add_metric([group], float(g.queued))

@@ -1,14 +1,9 @@
-"""A request's blocking work, in a worker thread: its routes' plain functions (api/fast_path/lean_routes.py), a commit,
-a metadata file to read.
+"""A request's blocking work, in a worker thread: plain route functions, a commit, a metadata file to read.
 
-Starlette's `run_in_threadpool` goes through anyio: a capacity limiter taken and given back, cancel scopes, a lookup of
-the running async library, each time, which costs the event loop more per hop than asyncio's own `run_in_executor`
-(`bench/rest_catalog.py`; a commit hops there and back). Here the hop is the server's own pool of threads and one future
-handed back to the loop, with what anyio's gives a caller kept: the caller's context variables are the thread's, and a
-caller that is cancelled (its client gone, the server stopping) still has its work run and waits for it to finish before
-it unwinds, so that nothing the work holds (a table's turn to commit) is released while it runs, and nothing it was to
-write (an audit record) is dropped, at less of the loop's time than a wrapped future under `asyncio.shield` would cost.
-"""
+Starlette's `run_in_threadpool` goes through anyio (a capacity limiter, cancel scopes, a library lookup) on every
+hop, which costs the event loop more than a future handed back from the server's own pool. This keeps what anyio
+gives a caller: its context variables, and a cancelled caller still waits for its work to finish, so nothing the
+work holds (a table's turn to commit) is released, and nothing it writes (an audit record) is dropped, mid-run."""
 
 from __future__ import annotations
 

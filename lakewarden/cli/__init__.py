@@ -1,1 +1,2 @@
-"""cli layer of lakewarden (see DESIGN.md)."""
+"""The `lakewarden` command: Typer commands over the HTTP API, and the commands that start a process (server,
+optimizer, demo)."""

@@ -1,17 +1,10 @@
 """`lakewarden demo`: the main job on the embedded default, watched live.
 
-A lakewarden server (SQLite system database, a local warehouse, lakewarden's own REST catalog
-`lake`, one local Spark optimizer) runs in a fresh data directory. A Spark writer streams small
-commits and merge-on-read MERGE updates into a few tables; a terminal view shows, per table, its
-data files, their average size, its delete files, its status and how long a query takes, while
-lakewarden compacts the small files away. At the end (or on Ctrl-C) the writer stops, every table
-is checked to hold exactly the rows that were written, and a summary is printed; then the server
-and its optimizer stop.
-
-With `--storage s3` the catalog's warehouse is a bucket of an S3 server the demo starts itself (moto's, on
-loopback): the server keeps the tables' metadata there and vends temporary credentials (STS) for each table,
-with which the writer's Spark and lakewarden's optimizer reach its files. Nothing else changes.
-"""
+A server on a fresh data directory (SQLite, a local warehouse, the `lake` REST catalog, one local Spark optimizer),
+and a Spark writer streaming small commits and merge-on-read MERGE updates into a few tables; a terminal view shows
+each table's files, status and query time while lakewarden compacts them. At the end every table is checked to
+hold exactly the rows written. `--storage s3` puts the warehouse in a bucket of a moto S3 server the demo starts,
+reached with vended credentials."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""domain layer of lakewarden (see DESIGN.md)."""
+"""Pure rules over plain values: file classes, evaluation, planning, scheduling, state machines, maintenance,
+retention, failure classes, security, errors. No I/O."""

@@ -1,35 +1,10 @@
 """Optimizing within a budget, spent where reads are (a group's `optimizing.budget.*`; off by default).
 
-Amoro, and lakewarden without a budget, optimize a pending table whether anything reads it or not. A group that
-sets `optimizing.budget.cpu-seconds-per-hour` ranks its pending tables by the value of optimizing them: the
-files its scans will no longer open per hour, per CPU-second the optimizing is expected to cost.
-
-- Read frequency and read cost come from the table's own scans (domain/reads.py): scans per hour over the last
-  day, files per scan. A table nobody read in the day is valued by its layout alone, as if one scan a day
-  read every file (COLD_SCANS_PER_HOUR).
-- What a process removes: of the files a scan opens, the share the process merges away — the small files and
-  delete files of the table, less one file per pending partition written back.
-- The cost: the bytes the evaluator would rewrite at the CPU-seconds per byte the group's (or the table's)
-  last processes took, at least MIN_PROCESS_CPU_SECONDS.
-- A process may start while the group's spend over the last hour is below its budget: the whole CPU-seconds
-  (optimizer/cpu.py) of tasks that ended in the hour, and the seconds running tasks have held their threads. So
-  even a small budget lets the most valuable work through, one process at a time.
-- Hard limits fire regardless of reads and budget, so an unread table never rots: small files or delete files
-  past `optimizing.budget.hard-limit.small-files` / `.delete-files`.
-- A process pays off at the scans after it: a table not scanned since its last optimizing process ended waits
-  for its next scan (or a hard limit) however much budget is left, so a table read hourly and written every few
-  seconds is optimized at most once between two of its reads, and one nobody reads once at most. Its first
-  process, and any after a scan, go by value as above.
-- Reads make a table pending sooner: a table scanned in the last hour is pending at
-  `optimizing.budget.read-trigger.file-count` small files (2: as soon as two can be merged) instead of its
-  `minor.trigger.file-count`, which was set for tables whatever their reads; the budget and the ranking then
-  decide how often it is worth optimizing, so a table read every few seconds is kept compact and one read
-  hourly waits its turn. Such a table may also be planned again sooner than its `self-optimizing.min-plan-interval`
-  (Amoro's 1 min, which caps a table at a process a minute whatever its reads):
-  `optimizing.budget.read-trigger.min-plan-interval` (10 s) after its last plan; the budget bounds what that spends.
-- `optimizing.budget.window` (1 h) is how far back the spend is counted, the budget prorated to it: a shorter
-  window spreads the hour's budget over the hour instead of letting it all go in one burst.
-"""
+Amoro optimizes a pending table whether anything reads it or not. A group with a budget ranks its pending tables
+by value: the files its scans will no longer open per hour, per CPU-second the optimizing is expected to cost. A
+process starts while the hour's spend is under the budget; hard limits fire regardless, so an unread table never
+rots; a process pays off at the scans after it, so a table waits for a scan between two processes. The rules,
+property by property, are in docs/self-optimizing.md."""
 
 from __future__ import annotations
 
@@ -154,7 +129,7 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class TableReads:
+class RecentReads:
     """A table's scans over the last day (domain/reads.py), and when it was last scanned at all."""
 
     scans_last_day: int
@@ -189,7 +164,7 @@ class TableValue:
 def value_of(
     name: str,
     layout: Layout,
-    reads: TableReads,
+    reads: RecentReads,
     cpu_seconds_per_byte: float,
     config: BudgetConfig,
     optimized_at: datetime | None = None,

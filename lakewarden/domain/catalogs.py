@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from lakewarden.domain.errors import InvalidField
@@ -51,6 +52,9 @@ SECRET_PROPERTIES = (
 # a catalog whose tables any client may reach through lakewarden's REST catalog (`/iceberg/v1/<name>/…`), each
 # request forwarded to the catalog of record
 REST_ENDPOINT = "rest-endpoint.enabled"
+# how long the REST catalog keeps an idempotency key's answer (api/idempotency.py), as `GET /v1/config` says it
+IDEMPOTENCY_LIFETIME = timedelta(minutes=30)
+IDEMPOTENCY_LIFETIME_ISO = "PT30M"
 FORWARDABLE_TYPES = ("sql", "hive", "glue", "rest")
 # catalogs whose tables lakewarden's optimizers reach through lakewarden's REST catalog, not directly: Spark has no
 # Glue client without Maven (Iceberg's GlueCatalog needs the AWS SDK v2)

@@ -1,17 +1,9 @@
 """Clustering: full optimizing that lays out a partition's rows sorted or z-ordered, beyond Amoro.
 
-A table is clustered when it has an Iceberg sort order (`ALTER TABLE ... WRITE ORDERED BY ...`) or names
-columns in `self-optimizing.z-order.columns` (z-order wins when both are set). Its full optimizing then
-rewrites each partition whole with Iceberg's sort or z-order rewrite runner: the output files hold disjoint
-ranges of the clustering key, so a selective query reads fewer of them. Sorting part of a partition would
-leave its ranges overlapping the rest, so a partition is clustered as one file group, whatever its size.
-
-Whether a partition is clustered cannot be read from its files (Spark's rewrites do not record a sort order
-id on what they write), so lakewarden remembers, per partition, the files its last clustering rewrite wrote
-and under which clustering. A partition is clustered while those are exactly its files and no delete file
-applies to them; a bin-pack, a writer's append or a change of clustering makes it unclustered again, and the
-next full optimizing clusters it whole.
-"""
+A table with a sort order or `self-optimizing.z-order.columns` has each partition rewritten whole by Iceberg's
+sort or z-order runner, so selective queries read fewer files (sorting part of a partition would leave its ranges
+overlapping the rest). Spark's rewrites record no sort order on their files, so lakewarden remembers the files its
+last clustering wrote per partition: while those are exactly its files, with no deletes, it stays clustered."""
 
 from __future__ import annotations
 

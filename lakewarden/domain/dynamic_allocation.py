@@ -1,23 +1,10 @@
 """Dynamic allocation of a resource group's optimizers (Amoro's `dynamic-allocation.*`, its AIP-5; pure rules).
 
-A group with `dynamic-allocation.enabled` has as many optimizers as its work asks for, between
-`min-parallelism` and `max-parallelism` threads, each optimizer `executor-parallelism` threads. The resource
-maintainer (services/resources/resource_maintainer.py) feeds a group's load to its AllocationState every
-round and starts or drains the optimizers it decides on; the decisions are Amoro's DynamicAllocationState's:
-
-- below the floor (`min-parallelism`), optimizers are started at once, to cover it;
-- demand is the threads busy plus the planned tasks more threads could run, beyond the threads there are;
-  pending tables while every thread is busy (a group of no optimizers, where nobody polls and nothing is
-  planned, is the first case) are demand of one optimizer, since they are not counted in tasks before they
-  are planned;
-- demand must last `scheduler-backlog-timeout` before the first start, and each next start waits
-  `sustained-backlog-timeout`; the starts double (1, 2, 4 ...) while the need is larger, and never pass
-  `max-parallelism`;
-- an optimizer with no task for `executor-idle-timeout` may be drained, one at a time, not within
-  `scale-down-cooldown` of the last, never below the floor, never in a round that saw demand; the longest
-  idle goes first. A draining optimizer finishes its tasks and leaves; at `drain-timeout` it is stopped and
-  its tasks go back to the queue.
-"""
+A group gets as many optimizers as its work asks for, between `min-parallelism` and `max-parallelism` threads.
+The resource maintainer feeds a group's load to its AllocationState each round and starts or drains what it
+decides, with the decisions of Amoro's DynamicAllocationState: the floor covered at once, starts after a sustained
+backlog (doubling while the need is larger), idle optimizers drained one at a time after a cooldown.
+docs/operations.md lists the properties."""
 
 from __future__ import annotations
 

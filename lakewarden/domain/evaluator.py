@@ -1,24 +1,10 @@
 """The evaluator: per partition, decide file by file what optimizing would do, and whether it is worth it.
 
-This follows Amoro's CommonPartitionEvaluator and AbstractPartitionPlan (apache/amoro) rule by rule.
-File classes (target = self-optimizing.target-size):
-  fragment            size <= target / fragment-ratio
-  undersized segment  fragment < size <= target * min-target-size-ratio
-  segment             anything bigger
-
-What a plan does with a data file:
-  rewrite      fragments; segments whose position-deleted rows pass major.trigger.duplicate-ratio; in a full
-               optimizing every file (full.rewrite-all-files) or every file that is small or has deletes
-  undersized   undersized segments: rewritten when bin-packing gives them company, else treated as segments
-  rewrite-pos  segments whose deletes are rewritten into one position-delete file of their own: more than one
-               position-delete file, any equality delete, or one position-delete file that is not theirs alone
-Delete files of data files left alone are reserved: read, never removed.
-
-Type per partition: full (on its interval), else major (segments over the delete ratio, or undersized
-segments adding up to a target that two of them fit in), else minor (enough fragments and equality-delete
-files, or their interval has passed, or segments with position deletes to combine). A partition is pending
-only when its plan has a file group that changes something; every verdict carries readable reasons.
-"""
+It follows Amoro's CommonPartitionEvaluator and AbstractPartitionPlan rule by rule: files are fragments, undersized
+segments or segments by their size against the target; each is rewritten, bin-packed if it finds company, has its
+deletes rewritten, or is left alone with its deletes reserved. A partition is full, major or minor by Amoro's
+triggers, and pending only when its plan changes something; every verdict carries readable reasons.
+docs/self-optimizing.md gives the classes and triggers."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """Which task failures may pass on a retry, and which never will.
 
-A task that fails is retried (with back-off) only when running it again can change the outcome: a
-commit that lost a race with another writer, storage or the network failing for a moment, a lost
-executor. A refusal that follows from the task's own input or the table's settings (an invalid
-argument, a validation, a forbidden setting, a table that is gone) fails the same way every time:
-the process fails at once with that reason instead of repeating it `execute.num-retries` times.
-
-A failure is described by its chain of causes, outermost first, each as (exception class, message):
-Java class names as the JVM reports them, Python ones prefixed with `python:`. The optimizer builds
-the chain (optimizer/failures.py); the rules here are plain values, testable without Spark.
-"""
+A task is retried only when running it again can change the outcome (a lost commit race, storage or the network
+failing for a moment, a lost executor). A refusal that follows from the task's input or the table's settings fails
+the same way every time, so the process fails at once with that reason instead of repeating it. A failure is its
+chain of causes as (class, message) pairs, built by optimizer/failures.py; the rules here are plain values."""
 
 from __future__ import annotations
 

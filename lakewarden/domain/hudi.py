@@ -1,22 +1,10 @@
 """Hudi tables as lakewarden sees them: their timeline, their file groups, and what Hudi's own table services
 would do next (pure rules; metadata/hudi.py reads the table).
 
-lakewarden shows Hudi tables and judges their health; it runs none of Hudi's table services, which need Hudi's
-Spark bundle. Each need names the Spark SQL procedure that does the work where that bundle is configured.
-
-The timeline is read from the instant files' names (`<instant>.<action>[.requested|.inflight]` for tables of
-layout 1, completed instants as `<instant>_<completion>.<action>` for layout 2, table version 8), as Hudi's
-`HoodieInstant` does. The rules are the triggers of Hudi's own services, with their defaults:
-
-- compaction (merge-on-read): a file group whose latest slice has `hoodie.compact.inline.max.delta.commits` (5)
-  log files or more; a compaction requested and not yet run;
-- clustering: a partition with `SMALL_FILES_FOR_CLUSTERING` base files or more under
-  `hoodie.clustering.plan.strategy.small.file.limit` (300 MB) once `hoodie.clustering.inline.max.commits` (4)
-  commits have passed since the last clustering;
-- cleaning (`KEEP_LATEST_COMMITS`): file slices no query of the last `hoodie.cleaner.commits.retained` (10)
-  commits can read;
-- archiving: more completed instants on the active timeline than `hoodie.keep.max.commits` (30).
-"""
+The timeline is read from the instant files' names, as Hudi's `HoodieInstant` does, for both timeline layouts.
+The rules are Hudi's own service triggers with their defaults (compaction after delta commits, clustering of small
+base files, cleaning of unreadable slices, archiving), each need naming the Spark procedure that does the work.
+docs/formats.md lists them."""
 
 from __future__ import annotations
 

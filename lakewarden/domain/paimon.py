@@ -1,19 +1,10 @@
-"""Paimon tables as lakewarden sees them: snapshots, schemas, tags and the live files of the latest snapshot per
-partition, bucket and level, and what Paimon's own compaction and snapshot expiry would do next (pure rules;
-metadata/paimon.py reads the table).
+"""Paimon tables as lakewarden sees them: snapshots, schemas, tags and the live files per partition, bucket and
+level, and what Paimon's own compaction and snapshot expiry would do next (pure rules; metadata/paimon.py reads
+the table).
 
-lakewarden shows Paimon tables and judges their health; it runs none of Paimon's work, which needs Paimon's Spark
-or Flink bundle. Each need names the procedure that does it where that bundle is configured. The rules are
-Paimon's own, with CoreOptions' defaults, read from the table's options when it sets them:
-
-- a primary-key table's bucket compacts when its sorted runs (each level-0 file one run, each non-empty higher
-  level one run) reach `num-sorted-run.compaction-trigger` (5); at `num-sorted-run.stop-trigger`
-  (the trigger + 3) Paimon stops its writers until compaction catches up;
-- an append table's bucket compacts when it has `compaction.min.file-num` (5) files smaller than
-  `target-file-size` (256 MB for append tables, 128 MB with a primary key) × `compaction.small-file-ratio` (0.7);
-- snapshots expire beyond `snapshot.num-retained.max` (no limit by default), and those older than
-  `snapshot.time-retained` (1 h) beyond `snapshot.num-retained.min` (10); a tagged snapshot's files stay.
-"""
+The rules are Paimon's own with CoreOptions' defaults, read from the table's options: sorted runs of a primary-key
+bucket, small files of an append bucket, snapshot retention. Each need names the procedure that does the work.
+docs/formats.md lists them."""
 
 from __future__ import annotations
 

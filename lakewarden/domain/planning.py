@@ -1,12 +1,9 @@
 """The planner: turns a table's pending partitions into tasks that name every file they touch.
 
-The evaluator has cut each pending partition into file groups (Amoro's bin-packing splitter). The planner
-bins the groups of one type into tasks of at most max-task-size-bytes, so a large partition is spread over
-tasks and optimizer threads while small partitions share one, and decides which delete files each task's
-commit removes. A delete file is removed only when every live data file it applies to is rewritten, or has
-its deletes rewritten, by this plan; when those data files are spread over several tasks, it is removed by
-a last task once all of them have committed. Any other delete file is only read.
-"""
+The evaluator has cut each pending partition into file groups; the planner bins the groups of one type into tasks
+of at most `max-task-size-bytes`, so a large partition spreads over optimizer threads and small ones share a task.
+It also decides which delete files each task's commit removes: only one whose every live data file this plan
+rewrites; when those are spread over tasks, a last task removes it once all of them committed."""
 
 from __future__ import annotations
 

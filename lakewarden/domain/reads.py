@@ -1,14 +1,9 @@
 """How a table is read: the scan and commit reports its catalog is told, and what they add up to.
 
-Iceberg's clients send a report to the REST catalog's `POST …/tables/{table}/metrics` after every scan they plan
-(`ScanReport`: the files and delete files planned, their bytes, manifests, planning time, the filter) and after
-every commit (`CommitReport`); the server's own scan planning makes the same record of each plan it answers.
-Each becomes a `ReadReport`, kept per table (and per partition when the filter pins one, `partition_of`), and
-`summarize` turns a table's recent reports into what its page shows: scans per hour and per day, files, delete
-files and bytes per scan (median and 95th percentile), planning time, and who reads it with which engine.
-
-The metric names are those of Iceberg's `ScanMetricsResult` and `CommitMetricsResult` (core's metrics package).
-"""
+Iceberg's clients report every scan they plan and every commit to the REST catalog's metrics endpoint, and the
+server's own scan planning records each plan it answers. Each becomes a `ReadReport`, kept per table (and per
+partition when a filter pins one); `summarize` turns them into what a table's page shows. Metric names are those of
+Iceberg's `ScanMetricsResult` and `CommitMetricsResult`. docs/reads.md describes the whole."""
 
 from __future__ import annotations
 

@@ -1,28 +1,10 @@
 """What snapshot expiry keeps, and why: Iceberg's own rules, and the snapshots writers still need.
 
-Iceberg's rules (`RemoveSnapshots` in Iceberg core, ported here so that lakewarden can say beforehand what an
-expiry removes, and why a snapshot stays):
-- `main` is always kept; another branch or a tag is dropped once its head is older than its `max-ref-age-ms`
-  (the table's `history.expire.max-ref-age-ms` where it sets none; forever by default);
-- each kept branch keeps, walking back from its head, every ancestor while it holds fewer than its
-  `min-snapshots-to-keep` or the ancestor is not older than its `max-snapshot-age-ms` (where a branch sets
-  neither: the expiry's own `retainLast` and `expireOlderThan`), and stops at the first that is neither;
-- a kept tag keeps its snapshot;
-- a snapshot no kept branch reaches and no kept tag names stays while it is not older than `expireOlderThan`.
-
-lakewarden calls that expiry with `retainLast` = `snapshot.keep.min-count` and `expireOlderThan` = now minus
-`snapshot.keep.duration`, lowered to the oldest snapshot a writer still needs (Apache Amoro's rule, extended):
-- the base of a self-optimizing process still running (its commit starts from there);
-- for each Flink job (and sink operator), its newest snapshot carrying `flink.max-committed-checkpoint-id`,
-  while not older than `snapshot.keep.flink.checkpoint-retention`: a job restoring from its checkpoint walks
-  back from the branch's head to that snapshot to learn what it already committed, so that snapshot and every
-  one after it must stay (Amoro keeps only the newest such snapshot of any job);
-- the newest snapshot lakewarden did not make (data expiration's "last commit time");
-- a snapshot staged by write-audit-publish (`wap.id` in its summary, on no branch) that no published snapshot
-  names (`published-wap-id`), while not older than `snapshot.keep.wap.staged-retention`.
-A branch's own `max-snapshot-age-ms` is the table owner's word for that branch and is not lowered: where it
-would expire a snapshot a writer needs, the plan says so (`blocked`), and the expiry does not run.
-"""
+Iceberg's `RemoveSnapshots` rules (refs by age, each branch's ancestors by count and age, tags) are ported so that
+lakewarden can say beforehand what an expiry removes and why a snapshot stays. lakewarden lowers the expiry's
+bounds to the oldest snapshot a writer still needs: a running process's base, each Flink job's checkpoint snapshot,
+the newest snapshot lakewarden did not make, a staged write-audit-publish snapshot. A branch's own retention is
+never lowered: the plan says it is blocked instead. docs/maintenance.md has the rules."""
 
 from __future__ import annotations
 

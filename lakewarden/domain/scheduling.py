@@ -1,14 +1,9 @@
 """How a resource group shares its optimizer threads among its tables (Amoro's scheduling policies).
 
-- `quota`: the pending table that used the smallest share of its quota in the last hour goes first
-  (its tasks' optimizer-thread seconds over its thread limit × 1 h);
-- `balanced`: the pending table optimized least recently goes first.
-
-Ties go to the table name (the policy names: domain/groups.SCHEDULING_POLICIES). A table's thread limit is
-its quota as a number of threads when above 1, else ceil(quota × the group's threads) (Amoro's
-OptimizingQueue.getQuotaLimit and DefaultTableRuntime.calculateQuotaOccupy).
-Pure functions over plain values: the dispatcher (services/processes/dispatcher.py) gathers the numbers.
-"""
+`quota`: the pending table that used the smallest share of its quota in the last hour goes first; `balanced`: the
+table optimized least recently; ties go to the name. A table's thread limit is its quota as threads when above 1,
+else ceil(quota x the group's threads), as Amoro's OptimizingQueue computes it. Pure functions: the dispatcher
+gathers the numbers."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """Who may do what: roles for the management API, grants for the Iceberg REST catalog.
 
-A principal (a user or a service) has one role, which governs `/api/v1`:
-
-  viewer    reads everything (tables, processes, groups, catalogs with secrets masked, events, metrics)
-  operator  also runs actions, cancels processes, scales groups, refreshes catalogs, registers optimizers
-  admin     also changes catalogs, groups and settings, and manages principals, tokens and grants
-
-Grants govern lakewarden's own Iceberg REST catalog (`/iceberg`): `read` or `write` on an internal
-catalog (a warehouse), or on one namespace of it and the namespaces below. `write` includes `read`.
-An admin reads and writes every catalog; everyone else only what a grant allows. A table-scoped
-grant exists only inside short-lived tokens the server issues (an optimizer's task on one table).
-
-Besides principals, two kinds of callers are known to the server without a row of their own: an
-optimizer (by the token its registration returned) and the bearer of a token the server signed
-for a narrow purpose (registering an optimizer of one group, one table's catalog access).
-"""
+A principal has one role for `/api/v1`: viewer (reads), operator (also runs actions, cancels, scales, registers
+optimizers) or admin (also changes catalogs, groups, principals and grants). Grants give `read` or `write` on an
+internal catalog or a namespace of it for `/iceberg`; an admin has every catalog. Table-scoped grants live only in
+short-lived tokens the server issues (an optimizer's task). docs/operations.md covers security."""
 
 from __future__ import annotations
 
@@ -135,3 +124,7 @@ class Principal:
     def sees(self, catalog: str, namespace: tuple[str, ...] | None) -> bool:
         """Whether a listing may show this object to the caller."""
         return self.role is Role.ADMIN or any(g.reaches(catalog, namespace) for g in self.grants)
+
+
+# the caller when authentication is turned off (`ams.auth.enabled: false`): the server's own user, an admin
+NOBODY = Principal(name="anonymous", role=Role.ADMIN)

@@ -1,27 +1,10 @@
-"""The storage profile of an internal catalog's warehouse: where its files are, how to reach them, and
-what a client is given to read and write one table (pure rules; the STS call is services/rest_catalog/credentials.py).
+"""The storage profile of a catalog's warehouse: where its files are, how to reach them, and what a client is
+given to read and write one table (pure rules; the STS call is services/rest_catalog/credentials.py).
 
-A warehouse is a local directory or an S3 location (`s3://bucket/prefix`). An S3 warehouse is reached
-through the catalog's properties, named as Iceberg's S3FileIO names them, so the same keys configure
-the server's FileIO, pyiceberg and Spark:
-
-    s3.endpoint             an S3-compatible endpoint (http or https URL); AWS when absent
-    s3.region               the region (also sent to clients as `client.region`)
-    s3.path-style-access    true: bucket in the path, as most S3-compatible servers want
-    s3.access-key-id        static keys of the server (both or neither; the secret is kept encrypted)
-    s3.secret-access-key
-
-and, lakewarden's own, what a client that asks for vended credentials
-(`X-Iceberg-Access-Delegation: vended-credentials`) is given:
-
-    credentials.vending     sts | static-keys | none   (default: sts with a role, else static-keys with keys)
-    credentials.role-arn    the role the server assumes for each client (STS AssumeRole)
-    credentials.sts-endpoint  an STS-compatible endpoint; the region's AWS STS when absent
-    credentials.duration    how long temporary credentials last: 15min to 12h (default 1h)
-
-Temporary credentials carry a session policy naming only the table's own prefixes, read-only for a
-caller without a write grant. Static keys cannot be narrowed: they are vended only to writers.
-"""
+A warehouse is a local directory or an S3 location reached through the `s3.*` properties Iceberg's S3FileIO names,
+so one set of keys configures the server, pyiceberg and Spark. `credentials.*` says what a client asking for vended
+credentials gets: STS credentials whose session policy names only the table's prefixes (read-only for a reader), or
+static keys, vended to writers only since they cannot be narrowed. docs/rest-catalog.md lists the keys."""
 
 from __future__ import annotations
 

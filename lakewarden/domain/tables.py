@@ -64,7 +64,7 @@ class TableStatus(enum.IntEnum):
         raise InvalidField("status", f"{text!r} is not a table status ({names})")
 
 
-# Amoro's table properties and defaults (DESIGN.md); values are strings as in Iceberg properties.
+# Amoro's table properties and defaults (docs/self-optimizing.md); values are strings as in Iceberg properties.
 TABLE_DEFAULTS: dict[str, str] = {
     "self-optimizing.enabled": "true",
     "self-optimizing.group": "default",

@@ -1,23 +1,9 @@
 """What another optimizing policy would have done to a table: its recorded commits and scans replayed.
 
-The table is followed as counts: small data files (at most the fragment threshold, as the evaluator counts
-them), the other data files, delete files, and their bytes. Each writer's commit adds (and removes) what its
-snapshot summary says; lakewarden's own rewrites are left out, since the policy replayed makes its own. A
-policy decides after each commit (the evaluator looks at a table when it commits) and on its own clock:
-
-- `amoro`: Amoro's minor trigger as the table configures it — `minor.trigger.file-count` small and delete
-  files, or any after `minor.trigger.interval` since the last process; a process merges the small files and
-  applies the delete files;
-- `scheduled:<minutes>`: a whole-table `rewrite_data_files` every so many minutes, as a cron job runs it: each
-  run costs a Spark job even with nothing to do, and rewrites the small files and delete files it finds;
-- `budget:<cpu-seconds per hour>`: Amoro's trigger, a process starting only while the hour's spend is below
-  the budget and once a scan came since the last process (a table past a hard limit regardless);
-- `none`: nothing.
-
-A process costs its bytes at the group's CPU-seconds per byte, at least MIN_PROCESS_CPU_SECONDS. A recorded
-scan read a share of the files that were live when it ran (its files over the live files the timeline says
-the table had); under a policy it reads the same share of the files the policy would have left.
-"""
+The table is followed as counts of small files, other data files, delete files and bytes, each writer's commit
+applied from its snapshot summary (lakewarden's own rewrites left out). A policy (`amoro`, `scheduled:<minutes>`,
+`budget:<cpu-seconds per hour>`, `none`) decides after each commit and on its own clock; a process costs its bytes
+at the group's CPU-seconds per byte, and each recorded scan reads its share of the files the policy left."""
 
 from __future__ import annotations
 

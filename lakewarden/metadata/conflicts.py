@@ -1,27 +1,10 @@
 """Conflict strategies for commits to internal tables, chosen per table by `lakewarden.commit.conflict-strategy`.
 
-`iceberg` (the default): a commit must satisfy the requirements the client sent, as the REST spec says.
-A writer whose base snapshot is no longer the head of its branch gets 409 and retries on its own.
-
-`partition` (LAS MetaServer's partition-level check): when the only requirement that fails is the
-branch head (`assert-ref-snapshot-id`) of a data commit, the commits that landed on the branch since
-the committer's base snapshot are compared with this one, partition by partition. If none of them
-added or removed a file in a partition this commit adds or removes files in, the commit is rebased
-onto the branch head on the server: a new manifest list holding the head's manifests plus the
-commit's own, with the next sequence number, and the commit lands without a client retry. If one of
-them did, the commit is rejected with 409 naming the partition and the snapshot that changed it.
-Partitions of different specs are treated as overlapping; an unpartitioned table has one partition.
-
-`file` (LAS MetaServer's file level): the same rebase, with a finer test. The commit conflicts only when a
-file it removes was removed (or replaced) by a commit since its base, or when a data file its new position
-deletes point at was (a position-delete file that names no single data file points at every data file of
-its partition). Appends therefore never conflict, and neither do equality deletes (they apply to every
-older row of their partition, wherever compaction moved it) nor commits in the same partition that
-touch other files.
-
-Format-version 3 tables (whose manifest lists carry row ids) and multi-table transactions keep the
-`iceberg` behaviour.
-"""
+`iceberg` (default): the requirements the client sent must hold, as the spec says. `partition` and `file` (LAS
+MetaServer's checks): a data commit whose only failed requirement is its branch head is compared with the commits
+since its base, by partition or by file; with no overlap it is rebased onto the head on the server and lands
+without a client retry, else it gets 409 naming what changed. Format-version 3 tables and multi-table transactions
+keep `iceberg`. docs/rest-catalog.md gives the rules."""
 
 from __future__ import annotations
 

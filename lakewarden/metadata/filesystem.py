@@ -1,13 +1,9 @@
 """Iceberg's Hadoop (filesystem) catalog, read as Iceberg's HadoopCatalog reads it: pyiceberg has none.
 
-A namespace is a directory under the warehouse; a table is a directory whose `metadata` directory holds at
-least one `*.metadata.json`. A table's current version is the number in `metadata/version-hint.text`, moved
-forward while `v<N+1>` exists (a writer that died between its commit, the rename of `v<N+1>.metadata.json`,
-and the hint's update left the hint behind); without a readable hint, the highest `v<N>` listed. Metadata
-files may be plain or gzip'd (`v<N>.metadata.json`, `v<N>.gz.metadata.json`, the older `v<N>.metadata.json.gz`).
-
-Read-only: the optimizers commit with Iceberg's own HadoopCatalog in Spark.
-"""
+A namespace is a directory; a table is a directory whose `metadata` holds `v<N>.metadata.json` files (plain or
+gzip'd). Its current version is `version-hint.text`, moved forward while `v<N+1>` exists (a writer may have died
+between its rename and the hint), else the highest listed. Read-only: optimizers commit with Iceberg's own
+HadoopCatalog in Spark."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """Parsed manifests, kept for everything on the server that reads them: the evaluator, the planning of
-self-optimizing and maintenance, and the REST catalog's scan planning. A manifest list or a manifest never
-changes once written, so what was parsed from a path stays right; what is kept is bounded by bytes
-(`ams.manifest-cache.max-size`), least recently used first out.
+optimizing and maintenance, and the REST catalog's scan planning.
 
-Per path it keeps: a manifest list's manifests; a manifest's entries (every entry, deleted ones too, read
-with the fields of format version 3); views derived from the entries by their readers (the evaluator's
-plain file records: metadata/files.py); and, for scan planning, a manifest's live files' column metrics
-merged into one (`summary`), for setting a whole manifest aside (metadata/scan_planning.py). Each part is
-evicted on its own: the evaluator's small records outlive the entries they were made from.
-
-Sizes are estimates: a parsed entry takes about ENTRY_BYTES, plus METRIC_BYTES per column its data file has
-metrics for (tests/test_manifest_cache.py measures it with tracemalloc: narrow and wide tables, manifests of
-one entry and of hundreds). Before reading, a manifest's Avro size times ENTRY_BYTES_PER_AVRO_BYTE bounds
-what its entries will take (read-ahead budgets with it): the Avro header, which carries the schemas, makes
-a manifest of a few entries cost far less than its size suggests.
-"""
+A manifest list or manifest never changes once written, so what was parsed from a path stays right. Per path it
+keeps a list's manifests, a manifest's entries, views its readers derive from them, and for scan planning the live
+files' merged column metrics; each part is evicted on its own, least recently used first, bounded by estimated
+bytes (`ams.manifest-cache.max-size`; tests/test_manifest_cache.py measures the estimates)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""Reading Paimon tables of a filesystem warehouse (a `paimon` catalog): which tables there are, and what each one
-is, from the files Paimon writes.
+"""Reading Paimon tables of a filesystem warehouse (a `paimon` catalog) from the files Paimon writes.
 
-A Paimon filesystem catalog keeps a database as `<warehouse>/<database>.db/` and a table as a directory in it
-with `schema/schema-<id>` (JSON), `snapshot/snapshot-<id>` (JSON, with `LATEST` and `EARLIEST` hints),
-`manifest/` (Avro manifest lists and manifests, read with fastavro) and `tag/tag-<name>` (a snapshot's JSON with
-the tag's times). The latest snapshot's live files are its base and delta manifest lists' entries, each added
-file less the deleted ones, with its partition (a BinaryRow: domain/paimon.decode_row), bucket and level.
-Local paths only: a warehouse on object storage is refused when the catalog is registered.
-"""
+A database is `<warehouse>/<database>.db/`; a table's directory holds its schemas and snapshots (JSON), manifests
+(Avro, read with fastavro) and tags. The latest snapshot's live files are its base and delta manifest lists'
+entries, added less deleted, with partition, bucket and level. Local paths only: a warehouse on object storage is
+refused when the catalog is registered."""
 
 from __future__ import annotations
 

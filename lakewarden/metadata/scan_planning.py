@@ -1,19 +1,10 @@
 """Server-side scan planning: which data files a scan of a snapshot reads, the delete files that apply to each,
-and the residual filter left for the reader, from the snapshot's manifests (each parsed once and kept).
+and the residual filter left for the reader, from the snapshot's manifests (parsed once and kept).
 
-Pruning is Iceberg's own, through pyiceberg's evaluators, in the order Iceberg applies them: a manifest by
-its partition summaries (the filter projected inclusively onto the manifest's spec, so evolved specs are
-pruned each by their own projection), then each file by its partition and by its column metrics (bounds,
-null and NaN counts). Delete files apply as in Iceberg's DeleteFileIndex:
-- a position-delete file or deletion vector naming one data file (`referenced_data_file`, or equal
-  `file_path` bounds) applies to that file alone, when the data's sequence number is not newer;
-- another position-delete file applies to the data files of its partition (same spec) that are not newer
-  and whose path lies within its `file_path` bounds;
-- an equality-delete file applies to strictly older data files of its partition, or of every partition
-  when its own spec is unpartitioned.
-An incremental scan (`start` exclusive, `end` inclusive) reads the data files that the append snapshots
-between them added, as Iceberg's IncrementalAppendScan does, with no delete files.
-"""
+Pruning is Iceberg's own, through pyiceberg's evaluators in Iceberg's order: manifests by partition summaries,
+then files by partition and column metrics. Delete files apply as in Iceberg's DeleteFileIndex (a file-scoped
+position delete or vector to its file; others to older data of their partition; equality deletes to strictly
+older data). An incremental scan reads what the appends between its snapshots added, as IncrementalAppendScan."""
 
 from __future__ import annotations
 

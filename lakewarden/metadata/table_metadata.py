@@ -1,14 +1,9 @@
-"""Table metadata without a catalog: new tables, commits applied to metadata, metadata files written,
-what a commit did, and every file a table's metadata references (for purging).
+"""Table metadata without a catalog: new tables, commits applied, metadata files written, what a commit did,
+and every file a table's metadata references (for purging).
 
-pyiceberg's models and update handlers do the work. Two things are added here. Format version 3:
-pyiceberg 0.12 reads v3 metadata but refuses to upgrade a table to v3 and to serialise v3 metadata,
-so the upgrade (which starts row lineage at next-row-id 0) and the serialisation are done here.
-Speed: metadata objects are never mutated (every update copies what it changes), so the deep copy
-pyiceberg's `update_table_metadata` makes of its result is skipped; and since a commit shares every older
-snapshot object with the version before it, each snapshot's JSON is made once and spliced into every later
-metadata file (serialising every snapshot anew dominated a commit to a table of many snapshots).
-"""
+pyiceberg's models and update handlers do the work. Added here: format version 3, which pyiceberg reads but
+neither upgrades to nor writes; and speed, since metadata objects are never mutated, so the deep copy of each
+update's result is skipped, and each snapshot's JSON is made once and spliced into every later metadata file."""
 
 from __future__ import annotations
 

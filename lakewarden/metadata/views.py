@@ -1,14 +1,9 @@
-"""Iceberg view metadata: built and changed as Java's `ViewMetadata.Builder` does (Iceberg 1.10).
+"""Iceberg view metadata, built and changed as Java's `ViewMetadata.Builder` does.
 
-The rules kept from it: a schema equal to one the view has keeps that one's id (else the highest id + 1);
-a view version that behaves like one the view has (same summary, representations, default catalog and
-namespace, schema) keeps that one's id; `-1` means the schema or version added last in this change; one
-query per dialect in a version; setting the current version appends to the version log; a replace may not
-drop a dialect unless `replace.drop-dialect.allowed`; and only the newest `version.history.num-entries`
-(10) versions are kept, with the current one and those added in this change, the log cleared before any
-version no longer kept. Deliberate difference: a created view keeps the client's version summary (Java's
-server puts its own environment there), so the engine that wrote it stays known.
-"""
+Kept from it: equal schemas and equivalent versions reuse their ids, `-1` names what this change added last, one
+query per dialect, the version log, `replace.drop-dialect.allowed`, and `version.history.num-entries` versions
+kept. One deliberate difference: a created view keeps the client's version summary, so the engine that wrote it
+stays known. docs/rest-catalog.md lists the rules."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """What an optimizer's tasks cost in CPU, wherever the work ran.
 
-Spark's task metrics (optimizer/usage.py) see the executors only. An optimizer also works on its driver: it
-plans, reads manifests, commits, and merges small files without a Spark job at all (optimizer/rewrite.py), and
-with a `local` master its executors are threads of the same JVM. So each attempt is charged the CPU of the
-optimizer's own processes (its Python and its Spark JVM) while it ran; attempts running side by side share what
-was spent between two of their starts and ends equally; what is spent while no attempt runs (polls, heartbeats,
-an idle JVM) is nobody's. With a cluster's executors, their CPU is added from Spark's figures.
-"""
+Spark's task metrics see executors only, but an optimizer also works on its driver (planning, manifests, commits)
+and with a `local` master its executors are threads of the same JVM. So each attempt is charged the CPU of the
+optimizer's own processes while it ran, shared equally between attempts running side by side; time with no
+attempt running is nobody's. A cluster's executors add Spark's figures."""
 
 from __future__ import annotations
 

@@ -1,34 +1,10 @@
 """Self-optimizing on an optimizer: rewrite exactly the files a task names, with Iceberg's own machinery.
 
-For each file group of the task:
-- the data files to rewrite are found in the planned snapshot as Iceberg scan tasks (which carry the
-  delete files that apply to them), staged with Iceberg's ScanTaskSetManager and read and written by
-  Spark the way Iceberg's bin-pack rewrite runner does it; FileRewriteCoordinator hands back the files
-  written, uncommitted;
-- for the data files whose deletes are rewritten, Spark reads which of their rows the deletes remove
-  (Iceberg's `_deleted` metadata column) and each such file gets one position-delete file of its own,
-  naming it alone (Amoro turns equality deletes into position deletes this way); on format version 3,
-  one deletion vector instead, replacing the vector the file has.
-Groups are rewritten concurrently (up to MAX_CONCURRENT_GROUPS Spark jobs, as Iceberg's action runs its
-groups), and the position deletes of all groups are found in one Spark job. Then one commit: Iceberg's
-RewriteFiles replaces the rewritten data files and the delete files the task removes, validated against
-everything committed since the planned snapshot, the new data files keeping that snapshot's sequence number
-(so deletes committed meanwhile still apply to them). Files written by a task that cannot commit are
-deleted again. In a process of several tasks that commit is the process's, once (Amoro commits a process
-once): each task stages what it wrote (`stage_only`: returned as Iceberg content files) and the process's
-last task (`commit_staged`) finds every task's planned files again and commits all the staged files.
-
-The per-file bookkeeping (finding the planned files and checking their deletes: Java's PlannedFiles; collecting
-what each group wrote, the commit, the counts: PlannedRewrite) runs in Java, driven from here with a call per task
-or group: through py4j each file would cost round trips that, for small files, take longer than Spark's work.
-
-The optimizer trusts no plan blindly: a planned file missing from the planned snapshot, or a delete file
-Iceberg applies that the plan did not name, fails the task (the plan and Iceberg disagree). A plan that
-describes its files where no delete file can apply to them (PlannedFiles.describable: the append-only small
-files streaming writers leave) is taken as described, without reading the snapshot's manifests again, and
-checked against the snapshot only when its task fails; a planned file the snapshot lacks still cannot commit
-(Iceberg's rewrite refuses to remove a file that is not there).
-"""
+Each file group's data files are found in the planned snapshot as Iceberg scan tasks and rewritten as Iceberg's
+bin-pack runner does; files whose deletes are rewritten get one position-delete file (or deletion vector) each.
+One RewriteFiles commit, validated against everything since the planned snapshot, or the files staged for the
+process's commit task. The per-file bookkeeping runs in Java (PlannedFiles, PlannedRewrite), a py4j call per task
+or group. A plan that disagrees with the snapshot fails its task. docs/self-optimizing.md describes the path."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """The server's services, built and wired in one place, so the path of a change can be read here.
 
-How a commit to lakewarden's REST catalog becomes a task on an optimizer:
-
-    TableCommits.commit_table           swaps the table's pointer, records the commit, writes an event
-      -> ChangeListener (subscribed)    refreshes just the named tables (TableExplorer.refresh_tables)
-      -> TableEvaluator.wake            evaluates them at once; a table that needs optimizing turns PENDING
-      -> work_ready.notify (on_pending) wakes the optimizers' long polls in the TaskDispatcher
-      -> TaskDispatcher.poll            picks the table by its group's policy; ProcessEngine.start_optimizing
-                                        plans it; the first task is handed out
-      -> TaskDispatcher.complete        records the result; ProcessEngine.settle retries or ends the process
-      -> TableEvaluator.wake            (on_process_end) looks at the table again
-
-With high availability (services/leadership.py) the loops run on the leader only, and the events reach
-its ChangeListener from the outbox (OutboxTail, woken by PostgreSQL NOTIFY) instead, so that commits made
-on any node count. An external catalog takes the same path from the explorer's periodic refresh (on_change
-wakes the evaluator). Maintenance processes come from the MaintenanceTrigger (or the API) through
-ProcessEngine.create_process; the OptimizerKeeper hands back tasks of lost or slow optimizers
-(on_released); the ResourceMaintainer keeps each group's local optimizers alive.
-"""
+A commit to the REST catalog writes an event; the ChangeListener refreshes the named tables and wakes the
+TableEvaluator; a table that turns PENDING wakes the optimizers' long polls in the TaskDispatcher, which plans it
+through the ProcessEngine and hands out its tasks; completions settle the process, and its end wakes the evaluator
+again. With high availability the loops run on the leader and events reach it through the OutboxTail.
+docs/architecture.md follows these flows step by step."""
 
 from __future__ import annotations
 
@@ -84,9 +71,12 @@ def maintenance_schedules(config: Config) -> dict[Action, tuple[bool, timedelta]
     return {action: (schedule.enabled, schedule.interval) for action, schedule in schedules.items()}
 
 
-def rest_catalog(config: Config, db: Database, manifests: ManifestCache | None = None) -> RestCatalog:
+def rest_catalog(
+    config: Config, db: Database, manifests: ManifestCache | None = None, reads: TableReads | None = None
+) -> RestCatalog:
     """lakewarden's REST catalog, its parts wired: each receives the collaborators it uses. `manifests`: the
-    server's manifest cache (scan planning and read-ahead share it with the evaluator)."""
+    server's manifest cache (scan planning and read-ahead share it with the evaluator); `reads`: where the
+    reports of its clients and its own plans are kept."""
     if manifests is None:
         manifests = ManifestCache(config.ams.manifest_cache.max_size)
     line = config.ams.commit_queue
@@ -101,7 +91,7 @@ def rest_catalog(config: Config, db: Database, manifests: ManifestCache | None =
     loads = TableLoads(db, warehouses, files, heads, CredentialVendor())
     tables = CatalogTables(db, warehouses, files, heads, outbox)
     planning = config.ams.scan_planning
-    reads = TableReads(db)
+    reads = TableReads(db) if reads is None else reads
     scans = ScanPlanning(
         warehouses,
         loads,
@@ -144,6 +134,7 @@ class ServerRuntime:
     db: Database
     auth: AuthService
     rest_catalog: RestCatalog  # lakewarden's Iceberg REST catalog (services/rest_catalog/)
+    reads: TableReads  # how each table is read: its clients' reports and the benefits of its processes
     internal: InternalTables  # how the explorer, evaluator and planner read its tables in process
     evaluator: TableEvaluator
     explorer: TableExplorer
@@ -196,7 +187,8 @@ class ServerRuntime:
             log.warning("first start: created principal admin; its API token is in %s (mode 0600)", written)
         work_ready = WakeSignal()  # tasks may be ready to hand out: wakes the optimizers' long polls
         manifests = ManifestCache(config.ams.manifest_cache.max_size)  # shared by the evaluator and scan planning
-        catalog = rest_catalog(config, db, manifests)
+        reads = TableReads(db)
+        catalog = rest_catalog(config, db, manifests, reads)
         internal = InternalTables(db, catalog.loads)
         evaluating = config.ams.evaluator
         evaluator = TableEvaluator(
@@ -247,6 +239,7 @@ class ServerRuntime:
             db=db,
             auth=auth,
             rest_catalog=catalog,
+            reads=reads,
             internal=internal,
             evaluator=evaluator,
             explorer=explorer,
@@ -272,7 +265,7 @@ class ServerRuntime:
             ),
             outbox_tail=OutboxTail(db, changes) if ha.enabled else None,
             history=HistoryPruner(
-                db, config.ams.history, config.data_dir / OPTIMIZER_LOGS, settle=catalog.reads.settle_benefits
+                db, config.ams.history, config.data_dir / OPTIMIZER_LOGS, settle=reads.settle_benefits
             ),
             load_sampler=LoadSampler(db, config.ams.history.group_load.interval.total_seconds()),
         )

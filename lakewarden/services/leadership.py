@@ -1,19 +1,10 @@
 """High availability: several server processes on one PostgreSQL system database, one of them the leader.
 
-Every node serves the REST catalog (its commits are compare-and-swap on the database, safe anywhere), the
-API's reads, the dashboard and /metrics. The leader alone runs the loops (explorer, evaluator, keeper,
-maintenance trigger, containers), hands out tasks and makes the API's changes; the other nodes forward those
-to it (api/forwarding.py). Leadership is a lease row in the database (store/leadership.py), taken when it
-expired and renewed every third of its length (the followers look every second, so a dead leader is
-replaced within the lease and a second); each change of hands increments its epoch, the fencing token.
-While this node leads, every write it makes that is not an `any_node` write is checked against the
-epoch inside its own transaction (`Database.fence`): a leader that was deposed without noticing (paused,
-cut off from the database for longer than the lease) has its late writes refused, and stops its loops at
-once. A node that cannot renew within the lease (by its own clock, with a margin) steps down by itself: a
-watchdog thread sees to it even while the renewal hangs on a connection that no longer answers.
-
-With `ams.ha` off there is one node, always the leader, and no fencing.
-"""
+Every node serves the REST catalog, the API's reads, the dashboard and /metrics; the leader alone runs the loops,
+hands out tasks and makes the API's changes, and followers forward those to it. Leadership is a lease row whose
+epoch is the fencing token: a leader's writes are checked against it in their own transaction, so one deposed
+without noticing has its late writes refused, and a node that cannot renew in time steps down by itself (a
+watchdog sees to it). With `ams.ha` off there is one node, always the leader."""
 
 from __future__ import annotations
 

@@ -1,25 +1,10 @@
-"""The Spark jar set-up step: a complete Iceberg 1.10.2 runtime for PySpark 3.5 from registry packages.
+"""The Spark jar set-up step: a complete Iceberg runtime for PySpark from registry packages, cached in
+`jars_dir()` (a re-run with the same inputs does nothing).
 
-The Iceberg runtime jar shipped by the PyPI package ``snowpark-connect-deps-iceberg`` references
-relocated classes it does not contain (``org.apache.iceberg.shaded.com.fasterxml.jackson`` and
-``org.apache.iceberg.shaded.org.apache.hc``). This step rebuilds them: Jackson from pyspark's own
-jars, Apache httpclient5/httpcore5 (>= 5.4, the REST client needs it) from Debian's archive,
-relocated with Debian's jarjar. It also collects the JDBC drivers Iceberg's JdbcCatalog needs for
-``sql`` catalogs (xerial SQLite with its JNI library, PostgreSQL).
-
-S3 is reached through Hadoop's S3A: ``hadoop-aws`` and the AWS SDK bundle it was released with come from the
-PyPI package ``sagemaker-pyspark`` (its source distribution carries them; checked by hash), and lakewarden's
-``StorageFileIO`` (``java/``: S3A with the settings and vended credentials a catalog gives each table) is
-compiled against them and Iceberg's runtime with the JDK's javac. With Maven access, Iceberg's own
-``S3FileIO`` can be used instead (``session.py``: LAKEWARDEN_SPARK_PACKAGES with ``iceberg-aws-bundle``).
-
-Nothing is installed system-wide: apt runs with a private sources list and lists directory only to
-download .deb files, which are unpacked with ``dpkg-deb -x``. The result is cached in
-``jars_dir()``; a re-run with the same inputs does nothing.
-
-Users with Maven access may skip all this and set ``spark.jars.packages`` to
-``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2`` (see ``session.py``).
-"""
+The Iceberg runtime PyPI carries references relocated classes it lacks; they are rebuilt from pyspark's Jackson
+and Debian's httpclient5 with jarjar. S3 goes through Hadoop's S3A, with `hadoop-aws` and its AWS SDK from a PyPI
+package, and lakewarden's StorageFileIO compiled against them. The JDBC drivers of `sql` catalogs are collected.
+Nothing is installed system-wide: Debian packages are only downloaded and unpacked."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""One way to build a SparkSession with Iceberg configured for registered catalogs.
+"""One way to build a SparkSession with Iceberg configured for registered catalogs: tests, the optimizer and
+the demo writer all call `build_spark_session`.
 
-Tests, the optimizer and the demo writer all call `build_spark_session`. Jars come from the
-set-up step in `jars.py`; with `maven_packages=True` (or LAKEWARDEN_SPARK_PACKAGES set) Spark
-resolves the official Iceberg runtime from Maven instead.
-
-Tables on S3 are read and written through lakewarden's StorageFileIO (S3A, `jars.py`), which takes what the
-catalog gives each table: the REST catalog's storage profile and vended credentials (lakewarden's internal
-catalogs ask for them), or the `s3.*` properties of an SQL or REST catalog's definition. With Maven access,
-LAKEWARDEN_SPARK_PACKAGES naming Iceberg's `iceberg-aws-bundle` makes it Iceberg's own S3FileIO instead.
-"""
+Jars come from the set-up step (`jars.py`), or from Maven with `maven_packages=True` or LAKEWARDEN_SPARK_PACKAGES.
+Tables on S3 are read and written through StorageFileIO with what the catalog gives each table: the REST catalog's
+storage profile and vended credentials, or an SQL or REST catalog's `s3.*` properties."""
 
 from __future__ import annotations
 

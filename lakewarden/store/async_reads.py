@@ -1,16 +1,10 @@
 """Single-row reads of PostgreSQL for the event loop, without blocking it.
 
-A cached loadTable is answered on the server's event loop, and its one database read (the table's pointer) is
-a round trip to PostgreSQL. Made with a blocking driver call, the loop waited through each round trip and
-served nothing else meanwhile: eight clients' loads took turns at the database. Here the read is awaited on
-an asyncio connection, so the loop serves other requests while one waits; each event loop has its own few
-connections (a connection belongs to the loop it was opened on), opened when first needed and kept.
-
-The connections are asyncpg's, not psycopg's (which runs the rest of the server): the read is the loop's own
-time, and asyncpg's protocol, compiled, takes about half of psycopg's asyncio connection's time per read on this
-machine (`bench/rest_catalog.py`, PostgreSQL's loads). Its statements are prepared once per connection and kept.
-A failure is raised as SQLAlchemy's error of the kind (api/errors.py: the database away is 503).
-"""
+A cached loadTable's one database read, made with a blocking call, would stop the loop for a round trip and make
+concurrent loads take turns at the database. Here it is awaited on an asyncio connection, a few per event loop,
+opened when first needed and kept. They are asyncpg's, whose compiled protocol takes less of the loop's time per
+read than psycopg's asyncio connection; statements are prepared once per connection. Failures are raised as
+SQLAlchemy's errors of the kind (the database away is a 503)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """A server's claim to be the only server on its system database, for as long as it runs: what lets it answer
-loads from the tables' heads it keeps instead of reading them (services/rest_catalog/heads.py). Every change of a
-pointer is then its own.
+loads from the heads it keeps (services/rest_catalog/heads.py).
 
-- SQLite: an exclusive lock on a file beside the database (`<database>-server.lock`), which the system lets go
-  when the process ends, however it ends. Valid for as long as it is held.
-- PostgreSQL: a session-level advisory lock (`SOLE_LOCK`) on a session of its own, whose server-side keepalives
-  are short: PostgreSQL ends the session of a node gone silent, and lets its lock go, after about
-  `KEEPALIVE_SECONDS`. The node pings the session every `PING_SECONDS` and counts on its claim for
-  `VALID_SECONDS` after a ping was sent, less than that: cut off, it stops trusting its heads before anyone else
-  could take the lock. A session that ends (terminated, the database restarted) lets the lock go at once; the
-  node sees it at its next ping, within `PING_SECONDS`, sooner than a server waiting for the lock can start
-  (it takes the lock before it builds anything). A session lost is taken again when the database answers, and
-  the heads are forgotten first (`on_regained`): another server might have changed pointers meanwhile. Servers
-  with high availability hold the lock shared (unwatched: they do not count on it), so that a server without it
-  (exclusive) is not started beside them, nor they beside it.
-
-A second server is refused (`DatabaseInUse`) once `wait_seconds` passed: long enough for PostgreSQL to end the
-session of a server that died without closing it.
-"""
+SQLite: an exclusive lock on a file beside the database, let go however the process ends. PostgreSQL: an advisory
+lock on a session of its own with short keepalives, pinged so the node stops counting on it before anyone else
+could take it; a lost session is taken again, heads forgotten first. Servers with high availability hold it shared.
+A second server is refused (`DatabaseInUse`). docs/architecture.md gives the timings."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.dml import Insert, Update
 
 from lakewarden.domain.errors import WouldWait
+from lakewarden.domain.events import CatalogEvent, EventType, checked
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow
 from lakewarden.store.rest_catalog import EVENTS_CHANNEL, event
@@ -149,13 +150,14 @@ def swap_and_record(
     client: str | None,
     details: dict[str, Any],
     wait: bool = True,
-) -> dict[str, Any] | None:
+) -> CatalogEvent | None:
     """A single table's commit: the event it wrote, to publish, or None when another commit won the swap
     (nothing was written). `details`: the timeline entry's fields. Without `wait` it runs only where it cannot
     wait (SQLite, Driver.write), and raises WouldWait having written nothing otherwise."""
     catalog, namespace, table = key
     now = utcnow()
     payload = {"metadata_location": new, "version": version + 1, **details}
+    checked(EventType.TABLE_COMMITTED, payload)
     arguments: dict[str, Any] = {
         "k_catalog": catalog,
         "k_namespace": namespace,

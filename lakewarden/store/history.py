@@ -1,14 +1,9 @@
-"""Pruning the server's history (services/tables/history.py): ended processes with their tasks, the commit timeline, the
-reported reads, the event outbox, the charts' samples, each by age and by count.
+"""Pruning the server's history: ended processes and their tasks, the commit timeline, reported reads, the
+event outbox and the charts' samples, each by age and by count.
 
-What is never deleted: a process that has not ended; the newest process of each action on a table (the
-maintenance schedule reads them: store/processes.last_plan_times); the newest
-timeline entry of each table; the newest event (ids are the rowids on SQLite: deleting the largest would let
-the next insert reuse it, and readers follow events by id).
-
-Each call deletes at most `batch` rows of its kind in one transaction of the caller, so that a large backlog
-is worked off in short transactions that leave room for the commits of the REST catalog.
-"""
+Never deleted: a process not ended, the newest process of each action on a table (the maintenance schedule reads
+them), each table's newest timeline entry, and the newest event (on SQLite its id could be reused, and readers
+follow ids). Each call deletes at most `batch` rows in one short transaction, leaving room for commits."""
 
 from __future__ import annotations
 

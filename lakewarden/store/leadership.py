@@ -1,13 +1,9 @@
-"""The leader's lease and the nodes (high availability on PostgreSQL; see services/leadership.py).
+"""The leader's lease and the nodes (high availability on PostgreSQL; services/leadership.py).
 
-Times are the database's (`now()`), so the nodes' clocks do not matter. The lease row is locked while it
-is taken over or renewed (FOR UPDATE) and while a leader's write is checked against it (FOR SHARE): a
-takeover waits for the old leader's checked transactions to commit, and any the old leader starts
-afterwards see the new epoch and are refused. A transaction holding the lease row may sit idle for at most
-a lease (PostgreSQL's idle_in_transaction_session_timeout, for that transaction alone): a leader paused inside
-one (SIGSTOP, a frozen VM) would otherwise hold the lock for as long as its connection lives, and no node could
-take over.
-"""
+Times are the database's, so the nodes' clocks do not matter. The lease row is locked FOR UPDATE while it is taken
+over or renewed and FOR SHARE while a leader's write is checked: a takeover waits for the old leader's checked
+transactions, and later ones see the new epoch and are refused. A transaction holding the row may idle for at most
+a lease, so a leader paused inside one cannot hold the lock for good."""
 
 from __future__ import annotations
 

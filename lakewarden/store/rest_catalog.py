@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
 from lakewarden.domain.errors import AlreadyExists, NamespaceNotEmpty, NoSuchNamespace, NoSuchTable
+from lakewarden.domain.events import CatalogEvent, checked, event_of
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import CommitRow, EventRow, IcebergTableRow, IcebergViewRow, NamespaceRow
 
@@ -316,8 +317,10 @@ def timeline(session: Session, catalog: str, namespace: str, table: str, limit: 
 
 def add_event(
     session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
-) -> dict[str, Any]:
-    """An event written into the outbox in the session's transaction; the event its subscribers get."""
+) -> CatalogEvent:
+    """An event written into the outbox in the session's transaction; the event its subscribers get. An event
+    its type does not know is refused before it is written (InvalidEvent)."""
+    checked(kind, payload)
     values: dict[str, Any] = {"type": kind, "catalog_name": catalog, "namespace": namespace, "table_name": table}
     values |= {"payload": payload, "created_at": utcnow()}
     # a plain INSERT (as record_commit)
@@ -330,19 +333,12 @@ def add_event(
 
 def event(
     event_id: int, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
-) -> dict[str, Any]:
+) -> CatalogEvent:
     """An event as its subscribers get it (namespace: the stored key)."""
-    return {
-        "event_id": event_id,
-        "type": kind,
-        "catalog": catalog,
-        "namespace": levels(namespace),
-        "table": table,
-        "payload": payload,
-    }
+    return event_of(event_id, kind, catalog, tuple(levels(namespace)), table, payload)
 
 
-def event_of(row: EventRow) -> dict[str, Any]:
+def stored_event(row: EventRow) -> CatalogEvent:
     """An outbox row as the event its subscribers get."""
     return event(row.event_id, row.type, row.catalog_name, row.namespace, row.table_name, row.payload)
 

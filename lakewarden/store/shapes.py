@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from lakewarden.domain.tables import TableHealth
 from lakewarden.store.database import as_utc, utcnow
 from lakewarden.store.models import GroupLoadRow, TableShapeRow
-from lakewarden.store.stats import GroupLoad
+from lakewarden.store.stats import GroupGauge
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def table_shapes(session: Session, table_id: int, limit: int) -> list[TableShape
     return list(reversed(session.scalars(query).all()))
 
 
-def sample_group_load(session: Session, load: dict[str, GroupLoad], pending: dict[str, int]) -> int:
+def sample_group_load(session: Session, load: dict[str, GroupGauge], pending: dict[str, int]) -> int:
     now = utcnow()
     for group, g in sorted(load.items()):
         session.add(

@@ -195,14 +195,17 @@ def table_gauges(session: Session) -> list[TableGauge]:
 
 
 @dataclass(frozen=True)
-class GroupLoad:
+class GroupGauge:
+    """A group's optimizers and tasks as its gauges show them (the load dynamic allocation judges is
+    domain/dynamic_allocation.GroupLoad)."""
+
     optimizers: int
     threads: int
     busy: int  # tasks held by its optimizers (scheduled or acked)
     queued: int  # planned tasks of its running processes
 
 
-def group_load(session: Session) -> dict[str, GroupLoad]:
+def group_load(session: Session) -> dict[str, GroupGauge]:
     per_group = select(OptimizerRow.group_name, func.count(), func.sum(OptimizerRow.parallelism))
     optimizers = {g: (int(n), int(t or 0)) for g, n, t in session.execute(per_group.group_by(OptimizerRow.group_name))}
     tasks: dict[tuple[str, str], int] = {
@@ -216,7 +219,7 @@ def group_load(session: Session) -> dict[str, GroupLoad]:
     }
     groups = set(session.scalars(select(ResourceGroupRow.name))) | set(optimizers) | {g for g, _ in tasks}
     return {
-        g: GroupLoad(
+        g: GroupGauge(
             optimizers=optimizers.get(g, (0, 0))[0],
             threads=optimizers.get(g, (0, 0))[1],
             busy=sum(tasks.get((g, s.value), 0) for s in TASK_ACTIVE),

@@ -1,28 +1,10 @@
 """The REST catalog's requests served in one step from the application's root.
 
-A request to `/iceberg/v1` passes fourteen ASGI layers on its way to its route: Starlette's and FastAPI's
-(errors, telemetry, a body limit, exception handlers, an exit stack, the router and the catalog's inclusion)
-and lakewarden's eight middlewares. Each layer is a coroutine call and most wrap `send`, and together they cost
-a cached loadTable about as much of the event loop's time as the load's own work (bench/rest_catalog.py).
-`CatalogFastPath` flattens that chain for the requests that need nothing of it but checks: it finds the route
-with the catalog router's `RouteIndex`, makes the checks each layer would make, in the layers' order, runs the
-route's plan (lean_routes.py), answers an exception with the application's own handlers as Starlette's two error
-middlewares would, and observes the request's latency under its route, as `LatencyMiddleware` does.
-
-Everything else goes down the chain unchanged, decided before anything is read or sent:
-- a path outside the catalog, a path no planned route takes (404, 405, 406), a route not planned;
-- while `app.dependency_overrides` is set;
-- a change (POST, PUT, DELETE, ...) with an `Idempotency-Key`, or without a Content-Length (a chunked body),
-  or of a route the audit log records (creating, dropping, renaming): IdempotencyKeys, BodyLimit's counting
-  and AuditLog do work for those, not only checks;
-- a request the leader serves (api/forwarding.py; none is under `/iceberg/v1` today).
-
-The fast path knows the chain it flattens (CHAIN): it is built from the application's middleware stack, layer by
-layer, when the server starts, and a stack that holds a layer it does not know, or in another order, refuses to
-start (UnknownChain) instead of quietly sending every request down the chain. Settings it does not flatten (debug
-answers, FastAPI's telemetry, a root path) turn it off. tests/test_catalog_fast_path.py serves the same requests
-both ways and compares the answers, the latency metric and the audit log.
-"""
+A catalog request passes fourteen ASGI layers, which together cost a cached loadTable as much as its own work.
+`CatalogFastPath` makes each layer's checks in their order, runs the route's plan and answers errors with the
+application's handlers; whatever a layer does more than check (an idempotency key, a chunked body, an audited
+change) goes down the chain. It is built from the middleware stack at start, and a stack it does not know
+refuses to start (UnknownChain). docs/architecture.md describes it; tests/test_catalog_fast_path.py compares."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
 """Request handling planned once per route: what FastAPI works out again for every request, worked out at start.
 
-FastAPI (0.165) solves a route's parameters and dependencies anew for each request: for every parameter it asks
-again whether its type is a sequence, which names it goes by, whether it is a model; and it opens exit stacks and
-a scratch response on the way. For a cached loadTable that was half of the server's time, more than the
-catalog's own work. A `LeanRoute` (the routers' `route_class`, FastAPI's own hook for custom handling) plans its
-handler when FastAPI builds it: the dependencies in FastAPI's order, each parameter's request key and, where no
-value is sent, its default. Per request the plan reads what was sent, validates it with FastAPI's own functions
-(so the values and the errors are FastAPI's), calls the dependencies and the endpoint as FastAPI does (a plain
-function in a worker thread, a coroutine on the loop), and raises FastAPI's `RequestValidationError` on bad input.
-The route then sends the answer itself, without FastAPI's wrapping of a handler (see `LeanRoute.handle`).
-
-A route is planned only if its handling is all of that: an endpoint that answers with its own `Response` (the
-answer is then sent as it is, as FastAPI sends it), dependencies that are plain functions or coroutines of the
-request and of parameters (no `yield`, no security scopes, no `Response` or background tasks to inject), no
-cookies, forms or files. Any other route, and every route while `app.dependency_overrides` is set, is handled by
-FastAPI's own handler.
-"""
+A `LeanRoute` (FastAPI's own `route_class` hook) plans its handler when built: dependencies in FastAPI's order,
+each parameter's request key and default. Per request it validates with FastAPI's own functions, so values and
+errors stay FastAPI's. Only routes whose handling is all of that are planned (an endpoint answering its own
+`Response`, plain or coroutine dependencies, no cookies, forms or files); every other route, and every route
+while `app.dependency_overrides` is set, keeps FastAPI's handler."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
-"""Routing by prefix first, then by one regular expression: the server's two APIs, `/api/v1` (management)
-and `/iceberg/v1` (the REST catalog), are each one router at the application's root, and a request is
-offered to a router's routes only when its path is under that router's prefix.
+"""Routing by prefix first, then by one regular expression.
 
-FastAPI tries an application's routes one after the other, and each try costs a few microseconds (a
-regular expression and FastAPI's bookkeeping in the scope). With some ninety routes, a catalog request
-would pass the whole management API first, a large share of a cached loadTable's time (`bench/rest_catalog.py`).
-One string comparison per API stands in for those tries.
-
-Within a router, FastAPI (0.165) then walks its routes twice per request, once to say the router matches and
-once to handle the request, through every included router on the way: some fifty tries for a loadTable. A
-`RouteIndex` finds the same route with one match of one regular expression per
-method: every route's path pattern, in the router's order, as alternatives. A regular expression takes the
-first alternative that matches the whole path, as FastAPI takes the first route that matches it fully, so
-the route found is the route FastAPI would find. What the index does not find (a path no route of that
-method takes: a 404, a 405, a redirect) goes the way FastAPI goes.
-"""
+The server's two APIs, `/api/v1` and `/iceberg/v1`, are each one router at the application's root, and a request
+is offered only to the router its path is under: FastAPI would try the management API's routes one by one first.
+Within the catalog's router, a `RouteIndex` finds the route with one match of one regular expression per method
+(every route's pattern, in order, as alternatives), so it finds the route FastAPI would; what it does not find
+goes FastAPI's way."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""`POST /iceberg/v1/oauth/tokens`: the OAuth2 token endpoint of the Iceberg REST spec.
+"""`POST /iceberg/v1/oauth/tokens`: the Iceberg REST spec's OAuth2 token endpoint, with the two grants Spark's,
+Trino's and pyiceberg's clients use: client credentials (`credential=<principal>:<api token>`, answered with an
+access token for `auth.access-token-ttl`) and token exchange (a valid token renewed before it expires).
 
-Two grants, as Spark's, Trino's and pyiceberg's REST clients use them:
-
-  client_credentials   `credential=<principal>:<api token>` in the client's catalog properties; the
-                       answer is an access token of that principal for `auth.access-token-ttl`
-  token-exchange       (urn:ietf:params:oauth:grant-type:token-exchange) the client renewing a token
-                       before it expires: the subject token, still valid, for a fresh one like it
-
-Errors use the spec's OAuthError shape (`{"error": "invalid_client", "error_description": …}`).
-Open without credentials (it checks its own); failed client credentials count as failed logins.
-"""
+Errors take the spec's OAuthError shape. Open without credentials, since it checks its own; failed client
+credentials count as failed logins."""
 
 from __future__ import annotations
 

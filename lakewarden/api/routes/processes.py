@@ -174,7 +174,7 @@ def list_processes(
             table_id = table_store.get_table(session, TableIdentifier.parse(table)).runtime.table_id
         processes = store.list_processes(session, table_id, limit, action=action, status=status)
         tasks = store.tasks_of_each(session, [p.process_id for p in processes])
-        currency, reads = ctx.config.ams.cost.currency, ctx.rest_catalog.reads
+        currency, reads = ctx.config.ams.cost.currency, ctx.reads
         benefits = reads.benefits(session, processes)
         return [_read(p, tasks[p.process_id], currency, b) for p, b in zip(processes, benefits, strict=True)]
 
@@ -183,7 +183,7 @@ def list_processes(
 def get_process(process_id: ProcessId, ctx: Ctx) -> ProcessRead:
     with ctx.db.read() as session:
         process, tasks = store.get_process(session, process_id), store.tasks_of(session, process_id)
-        benefit = ctx.rest_catalog.reads.benefit(session, process)
+        benefit = ctx.reads.benefit(session, process)
         return _read(process, tasks, ctx.config.ams.cost.currency, benefit)
 
 

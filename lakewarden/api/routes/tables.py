@@ -145,9 +145,9 @@ def _read(ctx: ServerContext, session: Session, rec: TableRecord) -> TableRead:
         ],
         usage=stats.usage_of(stats.process_totals(session, table=_key(rec))),
         currency=ctx.config.ams.cost.currency,
-        reads=ctx.rest_catalog.reads.summary(_key(rec)),
+        reads=ctx.reads.summary(_key(rec)),
         deferred=deferral_of(session, rec, utcnow()),
-        optimizing_benefit=ctx.rest_catalog.reads.net(
+        optimizing_benefit=ctx.reads.net(
             session,
             process_store.list_processes(
                 session, rec.runtime.table_id, BENEFIT_JUDGED, action="optimizing", status="success"

@@ -1,18 +1,9 @@
 """Authentication: who a bearer credential belongs to, and the tokens the server issues.
 
-Credentials the server accepts (as `Authorization: Bearer …`, or a dashboard session cookie):
-
-  API tokens      `lw_<id>_<secret>`, created for a principal (CLI, API, the first start's admin);
-                  only the SHA-256 of the 256-bit secret is stored. Also the client secret of OAuth2
-                  client credentials (`credential=<principal>:<api token>` in Spark and pyiceberg).
-  access tokens   JWTs (HS256, the server's secret key) the server signs: OAuth2 access tokens and
-                  dashboard sessions (a principal's, expiring, renewable by token exchange), an
-                  optimizer group's registration token, a table-scoped catalog token for one task.
-  optimizer token the token a registration returned, for that optimizer's own protocol calls.
-
-Lookups are cached for `auth.cache-ttl` (10 s): a revocation takes effect at once on the server that
-made it and within the cache TTL on others sharing the database.
-"""
+Accepted: API tokens (`lw_<id>_<secret>`, only the secret's SHA-256 stored; also OAuth2 client secrets), JWTs the
+server signs (access tokens, dashboard sessions, a group's registration token, a task's table-scoped catalog
+token) and the token an optimizer's registration returned. Lookups are cached for `auth.cache-ttl`, so a
+revocation takes effect at once on its server and within the TTL on others."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from lakewarden.domain.budget import (
     BudgetConfig,
     Layout,
+    RecentReads,
     Spend,
-    TableReads,
     TableValue,
     by_value,
     chosen_reason,
@@ -40,7 +40,7 @@ class Weighed:
     order: list[tuple[TableValue, TableRecord]]
     spend: Spend
     frees_at: datetime
-    reads: dict[str, TableReads]  # by table name
+    reads: dict[str, RecentReads]  # by table name
 
     def pick(self) -> tuple[TableValue, TableRecord] | None:
         """The most valuable table that may go (domain/budget.py's `may_go`): within the budget and scanned since
@@ -112,14 +112,14 @@ def weigh(session: Session, group: str, config: BudgetConfig, pending: list[Tabl
     rates = reads_store.scan_rates(session, now - timedelta(days=1), now - WEEK)
     per_byte = store.cpu_seconds_per_byte(session, group)
     spend, frees_at = store.group_spend(session, group, now, config.window)
-    reads: dict[str, TableReads] = {}
+    reads: dict[str, RecentReads] = {}
     values = []
     for rec in pending:
         name = str(rec.name)
         scans, files, last = rates.get(
             (rec.identifier.catalog_name, rec.identifier.db_name, rec.identifier.table_name), (0, 0.0, None)
         )
-        reads[name] = TableReads(scans, files, last)
+        reads[name] = RecentReads(scans, files, last)
         values.append((value_of(name, _layout(rec), reads[name], per_byte, config, _optimized_at(rec)), rec))
     ranked = by_value([v for v, _ in values])
     records = {v.name: rec for v, rec in values}

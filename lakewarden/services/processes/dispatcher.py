@@ -1,13 +1,9 @@
 """The dispatcher: hands the tasks of every action's processes to a resource group's optimizer threads.
 
-An optimizer thread long-polls its group. Under the group's lock the dispatcher first hands out a
-PLANNED task of a running process, oldest process first, if its factory lets it run now, it is not
-waiting out a retry back-off, and its table holds fewer than its share of the group's threads;
-failing that, it picks a PENDING table by the group's scheduling policy (domain/scheduling.py), has
-the process engine plan it, and hands out its first task. Acks and completions are compare-and-swaps
-on (status, attempt, optimizer): a message from a superseded attempt is refused. A completed task is
-settled by the process engine (services/processes/engine.py).
-"""
+Under the group's lock a poll gets a PLANNED task of a running process (oldest first, if its factory lets it run,
+its back-off has passed and its table is under its thread share), or else the dispatcher picks a PENDING table by
+the group's policy and has the engine plan it. Acks and completions are compare-and-swaps on status, attempt and
+optimizer, so a superseded attempt's message is refused."""
 
 from __future__ import annotations
 

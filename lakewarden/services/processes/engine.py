@@ -1,14 +1,10 @@
-"""The process engine: the life of every process, whatever its action — create, plan, settle, retry,
-cancel, end and recover.
+"""The process engine: the life of every process, whatever its action: create, plan, settle, retry, cancel,
+end and recover.
 
-A process is created by its action's factory (services/processes/factories.py) from the table's current
-metadata and written with all its tasks in one transaction. When a task ends the engine settles the
-process: a failure a retry may change sends the task back to PLANNED after a back-off; a final one,
-or one past `execute.num-retries`, fails the process; when every task succeeded it succeeds. Ending a
-process merges its tasks' results (the typed results of lakewarden/protocol/results.py) into its summary and
-tells its factory, which says what that means for the table. Handing tasks to optimizers is the
-dispatcher's (services/processes/dispatcher.py); the engine tells it, through `on_work`, that tasks may be ready.
-"""
+A process is created by its action's factory and written with its tasks in one transaction. A task's end settles
+it: a failure a retry may change goes back to PLANNED after a back-off, a final one or one past
+`execute.num-retries` fails the process, all tasks succeeded ends it. Ending merges the tasks' typed results into
+its summary and tells the factory what that means for the table."""
 
 from __future__ import annotations
 

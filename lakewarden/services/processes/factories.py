@@ -1,15 +1,9 @@
 """The process framework: everything lakewarden does to a table is an Action carried out by a process.
 
-A ProcessFactory, one per action and table format, creates a process for a table (planning its
-tasks from the table's current metadata), adjusts a task's input when it is handed to an optimizer,
-says whether a task may run now, what ending the process means for the table, and how to recover
-its processes when the server starts again. Processes and their tasks are persisted in the system
-database (one row each, written in one transaction), so a restart finds them as they were; the
-process engine (services/processes/engine.py) settles, retries, cancels and recovers them, and the
-dispatcher (services/processes/dispatcher.py) hands their tasks out, in the same way whatever the action.
-Self-optimizing is one action among the others (services/processes/self_optimizing.py); the maintenance
-actions are in services/maintenance/factories.py.
-"""
+A ProcessFactory, one per action and table format, plans a process's tasks from the table's current metadata,
+completes a task's input when it is handed out, says whether a task may run now, what the process's end means for
+the table, and how to recover after a restart. Processes and tasks are persisted, so a restart finds them as they
+were; the engine and the dispatcher treat every action alike."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""The resource maintainer keeps each resource group's optimizers at the count its `instances` property asks for,
-or, with `dynamic-allocation.enabled`, at the count its work asks for (services/resources/allocator.py).
+"""The resource maintainer keeps each resource group's optimizers at its `instances`, or at what its work asks
+for with `dynamic-allocation.enabled` (allocator.py).
 
-As Amoro's ResourceMaintainer does: an optimizer process that exits is started again, extra ones are released
-(asked at their heartbeat, else SIGTERM: they finish their running tasks). One that dies before it ever
-registered counts as a failing start, and the group backs off (10 s doubled per failure, at most 5 min); one
-that registered and then died (killed, its JVM lost) is replaced at once, since its tasks wait for it.
-
-Every optimizer started is recorded in the system database until it is gone (store/allocation.py). A new leader
-adopts the recorded optimizers the last one started that are registered and heartbeating: they count for their
-group and are asked to leave when there are too many, instead of being started a second time. The others' records
-go (a local container's optimizers die with the server that started them: after a restart they are not waited
-for).
-"""
+As Amoro's ResourceMaintainer: an optimizer that exits is started again, extra ones are released (they finish their
+tasks); one that dies before registering counts as a failing start and the group backs off. Every optimizer
+started is recorded until gone, so a new leader adopts the live ones instead of starting them twice."""
 
 from __future__ import annotations
 

@@ -4,32 +4,27 @@ what concerns them all."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
+from lakewarden.domain.catalogs import REST_ENDPOINT
+from lakewarden.domain.errors import Forbidden
+from lakewarden.domain.security import NOBODY, Principal
 from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
 from lakewarden.services.rest_catalog.commit_queue import CommitQueue
 from lakewarden.services.rest_catalog.commits import TableCommits
 from lakewarden.services.rest_catalog.credentials import CredentialVendor
-from lakewarden.services.rest_catalog.federation import Federation
+from lakewarden.services.rest_catalog.federation import Federation, Forwarded
+from lakewarden.services.rest_catalog.forwarded import ForwardedCatalog
 from lakewarden.services.rest_catalog.heads import TableHeads
-from lakewarden.services.rest_catalog.loads import (
-    Delegation,
-    LoadedTable,
-    TableAccess,
-    TableLoads,
-    etag_matches,
-    table_etag,
-)
+from lakewarden.services.rest_catalog.loads import TableLoads
 from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
 from lakewarden.services.rest_catalog.outbox import Outbox
+from lakewarden.services.rest_catalog.own import OwnCatalog, OwnParts
 from lakewarden.services.rest_catalog.read_ahead import ManifestReadAhead
 from lakewarden.services.rest_catalog.scan_planning import ScanPlanning
+from lakewarden.services.rest_catalog.served import ReadRecorder, ServedCatalog
 from lakewarden.services.rest_catalog.views import ViewCatalog
 from lakewarden.services.rest_catalog.warehouses import Warehouses
-from lakewarden.services.tables.reads import TableReads
-from lakewarden.store import rest_catalog as store
 
 
 @dataclass
@@ -47,7 +42,12 @@ class RestCatalog:
     scans: ScanPlanning  # server-side scan planning
     read_ahead: ManifestReadAhead  # fills the manifest cache as commits land and at start
     federation: Federation  # external catalogs served by forwarding to them
-    reads: TableReads  # the scans and commits clients report, and the server's own plans (services/tables)
+    reads: ReadRecorder  # keeps the scans and commits clients report (services/tables/reads.py)
+
+    def __post_init__(self) -> None:
+        self._own = OwnParts(
+            self.warehouses, self.tables, self.loads, self.commits, self.queue, self.views, self.scans, self.reads
+        )
 
     def forget_catalog(self, name: str) -> None:
         """A catalog was changed or removed: look it up afresh next time, and read its tables' heads again (a
@@ -56,36 +56,28 @@ class RestCatalog:
         self.federation.forget(name)
         self.heads.forget()
 
-    def forwarded_answer(
-        self, prefix: str, namespace: str, name: str, table: LoadedTable, asked: Delegation | None
-    ) -> dict[str, Any]:
-        """A forwarded table's loadTable answer: its metadata, and how to reach its files (its catalog's storage
-        profile, credentials as `asked`)."""
-        found = self.federation.find(prefix)
-        profile = None if found is None else found.profile
-        access = (
-            TableAccess({}, [])
-            if profile is None
-            else self.loads.access_with(profile, prefix, namespace, name, table.metadata, asked)
-        )
-        return {
-            "metadata-location": table.metadata_location,
-            "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
-            **access.fields(),
-        }
+    def served(self, name: str, caller: Principal) -> ServedCatalog:
+        """The catalog a REST request's prefix names, as the routes serve it: a forwarded one (federation.py) or
+        lakewarden's own (an unknown name too, which answers NoSuchWarehouse where it is used). The one place
+        the two are told apart. May read the database the first time a name is asked for."""
+        return self._serve(name, self.federation.find(name), caller)
 
-    def forwarded_load(
-        self, prefix: str, namespace: str, name: str, if_none_match: str | None, asked: Delegation | None
-    ) -> tuple[str, bytes | None]:
-        """A forwarded table loaded from its catalog of record: the answer's ETag and its JSON body, None when
-        `if_none_match` names it (as TableLoads.load_table_body answers for an internal table)."""
-        loaded = self.federation.load_table(prefix, tuple(store.levels(namespace)), name)
-        assert loaded.metadata_location is not None
-        etag = table_etag(loaded.metadata_location, "all")
-        if if_none_match is not None and etag_matches(if_none_match, etag):
-            return etag, None
-        answer = self.forwarded_answer(prefix, namespace, name, loaded, asked)
-        return etag, json.dumps(answer, separators=(",", ":")).encode()
+    def served_known(self, name: str, caller: Principal) -> ServedCatalog | None:
+        """`served` without any I/O, or None when the name was not looked up yet (the event loop's way)."""
+        if self.federation.known(name) is None:
+            return None
+        return self._serve(name, self.federation.find(name), caller)
+
+    def _serve(self, name: str, found: Forwarded | None, caller: Principal) -> ServedCatalog:
+        if found is None:
+            return OwnCatalog(self._own, name)
+        # a catalog not opened to clients (`rest-endpoint.enabled`) is served to lakewarden's optimizers only
+        if not (found.open_to_clients or caller.task_holder is not None or caller is NOBODY):
+            raise Forbidden(
+                f"catalog {name} is served to lakewarden's optimizers only: set {REST_ENDPOINT}=true on it to serve "
+                "its tables to every client with a grant"
+            )
+        return ForwardedCatalog(self.federation, found, self.loads, self.reads)
 
     def close(self) -> None:
         self.scans.close()

@@ -18,7 +18,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 
 from lakewarden.domain.catalogs import CatalogSpec, check_object_name
-from lakewarden.domain.errors import AlreadyExists, CommitFailed, CommitStateUnknown, InvalidField
+from lakewarden.domain.errors import AlreadyExists, CommitFailed, CommitStateUnknown, InvalidField, Unprocessable
+from lakewarden.domain.events import EventType
 from lakewarden.metadata.conflicts import check_properties
 from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.table_metadata import new_metadata, purge_files, write_metadata
@@ -53,15 +54,53 @@ class CatalogTables:
         with self.db.write(any_node=True) as session:
             store.create_namespace(session, catalog, namespace, properties)
             event = self.outbox.write(
-                session, "namespace-created", catalog, namespace, None, {"properties": properties}
+                session, EventType.NAMESPACE_CREATED, catalog, namespace, None, {"properties": properties}
             )
         self.outbox.publish([event])
+
+    def list_namespaces(self, catalog: str, parent: str | None) -> list[str]:
+        self.warehouses.catalog(catalog)
+        with self.db.read() as session:
+            return store.list_namespaces(session, catalog, parent)
+
+    def load_namespace(self, catalog: str, namespace: str) -> dict[str, str]:
+        self.warehouses.catalog(catalog)
+        with self.db.read() as session:
+            return dict(store.get_namespace(session, catalog, namespace).properties)
+
+    def update_namespace_properties(
+        self, catalog: str, namespace: str, removals: list[str], updates: dict[str, str]
+    ) -> tuple[list[str], list[str], list[str]]:
+        """The keys set, removed, and asked to be removed but absent; one event names the keys changed."""
+        self.warehouses.catalog(catalog)
+        overlap = set(removals) & set(updates)
+        if overlap:
+            raise Unprocessable("removals", f"{sorted(overlap)} are also in updates")
+        with self.db.write(any_node=True) as session:
+            updated, removed, missing = store.update_namespace_properties(
+                session, catalog, namespace, removals, updates
+            )
+            event = self.outbox.write(
+                session,
+                EventType.NAMESPACE_UPDATED,
+                catalog,
+                namespace,
+                None,
+                {"updated": updated, "removed": removed},
+            )
+        self.outbox.publish([event])
+        return updated, removed, missing
+
+    def list_tables(self, catalog: str, namespace: str) -> list[str]:
+        self.warehouses.catalog(catalog)
+        with self.db.read() as session:
+            return store.list_pointers(session, catalog, namespace)
 
     def drop_namespace(self, catalog: str, namespace: str) -> None:
         self.warehouses.catalog(catalog)
         with self.db.write(any_node=True) as session:
             store.drop_namespace(session, catalog, namespace)
-            event = self.outbox.write(session, "namespace-dropped", catalog, namespace, None, {})
+            event = self.outbox.write(session, EventType.NAMESPACE_DROPPED, catalog, namespace, None, {})
         self.outbox.publish([event])
 
     # ---- tables
@@ -131,7 +170,7 @@ class CatalogTables:
                 )
                 event = self.outbox.write(
                     session,
-                    "table-created",
+                    EventType.TABLE_CREATED,
                     catalog,
                     namespace,
                     name,
@@ -184,7 +223,7 @@ class CatalogTables:
                     session, catalog, namespace, name, version=version, metadata_location=metadata_location, **details
                 )
                 payload = {"metadata_location": metadata_location, "version": version, "registered": True, **details}
-                event = self.outbox.write(session, "table-committed", catalog, namespace, name, payload)
+                event = self.outbox.write(session, EventType.TABLE_COMMITTED, catalog, namespace, name, payload)
             self.heads.wrote((catalog, namespace, name), (metadata_location, version))
             self.outbox.publish([event])
             return LoadedTable(metadata_location, metadata)
@@ -197,7 +236,12 @@ class CatalogTables:
             pointer = store.drop_pointer(session, catalog, namespace, name)
             location = pointer.metadata_location
             event = self.outbox.write(
-                session, "table-dropped", catalog, namespace, name, {"metadata_location": location, "purge": purge}
+                session,
+                EventType.TABLE_DROPPED,
+                catalog,
+                namespace,
+                name,
+                {"metadata_location": location, "purge": purge},
             )
         self.heads.wrote((catalog, namespace, name), None)
         self.outbox.publish([event])
@@ -232,7 +276,7 @@ class CatalogTables:
             store.rename_pointer(session, catalog, source, target)
             event = self.outbox.write(
                 session,
-                "table-renamed",
+                EventType.TABLE_RENAMED,
                 catalog,
                 target[0],
                 target[1],

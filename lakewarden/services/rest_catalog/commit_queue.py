@@ -1,29 +1,10 @@
 """The commit queue: on this node, the commits to one table take turns in arrival order, and the line is bounded.
 
-Commits are optimistic (services/rest_catalog/commits.py): each stages its change on the table's head, writes a
-metadata file and compare-and-swaps the pointer; a loser stages again. With many writers on one table every
-commit but one would stage in vain, and each round repeats it — a thundering herd whose wasted work grows with
-the square of the writers. Taking turns per table makes each commit stage once, on the head its predecessor
-just left: the table commits at the rate of one writer however many there are, and the first to arrive is
-the first served (fair). Commits to different tables do not wait for each other. The compare-and-swap stays:
-another node (high availability) or a commit that skipped the line (none here) still loses a swap safely.
-
-The line is kept on the server's event loop (the commit routes take their turn before their work goes to a
-worker thread): a waiting commit holds no thread, and a refusal costs no thread either. It is bounded: at most
-`max-waiting-per-table` commits wait for one table and `max-waiting` for all tables of the node together, and
-none waits longer than `max-wait`. Past any bound the commit is refused at once with 503 and `Retry-After`
-(nothing of it was written): under a burst of ten times what the table can take, clients back off instead of
-piling up until they time out, and the commits in line keep the worker threads to themselves. A client that
-goes away while waiting leaves the line; one whose turn came passes it on.
-
-`Retry-After` follows the pressure on the table, so that refusals do not take the server's time from the
-commits: if N clients keep coming back while the table commits at μ a second, telling them to come back at
-different times over about 2N/μ seconds brings them back at about the rate the table takes. Per table, the
-refusals and commits of each second are counted; the clients being refused are estimated as the refusals in
-one mean wait, the window becomes the mean of the last one and 2 x (that estimate / μ), between 1 second and
-`max-wait`, and successive refusals are told 1, 2, ... up to the window's seconds in turn (so they do not all
-come back in the same second).
-"""
+Optimistic commits to one busy table would stage in vain and retry, wasted work growing with the square of the
+writers; taking turns makes each stage once on its predecessor's head. The line lives on the event loop, so a
+waiting commit holds no thread. Past `max-waiting-per-table`, `max-waiting` or `max-wait` a commit is refused at
+once with 503 and a `Retry-After` spread over the time the table needs for the clients being refused, so they come
+back at the rate it commits. docs/rest-catalog.md gives the settings."""
 
 from __future__ import annotations
 

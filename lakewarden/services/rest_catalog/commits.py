@@ -16,6 +16,7 @@ from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable, WouldWait
+from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.metadata.conflicts import check_properties, checked_updates
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
 from lakewarden.metadata.table_metadata import (
@@ -30,7 +31,7 @@ from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
 from lakewarden.services.rest_catalog.heads import TableHeads
 from lakewarden.services.rest_catalog.loads import LoadedTable
 from lakewarden.services.rest_catalog.metadata_files import LOOP_JSON_BYTES, MetadataFiles
-from lakewarden.services.rest_catalog.outbox import Event, Outbox
+from lakewarden.services.rest_catalog.outbox import Outbox
 from lakewarden.services.rest_catalog.warehouses import Warehouses
 from lakewarden.store import rest_catalog as store
 from lakewarden.store.commit_statement import swap_and_record
@@ -294,7 +295,9 @@ class TableCommits:
         confine_table(spec.properties["warehouse"], metadata.location, metadata.properties)
         return metadata
 
-    def _swap_all(self, catalog: str, staged: Sequence[_Staged], client: str | None, wait: bool = True) -> list[Event]:
+    def _swap_all(
+        self, catalog: str, staged: Sequence[_Staged], client: str | None, wait: bool = True
+    ) -> list[CatalogEvent]:
         """Every staged pointer swapped, with its timeline entry and event, in one transaction (a single table's
         commit in the fewest steps: one statement on PostgreSQL, a transaction on SQLite's driver alone;
         store/commit_statement.py)."""
@@ -328,7 +331,9 @@ class TableCommits:
                         **details,
                     )
                     payload = {"metadata_location": entry.location, "version": 0, **details}
-                    events.append(self.outbox.write(session, "table-created", catalog, namespace, name, payload))
+                    events.append(
+                        self.outbox.write(session, EventType.TABLE_CREATED, catalog, namespace, name, payload)
+                    )
                     continue
                 if not store.swap_pointer(
                     session, catalog, namespace, name, entry.expected, entry.version, entry.location
@@ -347,5 +352,5 @@ class TableCommits:
                     **details,
                 )
                 payload = {"metadata_location": entry.location, "version": version, **details}
-                events.append(self.outbox.write(session, "table-committed", catalog, namespace, name, payload))
+                events.append(self.outbox.write(session, EventType.TABLE_COMMITTED, catalog, namespace, name, payload))
         return events

@@ -1,15 +1,10 @@
-"""One Iceberg endpoint for a team's catalogs: lakewarden's REST catalog forwards the requests for an external
-catalog (`sql`, `hive`, `glue`, `rest`) to the catalog of record, through pyiceberg.
+"""Talks to the catalogs of record of the external catalogs lakewarden's REST endpoint forwards to (`sql`,
+`hive`, `glue`, `rest`), through pyiceberg.
 
-Reads load the table from that catalog; a commit is that catalog's own commit (pyiceberg's `commit_table`: Hive's
-lock and metadata-location check, Glue's table version, the SQL catalog's compare-and-swap, the REST server's
-requirements), so a concurrent writer's commit makes it fail, never lost; lakewarden keeps no copy of the pointer.
-Each commit is written to the outbox like an internal catalog's (the evaluator looks at the table at once; other
-nodes and listeners see it in `GET /api/v1/events`).
-
-Which catalogs: those with `rest-endpoint.enabled=true`, for every client with a grant; and, for lakewarden's own
-optimizers only, the catalogs they cannot open themselves (Glue: domain/catalogs.THROUGH_LAKEWARDEN).
-"""
+A load reads the table from that catalog and a commit is that catalog's own commit, so a concurrent writer makes it
+fail, never lost; lakewarden keeps no copy of the pointer. Each change is written to the outbox like an internal
+catalog's. Forwarded: catalogs with `rest-endpoint.enabled=true`, and for lakewarden's optimizers only the ones they
+cannot open themselves (Glue)."""
 
 from __future__ import annotations
 
@@ -42,6 +37,7 @@ from lakewarden.domain.errors import (
     NotFound,
     Unsupported,
 )
+from lakewarden.domain.events import EventType
 from lakewarden.domain.storage import StorageProfile
 from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.services.rest_catalog.loads import LoadedTable
@@ -169,7 +165,7 @@ class Federation:
                 sort_order=write_order or UNSORTED_SORT_ORDER,
                 properties=properties,
             )
-        self._announce("table-created", name, namespace, table, created.metadata_location)
+        self._announce(EventType.TABLE_CREATED, name, namespace, table, created.metadata_location)
         return LoadedTable(created.metadata_location, created.metadata)
 
     def commit_table(
@@ -186,7 +182,7 @@ class Federation:
         with _translated():
             current = catalog.load_table((*namespace, table))
             response = catalog.commit_table(current, tuple(requirements), tuple(updates))
-        self._announce("table-committed", name, namespace, table, response.metadata_location)
+        self._announce(EventType.TABLE_COMMITTED, name, namespace, table, response.metadata_location)
         return LoadedTable(response.metadata_location, response.metadata)
 
     def drop_table(self, name: str, namespace: tuple[str, ...], table: str, purge: bool) -> None:
@@ -194,9 +190,11 @@ class Federation:
             raise Unsupported("a forwarded catalog's table is dropped without purging: its files are its owner's")
         with _translated():
             self._get(name).catalog.drop_table((*namespace, table))
-        self._announce("table-dropped", name, namespace, table, None)
+        self._announce(EventType.TABLE_DROPPED, name, namespace, table, None)
 
-    def _announce(self, kind: str, name: str, namespace: tuple[str, ...], table: str, location: str | None) -> None:
+    def _announce(
+        self, kind: EventType, name: str, namespace: tuple[str, ...], table: str, location: str | None
+    ) -> None:
         with self.db.write(any_node=True) as session:
             event = self.outbox.write(
                 session,

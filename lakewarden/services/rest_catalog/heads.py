@@ -1,19 +1,10 @@
-"""The head of each internal table (its pointer: metadata location and version), as this node knows it.
+"""The head of each internal table (its metadata location and version), as this node knows it.
 
-A node that is not one of several (no high availability) stages a commit on the head it knows without reading
-the pointer first (services/rest_catalog/commits.py): the swap compares that head with the row, so one that moved
-meanwhile costs a lost swap and nothing else.
-
-The only server on its system database, while it may count on its claim to be (`authoritative`:
-store/claim.py), makes every change of every pointer itself, so what it knows is the pointer: a loadTable takes
-the head from here, without reading the database. Every writer of a pointer tells this map after its
-transaction committed (`wrote`; `forget` when whether it did is unknown). A reader that missed reads the row
-and hands it in with the `stamp` it took before reading (`learn`); it is kept only if no writer told anything
-since, so that a row read before a commit never replaces the head the commit wrote. A load that runs while a
-commit's transaction ends may answer the head before it: the two are concurrent, and the commit's client gets
-its answer only after the map has the new head. A claim lost and taken again (PostgreSQL) forgets every head
-first: another server may have changed pointers meanwhile.
-"""
+A node that is not one of several stages commits on the head it knows: the swap compares it with the row, so a
+stale head costs a lost swap. The only server on its database (store/claim.py) makes every pointer change itself,
+so its heads are the pointers and a loadTable reads no row. Writers tell the map after they commit; a reader that
+missed hands in the row with a `stamp` taken before reading, kept only if no writer told anything since. A claim
+lost and taken again forgets every head."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.store import rest_catalog as store
 
 log = logging.getLogger(__name__)
-Event = dict[str, Any]  # store/rest_catalog.event_of: id, type, catalog, namespace (levels), table, payload, at
-Subscriber = Callable[[Event], None]
+Subscriber = Callable[[CatalogEvent], None]
 
 
 class Outbox:
@@ -27,12 +27,13 @@ class Outbox:
 
     @staticmethod
     def write(
-        session: Session, kind: str, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
-    ) -> Event:
-        """An event written in the caller's transaction; `publish` it once that committed."""
+        session: Session, kind: EventType, catalog: str, namespace: str, table: str | None, payload: dict[str, Any]
+    ) -> CatalogEvent:
+        """An event written in the caller's transaction, once its type and payload checked (InvalidEvent);
+        `publish` it once that transaction committed."""
         return store.add_event(session, kind, catalog, namespace, table, payload)
 
-    def publish(self, events: Sequence[Event]) -> None:
+    def publish(self, events: Sequence[CatalogEvent]) -> None:
         """Hand events, once their transaction committed, to the in-process subscribers (a failing subscriber is
         logged, and the others still hear of the event)."""
         for event in events:
@@ -40,4 +41,4 @@ class Outbox:
                 try:
                     subscriber(event)
                 except Exception:
-                    log.exception("event subscriber failed on %s", event["type"])
+                    log.exception("event subscriber failed on %s", event.type)

@@ -1,17 +1,9 @@
-"""Manifests parsed before anyone asks: the server's manifest cache (metadata/manifest_cache.py) filled as
-commits land and at start, so that the first plan of a scan, like the evaluator's look at a table, finds
-the table's manifests parsed.
+"""Manifests parsed before anyone asks: the manifest cache filled as commits land and at start, so a scan's
+first plan, like the evaluator's look, finds the table's manifests parsed.
 
-- As commits land: subscribed to the REST catalog's events (outbox.py), a commit to an internal catalog that changes
-  its current snapshot has the new snapshot's manifests parsed in a thread of its own (a burst of commits to
-  one table is read once, at its newest metadata), and the manifest lists it replaced are dropped: its
-  parent's and the one read ahead last (`ManifestCache.note_current`). A table whose
-  manifests would take more than 1/READ_AHEAD_SHARE of the cache is left for the plans that ask for it.
-- At start (`warm`): the current manifests of the internal tables committed most recently, newest first,
-  until they would fill 1/WARM_SHARE of the cache, as databases reload their buffer pools.
-
-Both are `ams.scan-planning.read-ahead` (on by default). Each node reads ahead for itself.
-"""
+Subscribed to the catalog's events, a commit that moves a table's current snapshot has its manifests parsed in a
+thread of its own (a burst read once, at its newest metadata); at start the most recently committed tables' are
+read, as databases reload their buffer pools. Both bounded by a share of the cache; `ams.scan-planning.read-ahead`."""
 
 from __future__ import annotations
 
@@ -21,9 +13,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.metadata.manifest_cache import ENTRY_BYTES_PER_AVRO_BYTE, ManifestCache
 from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
-from lakewarden.services.rest_catalog.outbox import Event
 from lakewarden.services.rest_catalog.warehouses import Warehouses
 from lakewarden.store import rest_catalog as store
 from lakewarden.store.database import Database
@@ -50,18 +42,19 @@ class ManifestReadAhead:
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakewarden-read-ahead")
         self._closing = threading.Event()
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: CatalogEvent) -> None:
         """An event of the REST catalog (outbox.py)."""
-        payload = event.get("payload") or {}
+        payload = event.payload
         location = payload.get("metadata_location")
-        if not self.enabled or event["type"] not in ("table-created", "table-committed") or not location:
+        if not self.enabled or event.type not in (EventType.TABLE_CREATED, EventType.TABLE_COMMITTED) or not location:
             return
         if payload.get("forwarded"):
             return  # a forwarded catalog's table (federation.py): its manifests are read where it is evaluated
         unmoved = "snapshot_id" in payload and payload["snapshot_id"] == payload.get("parent_snapshot_id")
-        if event["type"] == "table-committed" and unmoved:
+        if event.type == EventType.TABLE_COMMITTED and unmoved:
             return  # the current snapshot did not change (properties, schema...): its manifests are read
-        key = (event["catalog"], tuple(event["namespace"]), event["table"])
+        assert event.table is not None  # a table's event
+        key = (event.catalog, event.namespace, event.table)
         with self._lock:
             queued = key in self._pending
             self._pending[key] = location

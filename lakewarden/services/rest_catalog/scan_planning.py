@@ -1,18 +1,9 @@
-"""The REST catalog's server-side scan planning (`…/tables/{table}/plan`, `…/plan/{plan-id}`, `…/tasks`).
+"""The REST catalog's server-side scan planning (`…/plan`, `…/plan/{plan-id}`, `…/tasks`).
 
-A scan is planned in a worker thread from the table's metadata and its manifests, parsed once and kept
-(metadata/scan_planning.py). When planning ends within `sync_seconds` the answer is `completed`: the first
-plan task's file scan tasks inline and the other plan tasks listed, to be fetched from `/tasks` (in any
-order, in parallel). Otherwise it is `submitted` with a plan id, and `GET …/plan/{plan-id}` answers
-`submitted` until it is `completed` (or `failed`). Plan tasks are cut by bytes from the table's
-`read.split.target-size` and `read.split.open-file-cost`: the first one holds a single split's worth of
-files, so a reader starts at once, and each later one up to PLAN_TASK_SPLITS splits. The state of a plan
-lives in this server's memory until every plan task was fetched, it is cancelled (`DELETE …/plan/{plan-id}`),
-or it was left alone for `ttl_seconds`.
-
-Manifests are parsed into the server's manifest cache, shared with the evaluator and filled ahead of the
-plans as commits land and at start (services/rest_catalog/read_ahead.py).
-"""
+A scan is planned in a worker thread from the table's cached manifests (metadata/scan_planning.py). Within
+`sync_seconds` the answer is `completed`, the first plan task inline and the others to fetch; otherwise it is
+`submitted` and polled by plan id. Plan tasks are cut by bytes from the table's split settings, the first small so
+a reader starts at once. A plan's state lives in memory until fetched, cancelled or left alone for `ttl_seconds`."""
 
 from __future__ import annotations
 

@@ -21,10 +21,11 @@ from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
 from lakewarden.domain.catalogs import check_object_name
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField
+from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.metadata.paths import OutsideRoot, check_under, confine_table
 from lakewarden.metadata.views import AssertViewUUID, ViewChangeError, apply_view_updates, new_view, view_json
 from lakewarden.services.rest_catalog.metadata_files import MetadataFiles
-from lakewarden.services.rest_catalog.outbox import Event, Outbox
+from lakewarden.services.rest_catalog.outbox import Outbox
 from lakewarden.services.rest_catalog.warehouses import Warehouses
 from lakewarden.store import rest_catalog as store
 from lakewarden.store import views as view_store
@@ -110,7 +111,7 @@ class ViewCatalog:
             with self.db.write(any_node=True) as session:
                 view_store.create_view(session, catalog, namespace, name, written)
                 self._record(session, catalog, namespace, name, 0, written, "create-view", metadata)
-                event = self._event(session, "view-created", catalog, namespace, name, written, 0)
+                event = self._event(session, EventType.VIEW_CREATED, catalog, namespace, name, written, 0)
         except CommitStateUnknown:  # the new pointer may name the file: it stays
             raise
         except Exception:
@@ -134,7 +135,7 @@ class ViewCatalog:
         with self.db.write(any_node=True) as session:
             view_store.create_view(session, catalog, namespace, name, metadata_location)
             self._record(session, catalog, namespace, name, 0, metadata_location, "register-view", metadata)
-            event = self._event(session, "view-created", catalog, namespace, name, metadata_location, 0)
+            event = self._event(session, EventType.VIEW_CREATED, catalog, namespace, name, metadata_location, 0)
         self.outbox.publish([event])
         return LoadedView(metadata_location, metadata)
 
@@ -172,7 +173,9 @@ class ViewCatalog:
                     self._record(
                         session, catalog, namespace, name, version + 1, written, "replace-view", metadata, client
                     )
-                    event = self._event(session, "view-replaced", catalog, namespace, name, written, version + 1)
+                    event = self._event(
+                        session, EventType.VIEW_REPLACED, catalog, namespace, name, written, version + 1
+                    )
             if swapped:
                 self.outbox.publish([event])
                 return LoadedView(written, metadata)
@@ -183,7 +186,9 @@ class ViewCatalog:
         self.warehouses.catalog(catalog)
         with self.db.write(any_node=True) as session:
             row = view_store.drop_view(session, catalog, namespace, name)
-            event = self._event(session, "view-dropped", catalog, namespace, name, row.metadata_location, row.version)
+            event = self._event(
+                session, EventType.VIEW_DROPPED, catalog, namespace, name, row.metadata_location, row.version
+            )
         self.outbox.publish([event])
 
     def rename(self, catalog: str, source: tuple[str, str], target: tuple[str, str]) -> None:
@@ -192,7 +197,7 @@ class ViewCatalog:
         with self.db.write(any_node=True) as session:
             view_store.rename_view(session, catalog, source, target)
             payload = {"from": {"namespace": store.levels(source[0]), "view": source[1]}}
-            event = self.outbox.write(session, "view-renamed", catalog, target[0], target[1], payload)
+            event = self.outbox.write(session, EventType.VIEW_RENAMED, catalog, target[0], target[1], payload)
         self.outbox.publish([event])
 
     @staticmethod
@@ -223,7 +228,7 @@ class ViewCatalog:
         )
 
     def _event(
-        self, session: Any, kind: str, catalog: str, namespace: str, name: str, location: str, version: int
-    ) -> Event:
+        self, session: Any, kind: EventType, catalog: str, namespace: str, name: str, location: str, version: int
+    ) -> CatalogEvent:
         payload = {"metadata_location": location, "version": version}
         return self.outbox.write(session, kind, catalog, namespace, name, payload)

@@ -50,6 +50,11 @@ class Warehouses:
             self._catalogs[name] = spec
         return spec
 
+    def names(self) -> list[str]:
+        """The internal catalogs' names."""
+        with self.db.read() as session:
+            return [c.name for c in catalog_store.list_catalogs(session) if c.type == "internal"]
+
     def storage(self, spec: CatalogSpec) -> StorageProfile:
         """The catalog's storage profile (domain/storage.py)."""
         with self._lock:

@@ -16,10 +16,10 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.domain.tables import TableIdentifier
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.evaluation import TableEvaluator
@@ -35,12 +35,12 @@ class ChangeListener:
     def __init__(self, explorer: TableExplorer, evaluator: TableEvaluator) -> None:
         self.explorer = explorer  # reads lakewarden's own tables in process
         self.evaluator = evaluator
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._queue: queue.Queue[CatalogEvent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.handled = 0
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if not event["type"].startswith(("namespace-", "view-")):  # tables only are managed
+    def __call__(self, event: CatalogEvent) -> None:
+        if event.is_table:  # tables only are managed
             self._queue.put(event)
 
     def start(self) -> None:
@@ -73,7 +73,7 @@ class ChangeListener:
                 batch.append(more)
             by_catalog: dict[str, set[TableIdentifier]] = defaultdict(set)
             for item in batch:
-                by_catalog[item["catalog"]] |= _tables_of(item)
+                by_catalog[item.catalog] |= _tables_of(item)
             for catalog, names in sorted(by_catalog.items()):
                 try:
                     self.explorer.refresh_tables(catalog, names)
@@ -86,16 +86,17 @@ class ChangeListener:
             self.handled += len(batch)
 
 
-def _own_commit(event: dict[str, Any]) -> bool:
-    return event["type"] == "table-committed" and OWN_COMMIT in (event["payload"].get("summary") or {})
+def _own_commit(event: CatalogEvent) -> bool:
+    return event.type == EventType.TABLE_COMMITTED and OWN_COMMIT in (event.payload.get("summary") or {})
 
 
-def _tables_of(event: dict[str, Any]) -> set[TableIdentifier]:
+def _tables_of(event: CatalogEvent) -> set[TableIdentifier]:
     """The tables an event concerns (a rename: both names)."""
-    names = {TableIdentifier(event["catalog"], ".".join(event["namespace"]), event["table"])}
-    moved = event["payload"].get("from")
+    assert event.table is not None  # a table's event
+    names = {TableIdentifier(event.catalog, ".".join(event.namespace), event.table)}
+    moved = event.payload.get("from")
     if moved:
-        names.add(TableIdentifier(event["catalog"], ".".join(moved["namespace"]), moved["table"]))
+        names.add(TableIdentifier(event.catalog, ".".join(moved["namespace"]), moved["table"]))
     return names
 
 
@@ -138,7 +139,7 @@ class OutboxTail(LoopService):
                 continue
             self._seen.add(row.event_id)
             self._gaps.pop(row.event_id, None)
-            self.listener(rest_store.event_of(row))
+            self.listener(rest_store.stored_event(row))
         top = max(self._seen, default=self.floor)
         for missing in range(self.floor + 1, top):
             if missing not in self._seen:

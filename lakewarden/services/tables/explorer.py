@@ -1,25 +1,10 @@
 """The table explorer: keeps the set of managed tables equal to what the registered catalogs hold.
 
-Each pass lists every catalog with pyiceberg, applies its database and table filters, adds the
-tables it has not seen, refreshes the runtime of tables whose metadata location moved, and disposes
-tables that are gone. Where the catalog keeps every table's metadata location together (Iceberg's SQL
-catalog, lakewarden's internal one) one read lists them all, and only the tables that are new, moved or
-failed to load last time are loaded: a pass over a catalog whose tables do not change reads no metadata.
-A catalog whose listing fails keeps all its tables: it is marked unhealthy
-with the error instead, because a failed listing says nothing about what exists.
-
-External catalogs are swept every `refresh-external-catalogs.interval`, as Amoro does; those whose tables'
-metadata locations are read together in one cheap pass (WATCHED_TYPES: an SQL catalog's table, a metastore's
-table objects a batch at a time, Glue's pages of tables, a warehouse's version hints) every `watch-interval`
-(seconds), so that a writer's commit is evaluated within seconds, not minutes: such a pass loads only the tables
-that moved. A REST catalog's sweep sends a request per table (conditional loads, answered 304 while a table is
-unchanged): cheap per table, but one each, so it stays on `interval`. An internal catalog's creates, commits,
-renames and drops reach lakewarden as events (refresh_tables), so its sweep is only a safety net for an event
-missed (one committed while no node led, a refresh that failed): it runs at a node's first pass, when the
-catalog's table defaults changed, and every `refresh-internal-catalogs.interval` (1 h). Amoro does not explore
-its internal catalogs at all; a sweep of a million tables costs a core for a long while, which an hourly net
-affords and a 3-minute one does not (bench/million_tables.py).
-"""
+A pass lists each catalog, applies its filters, adds new tables, refreshes moved ones and disposes gone ones; where
+a catalog keeps every metadata location together, one read lists them and only changed tables are loaded. A failed
+listing keeps the catalog's tables and marks it unhealthy. External catalogs are swept every interval, cheap ones
+every `watch-interval`; internal catalogs' changes arrive as events, so their sweep is an hourly safety net.
+docs/catalogs.md gives the intervals."""
 
 from __future__ import annotations
 
