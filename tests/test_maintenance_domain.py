@@ -15,10 +15,13 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 from lakewarden.domain.maintenance import (
     MAINTENANCE_ACTIONS,
+    MAINTENANCE_YIELDS,
+    YIELD_WINDOW,
     AutoTagConfig,
     DataExpireConfig,
     ExpireSnapshotsConfig,
     MaintenanceState,
+    OrphanFilesConfig,
     after_failures,
     dangling_delete_files,
     enabled,
@@ -54,11 +57,24 @@ def test_expirable_snapshots_respect_cutoff_min_count_refs_and_protection() -> N
     assert expired([main], 0, 1) == []
 
 
+def test_the_yield_window_keeps_orphan_cleanup_off_recent_files_unless_yielding_is_off() -> None:
+    assert OrphanFilesConfig.of({"clean-orphan-file.min-existing-time-minutes": "10"}).min_existing == timedelta(
+        hours=1
+    )
+    assert OrphanFilesConfig.of(TABLE_DEFAULTS).min_existing == timedelta(minutes=2880)  # the longer of the two
+    off = {"clean-orphan-file.min-existing-time-minutes": "10", MAINTENANCE_YIELDS: "false"}
+    assert OrphanFilesConfig.of(off).min_existing == timedelta(minutes=10)
+    assert ExpireSnapshotsConfig.of(off).policy().yield_window_ms == 0
+    assert ExpireSnapshotsConfig.of({YIELD_WINDOW: "15min"}).policy().yield_window_ms == 15 * 60_000
+
+
 def test_amoro_defaults_and_bad_values_name_the_property() -> None:
     assert TABLE_DEFAULTS["snapshot.keep.duration"] == "720min" and TABLE_DEFAULTS["table-expire.enabled"] == "true"
     assert TABLE_DEFAULTS["clean-orphan-file.min-existing-time-minutes"] == "2880"
     assert TABLE_DEFAULTS["clean-orphan-file.enabled"] == "false" and TABLE_DEFAULTS["data-expire.level"] == "partition"
-    assert ExpireSnapshotsConfig.of(TABLE_DEFAULTS) == ExpireSnapshotsConfig(timedelta(hours=12), 1)
+    assert ExpireSnapshotsConfig.of(TABLE_DEFAULTS) == ExpireSnapshotsConfig(
+        timedelta(hours=12), 1, yield_window=timedelta(hours=1)
+    )
     assert enabled(TABLE_DEFAULTS, Action.CLEAN_DANGLING_DELETE_FILES)
     assert not enabled(TABLE_DEFAULTS, Action.AUTO_CREATE_TAGS)
     assert interval_override({"table-expire.interval": "10min"}, Action.EXPIRE_SNAPSHOTS) == timedelta(minutes=10)
@@ -67,6 +83,8 @@ def test_amoro_defaults_and_bad_values_name_the_property() -> None:
     cases: list[tuple[Callable[[], object], str]] = [
         (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.duration": "soon"}), "snapshot.keep.duration"),
         (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.min-count": "0"}), "snapshot.keep.min-count"),
+        (lambda: ExpireSnapshotsConfig.of({YIELD_WINDOW: "a while"}), YIELD_WINDOW),
+        (lambda: OrphanFilesConfig.of({MAINTENANCE_YIELDS: "maybe"}), MAINTENANCE_YIELDS),
         (lambda: enabled({"table-expire.enabled": "yes"}, Action.EXPIRE_SNAPSHOTS), "table-expire.enabled"),
         (lambda: DataExpireConfig.of({}), "data-expire.field"),
         (lambda: DataExpireConfig.of({"data-expire.field": "ts"}), "data-expire.retention-time"),

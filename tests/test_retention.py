@@ -17,6 +17,7 @@ from lakewarden.domain.retention import (
     Ref,
     Snapshot,
     latest_external_commit,
+    next_expiry_at,
     plan_expiry,
 )
 
@@ -155,3 +156,24 @@ def test_a_running_rewrites_base_is_kept_and_a_branchs_own_age_limit_is_not_over
     blocked = plan_expiry(snapshots, [strict], Policy(keep_ms=H, min_count=1), NOW, {4: "process 12"})
     assert [k.snapshot_id for k in blocked.blocked] == [4]
     assert plan_expiry(snapshots, [strict], Policy(keep_ms=H, min_count=1), NOW).blocked == []
+
+
+def test_the_base_of_lakewardens_recent_work_stays_for_the_yield_window() -> None:
+    """A writer that planned on snapshot 3 may still commit after lakewarden's rewrite 4 landed on top of it: 3,
+    and with it the files the rewrite removed, stay until 4 is older than the window; then the usual rules."""
+    snapshots = history((1, None, 5, {}), (2, 1, 4, {}), (3, 2, 3, {}))
+    snapshots += [Snapshot(4, 3, NOW - H // 2, {OWN_COMMIT: "9"}), Snapshot(5, 4, NOW - H // 4, {})]
+    main = Ref("main", 5)
+    windowed = Policy(keep_ms=H, min_count=1, yield_window_ms=H)
+    plan = plan_expiry(snapshots, [main], windowed, NOW)
+    assert plan.expired == [1, 2]
+    yielding = [k for k in plan.needed if k.need is Need.YIELD_BASE]
+    assert [k.snapshot_id for k in yielding] == [3] and "snapshot 4" in yielding[0].detail
+    # the window closes half an hour on (strictly older than it): the base goes with the next expiry
+    assert next_expiry_at(snapshots, [main], windowed, NOW, 24 * H) == NOW + H // 2 + 1
+    later = plan_expiry(snapshots, [main], windowed, NOW + H // 2 + 1)
+    assert later.expired == [1, 2, 3, 4] and all(k.need is not Need.YIELD_BASE for k in later.needed)
+    # off (no window), or a writer's own commit on top: nothing is kept for it
+    assert plan_expiry(snapshots, [main], Policy(keep_ms=H, min_count=1), NOW).expired == [1, 2, 3]
+    theirs = [*snapshots[:3], Snapshot(4, 3, NOW - H // 2, {}), snapshots[4]]
+    assert plan_expiry(theirs, [main], windowed, NOW).expired == [1, 2, 3]

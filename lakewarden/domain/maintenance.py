@@ -55,7 +55,20 @@ MAINTENANCE_DEFAULTS: dict[str, str] = {
     "tag.auto-create.tag-format": "",
     "rewrite-manifests.enabled": "true",
     "rewrite-manifests.trigger.manifest-count": "100",
+    # lakewarden's own work yields to the writers it raced: the bases they planned on are kept for the window
+    "lakewarden.commit.maintenance-yields": "true",
+    "lakewarden.commit.yield-window": "1h",
 }
+MAINTENANCE_YIELDS = "lakewarden.commit.maintenance-yields"
+YIELD_WINDOW = "lakewarden.commit.yield-window"
+
+
+def yield_window(props: Mapping[str, str]) -> timedelta:
+    """How long the base of each of lakewarden's own commits is kept, for a writer that planned on it before
+    lakewarden committed: zero when the table turned yielding off."""
+    if not _bool(props, MAINTENANCE_YIELDS):
+        return timedelta(0)
+    return _duration(_get(props, YIELD_WINDOW), YIELD_WINDOW)
 
 
 def _get(props: Mapping[str, str], key: str) -> str:
@@ -170,6 +183,7 @@ class ExpireSnapshotsConfig:
     flink_retention: timedelta = timedelta(days=7)
     wap_retention: timedelta = timedelta(days=7)
     max_ref_age_ms: int = LONG_MAX  # Iceberg's `history.expire.max-ref-age-ms`
+    yield_window: timedelta = timedelta(0)
 
     @classmethod
     def of(cls, props: Mapping[str, str]) -> ExpireSnapshotsConfig:
@@ -181,6 +195,7 @@ class ExpireSnapshotsConfig:
             _duration(_get(props, flink), flink),
             _duration(_get(props, wap), wap),
             _int(props, REF_AGE, 0) if str(props.get(REF_AGE, "")).strip() else LONG_MAX,
+            yield_window(props),
         )
 
     def policy(self) -> Policy:
@@ -190,6 +205,7 @@ class ExpireSnapshotsConfig:
             max_ref_age_ms=self.max_ref_age_ms,
             flink_retention_ms=_ms(self.flink_retention),
             wap_retention_ms=_ms(self.wap_retention),
+            yield_window_ms=_ms(self.yield_window),
         )
 
 
@@ -206,7 +222,10 @@ class OrphanFilesConfig:
 
     @classmethod
     def of(cls, props: Mapping[str, str]) -> OrphanFilesConfig:
-        return cls(timedelta(minutes=_int(props, "clean-orphan-file.min-existing-time-minutes", 0)))
+        """A file younger than the yield window is never an orphan: a writer's commit within the window may still
+        name it."""
+        minimum = timedelta(minutes=_int(props, "clean-orphan-file.min-existing-time-minutes", 0))
+        return cls(max(minimum, yield_window(props)))
 
 
 # ---- dangling delete files

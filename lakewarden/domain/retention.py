@@ -48,6 +48,7 @@ class Need(StrEnum):
     FLINK_CHECKPOINT = "flink-checkpoint"
     LAST_COMMIT = "last-commit"
     WAP_STAGED = "wap-staged"
+    YIELD_BASE = "yield-base"
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ class Policy:
     max_ref_age_ms: int = LONG_MAX  # history.expire.max-ref-age-ms
     flink_retention_ms: int = 7 * 24 * 3_600_000  # snapshot.keep.flink.checkpoint-retention
     wap_retention_ms: int = 7 * 24 * 3_600_000  # snapshot.keep.wap.staged-retention
+    # lakewarden.commit.yield-window (0 when lakewarden.commit.maintenance-yields is false): how long the base of
+    # each of lakewarden's own commits is kept, with the files lakewarden's work removed from it
+    yield_window_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,21 @@ def writers_needs(
         if now_ms - s.timestamp_ms <= policy.flink_retention_ms:
             who = f"Flink job {job or '?'}" + (f" (operator {operator})" if operator else "")
             need(s.snapshot_id, Need.FLINK_CHECKPOINT, f"{who} restores from checkpoint {s.summary[FLINK_CHECKPOINT]}")
+    if policy.yield_window_ms > 0:
+        # the base of each of lakewarden's recent commits: a writer that planned on it may still commit, and the
+        # commit that yields to it puts back the files this snapshot references (metadata/conflicts.py)
+        for s in snapshots:
+            if (
+                OWN_COMMIT in s.summary
+                and s.parent_id is not None
+                and now_ms - s.timestamp_ms <= policy.yield_window_ms
+            ):
+                need(
+                    s.parent_id,
+                    Need.YIELD_BASE,
+                    f"a writer may commit against it until lakewarden's snapshot {s.snapshot_id} is older than the "
+                    "yield window",
+                )
     last = latest_external_commit(snapshots)
     if last is not None:
         need(last.snapshot_id, Need.LAST_COMMIT, "the last commit lakewarden did not make (data expiration's base)")
@@ -162,6 +181,8 @@ def next_expiry_at(
     moments = {s.timestamp_ms + policy.keep_ms + 1 for s in snapshots}  # `older than`: strictly
     moments |= {s.timestamp_ms + policy.flink_retention_ms + 1 for s in snapshots}
     moments |= {s.timestamp_ms + policy.wap_retention_ms + 1 for s in snapshots}
+    if policy.yield_window_ms > 0:
+        moments |= {s.timestamp_ms + policy.yield_window_ms + 1 for s in snapshots if OWN_COMMIT in s.summary}
     by_id = {s.snapshot_id: s for s in snapshots}
     for ref in refs:
         head = by_id.get(ref.snapshot_id)
