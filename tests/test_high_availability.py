@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from lakewarden.config import load_config
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import InvalidField, NotLeader
+from lakewarden.domain.events import CatalogEvent
 from lakewarden.optimizer.app import Optimizer
 from lakewarden.protocol.messages import Assignment
 from lakewarden.services.leadership import VALID_SHARE, Leadership
@@ -345,15 +346,15 @@ def test_the_outbox_tail_finds_an_event_that_becomes_visible_late(pg: str) -> No
     seen: list[int] = []
 
     class Recorder:
-        def __call__(self, event: dict[str, Any]) -> None:
-            seen.append(event["event_id"])
+        def __call__(self, event: CatalogEvent) -> None:
+            seen.append(event.event_id)
 
     tail = OutboxTail(db, Recorder())  # type: ignore[arg-type]
     tail.floor = 0
     with db.write(any_node=True) as early:
-        first = rest_store.add_event(early, "table-committed", "lake", "db", "t", {})["event_id"]
+        first = rest_store.add_event(early, "table-committed", "lake", "db", "t", {}).event_id
         with db.write(any_node=True) as late:
-            second = rest_store.add_event(late, "table-committed", "lake", "db", "t", {})["event_id"]
+            second = rest_store.add_event(late, "table-committed", "lake", "db", "t", {}).event_id
         tail.run_once()  # the second is committed, the first not yet
         assert seen == [second] and tail.floor == first - 1
     tail.run_once()

@@ -288,3 +288,34 @@ def test_a_branch_named_to_optimize_is_compacted_on_its_own_head_and_main_left_a
     (process,) = api.get("/processes", params={"table": table, "action": "optimizing"}).json()
     assert process["status"] == "success" and process["summary"]["branch"] == "audit"
     assert process["target_snapshot_id"] != main_head  # planned on the branch's head
+
+
+def test_the_base_of_lakewardens_own_commit_stays_for_the_yield_window(
+    lake: tuple[ServerProcess, httpx.Client], spark: SparkSession
+) -> None:
+    """lakewarden's commit (here a data expiration's delete) lands on the writer's snapshot `base`: a writer that
+    planned on `base` may still be committing, so expiry keeps it, with the file the delete removed, for
+    `lakewarden.commit.yield-window`; with `lakewarden.commit.maintenance-yields` off it goes like any other."""
+    server, api = lake
+    table = "local.db.yielding"
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, ts TIMESTAMP) USING iceberg TBLPROPERTIES ({QUIET}, "
+        "'data-expire.enabled'='true', 'data-expire.field'='ts', 'data-expire.retention-time'='10s', "
+        "'data-expire.level'='file', 'data-expire.base-on-rule'='CURRENT_TIME')"
+    )
+    spark.sql(f"INSERT INTO {table} SELECT id, current_timestamp() - INTERVAL 1 HOUR FROM range(0, 5)")
+    spark.sql(f"INSERT INTO {table} SELECT id, current_timestamp() FROM range(5, 10)")
+    base = snapshots(spark, table)[-1]
+    assert run_action(server, spark, api, "yielding", "expire-data")["records_deleted"] == 5
+    own = snapshots(spark, table)[-1]
+    spark.sql(f"INSERT INTO {table} SELECT id, current_timestamp() FROM range(10, 15)")  # the writer goes on
+    newest = snapshots(spark, table)[-1]
+    kept = run_action(server, spark, api, "yielding", "expire-snapshots")
+    assert snapshots(spark, table) == [base, own, newest]
+    assert ("yield-base", base) in [(k["need"], k["snapshot_id"]) for k in kept["kept"]]
+    assert ids(spark, table, base) == list(range(10))  # the writer's view, files and all, is still there
+
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('lakewarden.commit.maintenance-yields'='false')")
+    run_action(server, spark, api, "yielding", "expire-snapshots")
+    assert snapshots(spark, table) == [newest]
+    assert ids(spark, table) == list(range(5, 15))

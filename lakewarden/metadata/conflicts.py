@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import time
 import uuid
@@ -32,12 +33,16 @@ from pyiceberg.table.update import (
 )
 
 from lakewarden.domain.errors import CommitFailed, InvalidField
+from lakewarden.domain.maintenance import yield_window
 from lakewarden.domain.optimizing_config import OptimizingConfig, optimizing_property
+from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
 
 log = logging.getLogger(__name__)
 CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
+YIELD_WINDOW_PROPERTY = "lakewarden.commit.yield-window"
+YIELDED = "lakewarden.yielded-snapshots"  # in a writer's summary: lakewarden's snapshots its commit undid
 STRATEGIES = ("iceberg", "partition", "file")
 FILE_PATH_FIELD = 2147483546  # a position-delete file's `file_path` column (its bounds name the data files)
 _TOTALS = (
@@ -81,6 +86,11 @@ class Rebased:
     requirements: list[TableRequirement]
     updates: list[TableUpdate]
     manifest_list: str  # written here: delete it when the commit does not land
+    written: list[str] | None = None  # every manifest list written, when more than `manifest_list`
+
+    @property
+    def files(self) -> list[str]:
+        return self.written if self.written is not None else [self.manifest_list]
 
 
 def _has_live_files(manifest: ManifestFile) -> bool:
@@ -218,6 +228,11 @@ class _FileChanges:
     targets: set[str]  # data files its new position deletes point at
     untargeted: set[tuple[int, tuple[Any, ...]]]  # partitions of its position deletes that name no one file
 
+    def add(self, other: _FileChanges) -> None:
+        self.removed |= other.removed
+        self.targets |= other.targets
+        self.untargeted |= other.untargeted
+
 
 def _file_changes(io: FileIO, snapshot: Snapshot) -> _FileChanges:
     changes = _FileChanges({}, set(), set())
@@ -311,6 +326,129 @@ def _count(summary: Summary | None, key: str) -> int | None:
         return None
 
 
+class PastYieldWindow(Exception):
+    """lakewarden's work that a writer's commit names is older than the table's yield window: the bases it
+    would put back may be gone."""
+
+
+def yield_to_writer(
+    io: FileIO,
+    current: TableMetadata,
+    requirements: Sequence[TableRequirement],
+    updates: Sequence[TableUpdate],
+    window_ms: int,
+    now_ms: int,
+) -> Rebased | None:
+    """A writer's data commit landed over lakewarden's own work, or None when this does not apply: a commit of
+    another shape, lakewarden not the only one to have committed since the writer's base, a format other than 2.
+
+    When none of lakewarden's snapshots since the base removed a file the commit names (a file it removes, a
+    file its position deletes point at, a partition its untargeted position deletes cover), a one-snapshot commit
+    is rebased onto the head with all that work kept. Otherwise lakewarden's snapshots since the base are undone
+    in the same commit: the writer's snapshots land on the head as they are, its base's manifests with its
+    changes, and the files lakewarden wrote drop out of the table (metadata only; nothing is read or deleted).
+    Raises PastYieldWindow when a snapshot to undo is older than `window_ms`."""
+    shape = _writer_chain(requirements, updates)
+    if shape is None or current.format_version != 2:
+        return None
+    adds, ref_name, assertion = shape
+    head_ref = current.refs.get(ref_name)
+    first = adds[0].snapshot
+    if head_ref is None or first.parent_snapshot_id is None:
+        return None
+    between, base = _since(current, head_ref.snapshot_id, first.parent_snapshot_id)
+    if base is None or not between or not all(OWN_COMMIT in _summary_fields(s) for s in between):
+        return None
+    mine = _FileChanges({}, set(), set())
+    for add in adds:
+        mine.add(_file_changes(io, add.snapshot))
+    if not any(_names_removed(mine, _file_changes(io, other)) for other in between):
+        if len(adds) > 1:
+            return None  # the writer's own retry, on the head, finds nothing of its own removed
+        with contextlib.suppress(PartitionConflict):
+            return rebase_on_partitions(io, current, requirements, updates, "file")
+    stale = [other for other in between if now_ms - other.timestamp_ms > window_ms]
+    if stale:
+        raise PastYieldWindow(
+            f"this commit names files that lakewarden's snapshot {stale[0].snapshot_id} removed, which is older "
+            f"than the table's {YIELD_WINDOW_PROPERTY} ({window_ms // 1000} s): refresh the table and retry"
+        )
+    head = current.snapshot_by_id(head_ref.snapshot_id)
+    assert head is not None
+    undone = ",".join(str(other.snapshot_id) for other in reversed(between))
+    sequences = {a.snapshot.snapshot_id: current.last_sequence_number + 1 + i for i, a in enumerate(adds)}
+    originals = {a.snapshot.snapshot_id: a.snapshot for a in adds}
+    landed: dict[int, AddSnapshotUpdate] = {}
+    written: list[str] = []
+    parent, stamp = head.snapshot_id, current.last_updated_ms + 1
+    for add in adds:
+        snapshot = add.snapshot
+        sequence = sequences[snapshot.snapshot_id]
+        manifests = [
+            _renumbered(m, originals[m.added_snapshot_id], sequences[m.added_snapshot_id])
+            if m.added_snapshot_id in sequences
+            else m
+            for m in snapshot_manifests(io, snapshot)
+        ]
+        location = f"{current.location.rstrip('/')}/metadata/snap-{snapshot.snapshot_id}-yielded-{uuid.uuid4()}.avro"
+        written.append(location)
+        with write_manifest_list(2, io.new_output(location), snapshot.snapshot_id, parent, sequence, "deflate") as out:
+            out.add_manifests(manifests)
+        summary = snapshot.summary
+        if summary is not None:  # the writer's totals stand: the table is its view, lakewarden's work undone
+            summary = Summary(summary.operation, **{**summary.additional_properties, YIELDED: undone})
+        stamp = max(snapshot.timestamp_ms, stamp, now_ms)
+        changed = {"parent_snapshot_id": parent, "sequence_number": sequence, "manifest_list": location}
+        landed[snapshot.snapshot_id] = AddSnapshotUpdate(
+            snapshot=snapshot.model_copy(update={**changed, "timestamp_ms": stamp, "summary": summary})
+        )
+        parent, stamp = snapshot.snapshot_id, stamp + 1
+    log.info("lakewarden's snapshots %s yield to the writer's commit of %s", undone, ", ".join(map(str, sequences)))
+    return Rebased(
+        requirements=[
+            AssertRefSnapshotId(ref=ref_name, snapshot_id=head.snapshot_id) if r is assertion else r
+            for r in requirements
+        ],
+        updates=[landed[u.snapshot.snapshot_id] if isinstance(u, AddSnapshotUpdate) else u for u in updates],
+        manifest_list=written[-1],
+        written=written,
+    )
+
+
+def _writer_chain(
+    requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
+) -> tuple[list[AddSnapshotUpdate], str, AssertRefSnapshotId] | None:
+    """New snapshots each on the one before (pyiceberg's delete may make two), moved onto one branch whose head
+    the client asserted to be the first one's parent."""
+    adds = [u for u in updates if isinstance(u, AddSnapshotUpdate)]
+    if not adds or any(b.snapshot.parent_snapshot_id != a.snapshot.snapshot_id for a, b in itertools.pairwise(adds)):
+        return None
+    ids = {a.snapshot.snapshot_id for a in adds}
+    refs = [u for u in updates if isinstance(u, SetSnapshotRefUpdate)]
+    if not refs or refs[-1].snapshot_id != adds[-1].snapshot.snapshot_id:
+        return None
+    if any(
+        r.ref_name != refs[-1].ref_name or r.type != SnapshotRefType.BRANCH or r.snapshot_id not in ids for r in refs
+    ):
+        return None
+    assertions = [r for r in requirements if isinstance(r, AssertRefSnapshotId) and r.ref == refs[-1].ref_name]
+    if len(assertions) != 1 or assertions[0].snapshot_id != adds[0].snapshot.parent_snapshot_id:
+        return None
+    return adds, refs[-1].ref_name, assertions[0]
+
+
+def _summary_fields(snapshot: Snapshot) -> Mapping[str, str]:
+    return snapshot.summary.additional_properties if snapshot.summary is not None else {}
+
+
+def _names_removed(mine: _FileChanges, theirs: _FileChanges) -> bool:
+    """Whether a commit's changes name a file another snapshot removed (the `file` strategy's test)."""
+    gone = theirs.removed
+    if set(mine.removed) & gone.keys() or mine.targets & gone.keys():
+        return True
+    return bool(mine.untargeted) and any(where in mine.untargeted for where in gone.values())
+
+
 def checked_updates(
     io: FileIO,
     base: TableMetadata,
@@ -332,6 +470,14 @@ def checked_updates(
         if not single:
             raise CommitFailed(f"{label}{exc}") from exc
         failure = exc
+    window = yield_window_ms(base.properties)
+    if window is not None:
+        try:
+            yielded = yield_to_writer(io, base, requirements, updates, window, int(time.time() * 1000))
+        except PastYieldWindow as exc:
+            raise CommitFailed(str(exc)) from exc
+        if yielded is not None:
+            return _validated(io, base, yielded, "lakewarden's work yielded to the commit")
     try:
         strategy = conflict_strategy(base.properties)
     except ValueError as exc:
@@ -344,12 +490,27 @@ def checked_updates(
         raise CommitFailed(str(exc)) from exc
     if rebased is None:
         raise CommitFailed(str(failure)) from failure
+    return _validated(io, base, rebased, f"commit rebased onto the branch head ({strategy} strategy: no conflict)")
+
+
+def _validated(io: FileIO, base: TableMetadata, rebased: Rebased, what: str) -> tuple[Sequence[TableUpdate], list[str]]:
+    """A rebased commit's updates, once its other requirements hold too (else a real conflict: CommitFailed)."""
     try:
         for requirement in rebased.requirements:
             requirement.validate(base)
-    except CommitFailedException as exc:  # another requirement fails too: a real conflict
-        with contextlib.suppress(OSError):
-            io.delete(rebased.manifest_list)
+    except CommitFailedException as exc:
+        for path in rebased.files:
+            with contextlib.suppress(OSError):
+                io.delete(path)
         raise CommitFailed(str(exc)) from exc
-    log.info("commit rebased onto the branch head (%s strategy: no conflict): %s", strategy, rebased.manifest_list)
-    return rebased.updates, [rebased.manifest_list]
+    log.info("%s: %s", what, ", ".join(rebased.files))
+    return rebased.updates, rebased.files
+
+
+def yield_window_ms(properties: Mapping[str, str]) -> int | None:
+    """The table's yield window in milliseconds, or None when lakewarden's work does not yield on this table."""
+    try:
+        window = yield_window(properties)
+    except InvalidField:
+        return None  # a value lakewarden cannot read: its evaluation says what is wrong, commits go on as before
+    return int(window.total_seconds() * 1000) or None

@@ -104,6 +104,7 @@ def _expire_snapshots(spark: SparkSession, table: Any, name: str, work: ExpireSn
         max_ref_age_ms=int(table.properties().getOrDefault("history.expire.max-ref-age-ms", str(LONG_MAX))),
         flink_retention_ms=work.flink_retention_ms,
         wap_retention_ms=work.wap_retention_ms,
+        yield_window_ms=work.yield_window_ms,
     )
     bases = dict.fromkeys(work.protected_snapshot_ids, "a running self-optimizing process")
     plan = plan_expiry(snapshots, refs, policy, now, bases)

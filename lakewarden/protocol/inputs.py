@@ -110,6 +110,8 @@ class ExpireSnapshotsInput(ProtocolModel):
     # how long a Flink job's last checkpoint snapshot, and a snapshot staged by write-audit-publish, are kept
     flink_retention_ms: int = WEEK_MS
     wap_retention_ms: int = WEEK_MS
+    # how long the base of each of lakewarden's own commits is kept (0: not kept for that)
+    yield_window_ms: int = 0
     # completed at hand-out: the bases of running optimizing processes (and everything newer) are kept
     protected_snapshot_ids: list[int] = Field(default_factory=list)
 

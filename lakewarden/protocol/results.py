@@ -111,7 +111,7 @@ class KeptSnapshot(ProtocolModel):
     """A snapshot an expiry kept because a writer needs it (domain/retention.py)."""
 
     snapshot_id: int
-    need: Literal["optimizing-base", "flink-checkpoint", "last-commit", "wap-staged"]
+    need: Literal["optimizing-base", "flink-checkpoint", "last-commit", "wap-staged", "yield-base"]
     detail: str
 
 

@@ -131,6 +131,7 @@ class ExpireSnapshotsFactory(MaintenanceFactory):
             "min_count": cfg.min_count,
             "flink_retention_ms": int(cfg.flink_retention.total_seconds() * 1000),
             "wap_retention_ms": int(cfg.wap_retention.total_seconds() * 1000),
+            "yield_window_ms": int(cfg.yield_window.total_seconds() * 1000),
         }
         return params, reasons, bool(plan.expired) and not plan.blocked
 

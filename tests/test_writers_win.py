@@ -1,0 +1,167 @@
+"""Writers always win: a writer's commit that fails only because of lakewarden's own work lands, in one commit
+that undoes that work (metadata/conflicts.yield_to_writer). Orderings are forced, not timed: the writer plans
+(its transaction holds the table as it was), lakewarden compacts and commits, then the writer commits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField, StringType
+
+from tests.helpers import running_optimizer, wait_for
+from tests.servers import ServerProcess
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+COMPACTING = {
+    "self-optimizing.minor.trigger.file-count": "3",
+    "self-optimizing.min-plan-interval": "0",
+    "self-optimizing.enabled": "true",
+    # pyiceberg retries a refused commit itself, re-validating on the new head: the server's own answer is
+    # what these tests are about
+    "commit.retry.num-retries": "0",
+}
+
+
+@pytest.fixture
+def lake(server: ServerProcess) -> Iterator[tuple[ServerProcess, httpx.Client, RestCatalog]]:
+    api = server.api()  # the server's own internal catalog `lake`
+    catalog = RestCatalog("lake", uri=f"{server.url}/iceberg", warehouse="lake", token=server.token)
+    catalog.create_namespace("db")
+    yield server, api, catalog
+
+
+def rows(start: int, count: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + count), pa.int64()), "v": pa.array(["x"] * count)})
+
+
+def small_files(catalog: RestCatalog, name: str, **properties: str) -> Table:
+    """A table of four small files, ids 0..39, which lakewarden finds worth compacting."""
+    table = catalog.create_table(f"db.{name}", SCHEMA, properties={**COMPACTING, **properties})
+    for i in range(4):
+        table.append(rows(i * 10, 10))
+    loaded: Table = catalog.load_table(f"db.{name}")
+    return loaded
+
+
+def compacted(server: ServerProcess, api: httpx.Client, spark: SparkSession, name: str) -> int:
+    """lakewarden compacts the table; the snapshot its process committed."""
+    wait_for("pending", lambda: api.get(f"/tables/lake/db/{name}").json().get("status") == "pending", timeout=60)
+    with running_optimizer(server, spark):
+        process = wait_for(
+            "the compaction",
+            lambda: next(
+                (
+                    p
+                    for p in api.get("/processes").json()
+                    if p["table"].endswith(f".{name}") and p["status"] != "running"
+                ),
+                None,
+            ),
+        )
+    assert process["status"] == "success", process
+    timeline = api.get(f"/tables/lake/db/{name}/timeline").json()
+    assert timeline[0]["summary"].get("lakewarden.process-id"), timeline[0]
+    return int(timeline[0]["snapshot_id"])
+
+
+def ended(process: dict[str, Any], name: str) -> bool:
+    return bool(process["table"].endswith(f".{name}") and process["status"] != "running")
+
+
+def ids(catalog: RestCatalog, name: str) -> list[int]:
+    return sorted(catalog.load_table(f"db.{name}").scan().to_arrow()["id"].to_pylist())
+
+
+def test_a_delete_planned_before_a_compaction_lands_after_it_and_undoes_it(
+    lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
+) -> None:
+    """pyiceberg's copy-on-write delete removes files the compaction removed: without yielding its commit fails
+    for good (pyiceberg does not retry, and a retry would not find the files). It lands, with the compaction
+    undone in the same commit: the table holds the writer's view, every row the writer meant."""
+    server, api, catalog = lake
+    table = small_files(catalog, "cow")
+    base = table.metadata.current_snapshot_id
+    writer = table.transaction()
+    writer.delete("id < 15")  # drops the first file, rewrites the second: both are files the compaction removes
+    rewrite = compacted(server, api, spark, "cow")
+    assert len(catalog.load_table("db.cow").inspect.files()) == 1
+
+    writer.commit_transaction()
+
+    landed = catalog.load_table("db.cow")
+    assert ids(catalog, "cow") == list(range(15, 40))
+    # pyiceberg's delete is two snapshots here (a file dropped, a file rewritten): both land on the rewrite
+    chain = [s for s in landed.snapshots() if s.sequence_number > landed.snapshot_by_id(rewrite).sequence_number]
+    assert chain[0].parent_snapshot_id == rewrite and [s.summary.operation.value for s in chain] == [
+        "delete",
+        "overwrite",
+    ]
+    assert all(s.summary["lakewarden.yielded-snapshots"] == str(rewrite) for s in chain)
+    assert base in {s.snapshot_id for s in landed.snapshots()}  # history is kept: the base, the rewrite, the delete
+    # the compacted file is out of the table again, the writer's files in
+    assert len(landed.inspect.files()) == 3
+
+
+def test_a_commit_lakewarden_did_not_race_is_rebased_with_the_compaction_kept(
+    lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
+) -> None:
+    """An append planned before the compaction names no file it removed: it lands on top, compaction kept."""
+    server, api, catalog = lake
+    table = small_files(catalog, "appends")
+    writer = table.transaction()
+    writer.append(rows(100, 5))
+    rewrite = compacted(server, api, spark, "appends")
+    writer.commit_transaction()
+    landed = catalog.load_table("db.appends")
+    assert ids(catalog, "appends") == [*range(40), *range(100, 105)]
+    current = landed.current_snapshot()
+    assert current is not None and current.parent_snapshot_id == rewrite
+    assert current.summary is not None and "lakewarden.yielded-snapshots" not in current.summary.additional_properties
+    assert len(landed.inspect.files()) == 2  # the compacted file and the append's
+
+
+def test_only_lakewardens_work_yields_a_past_window_or_a_table_that_says_no_gets_the_409(
+    lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
+) -> None:
+    server, api, catalog = lake
+    # another writer's commit in between: the second writer gets its 409 as always
+    small_files(catalog, "rivals", **{"self-optimizing.enabled": "false"})
+    first, second = (catalog.load_table("db.rivals").transaction() for _ in range(2))
+    first.delete("id < 5")
+    second.delete("id < 15")
+    first.commit_transaction()
+    with pytest.raises(CommitFailedException):
+        second.commit_transaction()
+    assert ids(catalog, "rivals") == list(range(5, 40))
+
+    # the table turned yielding off: lakewarden's work stands and the writer gets the 409 it got before
+    table = small_files(catalog, "unyielding", **{"lakewarden.commit.maintenance-yields": "false"})
+    writer = table.transaction()
+    writer.delete("id < 15")
+    compacted(server, api, spark, "unyielding")
+    with pytest.raises(CommitFailedException):
+        writer.commit_transaction()
+    assert ids(catalog, "unyielding") == list(range(40))
+
+    # past the window the bases may be gone: a 409 that says so
+    table = small_files(catalog, "late", **{"lakewarden.commit.yield-window": "1s"})
+    writer = table.transaction()
+    writer.delete("id < 15")
+    compacted(server, api, spark, "late")
+    time.sleep(1.5)
+    with pytest.raises(CommitFailedException, match=r"older than the table's lakewarden\.commit\.yield-window"):
+        writer.commit_transaction()
+    assert ids(catalog, "late") == list(range(40))
