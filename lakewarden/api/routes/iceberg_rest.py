@@ -18,7 +18,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
-from lakewarden.api.auth import Caller, require_catalog
+from lakewarden.api.auth import Caller, caller, require_catalog
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.api.fast_path.lean_routes import LeanRoute
 from lakewarden.api.fast_path.responses import JSONBytes
@@ -189,7 +189,6 @@ async def load_table(
     table: str,
     catalog: Served,
     request: Request,
-    me: Caller,
     snapshots: str = "all",
     if_none_match: Annotated[str | None, Header()] = None,
 ) -> Response:
@@ -200,8 +199,9 @@ async def load_table(
     if snapshots not in ("all", "refs"):
         raise InvalidField("snapshots", f"{snapshots!r} is neither all nor refs")
     key = ns(namespace)
-    asked = delegation(request, me, prefix, key, table)
-    answer = await catalog.cached_load(key, table, snapshots, if_none_match, asked)
+    asked = delegation(request, caller(request), prefix, key, table)  # (the caller: known, cached on the request)
+    cached = catalog.cached_load(key, table, snapshots, if_none_match, asked)
+    answer = None if cached is None else await cached
     if answer is None:
         answer = await in_thread(catalog.load_table, key, table, snapshots, if_none_match, asked)
     etag, body = answer

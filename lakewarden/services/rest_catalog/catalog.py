@@ -26,6 +26,8 @@ from lakewarden.services.rest_catalog.served import ReadRecorder, ServedCatalog
 from lakewarden.services.rest_catalog.views import ViewCatalog
 from lakewarden.services.rest_catalog.warehouses import Warehouses
 
+OWN_FACES_KEPT = 1024
+
 
 @dataclass
 class RestCatalog:
@@ -48,12 +50,14 @@ class RestCatalog:
         self._own = OwnParts(
             self.warehouses, self.tables, self.loads, self.commits, self.queue, self.views, self.scans, self.reads
         )
+        self._own_faces: dict[str, OwnCatalog] = {}  # by name: an own catalog's face is the same for every request
 
     def forget_catalog(self, name: str) -> None:
         """A catalog was changed or removed: look it up afresh next time, and read its tables' heads again (a
         catalog dropped and made again has other tables under the same names)."""
         self.warehouses.forget(name)
         self.federation.forget(name)
+        self._own_faces.pop(name, None)
         self.heads.forget()
 
     def served(self, name: str, caller: Principal) -> ServedCatalog:
@@ -64,13 +68,17 @@ class RestCatalog:
 
     def served_known(self, name: str, caller: Principal) -> ServedCatalog | None:
         """`served` without any I/O, or None when the name was not looked up yet (the event loop's way)."""
-        if self.federation.known(name) is None:
-            return None
-        return self._serve(name, self.federation.find(name), caller)
+        looked_up, found = self.federation.known_as(name)
+        return self._serve(name, found, caller) if looked_up else None
 
     def _serve(self, name: str, found: Forwarded | None, caller: Principal) -> ServedCatalog:
         if found is None:
-            return OwnCatalog(self._own, name)
+            own = self._own_faces.get(name)
+            if own is None:
+                own = OwnCatalog(self._own, name)
+                if len(self._own_faces) < OWN_FACES_KEPT:  # any name is served; only so many are kept
+                    self._own_faces[name] = own
+            return own
         # a catalog not opened to clients (`rest-endpoint.enabled`) is served to lakewarden's optimizers only
         if not (found.open_to_clients or caller.task_holder is not None or caller is NOBODY):
             raise Forbidden(

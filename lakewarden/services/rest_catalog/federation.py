@@ -101,6 +101,11 @@ class Federation:
     def serves(self, name: str) -> bool:
         return self.find(name) is not None
 
+    def known_as(self, name: str) -> tuple[bool, Forwarded | None]:
+        """Without any I/O: whether the name was looked up yet, and the forwarded catalog it was found to be."""
+        with self._lock:
+            return name in self._known, self._known.get(name)
+
     def known(self, name: str) -> bool | None:
         """Without any I/O: whether the name is a forwarded catalog, as last looked up; None when not looked up
         yet (the hot path of an internal catalog's loads asks this on the event loop)."""

@@ -3,7 +3,7 @@ its namespaces, tables, commits, views and plans (their pointers in the system d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -136,10 +136,10 @@ class OwnCatalog(ServedCatalog):
         )
         return self._answer(namespace, table.name, loaded, asked)
 
-    async def cached_load(
+    def cached_load(
         self, namespace: str, table: str, snapshots: str, if_none_match: str | None, asked: Delegation | None
-    ) -> LoadAnswer | None:
-        return await self.parts.loads.cached_load(self.name, namespace, table, snapshots, if_none_match, asked)
+    ) -> Awaitable[LoadAnswer | None]:
+        return self.parts.loads.cached_load(self.name, namespace, table, snapshots, if_none_match, asked)
 
     def load_table(
         self, namespace: str, table: str, snapshots: str, if_none_match: str | None, asked: Delegation | None

@@ -8,7 +8,7 @@ there and nowhere else. A kind serves what it overrides; every other endpoint an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -168,11 +168,11 @@ class ServedCatalog:
     def create_table(self, namespace: str, table: NewTable, asked: Delegation | None) -> Answer:
         raise self._unsupported("table creation")
 
-    async def cached_load(
+    def cached_load(
         self, namespace: str, table: str, snapshots: str, if_none_match: str | None, asked: Delegation | None
-    ) -> LoadAnswer | None:
-        """`load_table` from memory alone, on the event loop; None when it must read or wait (then the route
-        calls `load_table` in a thread)."""
+    ) -> Awaitable[LoadAnswer | None] | None:
+        """`load_table` from memory alone, to await on the event loop: its answer, or None when it must read or
+        wait (then the route calls `load_table` in a thread). None instead of an awaitable: never from memory."""
         return None
 
     def load_table(
