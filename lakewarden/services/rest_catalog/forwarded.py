@@ -29,6 +29,7 @@ from lakewarden.services.rest_catalog.served import (
     NewTable,
     ReadRecorder,
     ServedCatalog,
+    load_result,
 )
 from lakewarden.store import rest_catalog as store
 
@@ -80,11 +81,7 @@ class ForwardedCatalog(ServedCatalog):
             if profile is None
             else self.loads.access_with(profile, self.name, namespace, name, table.metadata, asked)
         )
-        return {
-            "metadata-location": table.metadata_location,
-            "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
-            **access.fields(),
-        }
+        return load_result(table, access)
 
     def create_table(self, namespace: str, table: NewTable, asked: Delegation | None) -> Answer:
         if table.stage_create:

@@ -36,6 +36,7 @@ from lakewarden.services.rest_catalog.served import (
     PropertiesUpdated,
     ReadRecorder,
     ServedCatalog,
+    load_result,
 )
 from lakewarden.services.rest_catalog.views import ViewCatalog
 from lakewarden.services.rest_catalog.warehouses import Warehouses
@@ -115,12 +116,7 @@ class OwnCatalog(ServedCatalog):
         return self.parts.tables.list_tables(self.name, namespace)
 
     def _answer(self, namespace: str, name: str, table: LoadedTable, asked: Delegation | None) -> Answer:
-        access = self.parts.loads.table_access(self.name, namespace, name, table.metadata, asked)
-        return {
-            "metadata-location": table.metadata_location,
-            "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
-            **access.fields(),
-        }
+        return load_result(table, self.parts.loads.table_access(self.name, namespace, name, table.metadata, asked))
 
     def create_table(self, namespace: str, table: NewTable, asked: Delegation | None) -> Answer:
         loaded = self.parts.tables.create_table(

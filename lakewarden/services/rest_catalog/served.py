@@ -23,7 +23,7 @@ from lakewarden.domain.errors import InvalidField, NoSuchTable, Unsupported
 from lakewarden.domain.reads import ReadReport, commit_report, scan_report
 from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
 from lakewarden.services.rest_catalog.commits import TableChange
-from lakewarden.services.rest_catalog.loads import Delegation
+from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable, TableAccess
 from lakewarden.store import rest_catalog as store
 
 # every catalog's endpoints, as `GET /v1/config` names them
@@ -122,6 +122,15 @@ class MetricsRequest:
     operation: str | None
     metrics: dict[str, dict[str, Any]]
     metadata: dict[str, str]
+
+
+def load_result(table: LoadedTable, access: TableAccess) -> Answer:
+    """The spec's LoadTableResult: the table's metadata, and how to reach its files."""
+    return {
+        "metadata-location": table.metadata_location,
+        "metadata": table.metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
+        **access.fields(),
+    }
 
 
 class ServedCatalog:
