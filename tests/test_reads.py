@@ -325,7 +325,7 @@ def test_each_optimizing_process_shows_what_it_bought_and_keeps_it_once_settled(
     client: TestClient, managed_table: str
 ) -> None:
     ctx = _context(client)
-    reads = ctx.rest_catalog.reads
+    reads = ctx.reads
     planned, ended = NOW - timedelta(hours=3), NOW - timedelta(hours=2)
     with ctx.db.write() as session:
         table_id = session.scalar(select(TableIdentifierRow.table_id).where(TableIdentifierRow.table_name == "t"))
@@ -378,11 +378,11 @@ def test_a_later_process_closes_the_window_of_the_one_before(client: TestClient,
                 session, ("lake", "db", "t"), scan_report({}, 1, True, {}, "bi"), NOW - timedelta(minutes=minutes)
             )
         first = rows[0].process_id
-    assert ctx.rest_catalog.reads.settle_benefits(NOW) == 1  # the first: the second started
+    assert ctx.reads.settle_benefits(NOW) == 1  # the first: the second started
     with ctx.db.read() as session:
         kept = session.get(ProcessRow, first)
         assert kept is not None and kept.summary["benefit"]["after"]["scans"] == 1
-    ctx.rest_catalog.reads.clock = lambda: NOW
+    ctx.reads.clock = lambda: NOW
     listed = client.get("/api/v1/processes?table=lake.db.t").json()  # newest first; the second measured now
     assert [(p["benefit"]["before"]["scans"], p["benefit"]["after"]["scans"]) for p in listed] == [(1, 1), (0, 1)]
     assert [p["benefit"]["settled"] for p in listed] == [False, True]
