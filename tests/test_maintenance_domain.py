@@ -57,15 +57,14 @@ def test_expirable_snapshots_respect_cutoff_min_count_refs_and_protection() -> N
     assert expired([main], 0, 1) == []
 
 
-def test_the_yield_window_keeps_orphan_cleanup_off_recent_files_unless_yielding_is_off() -> None:
-    assert OrphanFilesConfig.of({"clean-orphan-file.min-existing-time-minutes": "10"}).min_existing == timedelta(
-        hours=1
-    )
-    assert OrphanFilesConfig.of(TABLE_DEFAULTS).min_existing == timedelta(minutes=2880)  # the longer of the two
-    off = {"clean-orphan-file.min-existing-time-minutes": "10", MAINTENANCE_YIELDS: "false"}
-    assert OrphanFilesConfig.of(off).min_existing == timedelta(minutes=10)
+def test_the_yield_window_is_read_and_turned_off_with_yielding() -> None:
+    off = {MAINTENANCE_YIELDS: "false"}
     assert ExpireSnapshotsConfig.of(off).policy().yield_window_ms == 0
     assert ExpireSnapshotsConfig.of({YIELD_WINDOW: "15min"}).policy().yield_window_ms == 15 * 60_000
+    # orphan cleanup keeps its own minimum age: the files of a kept base are referenced, so never orphans
+    assert OrphanFilesConfig.of({"clean-orphan-file.min-existing-time-minutes": "10"}).min_existing == timedelta(
+        minutes=10
+    )
 
 
 def test_amoro_defaults_and_bad_values_name_the_property() -> None:
@@ -84,7 +83,7 @@ def test_amoro_defaults_and_bad_values_name_the_property() -> None:
         (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.duration": "soon"}), "snapshot.keep.duration"),
         (lambda: ExpireSnapshotsConfig.of({"snapshot.keep.min-count": "0"}), "snapshot.keep.min-count"),
         (lambda: ExpireSnapshotsConfig.of({YIELD_WINDOW: "a while"}), YIELD_WINDOW),
-        (lambda: OrphanFilesConfig.of({MAINTENANCE_YIELDS: "maybe"}), MAINTENANCE_YIELDS),
+        (lambda: ExpireSnapshotsConfig.of({MAINTENANCE_YIELDS: "maybe"}), MAINTENANCE_YIELDS),
         (lambda: enabled({"table-expire.enabled": "yes"}, Action.EXPIRE_SNAPSHOTS), "table-expire.enabled"),
         (lambda: DataExpireConfig.of({}), "data-expire.field"),
         (lambda: DataExpireConfig.of({"data-expire.field": "ts"}), "data-expire.retention-time"),

@@ -222,10 +222,7 @@ class OrphanFilesConfig:
 
     @classmethod
     def of(cls, props: Mapping[str, str]) -> OrphanFilesConfig:
-        """A file younger than the yield window is never an orphan: a writer's commit within the window may still
-        name it."""
-        minimum = timedelta(minutes=_int(props, "clean-orphan-file.min-existing-time-minutes", 0))
-        return cls(max(minimum, yield_window(props)))
+        return cls(timedelta(minutes=_int(props, "clean-orphan-file.min-existing-time-minutes", 0)))
 
 
 # ---- dangling delete files
