@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -241,6 +242,28 @@ def test_a_commit_is_granted_once_and_a_cancel_after_it_does_not_revoke_the_gran
     done = client.post("/api/v1/optimizer/complete", json={**ref, "output": {"action": "optimizing", "files_in": 2}})
     assert done.status_code == 204, done.text
     assert client.get(f"/api/v1/processes/{pid}").json()["status"] == "success"
+
+
+def test_a_commit_grant_waits_for_a_row_level_write_in_flight_on_its_table(client: TestClient) -> None:
+    """A client planned a row-level write on the table (its scan report said so): lakewarden's commit waits for
+    that client's commit, so the rewrite does not land between the write's plan and its commit."""
+    ctx, pid, token = one_task_optimizing(client)
+    task = poll(client, token)
+    ref = {"token": token, "process_id": pid, "task_id": 1, "attempt": task["attempt"]}
+    assert client.post("/api/v1/optimizer/ack", json=ref).status_code == 204
+    flights, table = ctx.dispatcher.flights, ("c", "db", "t")
+    flights.planned(("c", "db", "other"), {"app-id": "elsewhere"})  # another table's write holds nothing
+    flights.planned(table, {"app-id": "job"})
+    answers: list[int] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(client.post("/api/v1/optimizer/commit", json=ref).status_code)
+    )
+    asking.start()
+    asking.join(0.5)
+    assert asking.is_alive() and answers == []
+    flights.committed(table, {"app-id": "job"})
+    asking.join(10)
+    assert answers == [204]
 
 
 def end_backoff(ctx: ServerContext, pid: int) -> None:

@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from tests.helpers import running_optimizer, wait_for
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, cli
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,3 +165,130 @@ def test_only_lakewardens_work_yields_a_past_window_or_a_table_that_says_no_gets
     with pytest.raises(CommitFailedException, match=r"older than the table's lakewarden\.commit\.yield-window"):
         writer.commit_transaction()
     assert ids(catalog, "late") == list(range(40))
+
+
+STATEMENTS = {
+    # each names one file of partition `a` that the compaction removed: by a position delete (merge-on-read) or
+    # by removing it (copy-on-write)
+    "delete": "DELETE FROM {t} WHERE part = 'a' AND id = 2",
+    "update": "UPDATE {t} SET v = 'u' WHERE part = 'a' AND id = 4",
+    "merge": (
+        "MERGE INTO {t} USING (SELECT 6L AS id, 'a' AS part, 'm' AS v UNION ALL SELECT 100L, 'a', 'new') s "
+        "ON {t}.id = s.id AND {t}.part = 'a' WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
+    ),
+}
+
+
+def part(i: int) -> str:
+    return "a" if i % 2 == 0 else "b"
+
+
+def values(ids: range) -> str:
+    return ", ".join(f"({i}, '{part(i)}', 'x')" for i in ids)
+
+
+def expected(statement: str) -> list[tuple[int, str, str]]:
+    table = {i: (part(i), "x") for i in range(40)}
+    if statement == "delete":
+        del table[2]
+    elif statement == "update":
+        table[4] = ("a", "u")
+    else:
+        table[6], table[100] = ("a", "m"), ("a", "new")
+    return sorted((i, part, v) for i, (part, v) in table.items())
+
+
+def test_spark_row_level_statements_planned_before_a_compaction_land_after_it(
+    lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
+) -> None:
+    """Spark's DELETE, UPDATE and MERGE, merge-on-read and copy-on-write, each planned on a table lakewarden then
+    compacts, commit after the compaction: every one lands on its only try with the rows it meant. Partition `a`,
+    which each names, goes back to the writer's files; partition `b` stays compacted. The same statement on a
+    table that turned yielding off fails in Spark as it does without lakewarden's help.
+
+    The ordering is forced: the writer's Spark catalog keeps the table it loaded (Iceberg's caching catalog,
+    never expiring here), so each statement plans on the snapshot before the compaction and commits with that
+    snapshot as its base, as a job whose statement started before lakewarden committed does."""
+    from lakewarden.domain.catalogs import CatalogSpec
+    from lakewarden.spark.session import configure_catalogs
+
+    server, api, catalog = lake
+    properties = api.get("/catalogs/lake").json()["properties"]
+    # the writer's own session: the optimizer, on the same Spark application, resets its own session's catalogs
+    writer = spark.newSession()
+    writer.conf.set("spark.sql.catalog.w.cache.expiration-interval-ms", "-1")
+    configure_catalogs(writer, [CatalogSpec("lake", "internal", {**properties, "token": server.token})], {"lake": "w"})
+    names = [f"{mode}_{s}" for mode in ("mor", "cow") for s in STATEMENTS] + ["off_delete"]
+    for name in names:
+        mode = "copy-on-write" if name.startswith("cow") else "merge-on-read"
+        writer.sql(
+            f"CREATE TABLE w.db.{name} (id BIGINT, part STRING, v STRING) USING iceberg PARTITIONED BY (part) "
+            f"TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='{mode}', 'write.update.mode'='{mode}', "
+            f"'write.merge.mode'='{mode}', 'self-optimizing.enabled'='false', 'commit.retry.num-retries'='0')"
+        )
+        for batch in range(4):  # four small files in each partition
+            writer.sql(f"INSERT INTO w.db.{name} VALUES {values(range(batch * 10, batch * 10 + 10))}")
+    # lakewarden may compact them now: through another client, so the writer's catalog keeps what it loaded
+    for name in names:
+        changes = {**COMPACTING, "commit.retry.num-retries": "0"}
+        if name.startswith("off"):
+            changes["lakewarden.commit.maintenance-yields"] = "false"
+        with catalog.load_table(f"db.{name}").transaction() as change:
+            change.set_properties(changes)
+    rewrites = compacted_all(server, api, spark, names)
+
+    for name in names:
+        statement = STATEMENTS[name.split("_")[1]]
+        if name.startswith("off"):
+            with pytest.raises(Exception, match=r"Cannot commit|Missing required files|missing data files"):
+                writer.sql(statement.format(t=f"w.db.{name}"))
+            continue
+        writer.sql(statement.format(t=f"w.db.{name}"))
+        table = catalog.load_table(f"db.{name}")
+        got = table.scan().to_arrow().sort_by("id")
+        assert list(zip(*(got[c].to_pylist() for c in ("id", "part", "v")), strict=True)) == expected(
+            name.split("_")[1]
+        ), name
+        yielded = [s.summary.get("lakewarden.yielded-snapshots") for s in table.snapshots() if s.summary]
+        assert str(rewrites[name]) in yielded, (name, yielded)
+        files = table.inspect.files().to_pylist()
+        data = {p: [f for f in files if f["content"] == 0 and f["partition"]["part"] == p] for p in "ab"}
+        assert len(data["b"]) == 1, (name, files)  # the compaction of `b` stands
+        assert len(data["a"]) >= 4, (name, files)  # `a` is the writer's again: its four files and its changes
+    assert ids(catalog, "off_delete") == list(range(40))
+
+    # each process whose work was undone says so, with what it cost; its table is evaluated again at once
+    def undone(name: str) -> dict[str, Any] | None:
+        found = [p for p in api.get("/processes").json() if p["table"] == f"lake.db.{name}"]
+        return next((p for p in found if p["summary"].get("yields")), None)
+
+    for name in names[:-1]:
+        process = wait_for(f"{name}'s yield recorded", lambda name=name: undone(name))
+        (entry,) = process["summary"]["yielded"]
+        assert entry["files_restored"] == 4 and 0 < entry["share"] < 1, entry  # partition a's four files, not b's
+        assert entry["to"].startswith("local-") and entry["cpu_ms"] > 0, entry  # the writer's Spark application
+    wait_for("evaluated again", lambda: api.get("/tables/lake/db/mor_delete").json()["status"] == "pending")
+    shown = cli(server, "process", "show", str(wait_for("yield", lambda: undone("mor_delete"))["process_id"])).stdout
+    assert "yielded to writers" in shown and "CPU-s wasted" in shown, shown
+    metrics = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.token}"}).text
+    assert 'lakewarden_optimizing_yields_total{catalog="lake",database="db",table="mor_delete"} 1.0' in metrics
+
+
+def compacted_all(server: ServerProcess, api: httpx.Client, spark: SparkSession, names: list[str]) -> dict[str, int]:
+    """lakewarden compacts each table once; the snapshot each process committed, by table."""
+    for name in names:
+        wait_for(
+            f"{name} pending",
+            lambda name=name: api.get(f"/tables/lake/db/{name}").json().get("status") == "pending",
+            timeout=60,
+        )
+    with running_optimizer(server, spark):
+        done = wait_for(
+            "the compactions",
+            lambda: (lambda ended: ended if len(ended) == len(names) else None)(
+                {p["table"].split(".")[-1]: p for p in api.get("/processes").json() if p["status"] != "running"}
+            ),
+            timeout=180,
+        )
+    assert all(p["status"] == "success" for p in done.values()), done
+    return {name: int(api.get(f"/tables/lake/db/{name}/timeline").json()[0]["snapshot_id"]) for name in names}

@@ -1,13 +1,19 @@
 """pyiceberg's private names, as metadata/ uses them: a commit's updates applied as pyiceberg applies them (the
 REST catalog stages commits on the server), a manifest's entries inheriting from their manifest as pyiceberg reads
 them, pyiceberg's metrics evaluator (scan planning prunes files as pyiceberg does), the SQL catalog's filter
-that leaves views out of its table listing, the Hive catalog's thrift client, and the REST catalog's HTTP session
-and table paths. tests/test_compat.py checks each contract against the installed pyiceberg."""
+that leaves views out of its table listing, the Hive catalog's thrift client, the REST catalog's HTTP session
+and table paths, and a manifest writer for delete files (pyiceberg writes data manifests only).
+tests/test_compat.py checks each contract against the installed pyiceberg."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from pyiceberg.avro.codecs import AvroCompressionCodec
+from pyiceberg.io import OutputFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 
 from lakewarden._compat._check import broken
 
@@ -18,6 +24,9 @@ try:
     # pyiceberg.expressions.visitors: the evaluator of a filter against a file's column metrics (lower and upper
     # bounds, null and NaN counts), as pyiceberg's own planning uses it
     from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator as InclusiveMetricsEvaluator
+
+    # pyiceberg.manifest: the format-version 2 manifest writer, whose content delete manifests override
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
 
     # pyiceberg.manifest: an entry's snapshot id and sequence numbers inherited from its manifest, as a read does
     from pyiceberg.manifest import _inherit_from_manifest as inherit_from_manifest
@@ -66,6 +75,26 @@ def rest_session(catalog: Any) -> Any:
     if session is None or not callable(getattr(session, "get", None)):
         raise broken(LIBRARY, SUPPORTED, "RestCatalog._session is gone")
     return session
+
+
+def delete_manifest_writer(
+    spec: PartitionSpec, schema: Schema, output: OutputFile, snapshot_id: int, compression: AvroCompressionCodec
+) -> ManifestWriterV2:
+    """A format-version 2 manifest of delete files. pyiceberg's ManifestWriterV2 writes data manifests only: its
+    `content()` is DATA and its private `_meta` property names the content in the file's metadata, which Java's
+    ManifestReader checks. Both are overridden here."""
+    if not isinstance(getattr(ManifestWriterV2, "_meta", None), property):
+        raise broken(LIBRARY, SUPPORTED, "ManifestWriterV2._meta is gone")
+    return _DeleteManifestWriterV2(spec, schema, output, snapshot_id, compression)
+
+
+class _DeleteManifestWriterV2(ManifestWriterV2):
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
 
 
 def rest_table_path(catalog: Any, identifier: tuple[str, ...]) -> dict[str, str]:

@@ -158,6 +158,17 @@ class DatabaseCollector(Collector):
             )
             for key in MAINTENANCE_TOTALS
         }
+        yields = CounterMetricFamily(
+            "lakewarden_optimizing_yields",
+            "Times work of a table's optimizing processes was undone for a writer (docs/rest-catalog.md)",
+            labels=TABLE,
+        )
+        yielded_cpu = CounterMetricFamily(
+            "lakewarden_optimizing_yielded_cpu_seconds",
+            "CPU the optimizing work later undone for writers had cost",
+            labels=TABLE,
+        )
+        undone: dict[tuple[str, ...], tuple[float, float]] = {}
         per_action: dict[tuple[str, str], float] = {}
         per_table: dict[tuple[str, ...], float] = {}
         for row in totals:
@@ -171,6 +182,8 @@ class DatabaseCollector(Collector):
             if row.action == Action.OPTIMIZING:
                 for field in moved:
                     per_table[(*labels, field)] = per_table.get((*labels, field), 0) + row.sums[field]
+                count, cpu_ms = undone.get(tuple(labels), (0.0, 0.0))
+                undone[tuple(labels)] = (count + row.sums["yields"], cpu_ms + row.sums["yielded_cpu_ms"])
             else:
                 for field in MAINTENANCE_TOTALS:
                     per_action[(row.action, field)] = per_action.get((row.action, field), 0) + row.sums[field]
@@ -181,7 +194,10 @@ class DatabaseCollector(Collector):
                 seconds.add_metric(list(key), value / 1000.0)
         for (action, field), value in per_action.items():
             maintenance[field].add_metric([action], float(value))
-        yield from (processes, seconds, *moved.values(), *maintenance.values())
+        for table, (count, cpu_ms) in undone.items():
+            yields.add_metric(list(table), count)
+            yielded_cpu.add_metric(list(table), cpu_ms / 1000.0)
+        yield from (processes, seconds, *moved.values(), *maintenance.values(), yields, yielded_cpu)
         yield from DatabaseCollector._usage(totals)
 
     @staticmethod

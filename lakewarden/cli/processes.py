@@ -150,6 +150,22 @@ def process_show(process_id: int, server: ServerOpt = DEFAULT_SERVER, json_: Jso
             changes.append(["…", f"{page['total'] - len(changes)} more: lakewarden process files {process_id}"])
         if changes:
             render.table("files", ["change", "file"], changes)
+    yielded = summary.get("yielded") or []
+    if yielded:
+        lines = [
+            [
+                y.get("at", "")[:19],
+                f"snapshot {y.get('snapshot_id')}",
+                y.get("to", ""),
+                y.get("task_id", ""),
+                f"{float(y.get('share', 0)) * 100:.0f}%",
+                y.get("files_restored", ""),
+                f"{float(y.get('cpu_ms', 0)) / 1000:.1f}",
+            ]
+            for y in yielded
+        ]
+        columns = ["when", "undone by", "yielded to", "task", "share undone", "files back", "CPU-s wasted"]
+        render.table("yielded to writers", columns, lines)
     rows = [
         [
             t["task_id"],

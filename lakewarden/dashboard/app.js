@@ -113,7 +113,8 @@ function resultText(p) {
   if (p.action === "optimizing") {
     if (!("files_in" in s)) return "";
     const deletes = s.delete_files_removed || s.delete_files_added ? `; delete files −${fmt.num(s.delete_files_removed || 0)} +${fmt.num(s.delete_files_added || 0)}` : "";
-    return `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}${deletes}`;
+    const undone = s.yields ? `; yielded to writers ${fmt.num(s.yields)}× (${fmt.num((s.yielded_cpu_ms || 0) / 1000)} CPU-s undone)` : "";
+    return `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}${deletes}${undone}`;
   }
   const parts = Object.entries(s)
     .filter(([k, v]) => typeof v === "number" && v && !k.endsWith("_ms") && !k.endsWith("_id") && !k.startsWith("spark_") && k !== "cost")
@@ -401,6 +402,10 @@ function tablePage(catalog, database, table, tab = "overview") {
           detailed.map((p, i) => `<h2>Process ${p.process_id}: tasks</h2>` +
             (p.scheduling ? `<p class="muted" data-why="${p.process_id}">why this table: ${esc(p.scheduling.reason)}</p>` : "") +
             (p.benefit ? `<p class="muted" data-bought="${p.process_id}">what it bought: ${esc(p.benefit.text)}</p>` : "") +
+            (p.summary?.yielded || []).map((y) => `<p class="muted" data-yielded="${p.process_id}">yielded to ` +
+              `${esc(y.to === "commit" ? "a commit" : `a write of ${y.to}`)}: snapshot ${esc(y.snapshot_id)} undid ` +
+              `${Math.round(y.share * 100)}% of task ${esc(y.task_id)} (${fmt.num(y.files_restored)} files back, ` +
+              `${fmt.num(y.cpu_ms / 1000)} CPU-s wasted)</p>`).join("") +
             (p.diagnosis ? `<p class="error" data-diagnosis="${p.process_id}">${esc(p.diagnosis.root_cause)}` +
               `${p.diagnosis.hint ? `<br><b>hint:</b> ${esc(p.diagnosis.hint)}` : ""}</p>` : "") +
             grid(["task", "status", "partitions", "attempt#", "optimizer", "spark", "error"], p.tasks.map((k) => [k.task_id, badge(k.status),

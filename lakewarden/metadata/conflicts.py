@@ -4,23 +4,21 @@
 MetaServer's checks): a data commit whose only failed requirement is its branch head is compared with the commits
 since its base, by partition or by file; with no overlap it is rebased onto the head on the server and lands
 without a client retry, else it gets 409 naming what changed. Format-version 3 tables and multi-table transactions
-keep `iceberg`. docs/rest-catalog.md gives the rules."""
+keep `iceberg`. Before any of them, lakewarden's own work yields to a writer (yielding.py). docs/rest-catalog.md
+gives the rules."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import itertools
 import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFileContent, ManifestEntryStatus, ManifestFile, write_manifest_list
+from pyiceberg.manifest import ManifestEntryStatus, ManifestFile, write_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot, Summary
@@ -33,26 +31,15 @@ from pyiceberg.table.update import (
 )
 
 from lakewarden.domain.errors import CommitFailed, InvalidField
-from lakewarden.domain.maintenance import yield_window
 from lakewarden.domain.optimizing_config import OptimizingConfig, optimizing_property
-from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.metadata.manifests import entries as manifest_entries
 from lakewarden.metadata.manifests import manifests as snapshot_manifests
+from lakewarden.metadata.snapshot_changes import TOTALS, Rebased, count, file_changes, renumbered, since
+from lakewarden.metadata.yielding import PastYieldWindow, yield_to_writer, yield_window_ms
 
 log = logging.getLogger(__name__)
 CONFLICT_STRATEGY = "lakewarden.commit.conflict-strategy"
-YIELD_WINDOW_PROPERTY = "lakewarden.commit.yield-window"
-YIELDED = "lakewarden.yielded-snapshots"  # in a writer's summary: lakewarden's snapshots its commit undid
 STRATEGIES = ("iceberg", "partition", "file")
-FILE_PATH_FIELD = 2147483546  # a position-delete file's `file_path` column (its bounds name the data files)
-_TOTALS = (
-    "total-data-files",
-    "total-delete-files",
-    "total-records",
-    "total-files-size",
-    "total-position-deletes",
-    "total-equality-deletes",
-)
 
 
 class PartitionConflict(Exception):
@@ -79,18 +66,6 @@ def check_properties(properties: Mapping[str, str], base: Mapping[str, str] | No
     changed = {k for k, v in properties.items() if base is None or base.get(k) != v}
     if any(optimizing_property(k) for k in changed):
         OptimizingConfig.of(properties)
-
-
-@dataclass(frozen=True)
-class Rebased:
-    requirements: list[TableRequirement]
-    updates: list[TableUpdate]
-    manifest_list: str  # written here: delete it when the commit does not land
-    written: list[str] | None = None  # every manifest list written, when more than `manifest_list`
-
-    @property
-    def files(self) -> list[str]:
-        return self.written if self.written is not None else [self.manifest_list]
 
 
 def _has_live_files(manifest: ManifestFile) -> bool:
@@ -120,7 +95,7 @@ def rebase_on_partitions(
     if head_ref is None:
         return None
     # a commit to a branch that had no snapshot yet (the first append of a table) has every snapshot since
-    between, base = _since(current, head_ref.snapshot_id, snapshot.parent_snapshot_id)
+    between, base = since(current, head_ref.snapshot_id, snapshot.parent_snapshot_id)
     if base is None and snapshot.parent_snapshot_id is not None:
         raise PartitionConflict(
             f"the commit's base snapshot {snapshot.parent_snapshot_id} is no longer an ancestor of {ref_name!r}"
@@ -150,7 +125,7 @@ def rebase_on_partitions(
         raise PartitionConflict("manifests this commit rewrote were rewritten by another commit meanwhile")
 
     sequence = current.last_sequence_number + 1
-    new = [_renumbered(m, snapshot, sequence) for m in own if m.added_snapshot_id == snapshot.snapshot_id]
+    new = [renumbered(m, snapshot, sequence) for m in own if m.added_snapshot_id == snapshot.snapshot_id]
     kept = [m for m in head_manifests if m.manifest_path not in replaced]
     location = f"{current.location.rstrip('/')}/metadata/snap-{snapshot.snapshot_id}-rebased-{uuid.uuid4()}.avro"
     with write_manifest_list(
@@ -172,7 +147,7 @@ def rebase_on_partitions(
             for r in requirements
         ],
         updates=[AddSnapshotUpdate(snapshot=rebased) if u is add else u for u in updates],
-        manifest_list=location,
+        written=[location],
     )
 
 
@@ -193,18 +168,6 @@ def _data_commit(
     return adds[0], refs[0].ref_name, assertions[0]
 
 
-def _since(current: TableMetadata, head_id: int, base_id: int | None) -> tuple[list[Snapshot], Snapshot | None]:
-    """The snapshots from the head back to (not including) the base, and the base if it is an ancestor (with
-    no base: the whole history)."""
-    between: list[Snapshot] = []
-    snapshot = current.snapshot_by_id(head_id)
-    while snapshot is not None and snapshot.snapshot_id != base_id:
-        between.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = current.snapshot_by_id(parent) if parent is not None else None
-    return between, snapshot
-
-
 def _touched(io: FileIO, snapshot: Snapshot) -> dict[tuple[int, tuple[Any, ...]], tuple[int, Any]]:
     """The partitions in which the snapshot added or removed files: (spec, values) -> (spec, record)."""
     touched: dict[tuple[int, tuple[Any, ...]], tuple[int, Any]] = {}
@@ -222,59 +185,11 @@ def _touched(io: FileIO, snapshot: Snapshot) -> dict[tuple[int, tuple[Any, ...]]
     return touched
 
 
-@dataclass
-class _FileChanges:
-    removed: dict[str, tuple[int, tuple[Any, ...]]]  # path -> (spec, partition) of the files it removed
-    targets: set[str]  # data files its new position deletes point at
-    untargeted: set[tuple[int, tuple[Any, ...]]]  # partitions of its position deletes that name no one file
-
-    def add(self, other: _FileChanges) -> None:
-        self.removed |= other.removed
-        self.targets |= other.targets
-        self.untargeted |= other.untargeted
-
-
-def _file_changes(io: FileIO, snapshot: Snapshot) -> _FileChanges:
-    changes = _FileChanges({}, set(), set())
-    for manifest in snapshot_manifests(io, snapshot):
-        if manifest.added_snapshot_id != snapshot.snapshot_id:
-            continue
-        for entry in manifest_entries(io, manifest, discard_deleted=False):
-            if entry.snapshot_id != snapshot.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
-                continue
-            record = entry.data_file.partition
-            where = (manifest.partition_spec_id, tuple(record[i] for i in range(len(record))))
-            if entry.status == ManifestEntryStatus.DELETED:
-                changes.removed[entry.data_file.file_path] = where
-            elif entry.data_file.content == DataFileContent.POSITION_DELETES:
-                target = _single_target(entry.data_file)
-                if target is None:
-                    changes.untargeted.add(where)
-                else:
-                    changes.targets.add(target)
-    return changes
-
-
-def _single_target(delete_file: Any) -> str | None:
-    """The one data file a position-delete file points at, when it says so (or its bounds do)."""
-    with contextlib.suppress(AttributeError, IndexError, KeyError):
-        referenced = delete_file.referenced_data_file
-        if referenced:
-            return str(referenced)
-    lower, upper = (
-        (delete_file.lower_bounds or {}).get(FILE_PATH_FIELD),
-        (delete_file.upper_bounds or {}).get(FILE_PATH_FIELD),
-    )
-    if lower is not None and lower == upper:
-        return bytes(lower).decode("utf-8", "replace")
-    return None
-
-
 def _check_files(io: FileIO, snapshot: Snapshot, between: Sequence[Snapshot]) -> None:
     """The `file` strategy's test (see the module's docstring); raises PartitionConflict naming the file."""
-    mine = _file_changes(io, snapshot)
+    mine = file_changes(io, snapshot)
     for other in between:
-        theirs = _file_changes(io, other)
+        theirs = file_changes(io, other)
         gone = theirs.removed
         clash = sorted(set(mine.removed) & gone.keys()) or sorted(mine.targets & gone.keys())
         if not clash and mine.untargeted:
@@ -295,158 +210,19 @@ def _describe(current: TableMetadata, touched: tuple[int, Any]) -> str:
     return f"partition {spec.partition_to_path(record, current.schema())}"
 
 
-def _renumbered(manifest: ManifestFile, snapshot: Snapshot, sequence: int) -> ManifestFile:
-    """The commit's own manifest under its new sequence number (its added entries inherit it)."""
-    renumbered = copy.copy(manifest)
-    renumbered.sequence_number = sequence
-    if manifest.min_sequence_number == snapshot.sequence_number:
-        renumbered.min_sequence_number = sequence
-    return renumbered
-
-
 def _summary(snapshot: Snapshot, base: Snapshot | None, head: Snapshot) -> Summary | None:
     """The commit's summary with its totals moved onto the head: head + (commit - base)."""
     if snapshot.summary is None:
         return None
     fields = dict(snapshot.summary.additional_properties)
-    for total in _TOTALS:
-        values = [_count(s.summary, total) if s is not None else 0 for s in (snapshot, base, head)]
+    for total in TOTALS:
+        values = [count(s.summary, total) if s is not None else 0 for s in (snapshot, base, head)]
         if None in values:
             fields.pop(total, None)  # unknown on one side: leave it out rather than state a wrong total
         else:
             mine, before, now = (v or 0 for v in values)
             fields[total] = str(now + mine - before)
     return Summary(snapshot.summary.operation, **fields)
-
-
-def _count(summary: Summary | None, key: str) -> int | None:
-    try:
-        return int(summary[key]) if summary is not None else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-class PastYieldWindow(Exception):
-    """lakewarden's work that a writer's commit names is older than the table's yield window: the bases it
-    would put back may be gone."""
-
-
-def yield_to_writer(
-    io: FileIO,
-    current: TableMetadata,
-    requirements: Sequence[TableRequirement],
-    updates: Sequence[TableUpdate],
-    window_ms: int,
-    now_ms: int,
-) -> Rebased | None:
-    """A writer's data commit landed over lakewarden's own work, or None when this does not apply: a commit of
-    another shape, lakewarden not the only one to have committed since the writer's base, a format other than 2.
-
-    When none of lakewarden's snapshots since the base removed a file the commit names (a file it removes, a
-    file its position deletes point at, a partition its untargeted position deletes cover), a one-snapshot commit
-    is rebased onto the head with all that work kept. Otherwise lakewarden's snapshots since the base are undone
-    in the same commit: the writer's snapshots land on the head as they are, its base's manifests with its
-    changes, and the files lakewarden wrote drop out of the table (metadata only; nothing is read or deleted).
-    Raises PastYieldWindow when a snapshot to undo is older than `window_ms`."""
-    shape = _writer_chain(requirements, updates)
-    if shape is None or current.format_version != 2:
-        return None
-    adds, ref_name, assertion = shape
-    head_ref = current.refs.get(ref_name)
-    first = adds[0].snapshot
-    if head_ref is None or first.parent_snapshot_id is None:
-        return None
-    between, base = _since(current, head_ref.snapshot_id, first.parent_snapshot_id)
-    if base is None or not between or not all(OWN_COMMIT in _summary_fields(s) for s in between):
-        return None
-    mine = _FileChanges({}, set(), set())
-    for add in adds:
-        mine.add(_file_changes(io, add.snapshot))
-    if not any(_names_removed(mine, _file_changes(io, other)) for other in between):
-        if len(adds) > 1:
-            return None  # the writer's own retry, on the head, finds nothing of its own removed
-        with contextlib.suppress(PartitionConflict):
-            return rebase_on_partitions(io, current, requirements, updates, "file")
-    stale = [other for other in between if now_ms - other.timestamp_ms > window_ms]
-    if stale:
-        raise PastYieldWindow(
-            f"this commit names files that lakewarden's snapshot {stale[0].snapshot_id} removed, which is older "
-            f"than the table's {YIELD_WINDOW_PROPERTY} ({window_ms // 1000} s): refresh the table and retry"
-        )
-    head = current.snapshot_by_id(head_ref.snapshot_id)
-    assert head is not None
-    undone = ",".join(str(other.snapshot_id) for other in reversed(between))
-    sequences = {a.snapshot.snapshot_id: current.last_sequence_number + 1 + i for i, a in enumerate(adds)}
-    originals = {a.snapshot.snapshot_id: a.snapshot for a in adds}
-    landed: dict[int, AddSnapshotUpdate] = {}
-    written: list[str] = []
-    parent, stamp = head.snapshot_id, current.last_updated_ms + 1
-    for add in adds:
-        snapshot = add.snapshot
-        sequence = sequences[snapshot.snapshot_id]
-        manifests = [
-            _renumbered(m, originals[m.added_snapshot_id], sequences[m.added_snapshot_id])
-            if m.added_snapshot_id in sequences
-            else m
-            for m in snapshot_manifests(io, snapshot)
-        ]
-        location = f"{current.location.rstrip('/')}/metadata/snap-{snapshot.snapshot_id}-yielded-{uuid.uuid4()}.avro"
-        written.append(location)
-        with write_manifest_list(2, io.new_output(location), snapshot.snapshot_id, parent, sequence, "deflate") as out:
-            out.add_manifests(manifests)
-        summary = snapshot.summary
-        if summary is not None:  # the writer's totals stand: the table is its view, lakewarden's work undone
-            summary = Summary(summary.operation, **{**summary.additional_properties, YIELDED: undone})
-        stamp = max(snapshot.timestamp_ms, stamp, now_ms)
-        changed = {"parent_snapshot_id": parent, "sequence_number": sequence, "manifest_list": location}
-        landed[snapshot.snapshot_id] = AddSnapshotUpdate(
-            snapshot=snapshot.model_copy(update={**changed, "timestamp_ms": stamp, "summary": summary})
-        )
-        parent, stamp = snapshot.snapshot_id, stamp + 1
-    log.info("lakewarden's snapshots %s yield to the writer's commit of %s", undone, ", ".join(map(str, sequences)))
-    return Rebased(
-        requirements=[
-            AssertRefSnapshotId(ref=ref_name, snapshot_id=head.snapshot_id) if r is assertion else r
-            for r in requirements
-        ],
-        updates=[landed[u.snapshot.snapshot_id] if isinstance(u, AddSnapshotUpdate) else u for u in updates],
-        manifest_list=written[-1],
-        written=written,
-    )
-
-
-def _writer_chain(
-    requirements: Sequence[TableRequirement], updates: Sequence[TableUpdate]
-) -> tuple[list[AddSnapshotUpdate], str, AssertRefSnapshotId] | None:
-    """New snapshots each on the one before (pyiceberg's delete may make two), moved onto one branch whose head
-    the client asserted to be the first one's parent."""
-    adds = [u for u in updates if isinstance(u, AddSnapshotUpdate)]
-    if not adds or any(b.snapshot.parent_snapshot_id != a.snapshot.snapshot_id for a, b in itertools.pairwise(adds)):
-        return None
-    ids = {a.snapshot.snapshot_id for a in adds}
-    refs = [u for u in updates if isinstance(u, SetSnapshotRefUpdate)]
-    if not refs or refs[-1].snapshot_id != adds[-1].snapshot.snapshot_id:
-        return None
-    if any(
-        r.ref_name != refs[-1].ref_name or r.type != SnapshotRefType.BRANCH or r.snapshot_id not in ids for r in refs
-    ):
-        return None
-    assertions = [r for r in requirements if isinstance(r, AssertRefSnapshotId) and r.ref == refs[-1].ref_name]
-    if len(assertions) != 1 or assertions[0].snapshot_id != adds[0].snapshot.parent_snapshot_id:
-        return None
-    return adds, refs[-1].ref_name, assertions[0]
-
-
-def _summary_fields(snapshot: Snapshot) -> Mapping[str, str]:
-    return snapshot.summary.additional_properties if snapshot.summary is not None else {}
-
-
-def _names_removed(mine: _FileChanges, theirs: _FileChanges) -> bool:
-    """Whether a commit's changes name a file another snapshot removed (the `file` strategy's test)."""
-    gone = theirs.removed
-    if set(mine.removed) & gone.keys() or mine.targets & gone.keys():
-        return True
-    return bool(mine.untargeted) and any(where in mine.untargeted for where in gone.values())
 
 
 def checked_updates(
@@ -499,18 +275,9 @@ def _validated(io: FileIO, base: TableMetadata, rebased: Rebased, what: str) -> 
         for requirement in rebased.requirements:
             requirement.validate(base)
     except CommitFailedException as exc:
-        for path in rebased.files:
+        for path in rebased.written:
             with contextlib.suppress(OSError):
                 io.delete(path)
         raise CommitFailed(str(exc)) from exc
-    log.info("%s: %s", what, ", ".join(rebased.files))
-    return rebased.updates, rebased.files
-
-
-def yield_window_ms(properties: Mapping[str, str]) -> int | None:
-    """The table's yield window in milliseconds, or None when lakewarden's work does not yield on this table."""
-    try:
-        window = yield_window(properties)
-    except InvalidField:
-        return None  # a value lakewarden cannot read: its evaluation says what is wrong, commits go on as before
-    return int(window.total_seconds() * 1000) or None
+    log.info("%s: %s", what, ", ".join(rebased.written))
+    return rebased.updates, rebased.written

@@ -27,6 +27,7 @@ from lakewarden.services.processes.engine import ProcessEngine
 from lakewarden.services.processes.factories import ProcessRegistry
 from lakewarden.services.processes.keeper import OptimizerKeeper
 from lakewarden.services.processes.self_optimizing import SelfOptimizingFactory
+from lakewarden.services.processes.yields import YieldRecorder
 from lakewarden.services.resources.containers import OPTIMIZER_LOGS
 from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
 from lakewarden.services.rest_catalog.catalog import RestCatalog
@@ -223,7 +224,7 @@ class ServerRuntime:
             retry_backoff_max=timeouts.task_retry_backoff_max,
         )
         explorer.on_closing = engine.close_for_change
-        changes = ChangeListener(explorer, evaluator)
+        changes = ChangeListener(explorer, evaluator, on_yielded=YieldRecorder(db))
         ha = config.ams.ha
         if not ha.enabled:
             catalog.outbox.subscribe(changes)
@@ -252,6 +253,7 @@ class ServerRuntime:
                 node_url=ha.node_url or server_url,
                 price=price_of(config),
                 max_long_polls=timeouts.max_long_polls,
+                flights=catalog.commits.flights,
                 break_quota_limit=config.ams.self_optimizing.break_quota_limit_enabled,
             ),
             keeper=keeper,

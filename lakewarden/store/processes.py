@@ -200,6 +200,24 @@ def get_process(session: Session, process_id: int) -> ProcessRow:
     return row
 
 
+YIELDS_KEPT = 20  # a process keeps its newest yields; the counts keep them all
+
+
+def record_yield(session: Session, process_id: int, entry: dict[str, Any], cpu_ms: float) -> bool:
+    """One yield of an ended process's work (services/processes/yields.py): listed in its summary and counted;
+    False when the process is gone (its history was trimmed)."""
+    process = session.get(ProcessRow, process_id)
+    if process is None:
+        return False
+    summary = dict(process.summary or {})
+    summary["yielded"] = [*summary.get("yielded", []), entry][-YIELDS_KEPT:]
+    summary["yields"] = int(summary.get("yields", 0)) + 1
+    summary["yielded_cpu_ms"] = round(float(summary.get("yielded_cpu_ms", 0)) + cpu_ms, 1)
+    process.summary = summary
+    stats.count_yield(session, process_id, cpu_ms)
+    return True
+
+
 def task_usage(session: Session, process_id: int, task_id: int) -> tuple[dict[str, Any] | None, str] | None:
     """A task's kept usage and its process's group; None for a task that is gone."""
     found = session.execute(

@@ -46,6 +46,8 @@ RESULT_FIELDS = (
     "tags_created",
     "manifests_rewritten",
     "orphan_files_found",
+    "yields",  # kept by count_yield: work of the process undone for writers, and its CPU
+    "yielded_cpu_ms",
     *USAGE_FIELDS,
     COST,
 )
@@ -99,6 +101,22 @@ def process_totals(session: Session, table: tuple[str, str, str] | None = None) 
         summed = {f: number(p.sums.get(f, 0)) + (known.sums[f] if known else 0) for f in RESULT_FIELDS}
         totals[key] = ProcessTotals(*key, count, summed)
     return list(totals.values())
+
+
+def count_yield(session: Session, process_id: int, cpu_ms: float) -> None:
+    """Adds one of an ended process's yields (services/processes/yields.py) to its running totals."""
+    row = session.execute(
+        select(*(getattr(ProcessRow, key) for key in TOTALS_KEY), ProcessRow.group_name).where(
+            ProcessRow.process_id == process_id
+        )
+    ).one()
+    key = dict(zip((*TOTALS_KEY, "group_name"), row, strict=True))
+    totals = locked_row(session, ProcessTotalsRow, key, count=0, sums={})
+    sums = dict(totals.sums)
+    sums["yields"] = number(sums.get("yields", 0)) + 1
+    sums["yielded_cpu_ms"] = number(sums.get("yielded_cpu_ms", 0)) + cpu_ms
+    totals.sums = sums
+    session.flush()
 
 
 def count_ended(session: Session, process_id: int) -> None:

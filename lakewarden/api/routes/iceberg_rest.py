@@ -305,15 +305,24 @@ class MetricsReport(ClientBody):
     operation: str | None = Field(None, max_length=64)
     metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
     metadata: dict[str, str] = Field(default_factory=dict)
+    projected_field_ids: list[int] = Field(default_factory=list, alias="projected-field-ids", max_length=100_000)
 
 
 @router.post("/{prefix}/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
 def report_metrics(
     prefix: str, namespace: str, table: str, body: MetricsReport, catalog: Served, me: Caller
 ) -> Response:
-    """Scan and commit reports are kept per table (services/tables/reads.py)."""
+    """Scan and commit reports are kept per table (services/tables/reads.py). The scan of a row-level write
+    may have lakewarden's work yield to it first (services/rest_catalog/own.py)."""
     request = MetricsRequest(
-        body.report_type, body.snapshot_id, body.filter, body.operation, body.metrics, body.metadata
+        body.report_type,
+        body.snapshot_id,
+        body.filter,
+        body.operation,
+        body.metrics,
+        body.metadata,
+        tuple(body.projected_field_ids),
+        by_lakewarden=me.task_holder is not None,
     )
     catalog.report_metrics(ns(namespace), table, request, me.name)
     return Response(status_code=204)

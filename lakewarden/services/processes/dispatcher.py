@@ -32,6 +32,7 @@ from lakewarden.services.access.auth import AuthService
 from lakewarden.services.loop import WakeSignal
 from lakewarden.services.processes.budget import budget_of, weigh
 from lakewarden.services.processes.engine import ProcessEngine
+from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
 from lakewarden.store import process_files
@@ -66,8 +67,12 @@ class TaskDispatcher:
         price: Price | None = None,
         max_long_polls: int = 16,
         break_quota_limit: bool = True,
+        flights: WritesInFlight | None = None,
     ) -> None:
         self.db = db
+        # row-level writes planned on lakewarden's own catalogs and not yet committed: a task's commit waits
+        # for those on its table (services/rest_catalog/writes_in_flight.py)
+        self.flights = flights or WritesInFlight()
         self.break_quota_limit = break_quota_limit
         self.price = price or Price()  # the server's default; a group's properties may set its own
         # lakewarden's own catalogs are reached at the node that hands the task out (with high availability
@@ -286,7 +291,13 @@ class TaskDispatcher:
 
     def grant_commit(self, token: str, process_id: int, task_id: int, attempt: int) -> None:
         """Let a task commit: ACKED -> COMMITTING, unless its process was canceled or the task taken back
-        meanwhile. A cancel after the grant does not stop the commit; one before it does."""
+        meanwhile. A cancel after the grant does not stop the commit; one before it does. While a client's
+        row-level write to the table is in flight the grant waits for its commit, within the write's hold."""
+        with self.db.read() as session:
+            process = store.get_process(session, process_id)
+            table = (process.catalog_name, process.db_name, process.table_name)
+        if not self.flights.wait_clear(table, self.flights.hold(table)):
+            log.info("task %d.%d commits with writes still in flight on %s", process_id, task_id, ".".join(table))
         with self.db.write() as session:
             store.touch_optimizer(session, token)
             granted = store.transition_task(

@@ -7,18 +7,22 @@ requirements still hold."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable, WouldWait
 from lakewarden.domain.events import CatalogEvent, EventType
+from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.metadata.conflicts import check_properties, checked_updates
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
+from lakewarden.metadata.report_filters import ReportedFilter
 from lakewarden.metadata.table_metadata import (
     apply_updates,
     defines_table,
@@ -27,18 +31,21 @@ from lakewarden.metadata.table_metadata import (
     metadata_from_updates,
     write_metadata,
 )
+from lakewarden.metadata.yielding import Yielded, yield_to_planned_write, yield_window_ms
 from lakewarden.services.rest_catalog.catalog_tables import CatalogTables
 from lakewarden.services.rest_catalog.heads import TableHeads
 from lakewarden.services.rest_catalog.loads import LoadedTable
 from lakewarden.services.rest_catalog.metadata_files import LOOP_JSON_BYTES, MetadataFiles
 from lakewarden.services.rest_catalog.outbox import Outbox
 from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight
 from lakewarden.store import rest_catalog as store
 from lakewarden.store.commit_statement import swap_and_record
 from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 20
+YIELDING = "lakewarden (yielding to a planned write)"  # the client named in the log and timeline
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,10 @@ class TableCommits:
         heads: TableHeads,
         outbox: Outbox,
         tables: CatalogTables,
+        flights: WritesInFlight | None = None,
     ) -> None:
         self.db = db
+        self.flights = flights or WritesInFlight()
         self.warehouses = warehouses
         self.files = files
         self.heads = heads
@@ -145,12 +154,47 @@ class TableCommits:
         except CommitFailed as exc:
             log.info("commit to %s.%s.%s refused (%s): %s", catalog, namespace, name, client or "a client", exc)
             raise
+        self._landed(catalog, [change])
         return LoadedTable(staged.location or staged.expected, staged.metadata)
+
+    def _landed(self, catalog: str, changes: Sequence[TableChange]) -> None:
+        """Clients' snapshots landed: the writes they planned are no longer in flight."""
+        for change in changes:
+            for update in change.updates:
+                summary = update.snapshot.summary if isinstance(update, AddSnapshotUpdate) else None
+                if summary is not None and OWN_COMMIT not in summary.additional_properties:
+                    self.flights.committed((catalog, change.namespace, change.name), summary.additional_properties)
+
+    def yield_to_planned_write(
+        self, catalog: str, namespace: str, name: str, snapshot_id: int, reported_filter: Any, writer: str
+    ) -> Yielded | None:
+        """A client reported the scan of a row-level write planned on `snapshot_id`: lakewarden's work since then
+        that the write may name is undone now, before the client checks its commit (metadata/yielding.py)."""
+        spec = self.warehouses.catalog(catalog)
+        io = self.warehouses.io_of(spec)
+        (expected, _), _ = self._head((spec.name, namespace, name), False)
+        current = self.files.read(io, expected)
+        window = yield_window_ms(current.properties)
+        if window is None or current.current_snapshot_id == snapshot_id:
+            return None
+        matches = ReportedFilter(reported_filter, current.schema(), current.specs()).may_match
+        now = int(time.time() * 1000)
+        yielded = yield_to_planned_write(io, current, snapshot_id, matches, window, now, writer)
+        if yielded is None:
+            return None
+        try:
+            self.commit_table(catalog, namespace, name, yielded.requirements, yielded.updates, YIELDING)
+        except CommitFailed as exc:  # the table moved meanwhile: the write is checked against that as always
+            self.files.discard(io, yielded.written)
+            log.info("lakewarden's work on %s.%s.%s did not yield: %s", catalog, namespace, name, exc)
+            return None
+        return yielded
 
     def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
         """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does.
         The requirements are checked as the spec says (no partition rebase across tables)."""
         self._commit(self.warehouses.catalog(catalog), changes, client, single=False)
+        self._landed(catalog, changes)
 
     def _commit(
         self, spec: CatalogSpec, changes: Sequence[TableChange], client: str | None, single: bool, wait: bool = True

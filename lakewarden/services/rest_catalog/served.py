@@ -122,6 +122,8 @@ class MetricsRequest:
     operation: str | None
     metrics: dict[str, dict[str, Any]]
     metadata: dict[str, str]
+    projected_field_ids: tuple[int, ...] = ()  # a scan report's projection
+    by_lakewarden: bool = False  # reported by one of lakewarden's own optimizers (its catalog token)
 
 
 def load_result(table: LoadedTable, access: TableAccess) -> Answer:

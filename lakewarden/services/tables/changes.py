@@ -16,11 +16,13 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
 from lakewarden.domain.events import CatalogEvent, EventType
 from lakewarden.domain.tables import TableIdentifier
+from lakewarden.domain.yields import YIELDED
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.evaluation import TableEvaluator
 from lakewarden.services.tables.explorer import TableExplorer
@@ -32,9 +34,16 @@ OWN_COMMIT = "lakewarden.process-id"
 
 
 class ChangeListener:
-    def __init__(self, explorer: TableExplorer, evaluator: TableEvaluator) -> None:
+    def __init__(
+        self,
+        explorer: TableExplorer,
+        evaluator: TableEvaluator,
+        on_yielded: Callable[[CatalogEvent], None] | None = None,
+    ) -> None:
         self.explorer = explorer  # reads lakewarden's own tables in process
         self.evaluator = evaluator
+        # a commit that undid lakewarden's work for a writer: its processes say so (services/processes/yields.py)
+        self.on_yielded = on_yielded
         self._queue: queue.Queue[CatalogEvent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.handled = 0
@@ -83,11 +92,23 @@ class ChangeListener:
             # settles the table, and a re-evaluation now would be pointless
             if any(not _own_commit(item) for item in batch):
                 self.evaluator.wake()
+            for item in batch:
+                if self.on_yielded is not None and _yielded(item):
+                    try:
+                        self.on_yielded(item)
+                    except Exception:
+                        log.exception("recording the yield of %s failed", item.table)
             self.handled += len(batch)
 
 
 def _own_commit(event: CatalogEvent) -> bool:
-    return event.type == EventType.TABLE_COMMITTED and OWN_COMMIT in (event.payload.get("summary") or {})
+    """lakewarden's own rewrite; not a commit that undid its work (that table is evaluated again at once)."""
+    summary = event.payload.get("summary") or {}
+    return event.type == EventType.TABLE_COMMITTED and OWN_COMMIT in summary and YIELDED not in summary
+
+
+def _yielded(event: CatalogEvent) -> bool:
+    return event.type == EventType.TABLE_COMMITTED and YIELDED in (event.payload.get("summary") or {})
 
 
 def _tables_of(event: CatalogEvent) -> set[TableIdentifier]:

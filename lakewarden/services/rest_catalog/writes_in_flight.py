@@ -1,0 +1,90 @@
+"""Row-level writes a client planned and has not committed yet, per table: a Spark DELETE, UPDATE or MERGE
+scans the `_file` and `_pos` metadata columns and reports that scan before it writes; its commit, which names
+its application, ends the flight. lakewarden's own commits wait for the flights on their table
+(TaskDispatcher.grant_commit), for at most a hold learned from the table's recent writes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+TableKey = tuple[str, str, str]  # catalog, namespace (levels joined by 0x1F), table
+# Iceberg's reserved field ids of the `_file` and `_pos` metadata columns: a row-level operation's scan reads them
+ROW_LEVEL_COLUMNS = frozenset({2147483646, 2147483645})
+APP_ID = "app-id"  # Iceberg's EnvironmentContext key, in a scan report's metadata and a snapshot's summary
+MAX_HOLD_SECONDS = 20.0  # under the optimizer client's HTTP timeout: the grant it holds back answers first
+MIN_HOLD_SECONDS = 2.0
+_KEPT_DURATIONS = 20
+
+
+def plans_a_write(projected_field_ids: Iterable[int]) -> bool:
+    """Whether a scan with this projection is the scan of a row-level write."""
+    return not ROW_LEVEL_COLUMNS.isdisjoint(projected_field_ids)
+
+
+@dataclass
+class _Table:
+    flights: dict[str, float] = field(default_factory=dict)  # application -> when its write was planned
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=_KEPT_DURATIONS))
+
+
+class WritesInFlight:
+    """Thread-safe; one per server node (a scan report and the commit grant it holds back may reach different
+    nodes of several: there a flight holds only the node that saw it)."""
+
+    def __init__(self, max_hold: float = MAX_HOLD_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_hold = max_hold
+        self._clock = clock
+        self._tables: dict[TableKey, _Table] = {}
+        self._changed = threading.Condition()
+
+    def planned(self, table: TableKey, metadata: Mapping[str, str]) -> None:
+        """A row-level write's scan was reported (its report's metadata names its application)."""
+        app = metadata.get(APP_ID) or "unknown"
+        with self._changed:
+            self._tables.setdefault(table, _Table()).flights[app] = self._clock()
+
+    def committed(self, table: TableKey, summary: Mapping[str, str]) -> None:
+        """A client's snapshot landed on the table: its application's write, if one was in flight, is done."""
+        app = summary.get(APP_ID)
+        with self._changed:
+            known = self._tables.get(table)
+            started = known.flights.pop(app, None) if known is not None and app is not None else None
+            if known is not None and started is not None:
+                known.durations.append(self._clock() - started)
+                self._changed.notify_all()
+
+    def hold(self, table: TableKey) -> float:
+        """How long a write planned on the table may be waited for: twice the longest of its recent writes,
+        bounded; the bound itself while none is known."""
+        with self._changed:
+            known = self._tables.get(table)
+            if known is None or not known.durations:
+                return self.max_hold
+            return min(self.max_hold, max(MIN_HOLD_SECONDS, 2 * max(known.durations)))
+
+    def in_flight(self, table: TableKey) -> list[str]:
+        """The applications whose writes to the table are in flight (within their hold)."""
+        hold = self.hold(table)
+        now = self._clock()
+        with self._changed:
+            known = self._tables.get(table)
+            if known is None:
+                return []
+            for app in [a for a, started in known.flights.items() if now - started > hold]:
+                del known.flights[app]
+            return sorted(known.flights)
+
+    def wait_clear(self, table: TableKey, timeout: float) -> bool:
+        """Wait, up to `timeout` seconds, until no write is in flight on the table; whether none is."""
+        deadline = self._clock() + timeout
+        while True:
+            flying = self.in_flight(table)
+            left = deadline - self._clock()
+            if not flying or left <= 0:
+                return not flying
+            with self._changed:
+                self._changed.wait(min(left, 0.5))
