@@ -105,12 +105,18 @@ def run_job(spark: Any, catalog: str, job: Job) -> tuple[list[str], float]:
         try:
             spark.sql(sql.format(t=f"{catalog}.db.{table}"))
         except Exception as exc:  # what the user's job would die of
-            message = str(exc).strip().splitlines()[0][:300]
+            message = cause(exc)
             failures.append(f"#{number} {table}: {message}")
             print(f"  statement {number} failed: {message}", flush=True)
         if number % 50 == 0:
             print(f"  {number} statements, {len(failures)} failed", flush=True)
     return failures, time.monotonic() - began
+
+
+def cause(exc: BaseException) -> str:
+    """The Java exception behind a failed statement (py4j's first line only names the call), in a line."""
+    lines = [line.strip(": \t") for line in str(exc).splitlines()]
+    return next((line for line in lines if "Exception" in line), lines[0] if lines else repr(exc))[:300]
 
 
 def files_per_partition(spark: Any, catalog: str) -> float:
@@ -145,6 +151,7 @@ def lakewarden(name: str, spark: Any, job: Job, args: argparse.Namespace) -> dic
         failures, took = run_job(spark, "lw", job)
         settled = settle(api, args.settle)
         processes = [p for p in api.get("/processes", params={"limit": 10000}).json() if p["action"] == "optimizing"]
+        failed = [p for p in processes if p["status"] == "failed"]
         whole = sum(p["usage"].get("whole_cpu_ms", 0) or p["usage"].get("cpu_ms", 0) for p in processes) / 1000
         undone = sum(p["summary"].get("yielded_cpu_ms", 0) for p in processes) / 1000
         return {
@@ -155,7 +162,10 @@ def lakewarden(name: str, spark: Any, job: Job, args: argparse.Namespace) -> dic
             "settled": settled,
             "files_per_partition": round(files_per_partition(spark, "lw"), 2),
             "processes": len(processes),
-            "processes_failed": sum(p["status"] == "failed" for p in processes),
+            "processes_failed": len(failed),
+            "process_failures": sorted({(p.get("fail_reason") or "")[:200] for p in failed}),
+            # CPU of processes that failed: a writer changed their files first (lakewarden's own commit lost)
+            "failed_cpu_seconds": round(sum(p["usage"].get("whole_cpu_ms", 0) for p in failed) / 1000, 1),
             "yields": sum(p["summary"].get("yields", 0) for p in processes),
             "compaction_cpu_seconds": round(whole, 1),
             "undone_cpu_seconds": round(undone, 2),
@@ -180,7 +190,7 @@ def settle(api: httpx.Client, seconds: float) -> bool:
     return False
 
 
-def peer(spark: Any, job: Job, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def peer(spark: Any, job: Job, args: argparse.Namespace) -> dict[str, Any]:
     """The job on a plain SQL catalog, `rewrite_data_files` on both tables every --peer-every seconds."""
     create_tables(spark, "peer", {})
     scheduler = spark.newSession()  # another session, as another Spark job would be
@@ -194,7 +204,7 @@ def peer(spark: Any, job: Job, args: argparse.Namespace, tmp: Path) -> dict[str,
                 runs["done"] += 1
             except Exception as exc:
                 runs["failed"] += 1
-                print(f"  rewrite_data_files failed: {str(exc).splitlines()[0][:200]}", flush=True)
+                print(f"  rewrite_data_files failed: {cause(exc)}", flush=True)
 
     def schedule() -> None:
         while not stop.wait(args.peer_every):
@@ -238,7 +248,7 @@ def main() -> None:
         spark = build_spark_session([spec], master="local[2]", driver_memory="2g", app_name="bench-user-job")
         for setup in args.setups.split(","):
             if setup == "peer":
-                results[setup] = peer(spark, job, args, Path(tmp))
+                results[setup] = peer(spark, job, args)
             else:
                 results[setup] = lakewarden(setup, spark, job, args)
             print(setup, {k: v for k, v in results[setup].items() if k != "failures"}, flush=True)
