@@ -22,7 +22,7 @@ from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import processes as store
 from lakewarden.store import tables as table_store
 from lakewarden.store.database import utcnow
-from lakewarden.store.models import TaskRow
+from lakewarden.store.models import TableRuntimeRow, TaskRow
 from lakewarden.store.runtime import transition_table
 from lakewarden.store.tables import TableRecord
 from tests.helpers import minor_task
@@ -197,6 +197,27 @@ def test_min_plan_interval_holds_a_table_back(client: TestClient) -> None:
     rec = add_table(ctx, "t", **{"self-optimizing.min-plan-interval": "600000"})
     make_pending(ctx, rec, last_planned_at=utcnow() - timedelta(minutes=1))
     assert ctx.dispatcher._pick_table("default") is None
+
+
+def test_a_table_with_a_write_in_flight_waits_to_be_planned_within_a_bound(client: TestClient) -> None:
+    """A rewrite planned while a client's row-level write is in flight would be planned on files the write may
+    change: the table waits for the write's commit, but not beyond the flights' deferral."""
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t")
+    make_pending(ctx, rec)
+    flights, table = ctx.dispatcher.flights, ("c", "db", "t")
+    flights.planned(table, {"app-id": "job"})
+    assert ctx.dispatcher._pick_table("default") is None
+    flights.committed(table, {"app-id": "job"})
+    assert ctx.dispatcher._pick_table("default") is not None
+    flights.planned(table, {"app-id": "job"})  # a job writing without pause: past the deferral it is planned
+    with ctx.db.write() as session:
+        session.execute(
+            update(TableRuntimeRow)
+            .where(TableRuntimeRow.table_id == rec.runtime.table_id)
+            .values(status_changed_at=utcnow() - timedelta(seconds=flights.max_deferral + 1))
+        )
+    assert ctx.dispatcher._pick_table("default") is not None
 
 
 def test_cancel_a_running_process(client: TestClient) -> None:

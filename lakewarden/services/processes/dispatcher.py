@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
@@ -250,6 +250,8 @@ class TaskDispatcher:
                     interval = budget.min_plan_interval(config, READ_TRIGGERED in (rec.runtime.evaluation or {}))
                 if rec.runtime.table_id in blocked or (planned is not None and now - as_utc(planned) < interval):
                     continue
+                if self._writes_in_flight(rec, now):
+                    continue
                 r = rec.runtime
                 times = [
                     as_utc(t).timestamp()
@@ -269,6 +271,16 @@ class TaskDispatcher:
                 return None if picked is None else (picked[1], weighed.why(picked[0]))
         order = ranked(policy, candidates)
         return (order[0].table, why_first(policy, order, now.timestamp())) if order else None
+
+    def _writes_in_flight(self, rec: TableRecord, now: datetime) -> bool:
+        """Whether to leave a table unplanned for now: a client's row-level write to it is in flight (a rewrite
+        started now would be planned on files the write may change), and the table has not waited longer than
+        the flights' deferral (a job writing without pause would keep it waiting for good)."""
+        name = rec.identifier
+        if not self.flights.in_flight((name.catalog_name, name.db_name, name.table_name)):
+            return False
+        waited = now - as_utc(rec.runtime.status_changed_at)
+        return waited.total_seconds() < self.flights.max_deferral
 
     # ---- ack and complete
 

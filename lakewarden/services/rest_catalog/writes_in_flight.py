@@ -1,7 +1,7 @@
 """Row-level writes a client planned and has not committed yet, per table: a Spark DELETE, UPDATE or MERGE
 scans the `_file` and `_pos` metadata columns and reports that scan before it writes; its commit, which names
-its application, ends the flight. lakewarden's own commits wait for the flights on their table
-(TaskDispatcher.grant_commit), for at most a hold learned from the table's recent writes."""
+its application, ends the flight. lakewarden plans no rewrite of a table while a write is in flight there, and
+its commits wait for the flights (TaskDispatcher), for at most a hold learned from the table's recent writes."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ ROW_LEVEL_COLUMNS = frozenset({2147483646, 2147483645})
 APP_ID = "app-id"  # Iceberg's EnvironmentContext key, in a scan report's metadata and a snapshot's summary
 MAX_HOLD_SECONDS = 20.0  # under the optimizer client's HTTP timeout: the grant it holds back answers first
 MIN_HOLD_SECONDS = 2.0
+# a pending table is planned beside writes in flight once it waited this long: a job that writes without a
+# pause would otherwise keep it waiting until the job ends
+MAX_DEFERRAL_SECONDS = 60.0
 _KEPT_DURATIONS = 20
 
 
@@ -35,8 +38,14 @@ class WritesInFlight:
     """Thread-safe; one per server node (a scan report and the commit grant it holds back may reach different
     nodes of several: there a flight holds only the node that saw it)."""
 
-    def __init__(self, max_hold: float = MAX_HOLD_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        max_hold: float = MAX_HOLD_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        max_deferral: float = MAX_DEFERRAL_SECONDS,
+    ) -> None:
         self.max_hold = max_hold
+        self.max_deferral = max_deferral
         self._clock = clock
         self._tables: dict[TableKey, _Table] = {}
         self._changed = threading.Condition()
