@@ -232,9 +232,11 @@ def checked_updates(
     updates: Sequence[TableUpdate],
     single: bool,
     label: str,
+    rebase: bool = True,
 ) -> tuple[Sequence[TableUpdate], list[str]]:
-    """The commit's requirements checked against `base`, under the table's conflict strategy when it
-    is a single table's commit.
+    """The commit's requirements checked against `base`; when they fail, lakewarden's own work yields to the
+    commit (yielding.py), and a single table's commit is rebased under the table's conflict strategy. Without
+    `rebase` nothing is read or written: a failed requirement is a CommitFailed at once.
 
     Returns the updates to apply (rebased onto the branch head where the
     `partition` strategy allows it) and the files written for them; raises CommitFailed."""
@@ -243,7 +245,7 @@ def checked_updates(
             requirement.validate(base)
         return updates, []
     except CommitFailedException as exc:
-        if not single:
+        if not rebase:
             raise CommitFailed(f"{label}{exc}") from exc
         failure = exc
     window = yield_window_ms(base.properties)
@@ -251,9 +253,11 @@ def checked_updates(
         try:
             yielded = yield_to_writer(io, base, requirements, updates, window, int(time.time() * 1000))
         except PastYieldWindow as exc:
-            raise CommitFailed(str(exc)) from exc
+            raise CommitFailed(f"{label}{exc}") from exc
         if yielded is not None:
             return _validated(io, base, yielded, "lakewarden's work yielded to the commit")
+    if not single:
+        raise CommitFailed(f"{label}{failure}") from failure
     try:
         strategy = conflict_strategy(base.properties)
     except ValueError as exc:

@@ -192,7 +192,8 @@ class TableCommits:
 
     def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
         """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does.
-        The requirements are checked as the spec says (no partition rebase across tables)."""
+        The requirements are checked as the spec says (no partition rebase across tables); lakewarden's own work
+        yields to each table's change as to a single commit."""
         self._commit(self.warehouses.catalog(catalog), changes, client, single=False)
         self._landed(catalog, changes)
 
@@ -279,7 +280,7 @@ class TableCommits:
             raise WouldWait("the table's files are across a network")
         try:
             # without `wait` a requirement that fails is not rebased here (that reads and writes manifests)
-            applied, written = checked_updates(io, base, change.requirements, change.updates, single and wait, label)
+            applied, written = checked_updates(io, base, change.requirements, change.updates, single, label, wait)
         except CommitFailed as exc:
             if wait:
                 raise
