@@ -460,3 +460,54 @@ def test_a_metastore_table_on_s3_is_compacted_and_expired_with_the_catalogs_own_
         keys = s3.keys("hivewh/db.db/t/")
         assert any(k.endswith(".metadata.json") for k in keys) and any(k.endswith(".parquet") for k in keys)
         assert _metastore_location(spec, "db", "t").startswith(f"s3a://{BUCKET}/hivewh/db.db/t/metadata/")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_writes_through_the_rest_endpoint_planned_before_a_compaction_land_in_the_metastore(
+    hive_server: ServerProcess, hms: CatalogSpec, spark: SparkSession
+) -> None:
+    """Writers always win on a forwarded catalog too: a pyiceberg delete and a Spark merge-on-read DELETE, both
+    through lakewarden's REST endpoint and planned before lakewarden compacted their tables in the metastore,
+    land on their only try; what yields is committed to the metastore under its lock, in one commit each."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    api = hive_server.api()
+    properties = {**api.get("/catalogs/hms").json()["properties"], "rest-endpoint.enabled": "true"}
+    assert api.put("/catalogs/hms", json={"properties": properties}).status_code == 200
+    held = {"self-optimizing.enabled": "false", "commit.retry.num-retries": "0"}
+    for name, deletes in (("yield_py", "copy-on-write"), ("yield_spark", "merge-on-read")):  # pyiceberg: CoW only
+        _create(spark, f"hms.db.{name}", **held, **{"write.delete.mode": deletes})
+        for i in range(4):
+            _write(spark, f"hms.db.{name}", i * 50)
+    client = RestCatalog("via", uri=f"{hive_server.url}/iceberg", warehouse="hms", token=hive_server.token)
+    planned = client.load_table("db.yield_py").transaction()
+    planned.delete("id < 60")  # removes and rewrites files the compaction rewrites
+    # the Spark writer's session keeps the table it loaded (the ordering is forced, as in test_writers_win.py)
+    writer = spark.newSession()
+    writer.conf.set("spark.sql.catalog.via.cache.expiration-interval-ms", "-1")
+    endpoint = {"uri": f"{hive_server.url}/iceberg", "token": hive_server.token}
+    configure_catalogs(writer, [CatalogSpec("hms", "internal", endpoint)], {"hms": "via"})
+    assert writer.sql("SELECT count(*) FROM via.db.yield_spark").first()[0] == 200  # type: ignore[index]
+    for name in ("yield_py", "yield_spark"):
+        spark.sql(f"ALTER TABLE hms.db.{name} SET TBLPROPERTIES ('self-optimizing.enabled'='true')")
+
+    def ended(name: str) -> dict[str, Any] | None:
+        found = [p for p in api.get("/processes").json() if p["table"] == f"hms.db.{name}"]
+        return next((p for p in found if p["status"] != "running"), None)
+
+    with running_optimizer(hive_server, spark):
+        for name in ("yield_py", "yield_spark"):
+            process = wait_for(f"{name} compacted", lambda name=name: ended(name))
+            assert process["status"] == "success", process
+
+    planned.commit_transaction()
+    writer.sql("DELETE FROM via.db.yield_spark WHERE cat = 'a' AND id = 10")
+
+    for name, gone in (("yield_py", set(range(60))), ("yield_spark", {10})):
+        spark.sql(f"REFRESH TABLE hms.db.{name}")
+        assert sorted(r[0] for r in spark.sql(f"SELECT id FROM hms.db.{name}").collect()) == sorted(
+            set(range(200)) - gone
+        )
+        summaries = [s.summary for s in open_catalog(hms).load_table(("db", name)).snapshots() if s.summary]
+        assert any(s.get("lakewarden.yielded-snapshots") for s in summaries), name

@@ -44,6 +44,7 @@ from lakewarden.services.rest_catalog.read_ahead import ManifestReadAhead
 from lakewarden.services.rest_catalog.scan_planning import ScanPlanning
 from lakewarden.services.rest_catalog.views import ViewCatalog
 from lakewarden.services.rest_catalog.warehouses import Warehouses
+from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight
 from lakewarden.services.tables.catalog_access import InternalTables
 from lakewarden.services.tables.changes import ChangeListener, OutboxTail
 from lakewarden.services.tables.evaluation import TableEvaluator
@@ -89,6 +90,8 @@ def rest_catalog(
     # the tables' heads this node knows: none when it is one of several (rest_catalog/heads.py)
     heads = TableHeads(keeping=not config.ams.ha.enabled)
     files = MetadataFiles(config.ams.metadata_cache.max_size)
+    # row-level writes planned and not committed, on own and forwarded catalogs alike (the dispatcher waits for them)
+    flights = WritesInFlight()
     loads = TableLoads(db, warehouses, files, heads, CredentialVendor())
     tables = CatalogTables(db, warehouses, files, heads, outbox)
     planning = config.ams.scan_planning
@@ -112,11 +115,11 @@ def rest_catalog(
         queue=queue,
         loads=loads,
         tables=tables,
-        commits=TableCommits(db, warehouses, files, heads, outbox, tables),
+        commits=TableCommits(db, warehouses, files, heads, outbox, tables, flights),
         views=ViewCatalog(db, warehouses, files, outbox),
         scans=scans,
         read_ahead=read_ahead,
-        federation=Federation(db, outbox),
+        federation=Federation(db, outbox, flights),
         reads=reads,
     )
 

@@ -9,8 +9,9 @@ cannot open themselves (Glue)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec, serves_rest_endpoint
 from lakewarden.domain.errors import (
@@ -38,10 +39,20 @@ from lakewarden.domain.errors import (
     Unsupported,
 )
 from lakewarden.domain.events import EventType
+from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.domain.storage import StorageProfile
 from lakewarden.metadata.catalogs import open_catalog
+from lakewarden.metadata.report_filters import ReportedFilter
+from lakewarden.metadata.yielding import (
+    PastYieldWindow,
+    Yielded,
+    yield_to_planned_write,
+    yield_to_writer,
+    yield_window_ms,
+)
 from lakewarden.services.rest_catalog.loads import LoadedTable
 from lakewarden.services.rest_catalog.outbox import Outbox
+from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import rest_catalog as store
 from lakewarden.store.database import Database
@@ -59,9 +70,10 @@ class Forwarded:
 
 
 class Federation:
-    def __init__(self, db: Database, outbox: Outbox) -> None:
+    def __init__(self, db: Database, outbox: Outbox, flights: WritesInFlight | None = None) -> None:
         self.db = db
         self.outbox = outbox
+        self.flights = flights or WritesInFlight()  # shared with the own catalogs' commits and the dispatcher
         self._lock = threading.Lock()
         self._known: dict[str, Forwarded | None] = {}  # by catalog name; None: not forwarded
 
@@ -182,13 +194,51 @@ class Federation:
         updates: list[TableUpdate],
     ) -> LoadedTable:
         """The catalog of record's own commit; CommitFailed (409) when a requirement fails or a concurrent commit
-        won, as the catalog says."""
+        won, as the catalog says. A commit that fails only because of lakewarden's own work since its base lands
+        over it, as on lakewarden's own catalogs (metadata/yielding.py): the yielded commit is the catalog of
+        record's one compare-and-swap."""
         catalog = self._get(name).catalog
         with _translated():
             current = catalog.load_table((*namespace, table))
-            response = catalog.commit_table(current, tuple(requirements), tuple(updates))
+            yielded = _yielded(current, requirements, updates)
+            if yielded is not None:
+                requirements, updates = list(yielded.requirements), list(yielded.updates)
+            try:
+                response = catalog.commit_table(current, tuple(requirements), tuple(updates))
+            except Exception:
+                _discard(current.io, yielded.written if yielded is not None else [])
+                raise
         self._announce(EventType.TABLE_COMMITTED, name, namespace, table, response.metadata_location)
+        for update in updates:
+            summary = update.snapshot.summary if isinstance(update, AddSnapshotUpdate) else None
+            if summary is not None and OWN_COMMIT not in summary.additional_properties:
+                self.flights.committed((name, store.key(list(namespace)), table), summary.additional_properties)
         return LoadedTable(response.metadata_location, response.metadata)
+
+    def yield_to_planned_write(
+        self, name: str, namespace: tuple[str, ...], table: str, snapshot_id: int, reported_filter: Any, writer: str
+    ) -> Yielded | None:
+        """A client reported the scan of a row-level write planned on `snapshot_id` through this endpoint:
+        lakewarden's work since then that the write may name is undone in the catalog of record now."""
+        catalog = self._get(name).catalog
+        with _translated():
+            current = catalog.load_table((*namespace, table))
+            metadata = current.metadata
+            window = yield_window_ms(metadata.properties)
+            if window is None or metadata.current_snapshot_id == snapshot_id:
+                return None
+            matches = ReportedFilter(reported_filter, metadata.schema(), metadata.specs()).may_match
+            now = int(time.time() * 1000)
+            yielded = yield_to_planned_write(current.io, metadata, snapshot_id, matches, window, now, writer)
+            if yielded is None:
+                return None
+            try:
+                response = catalog.commit_table(current, tuple(yielded.requirements), tuple(yielded.updates))
+            except CommitFailedException:  # the table moved meanwhile: the write is checked against that
+                _discard(current.io, yielded.written)
+                return None
+        self._announce(EventType.TABLE_COMMITTED, name, namespace, table, response.metadata_location)
+        return yielded
 
     def drop_table(self, name: str, namespace: tuple[str, ...], table: str, purge: bool) -> None:
         if purge:  # nothing lakewarden does deletes the files of a table it does not own
@@ -210,6 +260,29 @@ class Federation:
                 {"metadata_location": location, "forwarded": True},
             )
         self.outbox.publish([event])
+
+
+def _yielded(current: Any, requirements: list[TableRequirement], updates: list[TableUpdate]) -> Yielded | None:
+    """The commit moved over lakewarden's own work, when only that work makes its requirements fail."""
+    try:
+        for requirement in requirements:
+            requirement.validate(current.metadata)
+        return None
+    except CommitFailedException:
+        pass
+    window = yield_window_ms(current.metadata.properties)
+    if window is None:
+        return None
+    try:
+        return yield_to_writer(current.io, current.metadata, requirements, updates, window, int(time.time() * 1000))
+    except PastYieldWindow as exc:
+        raise CommitFailed(str(exc)) from exc
+
+
+def _discard(io: Any, paths: list[str]) -> None:
+    for path in paths:
+        with suppress(OSError):
+            io.delete(path)
 
 
 @contextmanager

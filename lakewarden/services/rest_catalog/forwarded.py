@@ -26,11 +26,13 @@ from lakewarden.services.rest_catalog.served import (
     TABLES,
     Answer,
     LoadAnswer,
+    MetricsRequest,
     NewTable,
     ReadRecorder,
     ServedCatalog,
     load_result,
 )
+from lakewarden.services.rest_catalog.writes_in_flight import APP_ID
 from lakewarden.store import rest_catalog as store
 
 
@@ -136,6 +138,13 @@ class ForwardedCatalog(ServedCatalog):
 
     def record_read(self, namespace: str, table: str, report: ReadReport) -> None:
         self.reads.record((self.name, namespace, table), report)
+
+    def write_planned(self, namespace: str, table: str, request: MetricsRequest, reporter: str) -> None:
+        self.federation.flights.planned((self.name, namespace, table), request.metadata)
+        if request.snapshot_id is not None:
+            writer, planned = request.metadata.get(APP_ID) or reporter, request.snapshot_id
+            levels = _levels(namespace)
+            self.federation.yield_to_planned_write(self.name, levels, table, planned, request.filter, writer)
 
 
 def _levels(namespace: str) -> tuple[str, ...]:

@@ -25,7 +25,6 @@ from lakewarden.services.rest_catalog.served import (
     NAMESPACE_CHANGES,
     NAMESPACES,
     SCAN_PLANNING,
-    SCAN_REPORT,
     TABLE_EXTRAS,
     TABLES,
     TRANSACTIONS,
@@ -42,7 +41,7 @@ from lakewarden.services.rest_catalog.served import (
 )
 from lakewarden.services.rest_catalog.views import ViewCatalog
 from lakewarden.services.rest_catalog.warehouses import Warehouses
-from lakewarden.services.rest_catalog.writes_in_flight import APP_ID, plans_a_write
+from lakewarden.services.rest_catalog.writes_in_flight import APP_ID
 from lakewarden.store import rest_catalog as store
 
 
@@ -191,14 +190,7 @@ class OwnCatalog(ServedCatalog):
     def record_read(self, namespace: str, table: str, report: ReadReport) -> None:
         self.parts.reads.record((self.name, namespace, table), report)
 
-    def report_metrics(self, namespace: str, table: str, request: MetricsRequest, reporter: str) -> None:
-        """Kept as every catalog keeps reports; the scan of a row-level write is also a write in flight, and
-        lakewarden's work since the snapshot it planned on yields to it before the client checks its commit
-        (Iceberg's Java client sends the report and waits for the answer before it goes on)."""
-        super().report_metrics(namespace, table, request, reporter)
-        writes = request.report_type == SCAN_REPORT and plans_a_write(request.projected_field_ids)
-        if not writes or request.by_lakewarden:
-            return
+    def write_planned(self, namespace: str, table: str, request: MetricsRequest, reporter: str) -> None:
         self.parts.commits.flights.planned((self.name, namespace, table), request.metadata)
         if request.snapshot_id is not None:
             writer = request.metadata.get(APP_ID) or reporter

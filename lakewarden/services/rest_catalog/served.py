@@ -24,6 +24,7 @@ from lakewarden.domain.reads import ReadReport, commit_report, scan_report
 from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
 from lakewarden.services.rest_catalog.commits import TableChange
 from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable, TableAccess
+from lakewarden.services.rest_catalog.writes_in_flight import plans_a_write
 from lakewarden.store import rest_catalog as store
 
 # every catalog's endpoints, as `GET /v1/config` names them
@@ -248,6 +249,14 @@ class ServedCatalog:
         else:
             return
         self.record_read(namespace, table, report)
+        writes = request.report_type == SCAN_REPORT and plans_a_write(request.projected_field_ids)
+        if writes and not request.by_lakewarden:
+            self.write_planned(namespace, table, request, reporter)
+
+    def write_planned(self, namespace: str, table: str, request: MetricsRequest, reporter: str) -> None:
+        """A client reported the scan of a row-level write (writes_in_flight.py): a catalog lakewarden maintains
+        marks the write in flight and has lakewarden's work since its snapshot yield to it (Iceberg's Java client
+        sends the report and waits for the answer before it checks its commit)."""
 
     def partition_fields(self, namespace: str, table: str) -> list[tuple[str, str]]:
         """The table's identity partition fields, by which a scan's filter names the partition it read (none
