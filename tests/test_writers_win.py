@@ -5,6 +5,7 @@ that undoes that work (metadata/conflicts.yield_to_writer). Orderings are forced
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -362,3 +363,42 @@ def test_a_yielding_commit_sent_again_with_its_idempotency_key_lands_once_and_a_
         assert ids(catalog, name) == list(range(15, 40))
         summaries = [s.summary for s in catalog.load_table(f"db.{name}").snapshots() if s.summary]
         assert any(s.get("lakewarden.yielded-snapshots") == str(rewrites[name]) for s in summaries), name
+
+
+def test_lakewardens_own_commit_waits_for_a_row_level_write_in_flight(
+    lake: tuple[ServerProcess, httpx.Client, RestCatalog],
+) -> None:
+    """A client reported the scan of a row-level write (it reads `_file` and `_pos`): a commit of lakewarden's own
+    to that table waits until the client's commit lands, so it cannot land between the write's plan and commit."""
+    server, _, catalog = lake
+    table = small_files(catalog, "held", **{"self-optimizing.enabled": "false", "commit.retry.num-retries": "4"})
+    report = {
+        "report-type": "scan-report",
+        "table-name": "lake.db.held",
+        "snapshot-id": table.metadata.current_snapshot_id,
+        "filter": True,
+        "schema-id": 0,
+        "projected-field-ids": [1, 2147483646, 2147483645],
+        "projected-field-names": ["id", "_file", "_pos"],
+        "metrics": {},
+        "metadata": {"app-id": "job-1", "engine-name": "spark"},
+    }
+    sent = server.http.post(f"{server.url}/iceberg/v1/lake/namespaces/db/tables/held/metrics", json=report)
+    assert sent.status_code == 204, sent.text
+    done: list[float] = []
+
+    def own_commit() -> None:
+        catalog.load_table("db.held").append(rows(200, 1), snapshot_properties={"lakewarden.process-id": "99"})
+        done.append(time.monotonic())
+
+    lakewarden = threading.Thread(target=own_commit)
+    lakewarden.start()
+    lakewarden.join(1.5)
+    assert lakewarden.is_alive() and not done  # held while the write is in flight
+    landed = time.monotonic()
+    catalog.load_table("db.held").append(rows(300, 1), snapshot_properties={"app-id": "job-1"})
+    lakewarden.join(30)
+    assert done and done[0] >= landed
+    summaries = [s.summary for s in catalog.load_table("db.held").snapshots() if s.summary is not None]
+    order = [s.get("app-id") or s.get("lakewarden.process-id") for s in summaries]
+    assert order[-2:] == ["job-1", "99"]  # the write, then lakewarden's commit

@@ -231,6 +231,7 @@ async def commit_table(
     made there if nothing in it can wait, else on a worker thread."""
     client = request.headers.get("x-client-version") or user_agent
     key = ns(namespace)
+    await catalog.after_writes(key, table, body.updates)
     async with catalog.commit_turn([(key, table)]):
         try:
             answer = catalog.commit_table(key, table, body.requirements, body.updates, client, False)

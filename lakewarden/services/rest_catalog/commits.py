@@ -45,7 +45,8 @@ from lakewarden.store.database import Database
 
 log = logging.getLogger(__name__)
 MAX_COMMIT_ATTEMPTS = 20
-YIELDING = "lakewarden (yielding to a planned write)"  # the client named in the log and timeline
+YIELDING = "lakewarden (yielding to a planned write)"
+YIELD_ATTEMPTS = 3  # the client named in the log and timeline
 
 
 @dataclass(frozen=True)
@@ -172,23 +173,24 @@ class TableCommits:
         that the write may name is undone now, before the client checks its commit (metadata/yielding.py)."""
         spec = self.warehouses.catalog(catalog)
         io = self.warehouses.io_of(spec)
-        (expected, _), _ = self._head((spec.name, namespace, name), False)
-        current = self.files.read(io, expected)
-        window = yield_window_ms(current.properties)
-        if window is None or current.current_snapshot_id == snapshot_id:
-            return None
-        matches = ReportedFilter(reported_filter, current.schema(), current.specs()).may_match
-        now = int(time.time() * 1000)
-        yielded = yield_to_planned_write(io, current, snapshot_id, matches, window, now, writer)
-        if yielded is None:
-            return None
-        try:
-            self.commit_table(catalog, namespace, name, yielded.requirements, yielded.updates, YIELDING)
-        except CommitFailed as exc:  # the table moved meanwhile: the write is checked against that as always
-            self.files.discard(io, yielded.written)
-            log.info("lakewarden's work on %s.%s.%s did not yield: %s", catalog, namespace, name, exc)
-            return None
-        return yielded
+        for _ in range(YIELD_ATTEMPTS):  # another of lakewarden's commits may land meanwhile: undo that too
+            (expected, _), _ = self._head((spec.name, namespace, name), False)
+            current = self.files.read(io, expected)
+            window = yield_window_ms(current.properties)
+            if window is None or current.current_snapshot_id == snapshot_id:
+                return None
+            matches = ReportedFilter(reported_filter, current.schema(), current.specs()).may_match
+            now = int(time.time() * 1000)
+            yielded = yield_to_planned_write(io, current, snapshot_id, matches, window, now, writer)
+            if yielded is None:
+                return None
+            try:
+                self.commit_table(catalog, namespace, name, yielded.requirements, yielded.updates, YIELDING)
+                return yielded
+            except CommitFailed as exc:  # the table moved: looked at again (a writer's commit ends it)
+                self.files.discard(io, yielded.written)
+                log.info("lakewarden's work on %s.%s.%s did not yield yet: %s", catalog, namespace, name, exc)
+        return None
 
     def commit_transaction(self, catalog: str, changes: Sequence[TableChange], client: str | None = None) -> None:
         """Commit changes to several tables atomically: every pointer swaps in one transaction, or none does.

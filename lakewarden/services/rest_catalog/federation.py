@@ -50,6 +50,7 @@ from lakewarden.metadata.yielding import (
     yield_to_writer,
     yield_window_ms,
 )
+from lakewarden.services.rest_catalog.commits import YIELD_ATTEMPTS
 from lakewarden.services.rest_catalog.loads import LoadedTable
 from lakewarden.services.rest_catalog.outbox import Outbox
 from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight
@@ -221,24 +222,26 @@ class Federation:
         """A client reported the scan of a row-level write planned on `snapshot_id` through this endpoint:
         lakewarden's work since then that the write may name is undone in the catalog of record now."""
         catalog = self._get(name).catalog
-        with _translated():
-            current = catalog.load_table((*namespace, table))
-            metadata = current.metadata
-            window = yield_window_ms(metadata.properties)
-            if window is None or metadata.current_snapshot_id == snapshot_id:
-                return None
-            matches = ReportedFilter(reported_filter, metadata.schema(), metadata.specs()).may_match
-            now = int(time.time() * 1000)
-            yielded = yield_to_planned_write(current.io, metadata, snapshot_id, matches, window, now, writer)
-            if yielded is None:
-                return None
-            try:
-                response = catalog.commit_table(current, tuple(yielded.requirements), tuple(yielded.updates))
-            except CommitFailedException:  # the table moved meanwhile: the write is checked against that
-                _discard(current.io, yielded.written)
-                return None
-        self._announce(EventType.TABLE_COMMITTED, name, namespace, table, response.metadata_location)
-        return yielded
+        for _ in range(YIELD_ATTEMPTS):  # another of lakewarden's commits may land meanwhile: undo that too
+            with _translated():
+                current = catalog.load_table((*namespace, table))
+                metadata = current.metadata
+                window = yield_window_ms(metadata.properties)
+                if window is None or metadata.current_snapshot_id == snapshot_id:
+                    return None
+                matches = ReportedFilter(reported_filter, metadata.schema(), metadata.specs()).may_match
+                now = int(time.time() * 1000)
+                yielded = yield_to_planned_write(current.io, metadata, snapshot_id, matches, window, now, writer)
+                if yielded is None:
+                    return None
+                try:
+                    response = catalog.commit_table(current, tuple(yielded.requirements), tuple(yielded.updates))
+                except CommitFailedException:  # the table moved: looked at again
+                    _discard(current.io, yielded.written)
+                    continue
+            self._announce(EventType.TABLE_COMMITTED, name, namespace, table, response.metadata_location)
+            return yielded
+        return None
 
     def drop_table(self, name: str, namespace: tuple[str, ...], table: str, purge: bool) -> None:
         if purge:  # nothing lakewarden does deletes the files of a table it does not own

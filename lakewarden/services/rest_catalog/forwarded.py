@@ -43,6 +43,7 @@ class ForwardedCatalog(ServedCatalog):
     endpoints = (*NAMESPACES, *TABLES, *METRICS)
 
     def __init__(self, federation: Federation, forwarded: Forwarded, loads: TableLoads, reads: ReadRecorder) -> None:
+        self.flights = federation.flights
         super().__init__(forwarded.spec.name)
         self.federation = federation
         self.forwarded = forwarded

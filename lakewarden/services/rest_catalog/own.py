@@ -74,6 +74,7 @@ class OwnCatalog(ServedCatalog):
     )
 
     def __init__(self, parts: OwnParts, name: str) -> None:
+        self.flights = parts.commits.flights
         super().__init__(name)
         self.parts = parts
 

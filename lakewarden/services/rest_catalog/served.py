@@ -8,6 +8,7 @@ there and nowhere else. A kind serves what it overrides; every other endpoint an
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from lakewarden.domain.reads import ReadReport, commit_report, scan_report
 from lakewarden.metadata.views import AssertViewUUID, ViewUpdate
 from lakewarden.services.rest_catalog.commits import TableChange
 from lakewarden.services.rest_catalog.loads import Delegation, LoadedTable, TableAccess
-from lakewarden.services.rest_catalog.writes_in_flight import plans_a_write
+from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight, own_snapshot, plans_a_write
 from lakewarden.store import rest_catalog as store
 
 # every catalog's endpoints, as `GET /v1/config` names them
@@ -194,6 +195,18 @@ class ServedCatalog:
 
     def table_exists(self, namespace: str, table: str) -> bool:
         raise self._unsupported("tables")
+
+    flights: WritesInFlight | None = None  # the writes in flight on a catalog lakewarden maintains
+
+    async def after_writes(self, namespace: str, table: str, updates: Sequence[TableUpdate]) -> None:
+        """lakewarden's own commit (a snapshot naming its process) waits while a client's row-level write to the
+        table is in flight, within the write's hold (writes_in_flight.py): the rewrite lands after the write,
+        not between its plan and its commit. Called before the table's turn is taken: the write's own commit
+        needs that turn to end the flight."""
+        key = (self.name, namespace, table)
+        if self.flights is None or not own_snapshot(updates) or not self.flights.in_flight(key):
+            return
+        await asyncio.to_thread(self.flights.wait_clear, key, self.flights.hold(key))
 
     def commit_turn(self, tables: Sequence[tuple[str, str]]) -> AbstractAsyncContextManager[Any]:
         """The turn of these tables' commits on this node, to hold in `async with` on the event loop (none by

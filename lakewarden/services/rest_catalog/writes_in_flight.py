@@ -10,6 +10,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.table.update import AddSnapshotUpdate
+
+from lakewarden.domain.retention import OWN_COMMIT
 
 TableKey = tuple[str, str, str]  # catalog, namespace (levels joined by 0x1F), table
 # Iceberg's reserved field ids of the `_file` and `_pos` metadata columns: a row-level operation's scan reads them
@@ -21,6 +26,16 @@ MIN_HOLD_SECONDS = 2.0
 # pause would otherwise keep it waiting until the job ends
 MAX_DEFERRAL_SECONDS = 60.0
 _KEPT_DURATIONS = 20
+
+
+def own_snapshot(updates: Iterable[Any]) -> bool:
+    """Whether a commit's updates add a snapshot of lakewarden's own (its summary names the process)."""
+    return any(
+        isinstance(u, AddSnapshotUpdate)
+        and u.snapshot.summary is not None
+        and OWN_COMMIT in u.snapshot.summary.additional_properties
+        for u in updates
+    )
 
 
 def plans_a_write(projected_field_ids: Iterable[int]) -> bool:
