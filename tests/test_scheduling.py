@@ -220,6 +220,23 @@ def test_a_table_with_a_write_in_flight_waits_to_be_planned_within_a_bound(clien
     assert ctx.dispatcher._pick_table("default") is not None
 
 
+def test_a_table_whose_row_level_writers_have_not_paused_waits_to_be_planned(client: TestClient) -> None:
+    """Learned from its snapshots (domain/writer_cadence.py): a burst of a job's DELETE/UPDATE/MERGE is taken to
+    be over after a pause of twice its gaps; until then the table is not planned, within the deferral."""
+    ctx = ctx_of(client)
+    rec = add_table(ctx, "t")
+    now_ms = int(utcnow().timestamp() * 1000)
+    busy = {"writers": {"last_write_ms": now_ms, "pause_ms": 30_000}}
+    make_pending(ctx, rec, evaluation=busy)
+    assert ctx.dispatcher._pick_table("default") is None
+    paused = {"writers": {"last_write_ms": now_ms - 40_000, "pause_ms": 30_000}}
+    with ctx.db.write() as session:
+        session.execute(
+            update(TableRuntimeRow).where(TableRuntimeRow.table_id == rec.runtime.table_id).values(evaluation=paused)
+        )
+    assert ctx.dispatcher._pick_table("default") is not None
+
+
 def test_cancel_a_running_process(client: TestClient) -> None:
     ctx = ctx_of(client)
     rec = add_table(ctx, "t")

@@ -13,6 +13,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lakewarden.domain.writer_cadence import Cadence, cadence, of_document
 from lakewarden.metadata.report_filters import ReportedFilter, sanitized
 from lakewarden.services.rest_catalog.writes_in_flight import WritesInFlight, plans_a_write
 
@@ -130,3 +131,21 @@ def test_waiting_for_writes_in_flight_ends_at_their_commit_or_the_timeout() -> N
     ender.start()
     assert flights.wait_clear(table, 10.0)
     ender.join()
+
+
+def test_a_tables_row_level_writers_cadence_is_learned_from_its_snapshots() -> None:
+    def snap(at: int, operation: str, app: str | None = "job", **extra: str) -> tuple[int, dict[str, str]]:
+        return at, {"operation": operation, **({"app-id": app} if app else {}), **extra}
+
+    # appends alone (a stream): nothing to wait for
+    assert cadence([snap(t * 1000, "append") for t in range(10)]) is None
+    # a job deleting and appending every ~2 s, beside another application's appends and lakewarden's own rewrites
+    history = [snap(t * 2000, "delete" if t % 3 == 0 else "append") for t in range(10)]
+    history += [snap(500, "append", app="other"), snap(7000, "replace", **{"lakewarden.process-id": "3"})]
+    learned = cadence(sorted(history))
+    assert learned == Cadence(last_write_ms=18_000, pause_ms=4_000)  # twice its median gap
+    assert learned.busy(21_000) and not learned.busy(22_000)
+    assert of_document(learned.document()) == learned and of_document({"pause_ms": "x"}) is None
+    # bounded both ways: a lone row-level commit (no gap known), a job of sub-second gaps
+    assert cadence([snap(0, "overwrite")]) == Cadence(0, 30_000)
+    assert cadence([snap(t * 100, "overwrite") for t in range(5)]) == Cadence(400, 1_000)

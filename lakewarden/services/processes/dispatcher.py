@@ -26,6 +26,7 @@ from lakewarden.domain.scheduling import Candidate, ranked, thread_cap, why_firs
 from lakewarden.domain.security import Grant, Privilege, optimizer_id
 from lakewarden.domain.states import TASK_ACTIVE, TaskStatus
 from lakewarden.domain.tables import TableStatus
+from lakewarden.domain.writer_cadence import of_document
 from lakewarden.protocol.inputs import TASK_INPUT
 from lakewarden.protocol.messages import Assignment, CatalogConnection, Completion
 from lakewarden.services.access.auth import AuthService
@@ -274,10 +275,14 @@ class TaskDispatcher:
 
     def _writes_in_flight(self, rec: TableRecord, now: datetime) -> bool:
         """Whether to leave a table unplanned for now: a client's row-level write to it is in flight (a rewrite
-        started now would be planned on files the write may change), and the table has not waited longer than
-        the flights' deferral (a job writing without pause would keep it waiting for good)."""
+        started now would be planned on files the write may change), or its row-level writers have not paused
+        as long as their cadence says a burst of theirs lasts (domain/writer_cadence.py: the defence where
+        lakewarden sees no scan), and the table has not waited longer than the flights' deferral (a job
+        writing without pause would keep it waiting for good)."""
         name = rec.identifier
-        if not self.flights.in_flight((name.catalog_name, name.db_name, name.table_name)):
+        writers = of_document((rec.runtime.evaluation or {}).get("writers"))
+        learned = writers is not None and writers.busy(int(now.timestamp() * 1000))
+        if not learned and not self.flights.in_flight((name.catalog_name, name.db_name, name.table_name)):
             return False
         waited = now - as_utc(rec.runtime.status_changed_at)
         return waited.total_seconds() < self.flights.max_deferral

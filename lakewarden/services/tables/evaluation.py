@@ -30,6 +30,7 @@ from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evalua
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
+from lakewarden.domain.writer_cadence import Cadence, cadence
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.files import optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
@@ -54,6 +55,10 @@ FLUSH_SECONDS = 1.0  # a long pass stores its verdicts at least this often: tabl
 LOOK_SECONDS = 0.25  # a pass looks for tables changed under it (a wake) at most this often
 LOOK_SLACK = timedelta(seconds=1)  # a change stored just as the pass read the due tables is looked for again
 RETRY_FAILED = timedelta(minutes=1)  # a failed evaluation (an unreachable store, a broken file) is tried again
+
+
+def _summary_of(summary: Any) -> dict[str, str]:
+    return {"operation": summary.operation.value, **summary.additional_properties}
 
 
 def _ms(moment: datetime | None) -> int:
@@ -287,6 +292,7 @@ class TableEvaluator(LoopService):
         runtime = rec.runtime
         snapshot_id = runtime.current_snapshot_id
         read_note = None
+        writers: Cadence | None = None
         try:
             config = OptimizingConfig.of(runtime.config)
             if trigger is not None and trigger.file_count < config.minor_trigger_file_count:
@@ -297,6 +303,7 @@ class TableEvaluator(LoopService):
                 )
                 config = read_triggered(config, trigger.file_count)
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
+            writers = cadence([(s.timestamp_ms, _summary_of(s.summary)) for s in table.metadata.snapshots if s.summary])
             # a table never optimized counts its minor and full intervals from when lakewarden took it on
             managed_since = rec.identifier.created_at
             clock = OptimizingClock(
@@ -350,6 +357,8 @@ class TableEvaluator(LoopService):
         if read_note is not None and trigger is not None:
             document["reasons"] = [read_note, *document["reasons"]]
             document[READ_TRIGGERED] = trigger.file_count
+        if writers is not None:  # when the table's row-level writers pause (dispatcher: planned after a pause)
+            document["writers"] = writers.document()
         document["duration_ms"] = int((time.monotonic() - started) * 1000)
         document["metadata_location"] = runtime.metadata_location
         document["config_hash"] = _config_hash(runtime.config)
