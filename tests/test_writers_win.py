@@ -1,5 +1,5 @@
 """Writers always win: a writer's commit that fails only because of lakewarden's own work lands, in one commit
-that undoes that work (metadata/conflicts.yield_to_writer). Orderings are forced, not timed: the writer plans
+that undoes that work (metadata/yielding.py). Orderings are forced, not timed: the writer plans
 (its transaction holds the table as it was), lakewarden compacts and commits, then the writer commits."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lakewarden.domain.yields import YIELDED
 from tests.cdc import upsert
 from tests.helpers import running_optimizer, wait_for
 from tests.servers import ServerProcess, cli
@@ -59,61 +60,41 @@ def small_files(catalog: RestCatalog, name: str, **properties: str) -> Table:
     return loaded
 
 
-def compacted(server: ServerProcess, api: httpx.Client, spark: SparkSession, name: str) -> int:
-    """lakewarden compacts the table; the snapshot its process committed."""
-    wait_for("pending", lambda: api.get(f"/tables/lake/db/{name}").json().get("status") == "pending", timeout=60)
-    with running_optimizer(server, spark):
-        process = wait_for(
-            "the compaction",
-            lambda: next(
-                (
-                    p
-                    for p in api.get("/processes").json()
-                    if p["table"].endswith(f".{name}") and p["status"] != "running"
-                ),
-                None,
-            ),
-        )
-    assert process["status"] == "success", process
-    timeline = api.get(f"/tables/lake/db/{name}/timeline").json()
-    assert timeline[0]["summary"].get("lakewarden.process-id"), timeline[0]
-    return int(timeline[0]["snapshot_id"])
-
-
-def ended(process: dict[str, Any], name: str) -> bool:
-    return bool(process["table"].endswith(f".{name}") and process["status"] != "running")
-
-
 def ids(catalog: RestCatalog, name: str) -> list[int]:
     return sorted(catalog.load_table(f"db.{name}").scan().to_arrow()["id"].to_pylist())
 
 
-def test_a_delete_planned_before_a_compaction_lands_after_it_and_undoes_it(
+def test_pyiceberg_commits_planned_before_a_compaction_land_after_it(
     lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
 ) -> None:
-    """pyiceberg's copy-on-write delete removes files the compaction removed: without yielding its commit fails
-    for good (pyiceberg does not retry, and a retry would not find the files). It lands, with the compaction
-    undone in the same commit: the table holds the writer's view, every row the writer meant."""
+    """pyiceberg's writers each plan on a table, lakewarden compacts them all, then the writers commit.
+
+    A copy-on-write delete removes files the compaction removed: without yielding its commit fails for good
+    (pyiceberg does not retry, and a retry would not find the files). It lands, with the compaction undone in
+    the same commit: the table holds the writer's view, every row the writer meant. So does an overwrite. An
+    append names no file: it lands on top, the compaction kept. A commit sent again with its Idempotency-Key
+    lands once; a transaction over two tables lands whole."""
     server, api, catalog = lake
-    table = small_files(catalog, "cow", **{"self-optimizing.enabled": "false"})
-    base = table.metadata.current_snapshot_id
-    writer = table.transaction()
-    writer.delete("id < 15")  # drops the first file, rewrites the second: both are files the compaction removes
-    overwriter = small_files(catalog, "over", **{"self-optimizing.enabled": "false"}).transaction()
-    overwriter.overwrite(rows(100, 5), overwrite_filter="id < 15")
-    for name in ("cow", "over"):
+    names = ["cow", "over", "appends", "again", "one", "two"]
+    tables = {name: small_files(catalog, name, **{"self-optimizing.enabled": "false"}) for name in names}
+    base = tables["cow"].metadata.current_snapshot_id
+    writers = {name: tables[name].transaction() for name in names}
+    writers["cow"].delete("id < 15")  # drops the first file, rewrites the second: files the compaction removes
+    writers["over"].overwrite(rows(100, 5), overwrite_filter="id < 15")  # pyiceberg's: a delete, then an append
+    writers["appends"].append(rows(100, 5))
+    for name in ("again", "one", "two"):
+        writers[name].delete("id < 15")
+    for name in names:
         with catalog.load_table(f"db.{name}").transaction() as change:
             change.set_properties({"self-optimizing.enabled": "true"})
-    rewrite = compacted_all(server, api, spark, ["cow", "over"])["cow"]
+    rewrites = compacted_all(server, api, spark, names)
     assert len(catalog.load_table("db.cow").inspect.files()) == 1
 
-    writer.commit_transaction()
-    overwriter.commit_transaction()  # pyiceberg's overwrite: a delete, then an append of the new rows
-    assert ids(catalog, "over") == [*range(15, 40), *range(100, 105)]
-
+    writers["cow"].commit_transaction()
     landed = catalog.load_table("db.cow")
     assert ids(catalog, "cow") == list(range(15, 40))
     # pyiceberg's delete is two snapshots here (a file dropped, a file rewritten): both land on the rewrite
+    rewrite = rewrites["cow"]
     chain = [s for s in landed.snapshots() if s.sequence_number > landed.snapshot_by_id(rewrite).sequence_number]
     assert chain[0].parent_snapshot_id == rewrite and [s.summary.operation.value for s in chain] == [
         "delete",
@@ -121,26 +102,38 @@ def test_a_delete_planned_before_a_compaction_lands_after_it_and_undoes_it(
     ]
     assert all(s.summary["lakewarden.yielded-snapshots"] == str(rewrite) for s in chain)
     assert base in {s.snapshot_id for s in landed.snapshots()}  # history is kept: the base, the rewrite, the delete
-    # the compacted file is out of the table again, the writer's files in
-    assert len(landed.inspect.files()) == 3
+    assert len(landed.inspect.files()) == 3  # the compacted file is out of the table again, the writer's files in
 
+    writers["over"].commit_transaction()
+    assert ids(catalog, "over") == [*range(15, 40), *range(100, 105)]
 
-def test_a_commit_lakewarden_did_not_race_is_rebased_with_the_compaction_kept(
-    lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
-) -> None:
-    """An append planned before the compaction names no file it removed: it lands on top, compaction kept."""
-    server, api, catalog = lake
-    table = small_files(catalog, "appends")
-    writer = table.transaction()
-    writer.append(rows(100, 5))
-    rewrite = compacted(server, api, spark, "appends")
-    writer.commit_transaction()
-    landed = catalog.load_table("db.appends")
+    writers["appends"].commit_transaction()
+    appended = catalog.load_table("db.appends")
     assert ids(catalog, "appends") == [*range(40), *range(100, 105)]
-    current = landed.current_snapshot()
-    assert current is not None and current.parent_snapshot_id == rewrite
+    current = appended.current_snapshot()
+    assert current is not None and current.parent_snapshot_id == rewrites["appends"]
     assert current.summary is not None and "lakewarden.yielded-snapshots" not in current.summary.additional_properties
-    assert len(landed.inspect.files()) == 2  # the compacted file and the append's
+    assert len(appended.inspect.files()) == 2  # the compacted file and the append's
+
+    # the answer to a yielding commit was lost: the same request again is answered the same, applied once
+    base_url = f"{server.url}/iceberg/v1/lake"
+    key = "018f22e2-79b0-7cc3-98c4-dc0c0c07398f"
+    body = staged(writers["again"], "again")
+    first = server.http.post(f"{base_url}/namespaces/db/tables/again", json=body, headers={"Idempotency-Key": key})
+    again = server.http.post(f"{base_url}/namespaces/db/tables/again", json=body, headers={"Idempotency-Key": key})
+    assert first.status_code == again.status_code == 200, first.text
+    assert again.headers["idempotent-replayed"] == "true" and again.json() == first.json()
+    undone = [s for s in catalog.load_table("db.again").snapshots() if s.summary and s.summary.get(YIELDED)]
+    assert [s.summary[YIELDED] for s in undone] == [str(rewrites["again"])] * 2  # its two snapshots, once
+    assert ids(catalog, "again") == list(range(15, 40))
+
+    # one transaction over two tables, each planned before lakewarden compacted it: both land, atomically
+    both = {"table-changes": [staged(writers["one"], "one"), staged(writers["two"], "two")]}
+    assert server.http.post(f"{base_url}/transactions/commit", json=both).status_code == 204
+    for name in ("one", "two"):
+        assert ids(catalog, name) == list(range(15, 40))
+        summaries = [s.summary for s in catalog.load_table(f"db.{name}").snapshots() if s.summary]
+        assert any(s.get(YIELDED) == str(rewrites[name]) for s in summaries), name
 
 
 def test_only_lakewardens_work_yields_a_past_window_or_a_table_that_says_no_gets_the_409(
@@ -157,23 +150,23 @@ def test_only_lakewardens_work_yields_a_past_window_or_a_table_that_says_no_gets
         second.commit_transaction()
     assert ids(catalog, "rivals") == list(range(5, 40))
 
-    # the table turned yielding off: lakewarden's work stands and the writer gets the 409 it got before
-    table = small_files(catalog, "unyielding", **{"lakewarden.commit.maintenance-yields": "false"})
-    writer = table.transaction()
-    writer.delete("id < 15")
-    compacted(server, api, spark, "unyielding")
+    # the table turned yielding off: lakewarden's work stands and the writer gets the 409 it got before; past
+    # the window the bases may be gone: a 409 that says so
+    held = {"self-optimizing.enabled": "false"}
+    small_files(catalog, "unyielding", **held, **{"lakewarden.commit.maintenance-yields": "false"})
+    small_files(catalog, "late", **held, **{"lakewarden.commit.yield-window": "1s"})
+    writers = {name: catalog.load_table(f"db.{name}").transaction() for name in ("unyielding", "late")}
+    for name, writer in writers.items():
+        writer.delete("id < 15")
+        with catalog.load_table(f"db.{name}").transaction() as change:
+            change.set_properties({"self-optimizing.enabled": "true"})
+    compacted_all(server, api, spark, ["unyielding", "late"])
     with pytest.raises(CommitFailedException):
-        writer.commit_transaction()
+        writers["unyielding"].commit_transaction()
     assert ids(catalog, "unyielding") == list(range(40))
-
-    # past the window the bases may be gone: a 409 that says so
-    table = small_files(catalog, "late", **{"lakewarden.commit.yield-window": "1s"})
-    writer = table.transaction()
-    writer.delete("id < 15")
-    compacted(server, api, spark, "late")
     time.sleep(1.5)
     with pytest.raises(CommitFailedException, match=r"older than the table's lakewarden\.commit\.yield-window"):
-        writer.commit_transaction()
+        writers["late"].commit_transaction()
     assert ids(catalog, "late") == list(range(40))
 
 
@@ -327,42 +320,6 @@ def staged(transaction: Any, name: str) -> dict[str, Any]:
     )
     body: dict[str, Any] = json.loads(request.model_dump_json(by_alias=True, exclude_none=True))
     return body
-
-
-def test_a_yielding_commit_sent_again_with_its_idempotency_key_lands_once_and_a_transaction_yields_too(
-    lake: tuple[ServerProcess, httpx.Client, RestCatalog], spark: SparkSession
-) -> None:
-    server, api, catalog = lake
-    base = f"{server.url}/iceberg/v1/lake"
-    for name in ("again", "one", "two"):
-        small_files(catalog, name, **{"self-optimizing.enabled": "false"})
-    writers = {}
-    for name in ("again", "one", "two"):
-        writers[name] = catalog.load_table(f"db.{name}").transaction()
-        writers[name].delete("id < 15")
-        with catalog.load_table(f"db.{name}").transaction() as change:
-            change.set_properties({"self-optimizing.enabled": "true"})
-    rewrites = compacted_all(server, api, spark, ["again", "one", "two"])
-
-    # the answer to a yielding commit was lost: the same request again is answered the same, applied once
-    key = "018f22e2-79b0-7cc3-98c4-dc0c0c07398f"
-    body = staged(writers["again"], "again")
-    first = server.http.post(f"{base}/namespaces/db/tables/again", json=body, headers={"Idempotency-Key": key})
-    again = server.http.post(f"{base}/namespaces/db/tables/again", json=body, headers={"Idempotency-Key": key})
-    assert first.status_code == again.status_code == 200, first.text
-    assert again.headers["idempotent-replayed"] == "true" and again.json() == first.json()
-    landed = catalog.load_table("db.again")
-    undone = [s for s in landed.snapshots() if s.summary and s.summary.get("lakewarden.yielded-snapshots")]
-    assert [s.summary["lakewarden.yielded-snapshots"] for s in undone] == [str(rewrites["again"])] * 2  # its two
-    assert ids(catalog, "again") == list(range(15, 40))
-
-    # one transaction over two tables, each planned before lakewarden compacted it: both land, atomically
-    both = {"table-changes": [staged(writers["one"], "one"), staged(writers["two"], "two")]}
-    assert server.http.post(f"{base}/transactions/commit", json=both).status_code == 204
-    for name in ("one", "two"):
-        assert ids(catalog, name) == list(range(15, 40))
-        summaries = [s.summary for s in catalog.load_table(f"db.{name}").snapshots() if s.summary]
-        assert any(s.get("lakewarden.yielded-snapshots") == str(rewrites[name]) for s in summaries), name
 
 
 def test_lakewardens_own_commit_waits_for_a_row_level_write_in_flight(
