@@ -40,6 +40,16 @@ class Rebased:
     written: list[str]
 
 
+@dataclass
+class Moved:
+    """One file's net move by lakewarden's snapshots since a writer's base: its entry, where it is, and the
+    snapshot that moved it."""
+
+    entry: ManifestEntry
+    where: Where
+    snapshot: Snapshot
+
+
 def since(current: TableMetadata, head_id: int, base_id: int | None) -> tuple[list[Snapshot], Snapshot | None]:
     """The snapshots from the head back to (not including) the base, and the base if it is an ancestor (with
     no base: the whole history)."""

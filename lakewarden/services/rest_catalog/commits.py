@@ -14,12 +14,11 @@ from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import CommitFailed, CommitStateUnknown, InvalidField, NoSuchTable, WouldWait
 from lakewarden.domain.events import CatalogEvent, EventType
-from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.metadata.conflicts import check_properties, checked_updates
 from lakewarden.metadata.paths import PATH_PROPERTIES, confine_table
 from lakewarden.metadata.report_filters import ReportedFilter
@@ -161,10 +160,7 @@ class TableCommits:
     def _landed(self, catalog: str, changes: Sequence[TableChange]) -> None:
         """Clients' snapshots landed: the writes they planned are no longer in flight."""
         for change in changes:
-            for update in change.updates:
-                summary = update.snapshot.summary if isinstance(update, AddSnapshotUpdate) else None
-                if summary is not None and OWN_COMMIT not in summary.additional_properties:
-                    self.flights.committed((catalog, change.namespace, change.name), summary.additional_properties)
+            self.flights.landed((catalog, change.namespace, change.name), change.updates)
 
     def yield_to_planned_write(
         self, catalog: str, namespace: str, name: str, snapshot_id: int, reported_filter: Any, writer: str

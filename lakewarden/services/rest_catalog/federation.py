@@ -25,7 +25,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
+from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec, serves_rest_endpoint
 from lakewarden.domain.errors import (
@@ -39,7 +39,6 @@ from lakewarden.domain.errors import (
     Unsupported,
 )
 from lakewarden.domain.events import EventType
-from lakewarden.domain.retention import OWN_COMMIT
 from lakewarden.domain.storage import StorageProfile
 from lakewarden.metadata.catalogs import open_catalog
 from lakewarden.metadata.report_filters import ReportedFilter
@@ -210,10 +209,7 @@ class Federation:
                 _discard(current.io, yielded.written if yielded is not None else [])
                 raise
         self._announce(EventType.TABLE_COMMITTED, name, namespace, table, response.metadata_location)
-        for update in updates:
-            summary = update.snapshot.summary if isinstance(update, AddSnapshotUpdate) else None
-            if summary is not None and OWN_COMMIT not in summary.additional_properties:
-                self.flights.committed((name, store.key(list(namespace)), table), summary.additional_properties)
+        self.flights.landed((name, store.key(list(namespace)), table), updates)
         return LoadedTable(response.metadata_location, response.metadata)
 
     def yield_to_planned_write(

@@ -81,6 +81,14 @@ class WritesInFlight:
                 known.durations.append(self._clock() - started)
                 self._changed.notify_all()
 
+    def landed(self, table: TableKey, updates: Iterable[Any]) -> None:
+        """A commit's updates landed on the table: the snapshots of clients (not lakewarden's own) end their
+        applications' writes."""
+        for update in updates:
+            summary = update.snapshot.summary if isinstance(update, AddSnapshotUpdate) else None
+            if summary is not None and OWN_COMMIT not in summary.additional_properties:
+                self.committed(table, summary.additional_properties)
+
     def hold(self, table: TableKey) -> float:
         """How long a write planned on the table may be waited for: twice the longest of its recent writes,
         bounded; the bound itself while none is known."""

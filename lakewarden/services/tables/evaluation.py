@@ -30,7 +30,7 @@ from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evalua
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
-from lakewarden.domain.writer_cadence import Cadence, cadence
+from lakewarden.domain.writer_cadence import LOOKED_AT, Cadence, cadence
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.files import optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
@@ -303,7 +303,8 @@ class TableEvaluator(LoopService):
                 )
                 config = read_triggered(config, trigger.file_count)
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
-            writers = cadence([(s.timestamp_ms, _summary_of(s.summary)) for s in table.metadata.snapshots if s.summary])
+            newest = table.metadata.snapshots[-LOOKED_AT:]  # what the cadence looks at: no more summaries copied
+            writers = cadence([(s.timestamp_ms, _summary_of(s.summary)) for s in newest if s.summary])
             # a table never optimized counts its minor and full intervals from when lakewarden took it on
             managed_since = rec.identifier.created_at
             clock = OptimizingClock(
