@@ -58,7 +58,7 @@ def _classpath(conf: Path, s3: bool) -> str:
         from lakewarden.spark.jars import ensure_spark_jars
 
         jars = ensure_spark_jars(quiet=True)
-        parts += [j for j in (*jars.spark_jars.split(","), *jars.driver_classpath.split(":")) if "/s3a/" in j]
+        parts += [j for j in jars.jars if Path(j).name.startswith(("hadoop-aws-", "aws-java-sdk-bundle-"))]
     return ":".join(parts)
 
 

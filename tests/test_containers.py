@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from lakewarden.services.resources.containers import ContainerError, Instance, LocalContainer, SparkContainer
 from lakewarden.services.resources.resource_maintainer import ResourceMaintainer
-from lakewarden.spark.submit import MAVEN_PACKAGES
+from lakewarden.spark.jars import JAVA_JAR, maven_coordinates
 from lakewarden.store import allocation as allocation_store
 from lakewarden.store import processes as store
 from lakewarden.store.database import as_utc, utcnow
@@ -68,7 +68,8 @@ def test_cluster_mode_runs_the_driver_on_yarn_and_kubernetes(
     assert not any(c.startswith(("spark.yarn", "spark.kubernetes")) for c in option(client, "--conf"))
 
     maven = spark.command("etl", {**group, "spark-jars": "maven"}, "cluster-etl-3")
-    assert option(maven, "--packages") == [",".join(MAVEN_PACKAGES)] and option(maven, "--jars") == []
+    assert option(maven, "--packages") == [",".join(maven_coordinates())]
+    assert [Path(j).name for j in option(maven, "--jars")] == [JAVA_JAR]  # only lakewarden's own classes
 
 
 def test_the_local_container_gives_its_optimizers_the_group_s_java_options(tmp_path: Path) -> None:
@@ -199,7 +200,7 @@ def test_setup_spark_prints_the_arguments_for_each_deploy_mode_and_refuses_other
     maven = run("--maven", "--deploy-mode", "cluster")
     assert maven.returncode == 0, maven.stderr
     words = shlex.split(maven.stdout.strip().splitlines()[-1])
-    assert words[:2] == ["--packages", ",".join(MAVEN_PACKAGES)] and words[-1].endswith("cli/submitted.py")
+    assert words[:2] == ["--packages", ",".join(maven_coordinates())] and words[-1].endswith("cli/submitted.py")
 
 
 def test_an_optimizer_that_registered_and_died_is_replaced_at_once(client: TestClient, tmp_path: Path) -> None:

@@ -150,24 +150,48 @@ def setup_spark(
     ] = "client",
     maven: Annotated[
         bool,
-        typer.Option("--maven", help="For --submit-args/--submit-command: --packages from Maven Central, no jars"),
+        typer.Option(
+            "--maven",
+            help="For --submit-args/--submit-command: --packages with the pinned coordinates; only lakewarden's "
+            "own classes as a jar",
+        ),
+    ] = False,
+    source_dir: Annotated[
+        Path | None,
+        typer.Option("--from", help="Take the pinned jars from this folder (searched recursively), not a repository"),
+    ] = None,
+    print_checksums: Annotated[
+        bool,
+        typer.Option(
+            "--print-checksums",
+            help="Fetch every pinned coordinate, check it against the repository's SHA-1 and print its SHA-256 "
+            "(for upgrading a version in artifacts.toml); the cache is left alone",
+        ),
     ] = False,
 ) -> None:
-    """Build (or reuse) the Spark jars: Iceberg runtime, relocated dependencies, JDBC drivers."""
-    from lakewarden.spark.jars import JarSetupError, ensure_spark_jars
+    """Fetch (or reuse) the Spark jars pinned in lakewarden/spark/artifacts.toml, checking each one's SHA-256, and
+    compile lakewarden's own Java classes against them. LAKEWARDEN_MAVEN_REPO names a mirror of Maven Central."""
+    from lakewarden.spark.jars import JarSetupError, ensure_spark_jars, jars_dir
+    from lakewarden.spark.maven import ArtifactError, MavenCache, load_pins
+    from lakewarden.spark.maven import print_checksums as print_pinned_checksums
     from lakewarden.spark.submit import DEPLOY_MODES, optimizer_submit_arguments, spark_submit_path
 
     if deploy_mode not in DEPLOY_MODES:
         fail(f"--deploy-mode {deploy_mode!r}: use one of {', '.join(DEPLOY_MODES)}")
+    if source_dir is not None and not source_dir.is_dir():
+        fail(f"--from {source_dir}: not a directory")
     try:
+        if print_checksums:
+            print_pinned_checksums(load_pins(), MavenCache(jars_dir() / "maven", log=lambda _: None), typer.echo)
+            return
         if submit_args or submit_command:
             arguments = optimizer_submit_arguments(deploy_mode, maven)
             if submit_command:
                 arguments.insert(0, spark_submit_path())
             typer.echo(" ".join(shlex.quote(a) for a in arguments))
             return
-        jars = ensure_spark_jars()
-    except JarSetupError as exc:
+        jars = ensure_spark_jars(source_dir=source_dir)
+    except (JarSetupError, ArtifactError) as exc:
         fail(str(exc))
     for jar in jars.jars:
         typer.echo(jar)

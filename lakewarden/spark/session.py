@@ -1,7 +1,7 @@
 """One way to build a SparkSession with Iceberg configured for registered catalogs: tests, the optimizer and
 the demo writer all call `build_spark_session`.
 
-Jars come from the set-up step (`jars.py`), or from Maven with `maven_packages=True` or LAKEWARDEN_SPARK_PACKAGES.
+Jars come from the set-up step (`jars.py`: the pinned Maven artifacts), or from spark-submit's command line.
 Tables on S3 are read and written through StorageFileIO with what the catalog gives each table: the REST catalog's
 storage profile and vended credentials, or an SQL or REST catalog's `s3.*` properties."""
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import make_url
 
 from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec
-from lakewarden.spark.jars import ICEBERG_VERSION, SCALA_BINARY, ensure_spark_jars
+from lakewarden.spark.jars import ensure_spark_jars
 from lakewarden.spark.tls import java_options
 
 if TYPE_CHECKING:
@@ -25,19 +25,7 @@ if TYPE_CHECKING:
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # how a REST catalog client authenticates (Iceberg's RESTSessionCatalog / OAuth2 properties)
 AUTH_PROPERTIES = frozenset({"token", "credential", "scope", "oauth2-server-uri", "token-refresh-enabled"})
-MAVEN_RUNTIME = f"org.apache.iceberg:iceberg-spark-runtime-3.5_{SCALA_BINARY}:{ICEBERG_VERSION}"
 STORAGE_FILE_IO = "io.lakewarden.iceberg.StorageFileIO"  # jars.py compiles it from java/
-S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"  # Iceberg's own, with iceberg-aws-bundle from Maven
-AWS_BUNDLE = "iceberg-aws-bundle"
-
-
-def file_io() -> str | None:
-    """The FileIO of the catalogs lakewarden opens in Spark: lakewarden's StorageFileIO (S3A) with the jars it
-    builds; Iceberg's S3FileIO when Spark fetches Iceberg's AWS bundle from Maven; else Iceberg's default."""
-    packages = os.environ.get("LAKEWARDEN_SPARK_PACKAGES", "")
-    if packages:
-        return S3_FILE_IO if AWS_BUNDLE in packages else None
-    return STORAGE_FILE_IO
 
 
 def jdbc_properties(sqlalchemy_url: str) -> dict[str, str]:
@@ -61,7 +49,6 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     prefix = f"spark.sql.catalog.{spark_name or spec.name}"
     props = dict(spec.connection_properties)
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
-    io = file_io()
     if spec.type == "sql":
         props.update(jdbc_properties(props["uri"]))
         # pyiceberg created the catalog tables (V1 layout); Spark must not try on SQLite (it locks).
@@ -85,8 +72,7 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
         props.update(hadoop_s3_overrides(props))
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
-    if io is not None:
-        props.setdefault("io-impl", io)  # a catalog's own `io-impl` stays its own
+    props.setdefault("io-impl", STORAGE_FILE_IO)  # a catalog's own `io-impl` stays its own
     for key, value in props.items():
         conf[f"{prefix}.{key}"] = value
     return conf
@@ -130,15 +116,12 @@ def build_spark_session(
     app_name: str = "lakewarden",
     driver_memory: str = "2g",
     extra_conf: Mapping[str, str] | None = None,
-    maven_packages: bool | None = None,
     jvm_options: str = "",
 ) -> SparkSession:
     """A SparkSession (created, or the active one extended) with Iceberg and the given catalogs. `jvm_options`
     go to the driver's JVM and the executors' (a JVM already running, under spark-submit, keeps its own)."""
     from pyspark.sql import SparkSession
 
-    if maven_packages is None:
-        maven_packages = bool(os.environ.get("LAKEWARDEN_SPARK_PACKAGES"))
     conf: dict[str, str] = {
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.driver.memory": driver_memory,
@@ -154,15 +137,11 @@ def build_spark_session(
         conf["spark.ui.enabled"] = "false"
     if submitted():
         pass  # spark-submit put the jars on its command line (`lakewarden setup-spark --submit-args`)
-    elif maven_packages:
-        conf["spark.jars.packages"] = os.environ.get("LAKEWARDEN_SPARK_PACKAGES") or MAVEN_RUNTIME
     else:
         jars = ensure_spark_jars(quiet=True)
         conf["spark.jars"] = jars.spark_jars
         conf["spark.driver.extraClassPath"] = jars.driver_classpath
         conf["spark.executor.extraClassPath"] = jars.executor_classpath
-        conf["spark.driver.extraLibraryPath"] = jars.native_library_dir
-        conf["spark.driver.extraJavaOptions"] += f" -Djava.library.path={jars.native_library_dir}"
     trusted = os.environ.get("LAKEWARDEN_TLS_CA")  # a lakewarden server's certificate (self-signed, often)
     if trusted:
         options = java_options(Path(trusted))

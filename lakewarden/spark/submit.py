@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lakewarden._compat.pyspark import spark_home
-from lakewarden.spark.jars import ensure_spark_jars
-from lakewarden.spark.session import MAVEN_RUNTIME
+from lakewarden.spark.jars import JAVA_JAR, ensure_spark_jars, maven_coordinates
 
-# for clusters that reach Maven Central: Iceberg's Spark runtime and the JDBC driver of PostgreSQL catalogs
-MAVEN_PACKAGES = (MAVEN_RUNTIME, "org.postgresql:postgresql:42.7.4")
 DEPLOY_MODES = ("client", "cluster")
 
 
@@ -29,23 +26,14 @@ def optimizer_submit_arguments(deploy_mode: str = "client", maven: bool = False)
     Client mode (the driver on this machine): the jars lakewarden built go to the executors (`--jars`) and the
     JDBC drivers onto the driver's own class path (see SparkJars). Cluster mode (the driver on the cluster,
     YARN or Kubernetes): paths of this machine mean nothing there, so only `--jars` (spark-submit uploads
-    them). `maven`: `--packages` instead, for clusters that reach Maven Central."""
+    them). `maven`: `--packages` with the pinned coordinates instead, for clusters that reach a Maven repository;
+    only lakewarden's own classes go as a jar."""
     if deploy_mode not in DEPLOY_MODES:
         raise ValueError(f"deploy mode {deploy_mode!r} is none of {', '.join(DEPLOY_MODES)}")
-    if maven:
-        return ["--packages", ",".join(MAVEN_PACKAGES), optimizer_program()]
     jars = ensure_spark_jars(quiet=True)
+    if maven:
+        own = next(j for j in jars.spark if j.endswith(JAVA_JAR))
+        return ["--packages", ",".join(maven_coordinates()), "--jars", own, optimizer_program()]
     if deploy_mode == "cluster":
         return ["--jars", jars.shipped_jars, optimizer_program()]
-    library = jars.native_library_dir
-    return [
-        "--jars",
-        jars.shipped_jars,
-        "--driver-class-path",
-        jars.driver_classpath,
-        "--driver-library-path",
-        library,
-        "--conf",
-        f"spark.driver.extraJavaOptions=-Djava.library.path={library}",
-        optimizer_program(),
-    ]
+    return ["--jars", jars.shipped_jars, "--driver-class-path", jars.driver_classpath, optimizer_program()]
