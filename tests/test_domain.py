@@ -53,6 +53,16 @@ def test_invalid_catalogs_name_the_field(spec: CatalogSpec, field: str) -> None:
             CatalogSpec("i", "internal", {"uri": "https://lw/iceberg", "warehouse": "/w", "s3.region": "x"}),
             "s3.region",
         ),
+        (
+            CatalogSpec("t", "sql", {**SQL, "lakewarden.storage.timeout-ms": "10000"}),
+            CatalogSpec("t", "sql", {**SQL, "lakewarden.storage.timeout-ms": "9999"}),
+            "properties.lakewarden.storage.timeout-ms",
+        ),
+        (
+            CatalogSpec("t", "sql", {**SQL, "lakewarden.storage.timeout-ms": "86400000"}),
+            CatalogSpec("t", "sql", {**SQL, "lakewarden.storage.timeout-ms": "2min"}),
+            "properties.lakewarden.storage.timeout-ms",
+        ),
     ],
 )
 def test_valid_catalogs_pass_and_a_step_past_a_boundary_does_not(
@@ -125,3 +135,21 @@ def test_invalid_groups(name: str, container: str, props: dict[str, str], field:
     with pytest.raises(InvalidField) as info:
         validate_group(name, container, props, {"local": "local"})
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("timeout_ms", [10_000, 120_000, 86_400_000])
+def test_s3a_retries_fit_half_the_storage_timeout(timeout_ms: int) -> None:
+    """Five attempts of S3A (connect, then a silent socket) and their longest back-off, within half the catalog's
+    storage timeout; the other half is StoreSilence's, which ends Iceberg's own retries."""
+    from lakewarden.spark.session import s3a_bounds
+
+    bounds = s3a_bounds(timeout_ms)
+    attempts = int(bounds["hadoop.fs.s3a.retry.limit"]) + 1
+    per_attempt = int(bounds["hadoop.fs.s3a.connection.establish.timeout"]) + int(
+        bounds["hadoop.fs.s3a.connection.timeout"]
+    )
+    interval = int(bounds["hadoop.fs.s3a.retry.interval"].removesuffix("ms"))
+    back_off = 1.5 * sum(interval * 2**k for k in range(attempts - 1))  # Hadoop's exponential, 0.5-1.5 x
+    assert bounds["hadoop.fs.s3a.attempts.maximum"] == "0"  # the SDK does not retry inside S3A's attempts
+    assert attempts * per_attempt + back_off <= timeout_ms / 2
+    assert bounds["hadoop.fs.s3a.lakewarden.timeout-ms"] == str(timeout_ms)

@@ -7,9 +7,13 @@ style) and the temporary credentials the catalog vends for each table become the
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -27,7 +31,7 @@ from tests.helpers import (
     wait_for,
 )
 from tests.s3 import BUCKET, REGION, S3Server, s3_server
-from tests.servers import ServerProcess, started_server
+from tests.servers import LAKEWARDEN, ServerProcess, started_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -285,6 +289,132 @@ def test_a_store_that_throttles_or_fails_for_a_moment_is_retried_until_it_answer
         assert proxy.refused >= 2 and time.monotonic() - started >= 2.5  # refused, retried, answered
     finally:
         healer.cancel()
+        proxy.close()
+
+
+def test_a_task_on_a_store_that_stops_answering_fails_within_the_storage_timeout(
+    spark: SparkSession, s3: S3Server, tmp_path: Path
+) -> None:
+    """A store that accepts connections and never answers (the harshest outage: nothing errors) used to hold a
+    task inside S3A's retries for tens of minutes. With the catalog's `lakewarden.storage.timeout-ms` the task
+    fails within about that long, as final, naming the bucket and saying the endpoint did not answer."""
+    from lakewarden.metadata.catalogs import initialize_catalog
+    from lakewarden.optimizer.failures import describe_failure, diagnose_failure
+    from lakewarden.protocol.messages import FailureKind
+    from tests.netproxy import TcpProxy
+
+    host, port = s3.endpoint.removeprefix("http://").split(":")
+    proxy = TcpProxy(host, int(port))
+    spec = CatalogSpec(
+        "s3dead",
+        "sql",
+        {
+            "uri": f"sqlite:///{tmp_path}/s3dead.db",
+            "warehouse": f"s3://{BUCKET}/deadwh",
+            "s3.endpoint": f"http://127.0.0.1:{proxy.port}",
+            "s3.region": REGION,
+            "s3.path-style-access": "true",
+            "s3.access-key-id": s3.access_key_id,
+            "s3.secret-access-key": s3.secret_access_key,
+            "lakewarden.storage.timeout-ms": "10000",
+        },
+    )
+    try:
+        initialize_catalog(spec)
+        configure_catalogs(spark, [spec])
+        spark.sql("CREATE NAMESPACE s3dead.db")
+        spark.sql("CREATE TABLE s3dead.db.t (id BIGINT) USING iceberg")
+        spark.sql("INSERT INTO s3dead.db.t VALUES (1), (2)")
+        location = f"s3://{BUCKET}/deadwh/db/t"
+        proxy.cut()
+        started = time.monotonic()
+        with pytest.raises(Exception) as failed:
+            run_task(
+                spark,
+                spec,
+                {"action": "clean-orphan-files", "table": "db.t", "min_existing_ms": 0, "location": location},
+            )
+        took = time.monotonic() - started
+    finally:
+        proxy.close()
+    message, kind = describe_failure(failed.value)
+    # the timeout, and the task's own start (its catalog and plan) beside it
+    assert took < 10.0 + 5.0, f"the task waited {took:.1f} s on a store that does not answer: {message}"
+    assert kind is FailureKind.FINAL, message
+    assert message.startswith(f"s3://{BUCKET} at http://127.0.0.1:{proxy.port} did not answer for"), message
+    assert "did not answer" in (diagnose_failure(failed.value).hint or ""), message
+
+
+def test_an_optimizer_stopped_while_its_store_does_not_answer_leaves_within_its_drain_timeout(
+    lake: ServerProcess, s3: S3Server, spark: SparkSession, tmp_path: Path
+) -> None:
+    """SIGTERM while a task waits on a silent store (here a storage timeout of ten minutes): the optimizer used to
+    wait for the task, which sat in S3A's retries for as long. It leaves within its drain timeout instead, having
+    canceled the task and unregistered, and the server hands the task out again: it is neither lost nor failed."""
+    from lakewarden.metadata.catalogs import initialize_catalog
+    from tests.netproxy import TcpProxy
+
+    host, port = s3.endpoint.removeprefix("http://").split(":")
+    proxy = TcpProxy(host, int(port))
+    properties = {
+        "uri": f"sqlite:///{tmp_path}/s3hang.db",
+        "warehouse": f"s3://{BUCKET}/hangwh",
+        "s3.endpoint": f"http://127.0.0.1:{proxy.port}",
+        "s3.region": REGION,
+        "s3.path-style-access": "true",
+        "s3.access-key-id": s3.access_key_id,
+        "s3.secret-access-key": s3.secret_access_key,
+        "lakewarden.storage.timeout-ms": "600000",
+    }
+    spec = CatalogSpec("s3hang", "sql", properties)
+    initialize_catalog(spec)
+    configure_catalogs(spark, [spec])
+    spark.sql("CREATE NAMESPACE s3hang.db")
+    spark.sql("CREATE TABLE s3hang.db.t (id BIGINT) USING iceberg TBLPROPERTIES ('self-optimizing.enabled'='false')")
+    spark.sql("INSERT INTO s3hang.db.t VALUES (1)")
+    api = lake.api()
+    optimizer: subprocess.Popen[bytes] | None = None
+    process_id = None
+    try:
+        assert (
+            api.post("/catalogs", json={"name": "s3hang", "type": "sql", "properties": properties}).status_code == 201
+        )
+        wait_for("the table", lambda: api.get("/tables/s3hang/db/t").status_code == 200)
+        started = api.post("/tables/s3hang/db/t/actions/clean-orphan-files", json={"dry_run": True})
+        assert started.status_code == 201, started.text
+        process_id = int(started.json()["process_id"])
+        proxy.cut()
+        log = (tmp_path / "optimizer.log").open("wb")
+        optimizer = subprocess.Popen(
+            [*LAKEWARDEN, "optimizer", "--server", lake.url, "--driver-memory", "1g", "--drain-timeout", "3"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "LAKEWARDEN_TOKEN": lake.token},
+        )
+
+        def acked() -> bool:
+            return any(t["status"] == "acked" for t in api.get(f"/processes/{process_id}").json()["tasks"])
+
+        wait_for("the task to be acked", acked, timeout=120)
+        time.sleep(3.0)  # inside the store's silence
+        optimizer.send_signal(signal.SIGTERM)
+        stopping = time.monotonic()
+        assert optimizer.wait(timeout=60) == 0, (tmp_path / "optimizer.log").read_text()[-3000:]
+        took = time.monotonic() - stopping
+        assert took < 3.0 + 15.0, f"{took:.1f} s to leave"  # the drain timeout, the cancel's grace, unregistering
+        shown = (tmp_path / "optimizer.log").read_text()
+        assert "still running after the drain timeout" in shown, shown[-3000:]
+        # handed out again, not failed: the process goes on
+        process = api.get(f"/processes/{process_id}").json()
+        assert process["status"] == "running" and all(t["status"] != "failed" for t in process["tasks"]), process
+    finally:
+        if optimizer is not None and optimizer.poll() is None:
+            os.killpg(optimizer.pid, signal.SIGKILL)
+            optimizer.wait()
+        if process_id is not None:
+            api.post(f"/processes/{process_id}/cancel")
+        api.delete("/catalogs/s3hang")
         proxy.close()
 
 

@@ -60,6 +60,15 @@ def optimizer(
         str | None,
         typer.Option(help="Options of Spark's JVMs, not under spark-submit (default: -XX:+UseParallelGC)"),
     ] = None,
+    drain_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            max=86400,
+            help="Seconds a stopping optimizer (SIGTERM, or asked to leave) lets running tasks finish; past it they "
+            "are canceled and handed out again (default: the optimizer's DRAIN_TIMEOUT_SECONDS, two minutes)",
+        ),
+    ] = None,
     resource_id: Annotated[str | None, typer.Option(hidden=True)] = None,
     server: Annotated[
         str,
@@ -71,7 +80,7 @@ def optimizer(
     ] = DEFAULT_SERVER,
 ) -> None:
     """Run an optimizer: a PySpark application that pulls self-optimizing tasks of one group from the server."""
-    from lakewarden.optimizer.app import JAVA_OPTIONS, Optimizer, leave
+    from lakewarden.optimizer.app import DRAIN_TIMEOUT_SECONDS, JAVA_OPTIONS, Optimizer, leave
     from lakewarden.optimizer.client import ProtocolError
     from lakewarden.server import configure_logging
 
@@ -88,6 +97,7 @@ def optimizer(
             driver_memory,
             credential=local_token(),
             java_options=JAVA_OPTIONS if java_options is None else java_options,
+            drain_timeout=DRAIN_TIMEOUT_SECONDS if drain_timeout is None else drain_timeout,
         ).run()
     except ProtocolError as exc:
         fail(str(exc))

@@ -61,6 +61,26 @@ FORWARDABLE_TYPES = ("sql", "hive", "glue", "rest")
 THROUGH_LAKEWARDEN = ("internal", "glue")
 
 
+# how long one operation of an optimizer on the catalog's object store may wait for it, retries included, before
+# the task fails naming the store (spark/session.py turns it into S3A's timeouts and retry limits)
+STORAGE_TIMEOUT = "lakewarden.storage.timeout-ms"
+DEFAULT_STORAGE_TIMEOUT_MS = 120_000
+MIN_STORAGE_TIMEOUT_MS = 10_000  # below it S3A's five attempts no longer fit half of it
+
+
+def storage_timeout_ms(properties: Mapping[str, str]) -> int:
+    """The catalog's storage timeout in milliseconds; InvalidField naming the property when it is not one."""
+    text = properties.get(STORAGE_TIMEOUT)
+    if text is None:
+        return DEFAULT_STORAGE_TIMEOUT_MS
+    if not text.isdigit() or not MIN_STORAGE_TIMEOUT_MS <= int(text) <= 86_400_000:
+        raise InvalidField(
+            f"properties.{STORAGE_TIMEOUT}",
+            f"{text!r} must be whole milliseconds from {MIN_STORAGE_TIMEOUT_MS} to 86400000",
+        )
+    return int(text)
+
+
 # a namespace level, table or view name of an internal catalog: it becomes a path segment of the REST catalog's
 # URLs (a '/' in it could not be addressed) and of the table's default location (nor could a NUL)
 MAX_OBJECT_NAME = 255
@@ -147,6 +167,7 @@ def validate_catalog(spec: CatalogSpec) -> None:
         if not spec.properties.get(key, "").strip():
             raise InvalidField(f"properties.{key}", f"is required for a {spec.type} catalog")
     TableFilter.of(spec)
+    storage_timeout_ms(spec.properties)
     uri = spec.properties.get("uri", "")
     if spec.type == "sql":
         if uri.startswith("sqlite"):

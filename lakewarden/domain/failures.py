@@ -74,6 +74,8 @@ STORAGE_REFUSED = frozenset(
 )
 # S3A's failure to reach its endpoint at all, after its own retries: the endpoint is wrong or down for long
 UNREACHABLE_STORE = ("org.apache.hadoop.fs.s3a.AWSClientIOException", "java.net.ConnectException")
+# a store silent for the catalog's whole storage timeout (lakewarden/spark/java/…/StoreSilence.java)
+SILENT_STORE = "io.lakewarden.iceberg.StoreSilence$StoreSilentError"
 
 # Iceberg reports a commit that conflicts with a concurrent one as a ValidationException too
 # (MergingSnapshotProducer, ManifestFilterManager): those messages are conflicts, and a retry plans anew
@@ -103,7 +105,7 @@ def classify(chain: Sequence[tuple[str, str]]) -> FailureKind:
     names = [name for name, _ in chain]
     if any(name in STALE_PLAN or name in STORAGE_REFUSED for name in names):
         return FailureKind.FINAL
-    if all(name in names for name in UNREACHABLE_STORE):
+    if all(name in names for name in UNREACHABLE_STORE) or SILENT_STORE in names:
         return FailureKind.FINAL
     for name, message in chain:
         if name in CONFLICTS or (
@@ -165,6 +167,12 @@ _HINTS: tuple[tuple[frozenset[str], re.Pattern[str] | None, str], ...] = (
         None,
         "The storage's endpoint is wrong (its name does not resolve, or it belongs to another region): check the "
         "catalog's s3.endpoint and s3.region. Not retried.",
+    ),
+    (
+        frozenset({SILENT_STORE}),
+        None,
+        "The storage's endpoint did not answer for the catalog's lakewarden.storage.timeout-ms: check the "
+        "catalog's s3.endpoint and that the optimizers reach it. Not retried.",
     ),
     (
         frozenset({UNREACHABLE_STORE[0]}),

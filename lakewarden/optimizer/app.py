@@ -2,7 +2,8 @@
 
 One SparkSession (local[N] by default, any master via --spark-master or spark-submit), a heartbeat
 thread, and N worker threads each looping poll -> ack -> execute -> complete. SIGTERM or SIGINT
-stops polling; tasks already running are finished and reported before the process exits.
+stops polling; tasks already running are finished and reported before the process exits, for at most the drain
+timeout: past it their Spark jobs are canceled and the optimizer unregisters, which hands them out again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ HEARTBEAT_SECONDS = 10.0
 # G1's barriers and concurrent work cost a rewrite's many short-lived metadata objects more CPU, and its short
 # pauses buy an optimizer nothing (its heartbeats come from Python). bench/BENCHMARKS.md has the measurements.
 JAVA_OPTIONS = "-XX:+UseParallelGC"
+# how long a stopping optimizer lets its running tasks finish; a task waiting on a store that stopped answering
+# fails within the catalog's storage timeout, which is no longer by default
+DRAIN_TIMEOUT_SECONDS = 120.0
+# after its jobs are canceled, how long a task's thread gets to notice before the process leaves without it
+CANCEL_GRACE_SECONDS = 5.0
 
 
 class Optimizer:
@@ -55,8 +61,10 @@ class Optimizer:
         spark: Any = None,
         credential: str | None = None,
         java_options: str = JAVA_OPTIONS,
+        drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
     ) -> None:
         self.client = OptimizerClient(server, credential)
+        self.drain_timeout = drain_timeout
         self.group = group
         self.parallelism = parallelism
         # under spark-submit the master is the one submitted to; otherwise local[parallelism] unless given
@@ -294,19 +302,46 @@ class Optimizer:
             while not self.stop.is_set() and not self.signalled:
                 time.sleep(0.5)
             if self.signalled:
-                log.info("stopping: finishing running tasks")
+                log.info("stopping: finishing running tasks (for at most %.0f s)", self.drain_timeout)
         finally:
             self.stop.set()
-            for thread in threads[1:]:
-                thread.join()
+            drained = self._drain(spark, threads[1:])
             try:
                 self.client.unregister(self.token)
             except Exception as exc:  # the server may be gone; it will declare us lost
                 log.info("could not unregister: %s", exc)
             self.client.close()
-            if self.spark is None:
-                spark.stop()
+            if self.spark is None and drained:
+                spark.stop()  # a thread still inside a JVM call could hold it: the process leaves without it
             log.info("optimizer stopped after %d task(s)", self.completed)
+
+    def _drain(self, spark: Any, workers: list[threading.Thread]) -> bool:
+        """Wait for the worker threads for at most the drain timeout; past it, cancel the Spark jobs of the tasks
+        still running and give them a moment. Whether every thread ended: one that did not is stuck in a call
+        Spark cannot cancel (a driver-side listing waiting on its store), and its task is left to the server,
+        which hands it out again once this optimizer unregisters."""
+        deadline = time.monotonic() + self.drain_timeout
+        for thread in workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        running = [thread for thread in workers if thread.is_alive()]
+        if not running:
+            return True
+        with self._tasks_lock:
+            groups = dict(self._running)
+            self._revoked.update(groups)  # not reported: the server hands them out again
+        log.warning(
+            "%d task(s) still running after the drain timeout (%.0f s): canceling them: %s",
+            len(groups),
+            self.drain_timeout,
+            ", ".join(f"{key.process_id}.{key.task_id}" for key in groups),
+        )
+        for group in groups.values():
+            with contextlib.suppress(Exception):
+                spark.sparkContext.cancelJobGroup(group)
+        grace = time.monotonic() + CANCEL_GRACE_SECONDS
+        for thread in running:
+            thread.join(max(0.0, grace - time.monotonic()))
+        return not any(thread.is_alive() for thread in running)
 
 
 def leave(code: int = 0) -> NoReturn:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lakewarden.domain.failures import classify, diagnose
+from lakewarden.domain.failures import SILENT_STORE, classify, diagnose
 from lakewarden.protocol.messages import FailureDiagnosis, FailureKind
 
 MAX_MESSAGE = 4000
@@ -64,6 +64,9 @@ def describe_failure(exc: BaseException) -> tuple[str, FailureKind]:
     by the outer exception's type) and the kind of failure (whether and when a retry may pass)."""
     chain = cause_chain(exc)
     java = [(name, message) for name, message in chain if not name.startswith("python:")]
+    silent = next((message for name, message in java if name == SILENT_STORE), None)
+    if silent is not None:  # its own message names the store, its endpoint and the timeout; its causes do not
+        return f"{silent} (last: {java[-1][0].rsplit('.', 1)[-1]}: {java[-1][1]})"[:MAX_MESSAGE], classify(chain)
     if java:
         name, message = java[-1]
         text = f"{name.rsplit('.', 1)[-1]}: {message}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
-from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec
+from lakewarden.domain.catalogs import THROUGH_LAKEWARDEN, CatalogSpec, storage_timeout_ms
 from lakewarden.spark.jars import ensure_spark_jars
 from lakewarden.spark.tls import java_options
 
@@ -48,6 +48,7 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     """`spark.sql.catalog.<name>.*` settings for one registered catalog (under `spark_name` if given)."""
     prefix = f"spark.sql.catalog.{spark_name or spec.name}"
     props = dict(spec.connection_properties)
+    bounds = s3a_bounds(storage_timeout_ms(spec.properties))
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
     if spec.type == "sql":
         props.update(jdbc_properties(props["uri"]))
@@ -73,9 +74,37 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
     props.setdefault("io-impl", STORAGE_FILE_IO)  # a catalog's own `io-impl` stays its own
+    for key, value in bounds.items():
+        props.setdefault(key, value)  # a catalog's own `hadoop.fs.s3a.*` stays its own
     for key, value in props.items():
         conf[f"{prefix}.{key}"] = value
     return conf
+
+
+def s3a_bounds(timeout_ms: int) -> dict[str, str]:
+    """The catalog options (`hadoop.*`) that end an operation on a store that stopped answering (connections
+    refused, or accepted and never answered) within the catalog's storage timeout.
+
+    S3A's defaults retry for far longer: the SDK's own 20 attempts inside each of S3A's, each waiting up to 200 s
+    on a silent socket. Here the SDK does not retry (S3A's policies do, throttling and 5xx included), and S3A's
+    five attempts fit half the timeout, B: 5 x (connect B/24 + silence B/8) + back-off 1.5 x (1+2+4+8) x B/240 < B.
+    The other half is StorageFileIO's (`StoreSilence`): Iceberg retries a failed operation itself (a metadata
+    refresh twenty times), and once the store has been silent for the whole timeout it ends the task."""
+    budget = timeout_ms // 2
+    establish = min(5_000, budget // 24)
+    silence = min(200_000, max(500, budget // 8))
+    interval = max(10, min(500, budget // 240))
+    throttle = max(10, min(100, budget // 1_200))  # 503 SlowDown: nine waits of 0.5-1.5 x 2^k x this
+    return {
+        "hadoop.fs.s3a.attempts.maximum": "0",
+        "hadoop.fs.s3a.connection.establish.timeout": str(establish),
+        "hadoop.fs.s3a.connection.timeout": str(silence),
+        "hadoop.fs.s3a.retry.limit": "4",
+        "hadoop.fs.s3a.retry.interval": f"{interval}ms",
+        "hadoop.fs.s3a.retry.throttle.limit": "9",
+        "hadoop.fs.s3a.retry.throttle.interval": f"{throttle}ms",
+        "hadoop.fs.s3a.lakewarden.timeout-ms": str(timeout_ms),
+    }
 
 
 def hadoop_location(location: str) -> str:

@@ -6,15 +6,28 @@
 package io.lakewarden.iceberg;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import org.apache.iceberg.io.InputFile;
 import org.apache.iceberg.io.OutputFile;
 import org.apache.iceberg.io.PositionOutputStream;
 import org.apache.iceberg.io.RangeReadable;
 import org.apache.iceberg.io.SeekableInputStream;
 
-/** The files StorageFileIO hands out for S3 locations, reached through the client made for their credentials. */
+/**
+ * The files StorageFileIO hands out for S3 locations, reached through the client made for their credentials, each
+ * operation watched by the store's StoreSilence.
+ */
 final class ClientFiles {
   private ClientFiles() {}
+
+  /** An operation that throws no checked exception (Iceberg's InputFile and OutputFile), watched. */
+  static <T> T unchecked(StoreSilence silence, java.util.function.Supplier<T> operation) {
+    try {
+      return silence.call(operation::get);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e); // not reached: the operation throws no IOException
+    }
+  }
 
   /**
    * A file read through the client made for its credentials. Deliberately not a HadoopInputFile: Iceberg hands
@@ -24,19 +37,21 @@ final class ClientFiles {
    */
   static final class ClientInputFile implements InputFile {
     private final InputFile file;
+    private final StoreSilence silence;
 
-    ClientInputFile(InputFile file) {
+    ClientInputFile(InputFile file, StoreSilence silence) {
       this.file = file;
+      this.silence = silence;
     }
 
     @Override
     public long getLength() {
-      return file.getLength();
+      return unchecked(silence, file::getLength);
     }
 
     @Override
     public SeekableInputStream newStream() {
-      return new HeldInputStream(file.newStream());
+      return new HeldInputStream(unchecked(silence, file::newStream), silence);
     }
 
     @Override
@@ -46,26 +61,28 @@ final class ClientFiles {
 
     @Override
     public boolean exists() {
-      return file.exists();
+      return unchecked(silence, file::exists);
     }
   }
 
   /** A file written through the client made for its credentials; not a HadoopOutputFile, as for reads. */
   static final class ClientOutputFile implements OutputFile {
     private final OutputFile file;
+    private final StoreSilence silence;
 
-    ClientOutputFile(OutputFile file) {
+    ClientOutputFile(OutputFile file, StoreSilence silence) {
       this.file = file;
+      this.silence = silence;
     }
 
     @Override
     public PositionOutputStream create() {
-      return new HeldOutputStream(file.create());
+      return new HeldOutputStream(unchecked(silence, file::create), silence);
     }
 
     @Override
     public PositionOutputStream createOrOverwrite() {
-      return new HeldOutputStream(file.createOrOverwrite());
+      return new HeldOutputStream(unchecked(silence, file::createOrOverwrite), silence);
     }
 
     @Override
@@ -75,7 +92,7 @@ final class ClientFiles {
 
     @Override
     public InputFile toInputFile() {
-      return new ClientInputFile(file.toInputFile());
+      return new ClientInputFile(file.toInputFile(), silence);
     }
   }
 
@@ -86,9 +103,11 @@ final class ClientFiles {
    */
   static final class HeldInputStream extends SeekableInputStream implements RangeReadable {
     private final SeekableInputStream stream;
+    private final StoreSilence silence;
 
-    HeldInputStream(SeekableInputStream stream) {
+    HeldInputStream(SeekableInputStream stream, StoreSilence silence) {
       this.stream = stream;
+      this.silence = silence;
     }
 
     @Override
@@ -98,22 +117,22 @@ final class ClientFiles {
 
     @Override
     public void seek(long newPos) throws IOException {
-      stream.seek(newPos);
+      silence.run(() -> stream.seek(newPos));
     }
 
     @Override
     public int read() throws IOException {
-      return stream.read();
+      return silence.call(stream::read);
     }
 
     @Override
     public int read(byte[] into, int offset, int count) throws IOException {
-      return stream.read(into, offset, count);
+      return silence.call(() -> stream.read(into, offset, count));
     }
 
     @Override
     public long skip(long n) throws IOException {
-      return stream.skip(n);
+      return silence.call(() -> stream.skip(n));
     }
 
     @Override
@@ -123,12 +142,12 @@ final class ClientFiles {
 
     @Override
     public void readFully(long position, byte[] into, int offset, int length) throws IOException {
-      ((RangeReadable) stream).readFully(position, into, offset, length);
+      silence.run(() -> ((RangeReadable) stream).readFully(position, into, offset, length));
     }
 
     @Override
     public int readTail(byte[] into, int offset, int length) throws IOException {
-      return ((RangeReadable) stream).readTail(into, offset, length);
+      return silence.call(() -> ((RangeReadable) stream).readTail(into, offset, length));
     }
 
     @Override
@@ -140,9 +159,11 @@ final class ClientFiles {
   /** Iceberg's stream over a Hadoop output stream, held for the reason HeldInputStream gives. */
   static final class HeldOutputStream extends PositionOutputStream {
     private final PositionOutputStream stream;
+    private final StoreSilence silence;
 
-    HeldOutputStream(PositionOutputStream stream) {
+    HeldOutputStream(PositionOutputStream stream, StoreSilence silence) {
       this.stream = stream;
+      this.silence = silence;
     }
 
     @Override
@@ -157,22 +178,22 @@ final class ClientFiles {
 
     @Override
     public void write(int b) throws IOException {
-      stream.write(b);
+      silence.run(() -> stream.write(b));
     }
 
     @Override
     public void write(byte[] b, int off, int len) throws IOException {
-      stream.write(b, off, len);
+      silence.run(() -> stream.write(b, off, len));
     }
 
     @Override
     public void flush() throws IOException {
-      stream.flush();
+      silence.run(stream::flush);
     }
 
     @Override
     public void close() throws IOException {
-      stream.close();
+      silence.run(stream::close);
     }
   }
 }

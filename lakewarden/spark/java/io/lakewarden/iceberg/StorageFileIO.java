@@ -199,8 +199,22 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     } else {
       identity = "default"; // the session's own S3A settings (or the environment's)
     }
-    conf.set(PREFIX + "identity", String.join("|", scheme, bucket, String.valueOf(endpoint), identity));
+    // a catalog's timeouts are part of its client's identity: a client made with other ones is not reused
+    String bounds =
+        String.join(
+            "/",
+            String.valueOf(conf.get("fs.s3a.connection.establish.timeout")),
+            String.valueOf(conf.get("fs.s3a.connection.timeout")),
+            String.valueOf(conf.get("fs.s3a.attempts.maximum")),
+            String.valueOf(conf.get("fs.s3a.retry.limit")),
+            String.valueOf(conf.get("fs.s3a.retry.interval")));
+    conf.set(
+        PREFIX + "identity", String.join("|", scheme, bucket, String.valueOf(endpoint), identity, bounds));
     return conf;
+  }
+
+  private static StoreSilence silence(FileSystem fs, String location) {
+    return StoreSilence.of(fs.getConf(), bucketOf(location));
   }
 
   FileSystem fs(String location) {
@@ -231,7 +245,8 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       return super.newInputFile(path);
     }
     FileSystem fs = fs(path);
-    return new ClientFiles.ClientInputFile(HadoopInputFile.fromPath(new Path(path), fs, fs.getConf()));
+    return new ClientFiles.ClientInputFile(
+        HadoopInputFile.fromPath(new Path(path), fs, fs.getConf()), silence(fs, path));
   }
 
   @Override
@@ -243,7 +258,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       return super.newInputFile(path, length);
     }
     FileSystem fs = fs(path);
-    InputFile file = new ClientFiles.ClientInputFile(HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf()));
+    StoreSilence silence = silence(fs, path);
+    InputFile file =
+        new ClientFiles.ClientInputFile(HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf()), silence);
     int parallelism = PropertyUtil.propertyAsInt(properties(), READ_PARALLELISM, DEFAULT_READ_PARALLELISM);
     if (parallelism <= 1 || length > WHOLE_OBJECT_BYTES || !reserve(length)) {
       return file;
@@ -251,7 +268,7 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     ExecutorService readers =
         READERS.computeIfAbsent(
             parallelism, n -> ThreadPools.newExitingWorkerPool("lakewarden-read-ahead-" + n, n));
-    return new ReadAheadFile(file, fs, new Path(path), length, readers);
+    return new ReadAheadFile(file, fs, new Path(path), length, readers, silence);
   }
 
   private static boolean reserve(long bytes) {
@@ -290,10 +307,11 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     private final Future<byte[]> bytes;
     private final Cleaner.Cleanable release;
 
-    ReadAheadFile(InputFile file, FileSystem fs, Path path, long length, ExecutorService readers) {
+    ReadAheadFile(
+        InputFile file, FileSystem fs, Path path, long length, ExecutorService readers, StoreSilence silence) {
       this.file = file;
       this.length = length;
-      this.bytes = readers.submit(() -> whole(fs, path, length));
+      this.bytes = readers.submit(() -> silence.call(() -> whole(fs, path, length)));
       this.release = RELEASES.register(this, new Release(length));
     }
 
@@ -420,7 +438,8 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       return super.newOutputFile(path);
     }
     FileSystem fs = fs(path);
-    return new ClientFiles.ClientOutputFile(HadoopOutputFile.fromPath(new Path(path), fs, fs.getConf()));
+    return new ClientFiles.ClientOutputFile(
+        HadoopOutputFile.fromPath(new Path(path), fs, fs.getConf()), silence(fs, path));
   }
 
   @Override
@@ -433,8 +452,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       super.deleteFile(path);
       return;
     }
+    FileSystem fs = fs(path);
     try {
-      fs(path).delete(new Path(path), false /* one object, never a directory's contents */);
+      silence(fs, path).call(() -> fs.delete(new Path(path), false /* one object, never a directory's contents */));
     } catch (IOException e) {
       throw new RuntimeIOException(e, "Failed to delete file: %s", path);
     }
@@ -472,15 +492,17 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       return super.listPrefix(prefix);
     }
     FileSystem fs = fs(prefix);
+    StoreSilence silence = silence(fs, prefix);
     Path root = new Path(prefix);
     return () -> {
       try {
-        RemoteIterator<LocatedFileStatus> found = fs.listFiles(root, true /* recursive: pages through it */);
+        RemoteIterator<LocatedFileStatus> found =
+            silence.call(() -> fs.listFiles(root, true /* recursive: pages through it */));
         return new Iterator<FileInfo>() {
           @Override
           public boolean hasNext() {
             try {
-              return found.hasNext();
+              return silence.call(found::hasNext);
             } catch (IOException e) {
               throw new UncheckedIOException(e);
             }
@@ -489,7 +511,7 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
           @Override
           public FileInfo next() {
             try {
-              LocatedFileStatus status = found.next();
+              LocatedFileStatus status = silence.call(found::next);
               return new FileInfo(status.getPath().toString(), status.getLen(), status.getModificationTime());
             } catch (IOException e) {
               throw new UncheckedIOException(e);
@@ -508,8 +530,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       super.deletePrefix(prefix);
       return;
     }
+    FileSystem fs = fs(prefix);
     try {
-      fs(prefix).delete(new Path(prefix), true);
+      silence(fs, prefix).call(() -> fs.delete(new Path(prefix), true));
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
