@@ -138,12 +138,12 @@ def test_invalid_groups(name: str, container: str, props: dict[str, str], field:
 
 
 @pytest.mark.parametrize("timeout_ms", [10_000, 120_000, 86_400_000])
-def test_s3a_retries_fit_half_the_storage_timeout(timeout_ms: int) -> None:
-    """Five attempts of S3A (connect, then a silent socket) and their longest back-off, within half the catalog's
-    storage timeout; the other half is StoreSilence's, which ends Iceberg's own retries."""
-    from lakewarden.spark.session import s3a_bounds
+def test_each_s3_clients_retries_fit_half_the_storage_timeout(timeout_ms: int) -> None:
+    """Five attempts (connect, then a silent socket) and their longest back-offs, within half the catalog's storage
+    timeout, for S3FileIO and for S3A; the other half is StoreSilence's, which ends Iceberg's own retries."""
+    from lakewarden.spark.session import storage_bounds
 
-    bounds = s3a_bounds(timeout_ms)
+    bounds = storage_bounds(timeout_ms)
     attempts = int(bounds["hadoop.fs.s3a.retry.limit"]) + 1
     per_attempt = int(bounds["hadoop.fs.s3a.connection.establish.timeout"]) + int(
         bounds["hadoop.fs.s3a.connection.timeout"]
@@ -153,3 +153,13 @@ def test_s3a_retries_fit_half_the_storage_timeout(timeout_ms: int) -> None:
     assert bounds["hadoop.fs.s3a.attempts.maximum"] == "0"  # the SDK does not retry inside S3A's attempts
     assert attempts * per_attempt + back_off <= timeout_ms / 2
     assert bounds["hadoop.fs.s3a.lakewarden.timeout-ms"] == str(timeout_ms)
+
+    # S3FileIO: the SDK's equal jitter waits at most min(base x 2^k, max) before its k-th retry, k from 1
+    attempts = int(bounds["s3.retry.num-retries"]) + 1
+    per_attempt = int(bounds["http-client.apache.connection-timeout-ms"]) + int(
+        bounds["http-client.apache.socket-timeout-ms"]
+    )
+    base, most = int(bounds["s3.retry.min-wait-ms"]), int(bounds["s3.retry.max-wait-ms"])
+    back_off = sum(min(base * 2**k, most) for k in range(1, attempts))
+    assert attempts * per_attempt + back_off <= timeout_ms / 2
+    assert bounds["lakewarden.storage.timeout-ms"] == str(timeout_ms)

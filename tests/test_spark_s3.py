@@ -1,8 +1,8 @@
 """Spark on S3: tables of lakewarden's REST catalog on an `s3://` warehouse (moto's S3 and STS server, with IAM
 authentication on), written by Spark and compacted and maintained by lakewarden's optimizer, each reaching S3
-through S3A with nothing but the catalog: its URI and token. The storage profile (endpoint, region, path
-style) and the temporary credentials the catalog vends for each table become the table's S3A settings
-(lakewarden's StorageFileIO, `lakewarden/spark/java/`)."""
+through Iceberg's S3FileIO with nothing but the catalog: its URI and token. The storage profile (endpoint, region,
+path style) and the temporary credentials the catalog vends for each table become the table's S3 client settings
+(lakewarden's StorageFileIO around S3FileIO, `lakewarden/spark/java/`); `sql` catalogs give their own `s3.*`."""
 
 from __future__ import annotations
 
@@ -185,50 +185,62 @@ def test_maintenance_on_s3_lists_every_page_and_deletes_only_in_the_tables_prefi
     assert s3.keys(f"{key}0/") == [neighbour]
 
 
-def test_vended_credentials_are_renewed_from_the_catalog_before_they_expire(
-    lake: ServerProcess, spark: SparkSession, on_s3: str
+def _vended(lake: ServerProcess, table: str) -> list[dict[str, Any]]:
+    """The storage credentials the catalog vends for `s3lake.db.<table>` (its `/credentials` endpoint)."""
+    answer = lake.http.get(
+        f"{lake.url}/iceberg/v1/s3lake/namespaces/db/tables/{table}/credentials",
+        headers={"Authorization": f"Bearer {lake.token}"},
+    )
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["storage-credentials"])
+
+
+def test_vended_credentials_reach_a_tables_files_by_prefix_and_are_renewed_before_they_expire(
+    lake: ServerProcess, s3: S3Server, spark: SparkSession, on_s3: str
 ) -> None:
-    """S3A's credentials of a table (VendedCredentialsProvider): kept while they last, asked of the catalog's
-    refresh endpoint again when they are about to expire."""
+    """S3FileIO under StorageFileIO, with nothing but what a REST catalog gives a table: the credential vended for
+    the table's prefix reaches its files, also when a path spells the scheme `s3a://`; credentials about to expire
+    are asked of the catalog's refresh endpoint again, and ones that still last are used as they are."""
     table = f"{on_s3}.renewed"
     spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg")
-    location = _location(spark, table)
+    spark.sql(f"INSERT INTO {table} VALUES (1)")
+    first = spark.sql(f"SELECT file_path FROM {table}.files").first()
+    assert first is not None
+    data = str(first[0])
     jvm: Any = spark._jvm
-    refresh = f"{lake.url}/iceberg/v1/s3lake/namespaces/db/tables/renewed/credentials"
+    profile = {"s3.endpoint": s3.endpoint, "client.region": REGION, "s3.path-style-access": "true"}
 
-    def provider(expires_in_ms: int) -> Any:
-        conf = jvm.org.apache.hadoop.conf.Configuration(False)
-        for name, value in {
-            "fs.s3a.access.key": "ASIAOLD",
-            "fs.s3a.secret.key": "old",
-            "fs.s3a.session.token": "old",
-            "fs.s3a.lakewarden.expires-at-ms": str(int(time.time() * 1000) + expires_in_ms),
-            "fs.s3a.lakewarden.refresh-url": refresh,
-            "fs.s3a.lakewarden.refresh-token": lake.token,
-            "fs.s3a.lakewarden.prefix": location + "/",
-        }.items():
-            conf.set(name, value)
-        return jvm.io.lakewarden.iceberg.VendedCredentialsProvider(jvm.java.net.URI("s3a://lake/"), conf)
+    def length(path: str, credentials: list[dict[str, Any]], **properties: str) -> int:
+        io = jvm.io.lakewarden.iceberg.StorageFileIO()
+        given = [
+            jvm.org.apache.iceberg.io.StorageCredential.create(c["prefix"], jvm.java.util.HashMap(c["config"]))
+            for c in credentials
+        ]
+        io.setCredentials(jvm.java.util.ArrayList(given))
+        io.initialize(jvm.java.util.HashMap({**profile, **properties}))
+        try:
+            return int(io.newInputFile(path).getLength())
+        finally:
+            io.close()
 
-    assert provider(3_600_000).getCredentials().getAWSAccessKeyId() == "ASIAOLD"  # an hour left: kept
-    renewed = provider(60_000).getCredentials()  # a minute left: renewed
-    assert renewed.getAWSAccessKeyId().startswith("ASIA") and renewed.getAWSAccessKeyId() != "ASIAOLD"
-    assert renewed.getSessionToken() not in ("", "old")
+    vended = _vended(lake, "renewed")
+    assert [c["prefix"] for c in vended] == [_location(spark, table) + "/"]
+    size = length(data, vended)
+    assert size > 0 and length("s3a://" + data.split("://", 1)[1], vended) == size
 
-
-def test_a_table_path_named_with_s3a_is_the_object_s3_names(spark: SparkSession) -> None:
-    """StorageFileIO picks a table's credentials by prefix whatever the scheme's spelling (s3, s3a, s3n)."""
-    jvm: Any = spark._jvm
-    io = jvm.io.lakewarden.iceberg.StorageFileIO()
-    credential = jvm.org.apache.iceberg.io.StorageCredential.create(
-        "s3://lake/wh/db/t1", jvm.java.util.HashMap({"s3.access-key-id": "ASIAT1"})
-    )
-    io.setCredentials(jvm.java.util.ArrayList([credential]))
-    io.initialize(jvm.java.util.HashMap())
-    assert io.credentialFor("s3a://lake/wh/db/t1/data/x.parquet") is not None
-    assert io.credentialFor("s3n://lake/wh/db/t1") is not None
-    assert io.credentialFor("s3://lake/wh/db/t10/data/x.parquet") is None  # a neighbour, not under the prefix
-    assert io.credentialFor("s3://other/wh/db/t1/data/x.parquet") is None
+    soon = str(int(time.time() * 1000) + 60_000)  # within the five minutes before expiry S3FileIO renews in
+    later = str(int(time.time() * 1000) + 3_600_000)
+    stale = {"s3.access-key-id": "ASIAOLD", "s3.secret-access-key": "old", "s3.session-token": "old"}
+    refresh = {
+        "uri": f"{lake.url}/iceberg",
+        "token": lake.token,
+        "client.refresh-credentials-endpoint": "v1/s3lake/namespaces/db/tables/renewed/credentials",
+    }
+    expiring = [{"prefix": vended[0]["prefix"], "config": {**stale, "s3.session-token-expires-at-ms": soon}}]
+    assert length(data, expiring, **refresh) == size  # renewed from the catalog, then read
+    lasting = [{"prefix": vended[0]["prefix"], "config": {**stale, "s3.session-token-expires-at-ms": later}}]
+    with pytest.raises(Exception, match=r"the store refused the request \(403"):
+        length(data, lasting, **refresh)  # kept as they are: the store refuses them
 
 
 def test_storage_that_refuses_fails_at_once_naming_the_bucket(spark: SparkSession, s3: S3Server) -> None:

@@ -60,11 +60,13 @@ DETERMINISTIC = frozenset(
     }
 )
 
-# storage that refuses the task for good, whatever the retry: keys that are wrong, expired or not allowed (S3A's
-# 403, a local file's permissions), a bucket that does not exist, a request the store rejects as malformed or
-# sends to another region, an endpoint whose name does not resolve. S3A has already retried what it retries
+# storage that refuses the task for good, whatever the retry: keys that are wrong, expired or not allowed (a 403,
+# a local file's permissions), a bucket that does not exist, a request the store rejects as malformed or sends to
+# another region, an endpoint whose name does not resolve. The client has already retried what it retries
+STORE_REFUSAL = "io.lakewarden.iceberg.StoreRefusal"  # S3FileIO's refusals (lakewarden/spark/java/…)
 STORAGE_REFUSED = frozenset(
     {
+        STORE_REFUSAL,
         "java.nio.file.AccessDeniedException",
         "org.apache.hadoop.fs.s3a.UnknownStoreException",
         "org.apache.hadoop.fs.s3a.AWSBadRequestException",
@@ -72,8 +74,12 @@ STORAGE_REFUSED = frozenset(
         "java.net.UnknownHostException",
     }
 )
-# S3A's failure to reach its endpoint at all, after its own retries: the endpoint is wrong or down for long
-UNREACHABLE_STORE = ("org.apache.hadoop.fs.s3a.AWSClientIOException", "java.net.ConnectException")
+# a client's failure to reach its endpoint at all, after its own retries: the endpoint is wrong or down for long
+# (S3A's; S3FileIO's SDK client). Each pair is (the client's failure, the cause beneath it)
+UNREACHABLE_STORE = (
+    ("org.apache.hadoop.fs.s3a.AWSClientIOException", "java.net.ConnectException"),
+    ("software.amazon.awssdk.core.exception.SdkClientException", "java.net.ConnectException"),
+)
 # a store silent for the catalog's whole storage timeout (lakewarden/spark/java/…/StoreSilence.java)
 SILENT_STORE = "io.lakewarden.iceberg.StoreSilence$StoreSilentError"
 
@@ -105,7 +111,8 @@ def classify(chain: Sequence[tuple[str, str]]) -> FailureKind:
     names = [name for name, _ in chain]
     if any(name in STALE_PLAN or name in STORAGE_REFUSED for name in names):
         return FailureKind.FINAL
-    if all(name in names for name in UNREACHABLE_STORE) or SILENT_STORE in names:
+    unreachable = any(all(name in names for name in pair) for pair in UNREACHABLE_STORE)
+    if unreachable or SILENT_STORE in names:
         return FailureKind.FINAL
     for name, message in chain:
         if name in CONFLICTS or (
@@ -150,21 +157,21 @@ _HINTS: tuple[tuple[frozenset[str], re.Pattern[str] | None, str], ...] = (
     (
         frozenset({"java.nio.file.AccessDeniedException", "org.apache.iceberg.exceptions.ForbiddenException"})
         | frozenset({"org.apache.iceberg.exceptions.NotAuthorizedException"}),
-        None,
+        re.compile(r"the store refused the request \((401|403) "),  # StoreRefusal's (S3FileIO's)
         "Permission denied: the optimizer's credentials cannot read or write the table's storage or catalog "
         "(for S3: the catalog's keys or role, or the credentials it vends, are wrong, expired or not allowed "
         "the table's prefix). Not retried: fix the catalog's storage settings.",
     ),
     (
         frozenset({"org.apache.hadoop.fs.s3a.UnknownStoreException"}),
-        None,
+        re.compile(r"the store refused the request \(404 the bucket does not exist"),
         "The bucket does not exist (or not in this endpoint and region): check the catalog's warehouse and "
         "s3.endpoint / s3.region. Not retried.",
     ),
     (
         frozenset({"java.net.UnknownHostException", "org.apache.hadoop.fs.s3a.AWSRedirectException"})
         | frozenset({"org.apache.hadoop.fs.s3a.AWSBadRequestException"}),
-        None,
+        re.compile(r"the store refused the request \((301|307|400) "),
         "The storage's endpoint is wrong (its name does not resolve, or it belongs to another region): check the "
         "catalog's s3.endpoint and s3.region. Not retried.",
     ),
@@ -175,10 +182,10 @@ _HINTS: tuple[tuple[frozenset[str], re.Pattern[str] | None, str], ...] = (
         "catalog's s3.endpoint and that the optimizers reach it. Not retried.",
     ),
     (
-        frozenset({UNREACHABLE_STORE[0]}),
-        None,
-        "The storage's endpoint did not answer, after S3A's own retries: check the catalog's s3.endpoint and that "
-        "the optimizers reach it. Not retried.",
+        frozenset({UNREACHABLE_STORE[0][0]}),
+        re.compile(r"Unable to execute HTTP request: Connect to \S+ .*failed"),  # the SDK's (S3FileIO's)
+        "The storage's endpoint did not answer, after the client's own retries: check the catalog's s3.endpoint "
+        "and that the optimizers reach it. Not retried.",
     ),
     (
         frozenset({"java.net.ConnectException", "java.net.SocketTimeoutException", "python:Py4JNetworkError"})

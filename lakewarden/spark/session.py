@@ -3,7 +3,8 @@ the demo writer all call `build_spark_session`.
 
 Jars come from the set-up step (`jars.py`: the pinned Maven artifacts), or from spark-submit's command line.
 Tables on S3 are read and written through StorageFileIO with what the catalog gives each table: the REST catalog's
-storage profile and vended credentials, or an SQL or REST catalog's `s3.*` properties."""
+storage profile and vended credentials, or an SQL or REST catalog's `s3.*` properties. It reaches S3 through
+Iceberg's S3FileIO, or through Hadoop's S3A for the catalogs whose tables Hadoop reads (`filesystem`, `hive`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # how a REST catalog client authenticates (Iceberg's RESTSessionCatalog / OAuth2 properties)
 AUTH_PROPERTIES = frozenset({"token", "credential", "scope", "oauth2-server-uri", "token-refresh-enabled"})
 STORAGE_FILE_IO = "io.lakewarden.iceberg.StorageFileIO"  # jars.py compiles it from java/
+# StorageFileIO's client of S3: Iceberg's S3FileIO, or Hadoop's S3A where Hadoop is the catalog's contract
+S3_CLIENT = "lakewarden.s3-client"
+THROUGH_HADOOP = frozenset({"hive", "filesystem"})
 
 
 def jdbc_properties(sqlalchemy_url: str) -> dict[str, str]:
@@ -48,7 +52,7 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     """`spark.sql.catalog.<name>.*` settings for one registered catalog (under `spark_name` if given)."""
     prefix = f"spark.sql.catalog.{spark_name or spec.name}"
     props = dict(spec.connection_properties)
-    bounds = s3a_bounds(storage_timeout_ms(spec.properties))
+    bounds = storage_bounds(storage_timeout_ms(spec.properties))
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
     if spec.type == "sql":
         props.update(jdbc_properties(props["uri"]))
@@ -74,28 +78,39 @@ def catalog_conf(spec: CatalogSpec, spark_name: str | None = None) -> dict[str, 
     else:
         raise ValueError(f"Spark cannot open {spec.type} catalogs")
     props.setdefault("io-impl", STORAGE_FILE_IO)  # a catalog's own `io-impl` stays its own
+    if spec.type in THROUGH_HADOOP:
+        props.setdefault(S3_CLIENT, "s3a")
     for key, value in bounds.items():
-        props.setdefault(key, value)  # a catalog's own `hadoop.fs.s3a.*` stays its own
+        props.setdefault(key, value)  # a catalog's own `hadoop.fs.s3a.*`, `s3.retry.*`, `http-client.*` stay its own
     for key, value in props.items():
         conf[f"{prefix}.{key}"] = value
     return conf
 
 
-def s3a_bounds(timeout_ms: int) -> dict[str, str]:
-    """The catalog options (`hadoop.*`) that end an operation on a store that stopped answering (connections
-    refused, or accepted and never answered) within the catalog's storage timeout.
+def storage_bounds(timeout_ms: int) -> dict[str, str]:
+    """The catalog options that end an operation on a store that stopped answering (connections refused, or
+    accepted and never answered) within the catalog's storage timeout, for S3FileIO (`s3.retry.*`,
+    `http-client.apache.*`) and for S3A (`hadoop.fs.s3a.*`).
 
-    S3A's defaults retry for far longer: the SDK's own 20 attempts inside each of S3A's, each waiting up to 200 s
-    on a silent socket. Here the SDK does not retry (S3A's policies do, throttling and 5xx included), and S3A's
-    five attempts fit half the timeout, B: 5 x (connect B/24 + silence B/8) + back-off 1.5 x (1+2+4+8) x B/240 < B.
-    The other half is StorageFileIO's (`StoreSilence`): Iceberg retries a failed operation itself (a metadata
-    refresh twenty times), and once the store has been silent for the whole timeout it ends the task."""
+    The clients' defaults retry for far longer (S3A: the SDK's own 20 attempts inside each of S3A's, each waiting up
+    to 200 s on a silent socket). Here either client's attempts fit half the timeout, B: five attempts of
+    (connect B/24 + silence B/8), with back-offs of 1 + 2 + 4 + 8 times a base of B/240 (S3A: 1.5 x that), < B.
+    S3FileIO backs off from throttling and from other failures alike (BoundedS3Clients), up to 16 times its base
+    for a 503 SlowDown; S3A's own SDK does not retry and S3A retries throttling nine times. The other half of the
+    timeout is StorageFileIO's (`StoreSilence`): Iceberg retries a failed operation itself (a metadata refresh twenty
+    times), and once the store has been silent for the whole timeout it ends the task."""
     budget = timeout_ms // 2
     establish = min(5_000, budget // 24)
     silence = min(200_000, max(500, budget // 8))
     interval = max(10, min(500, budget // 240))
     throttle = max(10, min(100, budget // 1_200))  # 503 SlowDown: nine waits of 0.5-1.5 x 2^k x this
     return {
+        "lakewarden.storage.timeout-ms": str(timeout_ms),
+        "http-client.apache.connection-timeout-ms": str(establish),
+        "http-client.apache.socket-timeout-ms": str(silence),
+        "s3.retry.num-retries": "4",
+        "s3.retry.min-wait-ms": str(interval),
+        "s3.retry.max-wait-ms": str(interval * 16),
         "hadoop.fs.s3a.attempts.maximum": "0",
         "hadoop.fs.s3a.connection.establish.timeout": str(establish),
         "hadoop.fs.s3a.connection.timeout": str(silence),

@@ -29,6 +29,15 @@ final class ClientFiles {
     }
   }
 
+  /** `unchecked` for an operation that may send nothing to the store (StoreSilence.open). */
+  static <T> T opened(StoreSilence silence, java.util.function.Supplier<T> operation) {
+    try {
+      return silence.open(operation::get);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e); // not reached: the operation throws no IOException
+    }
+  }
+
   /**
    * A file read through the client made for its credentials. Deliberately not a HadoopInputFile: Iceberg hands
    * a HadoopInputFile's path and configuration to Parquet, which looks its FileSystem up again in Hadoop's
@@ -51,7 +60,7 @@ final class ClientFiles {
 
     @Override
     public SeekableInputStream newStream() {
-      return new HeldInputStream(unchecked(silence, file::newStream), silence);
+      return new HeldInputStream(opened(silence, file::newStream), silence);
     }
 
     @Override
@@ -82,7 +91,7 @@ final class ClientFiles {
 
     @Override
     public PositionOutputStream createOrOverwrite() {
-      return new HeldOutputStream(unchecked(silence, file::createOrOverwrite), silence);
+      return new HeldOutputStream(opened(silence, file::createOrOverwrite), silence);
     }
 
     @Override

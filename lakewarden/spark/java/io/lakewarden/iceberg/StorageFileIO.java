@@ -31,6 +31,7 @@ import org.apache.hadoop.fs.LocatedFileStatus;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RemoteIterator;
 import org.apache.hadoop.fs.s3a.S3AFileStatus;
+import org.apache.iceberg.aws.s3.S3FileIO;
 import org.apache.iceberg.exceptions.RuntimeIOException;
 import org.apache.iceberg.hadoop.HadoopFileIO;
 import org.apache.iceberg.hadoop.HadoopInputFile;
@@ -39,39 +40,59 @@ import org.apache.iceberg.io.BulkDeletionFailureException;
 import org.apache.iceberg.io.FileInfo;
 import org.apache.iceberg.io.InputFile;
 import org.apache.iceberg.io.OutputFile;
+import org.apache.iceberg.io.RangeReadable;
 import org.apache.iceberg.io.SeekableInputStream;
 import org.apache.iceberg.io.StorageCredential;
 import org.apache.iceberg.io.SupportsStorageCredentials;
+import org.apache.iceberg.relocated.com.google.common.collect.Streams;
 import org.apache.iceberg.util.PropertyUtil;
 import org.apache.iceberg.util.Tasks;
 import org.apache.iceberg.util.ThreadPools;
+import software.amazon.awssdk.services.s3.S3Client;
+import software.amazon.awssdk.services.s3.model.Delete;
+import software.amazon.awssdk.services.s3.model.DeleteObjectsRequest;
+import software.amazon.awssdk.services.s3.model.DeleteObjectsResponse;
+import software.amazon.awssdk.services.s3.model.ObjectIdentifier;
+import software.amazon.awssdk.services.s3.model.S3Error;
 
 /**
- * Iceberg's HadoopFileIO, reaching S3 through Hadoop's S3A with the settings a catalog gives its tables: the
- * storage profile in a table's `config` (s3.endpoint, s3.region / client.region, s3.path-style-access), static
- * keys (s3.access-key-id, s3.secret-access-key), and the credentials a REST catalog vends for a table's prefixes
- * (`storage-credentials`), renewed before they expire through the catalog's refresh endpoint
- * (VendedCredentialsProvider).
+ * The FileIO of lakewarden's sessions: Iceberg's S3FileIO for S3, java.io for local files, HadoopFileIO for the
+ * rest (HDFS), with what S3FileIO lacks added around it.
  *
- * <p>HadoopFileIO reads every file through the Hadoop configuration of the Spark session, whose FileSystem
- * cache is keyed by bucket and user, not by credentials: two tables of one bucket with credentials scoped to
- * each would share one client. Here every S3 location is reached through a FileSystem made for the
- * credentials that apply to it (the storage credential with the longest prefix of the location, else the
- * catalog's keys), kept in a process-wide cache keyed by those credentials' identity, so that tasks on
- * executors share them too. Local files are read and written with java.io (LocalFiles: Hadoop's local FileSystem
- * starts a process for every file it creates); other schemes (HDFS) are HadoopFileIO's.
+ * <p>S3 goes through Iceberg's S3FileIO (the AWS SDK v2), with the settings a catalog gives its tables: the storage
+ * profile in a table's `config` (s3.endpoint, client.region, s3.path-style-access), static keys, and the
+ * credentials a REST catalog vends for a table's prefixes (`storage-credentials`), which S3FileIO renews through
+ * the catalog's refresh endpoint. Where Hadoop is the contract (`filesystem` catalogs, whose tables Hadoop's
+ * FileSystem versions, and Hive tables), the catalog sets `lakewarden.s3-client` to `s3a` and S3 goes through
+ * Hadoop's S3A with the catalog's keys, one FileSystem per set of settings (Hadoop's cache is keyed by bucket and
+ * user only, so two catalogs of one bucket would share one client).
  *
- * <p>Read-ahead: on an object store every file read costs a round trip or more, and a Spark task reads its
- * split's files one after the other. Iceberg's Spark reader asks for the InputFile of every file of its split
- * before it reads the first; a small object (up to WHOLE_OBJECT_BYTES) asked for with its length is then fetched
- * whole, in one request, by a pool of `lakewarden.read-parallelism` threads (per process; 1 turns it off), so
- * that the reader finds the next files already there. What is fetched and not yet read is bounded by
- * READ_AHEAD_BYTES per process; past it a file is read as usual.
+ * <p>What is added to S3FileIO:
+ *
+ * <ul>
+ *   <li>every operation is watched by the store's StoreSilence: a store silent for the catalog's storage timeout
+ *       ends the task, and a refusal names the object it was about (StoreRefusal);
+ *   <li>its streams are held (ClientFiles: Parquet would otherwise unwrap and drop them);
+ *   <li>a credential's prefix counts for the same object however its scheme is spelt (s3, s3a, s3n);
+ *   <li>a bulk delete asks each object's own client (S3FileIO sends the last batch of each bucket with the
+ *       bucket's client, which holds no vended credential, and only logs what that batch failed to delete);
+ *   <li>read-ahead: on an object store every file read costs a round trip or more, and a Spark task reads its
+ *       split's files one after the other. Iceberg's Spark reader asks for the InputFile of every file of its
+ *       split before it reads the first; a small object (up to WHOLE_OBJECT_BYTES) asked for with its length is
+ *       then fetched whole, in one request, by a pool of `lakewarden.read-parallelism` threads (per process; 1
+ *       turns it off), so that the reader finds the next files already there. What is fetched and not yet read
+ *       is bounded by READ_AHEAD_BYTES per process; past it a file is read as usual.
+ * </ul>
+ *
+ * <p>Local files are read and written with java.io (LocalFiles: Hadoop's local FileSystem starts a process for
+ * every file it creates).
  */
 public class StorageFileIO extends HadoopFileIO implements SupportsStorageCredentials {
   static final String PREFIX = "fs.s3a.lakewarden.";
+  /** Which client reaches S3: `s3fileio` (Iceberg's S3FileIO, the default) or `s3a` (Hadoop's S3A). */
+  static final String S3_CLIENT = "lakewarden.s3-client";
   private static final int FILE_SYSTEMS_KEPT = 256;
-  // clients by the identity of their credentials, least recently used first; one evicted is closed
+  // S3A clients by their settings, least recently used first; one evicted is closed
   private static final Map<String, FileSystem> FILE_SYSTEMS =
       new java.util.LinkedHashMap<String, FileSystem>(16, 0.75f, true) {
         @Override
@@ -82,12 +103,13 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
           try {
             eldest.getValue().close();
           } catch (IOException e) {
-            // closing a client of credentials nobody uses any more: nothing to do about it
+            // closing a client of settings nobody uses any more: nothing to do about it
           }
           return true;
         }
       };
   private static final int DELETE_RETRIES = 3;
+  private static final int DELETE_BATCH = 1000; // S3's DeleteObjects takes at most this many keys
   private static volatile ExecutorService deletes;
 
   static final String READ_PARALLELISM = "lakewarden.read-parallelism";
@@ -99,15 +121,70 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
   private static final Cleaner RELEASES = Cleaner.create();
 
   private ArrayList<StorageCredential> storageCredentials = new ArrayList<>();
+  private transient volatile S3FileIO s3;
 
   @Override
   public void setCredentials(List<StorageCredential> credentials) {
     this.storageCredentials = new ArrayList<>(credentials);
+    this.s3 = null; // made again, with these
   }
 
   @Override
   public List<StorageCredential> credentials() {
     return storageCredentials;
+  }
+
+  private boolean throughHadoop() {
+    return "s3a".equalsIgnoreCase(properties().getOrDefault(S3_CLIENT, "s3fileio").trim());
+  }
+
+  /** The S3FileIO this one delegates S3 to, made from its properties and credentials on first use. */
+  S3FileIO s3() {
+    S3FileIO made = s3;
+    if (made != null) {
+      return made;
+    }
+    synchronized (this) {
+      if (s3 == null) {
+        Map<String, String> properties = new java.util.HashMap<>(properties());
+        // pyiceberg's name of the region (a catalog's own `s3.*` settings) is not read by S3FileIO
+        String region = properties.get("s3.region");
+        if (region != null && !region.isEmpty()) {
+          properties.putIfAbsent("client.region", region);
+        }
+        properties.putIfAbsent("client.factory", BoundedS3Clients.class.getName());
+        S3FileIO io = new S3FileIO();
+        // S3FileIO matches a credential to a path by its literal prefix: the same prefix in each spelling
+        List<StorageCredential> spelt = new ArrayList<>();
+        for (StorageCredential credential : storageCredentials) {
+          if (!isS3(credential.prefix())) {
+            continue;
+          }
+          String rest = credential.prefix().substring(credential.prefix().indexOf("://"));
+          for (String scheme : new String[] {"s3", "s3a", "s3n"}) {
+            spelt.add(StorageCredential.create(scheme + rest, credential.config()));
+          }
+        }
+        io.setCredentials(spelt);
+        io.initialize(properties);
+        s3 = io;
+      }
+      return s3;
+    }
+  }
+
+  private StoreSilence watch(String location) {
+    S3FileIO io = s3();
+    return StoreSilence.of(properties(), location, () -> io.client(location));
+  }
+
+  @Override
+  public void close() {
+    S3FileIO made = s3;
+    if (made != null) {
+      made.close();
+    }
+    super.close();
   }
 
   static boolean isS3(String location) {
@@ -122,32 +199,23 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
   }
 
   static String bucketOf(String location) {
-    URI uri = URI.create(normalized(location));
-    if (uri.getHost() == null) {
+    String object = normalized(location).substring("s3://".length());
+    int slash = object.indexOf('/');
+    String bucket = slash < 0 ? object : object.substring(0, slash);
+    if (bucket.isEmpty()) {
       throw new IllegalArgumentException("no bucket in " + location);
     }
-    return uri.getHost();
+    return bucket;
   }
 
-  /** The storage credential whose prefix is the longest one of `location`'s, or null. */
-  public StorageCredential credentialFor(String location) {
-    String object = normalized(location);
-    StorageCredential best = null;
-    for (StorageCredential credential : storageCredentials) {
-      if (!isS3(credential.prefix())) {
-        continue;
-      }
-      String prefix = normalized(credential.prefix());
-      // whole path segments: the prefix `…/t1/` (or `…/t1`) covers `…/t1` and `…/t1/x`, never `…/t10/x`
-      boolean under = (object + "/").startsWith(prefix.endsWith("/") ? prefix : prefix + "/");
-      if (under && (best == null || prefix.length() > normalized(best.prefix()).length())) {
-        best = credential;
-      }
-    }
-    return best;
+  /** The object's key: the location after its bucket, as written (never URL-decoded). */
+  static String keyOf(String location) {
+    String object = normalized(location).substring("s3://".length());
+    int slash = object.indexOf('/');
+    return slash < 0 ? "" : object.substring(slash + 1);
   }
 
-  /** The Hadoop configuration of the S3A client for `location`, and the identity of its credentials. */
+  /** The Hadoop configuration of the S3A client for `location`, and the identity of its settings. */
   Configuration s3Conf(String location) {
     Map<String, String> properties = properties();
     String scheme = location.substring(0, location.indexOf("://")).toLowerCase(Locale.ROOT);
@@ -166,31 +234,17 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     if (properties.containsKey("s3.path-style-access")) {
       conf.setBoolean("fs.s3a.path.style.access", Boolean.parseBoolean(properties.get("s3.path-style-access")));
     }
-    StorageCredential vended = credentialFor(location);
-    Map<String, String> keys = vended != null ? vended.config() : properties;
-    String keyId = keys.get("s3.access-key-id");
+    String keyId = properties.get("s3.access-key-id");
     String identity;
     if (keyId != null && !keyId.isEmpty()) {
       conf.set("fs.s3a.access.key", keyId);
-      conf.set("fs.s3a.secret.key", keys.getOrDefault("s3.secret-access-key", ""));
-      String session = keys.get("s3.session-token");
+      conf.set("fs.s3a.secret.key", properties.getOrDefault("s3.secret-access-key", ""));
+      String session = properties.get("s3.session-token");
       if (session != null && !session.isEmpty()) {
         conf.set("fs.s3a.session.token", session);
-        conf.set("fs.s3a.aws.credentials.provider", VendedCredentialsProvider.class.getName());
-        conf.set(PREFIX + "expires-at-ms", keys.getOrDefault("s3.session-token-expires-at-ms", ""));
-        String endpointPath = properties.get("client.refresh-credentials-endpoint");
-        String catalog = properties.get("uri");
-        String token = properties.get("token");
-        if (vended != null && endpointPath != null && catalog != null && token != null) {
-          String base = catalog.endsWith("/") ? catalog : catalog + "/";
-          conf.set(PREFIX + "refresh-url", endpointPath.contains("://") ? endpointPath : base + endpointPath);
-          conf.set(PREFIX + "refresh-token", token);
-          conf.set(PREFIX + "prefix", vended.prefix());
-        }
-        // a table's vended credentials: one client per table prefix, renewed in place where the catalog can be
-        // asked again, else one per set of credentials (a later load of the table brings fresh ones)
-        String renewable = conf.get(PREFIX + "refresh-url") != null ? "renewed" : keyId;
-        identity = "vended|" + (vended != null ? normalized(vended.prefix()) : keyId) + "|" + renewable;
+        conf.set(
+            "fs.s3a.aws.credentials.provider", "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider");
+        identity = "session|" + keyId;
       } else {
         conf.set(
             "fs.s3a.aws.credentials.provider", "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider");
@@ -244,6 +298,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     if (!isS3(path)) {
       return super.newInputFile(path);
     }
+    if (!throughHadoop()) {
+      return new ClientFiles.ClientInputFile(s3().newInputFile(path), watch(path));
+    }
     FileSystem fs = fs(path);
     return new ClientFiles.ClientInputFile(
         HadoopInputFile.fromPath(new Path(path), fs, fs.getConf()), silence(fs, path));
@@ -257,18 +314,61 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     if (!isS3(path)) {
       return super.newInputFile(path, length);
     }
-    FileSystem fs = fs(path);
-    StoreSilence silence = silence(fs, path);
-    InputFile file =
-        new ClientFiles.ClientInputFile(HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf()), silence);
+    StoreSilence silence;
+    InputFile file;
+    StoreSilence.StoreCall<byte[]> whole;
+    if (throughHadoop()) {
+      FileSystem fs = fs(path);
+      silence = silence(fs, path);
+      file = HadoopInputFile.fromPath(new Path(path), length, fs, fs.getConf());
+      whole = () -> whole(fs, new Path(path), length);
+    } else {
+      silence = watch(path);
+      file = s3().newInputFile(path, length);
+      InputFile unwatched = file;
+      whole = () -> whole(unwatched, length);
+    }
+    InputFile watched = new ClientFiles.ClientInputFile(file, silence);
     int parallelism = PropertyUtil.propertyAsInt(properties(), READ_PARALLELISM, DEFAULT_READ_PARALLELISM);
     if (parallelism <= 1 || length > WHOLE_OBJECT_BYTES || !reserve(length)) {
-      return file;
+      return watched;
     }
     ExecutorService readers =
         READERS.computeIfAbsent(
             parallelism, n -> ThreadPools.newExitingWorkerPool("lakewarden-read-ahead-" + n, n));
-    return new ReadAheadFile(file, fs, new Path(path), length, readers, silence);
+    return new ReadAheadFile(watched, length, readers.submit(() -> silence.call(whole)));
+  }
+
+  /** An object's bytes through S3A in one request: opened with its length known (no request for its status). */
+  private static byte[] whole(FileSystem fs, Path path, long length) throws IOException {
+    byte[] data = new byte[(int) length];
+    // S3A takes a status of its own kind only (a plain FileStatus is looked up again, a request more)
+    FileStatus known = new S3AFileStatus(length, 0, fs.makeQualified(path), 0, null, null, null);
+    FSDataInputStream in;
+    try {
+      in = fs.openFile(path).withFileStatus(known).build().get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new InterruptedIOException("interrupted opening " + path);
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof IOException) {
+        throw (IOException) e.getCause();
+      }
+      throw new IOException(e.getCause());
+    }
+    try (FSDataInputStream opened = in) {
+      opened.readFully(0, data);
+    }
+    return data;
+  }
+
+  /** An object's bytes through S3FileIO in one ranged GET (its stream opens nothing until it is read). */
+  private static byte[] whole(InputFile file, long length) throws IOException {
+    byte[] data = new byte[(int) length];
+    try (SeekableInputStream in = file.newStream()) {
+      ((RangeReadable) in).readFully(0, data, 0, (int) length);
+    }
+    return data;
   }
 
   private static boolean reserve(long bytes) {
@@ -307,35 +407,11 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     private final Future<byte[]> bytes;
     private final Cleaner.Cleanable release;
 
-    ReadAheadFile(
-        InputFile file, FileSystem fs, Path path, long length, ExecutorService readers, StoreSilence silence) {
+    ReadAheadFile(InputFile file, long length, Future<byte[]> bytes) {
       this.file = file;
       this.length = length;
-      this.bytes = readers.submit(() -> silence.call(() -> whole(fs, path, length)));
+      this.bytes = bytes;
       this.release = RELEASES.register(this, new Release(length));
-    }
-
-    /** The object's bytes in one request: opened with its length known (no request for its status first). */
-    private static byte[] whole(FileSystem fs, Path path, long length) throws IOException {
-      byte[] data = new byte[(int) length];
-      // S3A takes a status of its own kind only (a plain FileStatus is looked up again, a request more)
-      FileStatus known = new S3AFileStatus(length, 0, fs.makeQualified(path), 0, null, null, null);
-      FSDataInputStream in;
-      try {
-        in = fs.openFile(path).withFileStatus(known).build().get();
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new InterruptedIOException("interrupted opening " + path);
-      } catch (ExecutionException e) {
-        if (e.getCause() instanceof IOException) {
-          throw (IOException) e.getCause();
-        }
-        throw new IOException(e.getCause());
-      }
-      try (FSDataInputStream opened = in) {
-        opened.readFully(0, data);
-      }
-      return data;
     }
 
     @Override
@@ -437,6 +513,9 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
     if (!isS3(path)) {
       return super.newOutputFile(path);
     }
+    if (!throughHadoop()) {
+      return new ClientFiles.ClientOutputFile(s3().newOutputFile(path), watch(path));
+    }
     FileSystem fs = fs(path);
     return new ClientFiles.ClientOutputFile(
         HadoopOutputFile.fromPath(new Path(path), fs, fs.getConf()), silence(fs, path));
@@ -452,6 +531,16 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
       super.deleteFile(path);
       return;
     }
+    if (!throughHadoop()) {
+      S3FileIO io = s3();
+      ClientFiles.unchecked(
+          watch(path),
+          () -> {
+            io.deleteFile(path);
+            return null;
+          });
+      return;
+    }
     FileSystem fs = fs(path);
     try {
       silence(fs, path).call(() -> fs.delete(new Path(path), false /* one object, never a directory's contents */));
@@ -463,6 +552,54 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
   @Override
   public void deleteFiles(Iterable<String> paths) throws BulkDeletionFailureException {
     AtomicInteger failures = new AtomicInteger(0);
+    if (throughHadoop()) {
+      deleteEach(paths, failures);
+    } else {
+      // S3 objects in batches of DeleteObjects, by the client of their credential and their bucket; others each
+      List<String> elsewhere = new ArrayList<>();
+      Map<List<Object>, List<String>> batches = new java.util.LinkedHashMap<>();
+      List<Future<?>> sent = new ArrayList<>();
+      S3FileIO io = s3();
+      for (String path : paths) {
+        if (!isS3(path)) {
+          elsewhere.add(path);
+          continue;
+        }
+        S3Client client = io.client(path);
+        List<Object> key = List.of(client, bucketOf(path));
+        List<String> batch = batches.computeIfAbsent(key, k -> new ArrayList<>());
+        batch.add(path);
+        if (batch.size() == DELETE_BATCH) {
+          batches.remove(key);
+          sent.add(deletes().submit(() -> deleteBatch(client, batch, failures)));
+        }
+      }
+      for (Map.Entry<List<Object>, List<String>> batch : batches.entrySet()) {
+        S3Client client = (S3Client) batch.getKey().get(0);
+        sent.add(deletes().submit(() -> deleteBatch(client, batch.getValue(), failures)));
+      }
+      deleteEach(elsewhere, failures);
+      for (Future<?> batch : sent) {
+        try {
+          batch.get();
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          sent.forEach(b -> b.cancel(true));
+          throw new RuntimeIOException(new InterruptedIOException("interrupted deleting files"));
+        } catch (ExecutionException e) {
+          if (e.getCause() instanceof Error) {
+            throw (Error) e.getCause(); // a store silent for the whole timeout
+          }
+          throw new RuntimeIOException(new IOException(e.getCause()), "Failed to delete files");
+        }
+      }
+    }
+    if (failures.get() != 0) {
+      throw new BulkDeletionFailureException(failures.get());
+    }
+  }
+
+  private void deleteEach(Iterable<String> paths, AtomicInteger failures) {
     Tasks.foreach(paths)
         .executeWith(deletes())
         .retry(DELETE_RETRIES)
@@ -470,9 +607,44 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
         .suppressFailureWhenFinished()
         .onFailure((path, e) -> failures.incrementAndGet())
         .run(this::deleteFile);
-    if (failures.get() != 0) {
-      throw new BulkDeletionFailureException(failures.get());
+  }
+
+  /**
+   * One DeleteObjects request for up to DELETE_BATCH objects of one bucket, retried for the objects it could not
+   * delete; what is still not deleted after DELETE_RETRIES counts as failed. An object that is not there counts as
+   * deleted (S3 answers so itself).
+   */
+  private void deleteBatch(S3Client client, List<String> paths, AtomicInteger failures) {
+    String bucket = bucketOf(paths.get(0));
+    StoreSilence silence = watch(paths.get(0));
+    List<String> left = new ArrayList<>();
+    for (String path : paths) {
+      left.add(keyOf(path));
     }
+    for (int attempt = 0; attempt <= DELETE_RETRIES && !left.isEmpty(); attempt++) {
+      List<ObjectIdentifier> objects = new ArrayList<>();
+      for (String key : left) {
+        objects.add(ObjectIdentifier.builder().key(key).build());
+      }
+      DeleteObjectsRequest request =
+          DeleteObjectsRequest.builder()
+              .bucket(bucket)
+              .delete(Delete.builder().objects(objects).quiet(true).build())
+              .build();
+      try {
+        DeleteObjectsResponse answer = ClientFiles.unchecked(silence, () -> client.deleteObjects(request));
+        List<String> failed = new ArrayList<>();
+        for (S3Error error : answer.errors()) {
+          failed.add(error.key());
+        }
+        left = failed;
+      } catch (StoreRefusal e) {
+        break; // the same request is refused again
+      } catch (RuntimeException e) {
+        // the whole request failed after the client's own retries: the next attempt sends it again
+      }
+    }
+    failures.addAndGet(left.size());
   }
 
   private static ExecutorService deletes() {
@@ -490,6 +662,24 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
   public Iterable<FileInfo> listPrefix(String prefix) {
     if (!isS3(prefix)) {
       return super.listPrefix(prefix);
+    }
+    if (!throughHadoop()) {
+      S3FileIO io = s3();
+      StoreSilence silence = watch(prefix);
+      return () -> {
+        Iterator<FileInfo> found = ClientFiles.unchecked(silence, () -> io.listPrefix(prefix).iterator());
+        return new Iterator<FileInfo>() {
+          @Override
+          public boolean hasNext() {
+            return ClientFiles.unchecked(silence, found::hasNext); // a page is fetched here when one ends
+          }
+
+          @Override
+          public FileInfo next() {
+            return ClientFiles.unchecked(silence, found::next);
+          }
+        };
+      };
     }
     FileSystem fs = fs(prefix);
     StoreSilence silence = silence(fs, prefix);
@@ -528,6 +718,12 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
   public void deletePrefix(String prefix) {
     if (!isS3(prefix)) {
       super.deletePrefix(prefix);
+      return;
+    }
+    if (!throughHadoop()) {
+      // what is listed under the prefix, in batches; a prefix is a directory's: `t1` never takes `t10/…`
+      String under = prefix.endsWith("/") ? prefix : prefix + "/";
+      deleteFiles(() -> Streams.stream(listPrefix(under)).map(FileInfo::location).iterator());
       return;
     }
     FileSystem fs = fs(prefix);

@@ -9,6 +9,8 @@ import java.io.IOException;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Supplier;
+import software.amazon.awssdk.services.s3.S3Client;
 
 /**
  * Ends the wait on an object store that stopped answering, within the catalog's storage timeout.
@@ -23,6 +25,7 @@ import java.util.concurrent.ConcurrentHashMap;
 final class StoreSilence {
   static final String TIMEOUT_MS = StorageFileIO.PREFIX + "timeout-ms";
   static final long DEFAULT_TIMEOUT_MS = 120_000L;
+  static final String STORAGE_TIMEOUT_MS = "lakewarden.storage.timeout-ms"; // S3FileIO's: a FileIO property
   // what a client throws, somewhere in its cause chain, when the store did not answer at all
   private static final Set<String> SILENT =
       Set.of(
@@ -36,10 +39,18 @@ final class StoreSilence {
 
   private final String store;
   private final long timeoutMs;
+  private final String location; // the object the operations are on, to name in a refusal; null for S3A's
+  private final Supplier<S3Client> client; // S3FileIO's client of the location
 
   StoreSilence(String store, long timeoutMs) {
+    this(store, timeoutMs, null, null);
+  }
+
+  private StoreSilence(String store, long timeoutMs, String location, Supplier<S3Client> client) {
     this.store = store;
     this.timeoutMs = timeoutMs;
+    this.location = location;
+    this.client = client;
   }
 
   /** The watch over the store a client reaches: its bucket at its endpoint, with the catalog's timeout. */
@@ -47,6 +58,18 @@ final class StoreSilence {
     String endpoint = conf.getTrimmed("fs.s3a.endpoint", "");
     String store = "s3://" + bucket + (endpoint.isEmpty() ? "" : " at " + endpoint);
     return new StoreSilence(store, conf.getLong(TIMEOUT_MS, DEFAULT_TIMEOUT_MS));
+  }
+
+  /**
+   * The watch over the store S3FileIO reaches for `location`, with the catalog's timeout (the FileIO property
+   * `lakewarden.storage.timeout-ms`); a refusal of the AWS SDK is thrown as a StoreRefusal naming the object.
+   */
+  static StoreSilence of(Map<String, String> properties, String location, Supplier<S3Client> client) {
+    String endpoint = properties.getOrDefault("s3.endpoint", "").trim();
+    String store = "s3://" + StorageFileIO.bucketOf(location) + (endpoint.isEmpty() ? "" : " at " + endpoint);
+    long timeoutMs =
+        org.apache.iceberg.util.PropertyUtil.propertyAsLong(properties, STORAGE_TIMEOUT_MS, DEFAULT_TIMEOUT_MS);
+    return new StoreSilence(store, timeoutMs, location, client);
   }
 
   interface StoreCall<T> {
@@ -68,7 +91,21 @@ final class StoreSilence {
     } catch (IOException e) {
       throw failed(e);
     } catch (RuntimeException e) {
+      throw failed(location == null ? e : StoreRefusal.of(location, e, client));
+    }
+  }
+
+  /**
+   * Runs an operation that may not reach the store at all (opening an S3FileIO stream sends nothing until it is
+   * read): its failure counts, its success is no sign that the store answered.
+   */
+  <T> T open(StoreCall<T> operation) throws IOException {
+    try {
+      return operation.call();
+    } catch (IOException e) {
       throw failed(e);
+    } catch (RuntimeException e) {
+      throw failed(location == null ? e : StoreRefusal.of(location, e, client));
     }
   }
 
@@ -114,7 +151,7 @@ final class StoreSilence {
       super(
           String.format(
               "%s did not answer for %d s: the task ends here (%s = %d)",
-              store, silentMs / 1000, "lakewarden.storage.timeout-ms", timeoutMs),
+              store, silentMs / 1000, STORAGE_TIMEOUT_MS, timeoutMs),
           cause);
     }
   }
