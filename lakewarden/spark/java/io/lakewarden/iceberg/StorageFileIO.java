@@ -167,6 +167,8 @@ public class StorageFileIO extends HadoopFileIO implements SupportsStorageCreden
         }
         io.setCredentials(spelt);
         io.initialize(properties);
+        // a FileIO is seldom closed (a task's copy on an executor never is): its S3FileIO goes with it
+        RELEASES.register(this, io::close);
         s3 = io;
       }
       return s3;
