@@ -67,6 +67,7 @@ def yarn_cluster(directory: Path, nodes: int = 1, memory_mb: int = 6144, vcores:
         [
             "java",
             "-Xmx1g",
+            f"-Dlog4j.configuration=file:{HERE / 'log4j.properties'}",
             *JAVA_OPENS,
             "-cp",
             f"{jars}/*",

@@ -118,14 +118,21 @@ class Optimizer:
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
 
-    def _follow_spark(self, gone: Callable[[], bool], what: str) -> None:
+    def _follow_spark(self, gone: Callable[[], bool], what: str, stopped: Callable[[], bool]) -> None:
         """Exits once `gone()` says this process's Spark JVM died (killed, out of memory; under spark-submit the
-        JVM is the parent, otherwise PySpark's child). Nothing this process holds can run or commit without it:
-        it leaves the server at once (which hands its tasks out again, no retry counted against them) and exits
-        with an error, so that its container starts a fresh optimizer, rather than failing every task it polls."""
-        while not gone():
+        JVM is the parent, otherwise PySpark's child), or `stopped()` says its SparkContext stopped while the
+        optimizer was not stopping (its application killed or failed on the cluster: YARN ended it, the standalone
+        master removed it). Nothing this process holds can run or commit without them: it leaves the server at once
+        (which hands its tasks out again, no retry counted against them) and exits with an error, so that its
+        container starts a fresh optimizer, rather than failing every task it polls."""
+        while True:
+            if gone():
+                log.warning("the Spark JVM (%s) is gone: exiting", what)
+                break
+            if not self.stop.is_set() and stopped():
+                log.warning("the SparkContext stopped (its application ended on the cluster): exiting")
+                break
             time.sleep(1.0)
-        log.warning("the Spark JVM (%s) is gone: exiting", what)
         with contextlib.suppress(Exception):
             self.client.unregister(self.token)
         os._exit(1)
@@ -135,6 +142,14 @@ class Optimizer:
         """Whether the Spark JVM PySpark started for this process exited (False when PySpark did not start it)."""
         proc = getattr(spark.sparkContext._gateway, "proc", None)
         return proc is not None and proc.poll() is not None
+
+    @staticmethod
+    def _context_stopped(spark: Any) -> bool:
+        """Whether the SparkContext stopped though its JVM lives (False when that cannot be asked)."""
+        try:
+            return bool(spark.sparkContext._jsc.sc().isStopped())
+        except Exception:  # the JVM is going: _jvm_exited says so
+            return False
 
     @classmethod
     def _jvm_exits_soon(cls, spark: Any, within: float = 2.0) -> bool:
@@ -235,7 +250,8 @@ class Optimizer:
             if revoked:  # the server no longer expects a report of it
                 log.info("thread %d: task %s.%s stopped: it was revoked", thread_id, task.process_id, task.task_id)
                 continue
-            if error is not None and self._jvm_exits_soon(spark):  # not the task's failure: the process exits
+            lost = error is not None and self.spark is None and self._context_stopped(spark)
+            if error is not None and (lost or self._jvm_exits_soon(spark)):  # not the task's: the process exits
                 log.warning(
                     "thread %d: task %s.%s not reported: Spark is gone", thread_id, task.process_id, task.task_id
                 )
@@ -292,7 +308,9 @@ class Optimizer:
             watch: tuple[Callable[[], bool], str] = (lambda: os.getppid() != parent, f"the parent, pid {parent}")
         else:
             watch = (lambda: self._jvm_exited(spark), "PySpark's child")
-        threading.Thread(target=self._follow_spark, args=watch, name="spark-watch", daemon=True).start()
+        # a session of its own only: a caller's session (tests) is the caller's to stop
+        stopped: Callable[[], bool] = (lambda: self._context_stopped(spark)) if self.spark is None else (lambda: False)
+        threading.Thread(target=self._follow_spark, args=(*watch, stopped), name="spark-watch", daemon=True).start()
         threads += [
             threading.Thread(target=self._work, args=(spark, i), name=f"optimizer-{i}") for i in range(self.parallelism)
         ]
