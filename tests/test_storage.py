@@ -282,6 +282,34 @@ def _eventually_empty(s3: S3Server, prefix: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_aws_settings")
+def test_a_table_writing_under_two_prefixes_is_renewed_with_one_credential_that_reaches_both(
+    lake_server: ServerProcess, s3: S3Server
+) -> None:
+    """loadTable vends a credential per prefix (the location and `write.data.path` elsewhere); `/credentials`, which
+    Iceberg's S3FileIO renews from and which it refuses with more than one S3 credential, answers one, under the
+    location, whose keys reach the data path too."""
+    catalog = RestCatalog("s3lake", uri=f"{lake_server.url}/iceberg", warehouse="s3lake", token=lake_server.token)
+    catalog.create_namespace("split")
+    data_path = f"s3://{BUCKET}/wh/split-data"  # under the warehouse, beside the table
+    table = catalog.create_table("split.t", SCHEMA, properties={"write.data.path": data_path})
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "v": pa.array(["x", "y"])}))
+    (data_key,) = [k for k in s3.keys("wh/split-data/") if k.endswith(".parquet")]
+    base = f"{lake_server.url}/iceberg/v1/s3lake/namespaces/split/tables/t"
+    loaded = lake_server.http.get(base, headers=VENDED).json()
+    location = table.metadata.location + "/"
+    assert sorted(c["prefix"] for c in loaded["storage-credentials"]) == sorted([location, data_path + "/"])
+    (renewed,) = lake_server.http.get(f"{base}/credentials").json()["storage-credentials"]
+    assert renewed["prefix"] == location
+    keys = renewed["config"]
+    vended = s3.client(
+        access_key_id=keys["s3.access-key-id"],
+        secret_access_key=keys["s3.secret-access-key"],
+        session_token=keys["s3.session-token"],
+    )
+    assert vended.head_object(Bucket=BUCKET, Key=data_key)["ContentLength"] > 0
+
+
+@pytest.mark.usefixtures("no_aws_settings")
 def test_readers_get_read_only_credentials_and_static_keys_go_to_writers_only(
     lake_server: ServerProcess, s3: S3Server
 ) -> None:

@@ -159,9 +159,17 @@ class TableLoads:
         return TableAccess(config, credentials)
 
     def load_credentials(self, catalog: str, namespace: str, name: str, delegation: Delegation) -> list[dict[str, Any]]:
-        """The `/credentials` endpoint: the table's storage credentials alone (none for a local warehouse)."""
+        """The `/credentials` endpoint: the table's storage credentials alone (none for a local warehouse).
+
+        One credential, under the table's location, where every prefix has the same keys (the vendor gives one
+        set of keys for all of a table's prefixes): Iceberg's S3FileIO renews through this endpoint and refuses
+        an answer with more than one S3 credential, and those keys reach every prefix the table writes to."""
         metadata = self.load_table(catalog, namespace, name).metadata
-        return self.table_access(catalog, namespace, name, metadata, delegation).storage_credentials
+        credentials = self.table_access(catalog, namespace, name, metadata, delegation).storage_credentials
+        if len(credentials) > 1 and all(c["config"] == credentials[0]["config"] for c in credentials):
+            location = metadata.location.rstrip("/") + "/"
+            return [next((c for c in credentials if c["prefix"] == location), credentials[0])]
+        return credentials
 
     def load_table_body(
         self,
