@@ -207,3 +207,11 @@ def record_scans(db: Any, owner: tuple[str, str, str], count: int, files: int, a
         for i in range(count):
             report = scan_report({"result-data-files": {"value": files}}, 1, True, {}, "bi")
             reads_store.record_read(session, owner, report, latest - timedelta(minutes=i))
+
+
+def executors(optimizer: dict[str, Any], everyone: bool = False) -> dict[str, dict[str, Any]]:
+    """The optimizer's executors (and its driver) by id, from its application's own status API."""
+    api = f"{optimizer['spark_ui_url']}/api/v1/applications/{optimizer['spark_application_id']}"
+    # generous: on 2 busy cores the driver answers its UI slowly while it runs a rewrite
+    listed = httpx.get(f"{api}/{'allexecutors' if everyone else 'executors'}", timeout=60).json()
+    return {e["id"]: e for e in listed}

@@ -19,7 +19,7 @@ import pytest
 
 from lakewarden.services.resources.containers import descendants
 from tests.clusters import spark_bin, standalone_cluster, wait_or_kill
-from tests.helpers import FAST_DYNAMIC_ALLOCATION, PROPS, checksum, open_lake, wait_for
+from tests.helpers import FAST_DYNAMIC_ALLOCATION, PROPS, checksum, executors, open_lake, wait_for
 from tests.servers import LAKEWARDEN, MAINTENANCE_OFF, ServerProcess, started_server
 
 if TYPE_CHECKING:
@@ -146,14 +146,6 @@ def run_submitted(
         check=True,
     )
     assert "etl" in shown.stdout
-
-
-def executors(optimizer: dict[str, Any], everyone: bool = False) -> dict[str, dict[str, Any]]:
-    """The optimizer's executors (and its driver) by id, from its application's own status API."""
-    api = f"{optimizer['spark_ui_url']}/api/v1/applications/{optimizer['spark_application_id']}"
-    # generous: on 2 busy cores the driver answers its UI slowly while it runs a rewrite
-    listed = httpx.get(f"{api}/{'allexecutors' if everyone else 'executors'}", timeout=60).json()
-    return {e["id"]: e for e in listed}
 
 
 def assert_tasks_ran_on_executors(optimizer: dict[str, Any]) -> None:

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.helpers import FAST_DYNAMIC_ALLOCATION, PROPS, checksum, open_lake, wait_for
+from tests.helpers import FAST_DYNAMIC_ALLOCATION, PROPS, checksum, executors, open_lake, wait_for
 from tests.servers import MAINTENANCE_OFF, started_server
-from tests.test_external_optimizers import executors
 from tests.yarn_cluster import YarnCluster, yarn_cluster
 
 if TYPE_CHECKING:

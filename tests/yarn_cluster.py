@@ -26,7 +26,6 @@ JAVA_OPENS = [
 class YarnCluster:
     conf_dir: Path  # HADOOP_CONF_DIR for a client
     resource_manager: str  # host:port
-    web: str  # the ResourceManager's web address and REST API, http://host:port
     process: subprocess.Popen[str]
 
 
@@ -89,7 +88,7 @@ def yarn_cluster(directory: Path, nodes: int = 1, memory_mb: int = 6144, vcores:
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith("READY "):
-                ready.extend(line.split()[1:3])
+                ready.append(line.split()[1])
                 return
 
     waiter = threading.Thread(target=await_ready, daemon=True)
@@ -98,7 +97,7 @@ def yarn_cluster(directory: Path, nodes: int = 1, memory_mb: int = 6144, vcores:
     try:
         if not ready:
             raise RuntimeError(f"YARN did not start:\n{(directory / 'yarn.log').read_text()[-4000:]}")
-        yield YarnCluster(conf_dir, ready[0], f"http://{ready[1]}", process)
+        yield YarnCluster(conf_dir, ready[0], process)
     finally:
         if process.stdin is not None:
             process.stdin.close()  # the cluster stops when its input ends

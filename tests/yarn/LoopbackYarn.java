@@ -12,8 +12,7 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
 /**
  * The tests' YARN: one ResourceManager and `nodes` NodeManagers of Hadoop's MiniYARNCluster, every server bound to
  * loopback on ports of the system's choosing. Writes the configuration a client needs (the RM's addresses) to
- * `<conf dir>/yarn-site.xml`, prints READY with the RM's address and its web address, and runs until its standard
- * input closes.
+ * `<conf dir>/yarn-site.xml`, prints READY with the RM's address, and runs until its standard input closes.
  *
  * <p>java LoopbackYarn.java CONF_DIR NODES MEMORY_MB VCORES (run in the directory it may keep its work in)
  */
@@ -52,11 +51,7 @@ public class LoopbackYarn {
     try (OutputStream out = new FileOutputStream(confDir + "/yarn-site.xml")) {
       running.writeXml(out);
     }
-    System.out.println(
-        "READY "
-            + running.get(YarnConfiguration.RM_ADDRESS)
-            + " "
-            + running.get(YarnConfiguration.RM_WEBAPP_ADDRESS));
+    System.out.println("READY " + running.get(YarnConfiguration.RM_ADDRESS));
     System.out.flush();
     while (System.in.read() != -1) {
       // runs until the test closes its end
