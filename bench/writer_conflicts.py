@@ -167,6 +167,11 @@ def lakewarden(name: str, spark: Any, job: Job, args: argparse.Namespace) -> dic
             # CPU of processes that failed: a writer changed their files first (lakewarden's own commit lost)
             "failed_cpu_seconds": round(sum(p["usage"].get("whole_cpu_ms", 0) for p in failed) / 1000, 1),
             "yields": sum(p["summary"].get("yields", 0) for p in processes),
+            # file groups a writer changed before the process committed: left out, the rest committed
+            "groups_yielded": sum(p["summary"].get("groups_yielded", 0) for p in processes),
+            "processes_partly_committed": sum(
+                1 for p in processes if p["status"] == "success" and p["summary"].get("groups_yielded")
+            ),
             "compaction_cpu_seconds": round(whole, 1),
             "undone_cpu_seconds": round(undone, 2),
             "undone_share": round(undone / whole, 4) if whole else 0.0,

@@ -224,12 +224,12 @@ def test_a_partition_split_over_tasks_removes_the_deletes_they_share_last(
     assert checksum(spark, table) == before
 
 
-def test_a_writer_conflicting_at_the_process_commit_leaves_nothing_of_the_process(
+def test_a_writer_conflicting_at_the_process_commit_leaves_only_the_groups_it_touched(
     spark: SparkSession, catalog: CatalogSpec
 ) -> None:
     """Both tasks staged their files; a writer deletes a row of a rewritten file before the process commits:
-    the commit's validation from the planned snapshot fails, nothing of the process is committed, and the
-    files the tasks staged are deleted."""
+    the commit's validation from the planned snapshot fails for that file's group, the other groups commit
+    alone, and the files staged for the touched group are deleted."""
     table = create(spark, "conflict", {"self-optimizing.max-task-size-bytes": "6000"})
     for i in range(20):
         write(spark, table, FRAGMENT, "a", i * 100)
@@ -243,18 +243,21 @@ def test_a_writer_conflicting_at_the_process_commit_leaves_nothing_of_the_proces
         assert isinstance(result, OptimizingResult) and result.staged is not None and result.snapshot_id is None
         output = result.model_dump(mode="json")
         done.append(TaskRow(task_id=task_id, status="success", input=task.input.model_dump(mode="json"), output=output))
-    staged = [f["file-path"] for t in done for g in (t.output or {})["staged"]["groups"] for f in g]
-    assert staged and all(Path(p).exists() for p in staged)
+    staged = [[f["file-path"] for f in g] for t in done for g in (t.output or {})["staged"]["groups"]]
+    assert all(Path(p).exists() for g in staged for p in g)
     snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count()
     spark.sql(f"DELETE FROM {table} WHERE id = 101")  # a row of a file the process rewrote
     expected = checksum(spark, table)
 
     assert isinstance(commit.input, OptimizingInput)
     last = commit_input(done, commit.input).model_dump(mode="json")
-    with pytest.raises(StalePlan, match="changed since the planned snapshot"):
-        execute_task(spark, assignment(catalog, last, 77, len(stagers) + 1), "test")
-    assert spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count() == snapshots + 1  # the writer's alone
-    assert not any(Path(p).exists() for p in staged)
+    result = execute_task(spark, assignment(catalog, last, 77, len(stagers) + 1), "test")
+    assert isinstance(result, OptimizingResult) and result.groups_yielded == 1 and result.process_commit
+    assert spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count() == snapshots + 2  # the writer's, then ours
+    live = {r[0].removeprefix("file:") for r in spark.sql(f"SELECT file_path FROM {table}.files").collect()}
+    kept = [g for g in staged if all(p.removeprefix("file:") in live for p in g)]
+    assert len(kept) == len(staged) - 1  # every group's files but the touched one's are the table's
+    assert not any(Path(p).exists() for g in staged if g not in kept for p in g)
     assert checksum(spark, table) == expected
 
 
@@ -347,6 +350,39 @@ def test_a_position_delete_file_shared_by_segments_becomes_one_of_their_own_each
     assert checksum(spark, table) == before
     with pytest.raises(NothingToDo):  # each segment now has one position-delete file of its own
         plan(catalog, table)
+
+
+def test_on_format_version_3_a_writers_new_vector_leaves_that_segments_group_and_the_other_commits(
+    spark: SparkSession, catalog: CatalogSpec
+) -> None:
+    """In two partitions a segment's deletion vector and equality deletes are planned to become one new vector
+    each; before the commit a writer deletes a row of b's segment, replacing its vector. b's group is left out
+    (its equality deletes and the writer's vector stay, the vector written for it is not committed), a's
+    commits. On a format-version 2 table such a merge-on-read delete does not conflict at all: its position
+    delete applies beside the one written for the segment."""
+    table = create(spark, "v3_partial", {"format-version": "3", "write.delete.mode": "merge-on-read"})
+    segments = {c: write(spark, table, SEGMENT, c, 0) for c in "ab"}
+    spark.sql(f"DELETE FROM {table} WHERE id IN (1, 2)")  # each segment's deletion vector
+    for c in "ab":
+        for k in (3, 5, 8):
+            equality_delete(spark, table, {"id": [k]}, f"cat={c}")
+    (task,) = plan(catalog, table).tasks
+    assert len(task.input.groups) == 2  # type: ignore[union-attr]
+
+    def writer() -> None:
+        spark.sql(f"DELETE FROM {table} WHERE cat = 'b' AND id = 10")
+
+    result = execute_task(spark, assignment(catalog, task.input.model_dump(mode="json"), 4325, 1), "test", writer)
+    assert isinstance(result, OptimizingResult) and result.groups_yielded == 1, result
+    assert result.rewrite_pos_files == 1 and result.delete_files_added == 1, result
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = spark.sql(f"SELECT partition.cat, content, referenced_data_file FROM {table}.files").collect()
+    kinds = {c: sorted(r[1] for r in rows if r[0] == c) for c in "ab"}
+    assert kinds == {"a": [0, 1], "b": [0, 1, 2, 2, 2]}, kinds  # a: one vector; b: the writer's and its eq files
+    gone = {(c, i) for c in "ab" for i in (1, 2, 3, 5, 8)} | {("b", 10)}
+    got = {(r[1], r[0]) for r in spark.sql(f"SELECT id, cat FROM {table}").collect()}
+    assert got == {(c, i) for c in "ab" for i in range(SEGMENT)} - gone
+    assert all(str(r[2]) == segments[r[0]] for r in rows if r[1] == 1)
 
 
 def test_full_without_rewrite_all_files_takes_small_files_and_files_with_deletes(
@@ -584,6 +620,56 @@ def test_a_group_that_fails_leaves_no_file_of_the_groups_that_did_not_fail(
         execute_task(spark, assignment(catalog, task.input.model_dump(mode="json"), 4322, 1), "test")
     # the first and third groups were written, and deleted again when the second failed
     assert set((location / "data").rglob("*.parquet")) == on_disk
+
+
+@pytest.mark.parametrize(
+    ("mode", "deletes"), [("merge-on-read", False), ("copy-on-write", False), ("merge-on-read", True)]
+)
+def test_a_writer_that_changed_one_group_meanwhile_leaves_the_other_groups_committed(
+    spark: SparkSession, catalog: CatalogSpec, mode: str, deletes: bool
+) -> None:
+    """The writer deletes a row of partition `b` between the task's plan and its commit (a position delete on
+    one of b's files, or b's file rewritten): the rewrite's validation fails for b's group only, so a's and c's
+    groups commit alone and b's is left for the next plan, its written file deleted. With delete files the
+    groups apply and remove, b's stay. When the writer touched every group, nothing commits."""
+    table, location = three_partitions(spark, f"partial_{mode[:3]}{'_deletes' if deletes else ''}")
+    if deletes:
+        spark.sql(f"DELETE FROM {table} WHERE id = 5")  # a position delete in each partition
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode'='{mode}')")
+    (task,) = plan(catalog, table).tasks
+    assert len(task.input.remove_deletes) == (3 if deletes else 0)  # type: ignore[union-attr]
+    before = sorted(tuple(r) for r in spark.sql(f"SELECT id, cat FROM {table}").collect())
+    on_disk = set(location.rglob("*.parquet"))
+
+    def writer() -> None:
+        spark.sql(f"DELETE FROM {table} WHERE cat = 'b' AND id = 100")
+
+    result = execute_task(spark, assignment(catalog, task.input.model_dump(mode="json"), 4323, 1), "test", writer)
+    assert isinstance(result, OptimizingResult)
+    assert result.groups_yielded == 1 and result.files_in == 6 and result.files_out == 2, result
+    spark.sql(f"REFRESH TABLE {table}")
+    got = sorted(tuple(r) for r in spark.sql(f"SELECT id, cat FROM {table}").collect())
+    assert got == [r for r in before if r != (100, "b")]
+    counts = spark.sql(f"SELECT partition.cat, content, count(*) FROM {table}.files GROUP BY 1, 2").collect()
+    by_partition = {(r[0], r[1]): r[2] for r in counts}
+    assert by_partition[("a", 0)] == 1 and by_partition[("c", 0)] == 1 and by_partition[("b", 0)] >= 3, by_partition
+    assert ("a", 1) not in by_partition and ("c", 1) not in by_partition, by_partition  # their deletes applied
+    if deletes:  # b's delete file stays with b's files, beside the writer's
+        assert by_partition[("b", 1)] == (2 if mode == "merge-on-read" else 1), by_partition
+    live = {Path(r[0].removeprefix("file:")) for r in spark.sql(f"SELECT file_path FROM {table}.all_files").collect()}
+    assert set(location.rglob("*.parquet")) - on_disk <= live  # b's rewritten file is gone again
+
+    # every group touched: the writer's conflict stands and nothing of the task commits
+    (task,) = plan(catalog, table).tasks
+    snapshots = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]  # type: ignore[index]
+
+    def everywhere() -> None:
+        spark.sql(f"DELETE FROM {table} WHERE id % 100 = 1")
+
+    with pytest.raises(StalePlan):
+        execute_task(spark, assignment(catalog, task.input.model_dump(mode="json"), 4324, 1), "test", everywhere)
+    spark.sql(f"REFRESH TABLE {table}")
+    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots + 1  # type: ignore[index]
 
 
 def test_revoking_a_task_cancels_its_spark_jobs(spark: SparkSession) -> None:

@@ -151,3 +151,13 @@ def test_a_tables_row_level_writers_cadence_is_learned_from_its_snapshots() -> N
     # bounded both ways: a lone row-level commit (no gap known), a job of sub-second gaps
     assert cadence([snap(0, "overwrite")]) == Cadence(0, 30_000)
     assert cadence([snap(t * 100, "overwrite") for t in range(5)]) == Cadence(400, 1_000)
+    # an upsert stream as Flink writes it (equality deletes only) names no file: nothing to wait for; a commit
+    # that adds position deletes too does
+    upserts = [snap(t * 1000, "overwrite", **{"added-equality-delete-files": "1"}) for t in range(5)]
+    assert cadence(upserts) is None
+    mixed = [
+        *upserts,
+        snap(6000, "overwrite", **{"added-equality-delete-files": "1", "added-position-delete-files": "1"}),
+    ]
+    assert cadence(mixed) == Cadence(6000, 2_000)
+    assert Cadence(6000, 2_000).active(6000 + 599_999) and not Cadence(6000, 2_000).active(6000 + 600_000)

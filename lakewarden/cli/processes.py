@@ -33,6 +33,8 @@ def result_text(process: dict[str, Any]) -> str:
         removed, added = summary.get("delete_files_removed", 0), summary.get("delete_files_added", 0)
         if removed or added:
             text += f"; delete files -{removed} +{added}"
+        if summary.get("groups_yielded"):  # a writer changed their files meanwhile: planned again
+            text += f"; {summary['groups_yielded']} file group(s) left to writers"
         return text
     parts = []
     for key, value in summary.items():

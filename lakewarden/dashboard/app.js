@@ -114,7 +114,8 @@ function resultText(p) {
     if (!("files_in" in s)) return "";
     const deletes = s.delete_files_removed || s.delete_files_added ? `; delete files −${fmt.num(s.delete_files_removed || 0)} +${fmt.num(s.delete_files_added || 0)}` : "";
     const undone = s.yields ? `; yielded to writers ${fmt.num(s.yields)}× (${fmt.num((s.yielded_cpu_ms || 0) / 1000)} CPU-s undone)` : "";
-    return `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}${deletes}${undone}`;
+    const left = s.groups_yielded ? `; ${fmt.num(s.groups_yielded)} file group(s) left to writers` : "";
+    return `${fmt.num(s.files_in)} → ${fmt.num(s.files_out)} files, ${fmt.bytes(s.bytes_in)} → ${fmt.bytes(s.bytes_out)}${deletes}${left}${undone}`;
   }
   const parts = Object.entries(s)
     .filter(([k, v]) => typeof v === "number" && v && !k.endsWith("_ms") && !k.endsWith("_id") && !k.startsWith("spark_") && k !== "cost")

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from lakewarden.domain.retention import OWN_COMMIT
 
 ROW_LEVEL = frozenset({"overwrite", "delete"})  # the operations of a DELETE, UPDATE or MERGE commit
+# the summary counts of a row-level commit that names files
+NAMING = ("added-position-delete-files", "added-dvs", "deleted-data-files", "removed-position-delete-files")
 APP_ID = "app-id"  # Iceberg's EnvironmentContext key in a snapshot's summary (Spark also writes spark.app.id)
 LOOKED_AT = 50  # the newest snapshots learned from
 MIN_PAUSE_MS = 1_000
 MAX_PAUSE_MS = 30_000
+# a writer whose last row-level commit is this recent may commit again while a rewrite runs: lakewarden cuts its
+# partitions into smaller file groups, so that its next statement touches some of them and the rest commit
+ACTIVE_MS = 600_000
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,9 @@ class Cadence:
     def busy(self, now_ms: int) -> bool:
         return now_ms - self.last_write_ms < self.pause_ms
 
+    def active(self, now_ms: int) -> bool:
+        return now_ms - self.last_write_ms < ACTIVE_MS
+
     def document(self) -> dict[str, int]:
         return {"last_write_ms": self.last_write_ms, "pause_ms": self.pause_ms}
 
@@ -40,13 +48,31 @@ def cadence(snapshots: Sequence[tuple[int, Mapping[str, str]]]) -> Cadence | Non
     no such writer committed lately. The pause is twice the median gap between their consecutive commits,
     within bounds."""
     recent = [(at, summary) for at, summary in snapshots[-LOOKED_AT:] if OWN_COMMIT not in summary]
-    writers = {s.get(APP_ID) or s.get("spark.app.id") for _, s in recent if s.get("operation") in ROW_LEVEL}
+    writers = {s.get(APP_ID) or s.get("spark.app.id") for _, s in recent if _names_files(s)}
     if not writers:
         return None
     theirs = sorted(at for at, s in recent if (s.get(APP_ID) or s.get("spark.app.id")) in writers)
     gaps = [b - a for a, b in itertools.pairwise(theirs) if b > a]
     pause = 2 * statistics.median(gaps) if gaps else MAX_PAUSE_MS
     return Cadence(theirs[-1], int(min(max(pause, MIN_PAUSE_MS), MAX_PAUSE_MS)))
+
+
+def _names_files(summary: Mapping[str, str]) -> bool:
+    """Whether a commit is a row-level change that names files (a position delete or deletion vector, a file
+    removed), which a rewrite of those files conflicts with. An upsert as Flink writes it adds equality deletes
+    only: it names no file, and a rewrite keeps the planned sequence number, so the deletes still apply."""
+    if summary.get("operation") not in ROW_LEVEL:
+        return False
+    if "added-equality-delete-files" not in summary:
+        return True
+    return any(_count(summary, key) for key in NAMING)
+
+
+def _count(summary: Mapping[str, str], key: str) -> int:
+    try:
+        return int(summary.get(key, "0"))
+    except ValueError:
+        return 1  # unreadable: taken to name files
 
 
 def of_document(found: Mapping[str, int] | None) -> Cadence | None:

@@ -99,11 +99,17 @@ def run_optimizing(
             plan.deleteWritten()
         _raise_mismatch(plan, exc)
         raise
+    yielded = json.loads(plan.yieldedGroups())
+    if yielded:  # a writer changed these groups' files meanwhile: what they wrote is not the partition's
+        left_out = {work.groups[i].partition.key for i in yielded}
+        unreduced = {k: v for k, v in unreduced.items() if k not in left_out}
+        clustered = {k: v for k, v in clustered.items() if k not in left_out}
     return OptimizingResult(
         **json.loads(plan.summary(MAX_FILES)),
         snapshot_id=committed,
         unreduced=unreduced if committed is not None else {},
         clustered=clustered if committed is not None else {},
+        groups_yielded=len(yielded),
     )
 
 
@@ -135,7 +141,12 @@ def _commit_staged(
             plan.deleteWritten()
         _raise_mismatch(plan, exc)
         raise
-    return OptimizingResult(**json.loads(plan.summary(MAX_FILES)), snapshot_id=committed, process_commit=True)
+    return OptimizingResult(
+        **json.loads(plan.summary(MAX_FILES)),
+        snapshot_id=committed,
+        process_commit=True,
+        groups_yielded=len(json.loads(plan.yieldedGroups())),
+    )
 
 
 def _planned(jvm: Any, table: Any, snapshot: Any, work: OptimizingInput) -> Any:

@@ -81,6 +81,11 @@ class OptimizingResult(_Result):
         description="Per partition ('<spec id>:<path>'), the files a clustering rewrite wrote: the partition is "
         "clustered while they are its files",
     )
+    groups_yielded: int = Field(
+        0,
+        description="File groups left out of the commit because a writer changed their files since the planned "
+        "snapshot (the others committed): their partitions are planned again",
+    )
     staged: StagedFiles | None = Field(None, description="stage_only: the files written, for the process to commit")
     process_commit: bool = Field(False, description="The process's one commit: its counts are the process's")
     TOTALS: ClassVar[tuple[str, ...]] = (
@@ -93,6 +98,7 @@ class OptimizingResult(_Result):
         "delete_bytes_removed",
         "delete_files_added",
         "delete_bytes_added",
+        "groups_yielded",
     )
     FILES: ClassVar[tuple[str, ...]] = ("rewritten_files", "added_files", "removed_delete_files", "added_delete_files")
 

@@ -23,8 +23,9 @@ APP_ID = "app-id"  # Iceberg's EnvironmentContext key, in a scan report's metada
 MAX_HOLD_SECONDS = 20.0  # under the optimizer client's HTTP timeout: the grant it holds back answers first
 MIN_HOLD_SECONDS = 2.0
 # a pending table is planned beside writes in flight once it waited this long: a job that writes without a
-# pause would otherwise keep it waiting until the job ends
-MAX_DEFERRAL_SECONDS = 60.0
+# pause would otherwise keep it waiting until the job ends. Short, because a rewrite that races a write loses
+# only the file groups the write touched (the others commit)
+MAX_DEFERRAL_SECONDS = 15.0
 _KEPT_DURATIONS = 20
 
 

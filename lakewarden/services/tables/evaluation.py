@@ -30,10 +30,11 @@ from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evalua
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
-from lakewarden.domain.writer_cadence import LOOKED_AT, Cadence, cadence
+from lakewarden.domain.writer_cadence import Cadence
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.files import optimized_branches, snapshot_files
 from lakewarden.metadata.manifest_cache import ManifestCache
+from lakewarden.metadata.writers import row_level_writers
 from lakewarden.services.loop import LoopService
 from lakewarden.services.tables.catalog_access import FORMAT_ONLY, InternalTables, PassCatalogs
 from lakewarden.services.tables.formats import format_verdict
@@ -55,10 +56,6 @@ FLUSH_SECONDS = 1.0  # a long pass stores its verdicts at least this often: tabl
 LOOK_SECONDS = 0.25  # a pass looks for tables changed under it (a wake) at most this often
 LOOK_SLACK = timedelta(seconds=1)  # a change stored just as the pass read the due tables is looked for again
 RETRY_FAILED = timedelta(minutes=1)  # a failed evaluation (an unreachable store, a broken file) is tried again
-
-
-def _summary_of(summary: Any) -> dict[str, str]:
-    return {"operation": summary.operation.value, **summary.additional_properties}
 
 
 def _ms(moment: datetime | None) -> int:
@@ -303,8 +300,7 @@ class TableEvaluator(LoopService):
                 )
                 config = read_triggered(config, trigger.file_count)
             table = catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
-            newest = table.metadata.snapshots[-LOOKED_AT:]  # what the cadence looks at: no more summaries copied
-            writers = cadence([(s.timestamp_ms, _summary_of(s.summary)) for s in newest if s.summary])
+            writers = row_level_writers(table.metadata)
             # a table never optimized counts its minor and full intervals from when lakewarden took it on
             managed_since = rec.identifier.created_at
             clock = OptimizingClock(
@@ -323,6 +319,7 @@ class TableEvaluator(LoopService):
                     clock,
                     runtime.unreduced if main else None,  # what earlier rewrites wrote: main's records
                     table_clustering(table, config, runtime.clustered if main else None),
+                    under_writers=writers is not None and writers.active(clock.now_ms),
                 )
                 if main:
                     snapshot_id = files.snapshot_id

@@ -23,6 +23,7 @@ import org.apache.iceberg.ContentFile;
 import org.apache.iceberg.ContentFileParser;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
+import org.apache.iceberg.FileContent;
 import org.apache.iceberg.FileFormat;
 import org.apache.iceberg.FileScanTask;
 import org.apache.iceberg.RewriteFiles;
@@ -30,7 +31,10 @@ import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.Transaction;
+import org.apache.iceberg.exceptions.ValidationException;
+import org.apache.iceberg.util.ContentFileUtil;
 import org.apache.iceberg.util.JsonUtil;
+import org.apache.iceberg.util.SnapshotUtil;
 
 /**
  * The bookkeeping of one optimizing task around Spark's rewrite jobs: its planned files (PlannedFiles), what
@@ -49,8 +53,13 @@ public final class PlannedRewrite {
   private final List<DataFile> rewritten = new ArrayList<>();
   private final List<DataFile> written = new ArrayList<>();
   private final Map<Integer, List<DataFile>> writtenByGroup = new HashMap<>();
+  // groups left out of the commit because a writer changed their files since the planned snapshot, and
+  // what they wrote (deleted once the rest committed)
+  private final Set<Integer> yielded = new TreeSet<>();
+  private final List<ContentFile<?>> yieldedWritten = new ArrayList<>();
   private final List<DeleteFile> writtenDeletes = new ArrayList<>();
   private final List<DeleteFile> replaced = new ArrayList<>();
+  private final List<DeleteFile> removedDeletes; // the delete files the commit removes
   private int positionsRewritten = 0;
   private boolean vectorsWritten = false;
 
@@ -59,6 +68,7 @@ public final class PlannedRewrite {
     this.snapshot = snapshot;
     this.planned = planned;
     this.work = work;
+    this.removedDeletes = new ArrayList<>(planned.removed().values());
   }
 
   /**
@@ -230,7 +240,7 @@ public final class PlannedRewrite {
 
   /** Whether the task has anything to commit. */
   public boolean changes() {
-    return !(rewritten.isEmpty() && planned.removed().isEmpty() && writtenDeletes.isEmpty());
+    return !(rewritten.isEmpty() && removedDeletes.isEmpty() && writtenDeletes.isEmpty());
   }
 
   /**
@@ -240,19 +250,30 @@ public final class PlannedRewrite {
    * a RowDelta of the same transaction, which checks that the data files they name still exist. New deletion
    * vectors always go in the RowDelta with the vectors they replace: it also checks that no writer added a
    * vector for one of their data files meanwhile and that the replaced ones are still there. Both commit to
-   * `branch` (null: main). Returns the snapshot id at the branch's head afterwards.
+   * `branch` (null: main). When writers changed some groups' files since the planned snapshot, the other
+   * groups commit alone (commitUntouched). Returns the snapshot id at the branch's head afterwards.
    */
   public Long commit(Map<String, String> properties, String branch) {
     if (!changes()) {
       return null;
     }
+    try {
+      commitOnce(properties, branch);
+    } catch (ValidationException conflict) {
+      commitUntouched(conflict, properties, branch);
+    }
+    Snapshot head = branch == null ? table.currentSnapshot() : table.snapshot(branch);
+    return head == null ? null : head.snapshotId();
+  }
+
+  private void commitOnce(Map<String, String> properties, String branch) {
     boolean vectors = false;
     for (DeleteFile delete : writtenDeletes) {
       vectors |= delete.format() == FileFormat.PUFFIN;
     }
-    boolean deletesInRewrite = !planned.removed().isEmpty() && !vectors;
+    boolean deletesInRewrite = !removedDeletes.isEmpty() && !vectors;
     long plannedId = snapshot.snapshotId();
-    boolean rewrites = !rewritten.isEmpty() || !planned.removed().isEmpty();
+    boolean rewrites = !rewritten.isEmpty() || !removedDeletes.isEmpty();
     boolean adds = !writtenDeletes.isEmpty() && !deletesInRewrite;
     // one operation commits alone, as Iceberg's own rewrite commits: a transaction would load the table again
     Transaction transaction = rewrites && adds ? table.newTransaction() : null;
@@ -266,7 +287,7 @@ public final class PlannedRewrite {
       }
       rewritten.forEach(rewrite::deleteFile);
       written.forEach(rewrite::addFile);
-      planned.removed().values().forEach(rewrite::deleteFile);
+      removedDeletes.forEach(rewrite::deleteFile);
       if (deletesInRewrite) {
         writtenDeletes.forEach(rewrite::addFile);
       }
@@ -282,7 +303,11 @@ public final class PlannedRewrite {
       List<CharSequence> referenced = new ArrayList<>();
       for (DeleteFile delete : writtenDeletes) {
         delta = delta.addDeletes(delete);
-        referenced.add(delete.referencedDataFile());
+        // a position-delete file names its one data file by the bounds of its path column
+        String named = ContentFileUtil.referencedDataFileLocation(delete);
+        if (named != null) {
+          referenced.add(named);
+        }
       }
       for (DeleteFile delete : replaced) {
         delta = delta.removeDeletes(delete);
@@ -297,13 +322,122 @@ public final class PlannedRewrite {
     if (transaction != null) {
       transaction.commitTransaction();
     }
+  }
+
+  /**
+   * The commit failed its validation because writers changed the table since the planned snapshot: the file
+   * groups whose files they named (a position delete or deletion vector on one, its removal, the removal of a
+   * delete file a group reads) are left out with everything they wrote and the delete files they read, and
+   * the untouched groups commit alone, as Iceberg's partial progress does. The groups left out are planned
+   * again on the new snapshot. Fails with the writer's conflict when every group is touched or the conflict
+   * cannot be placed in a group.
+   */
+  private void commitUntouched(ValidationException conflict, Map<String, String> properties, String branch) {
+    table.refresh();
     Snapshot head = branch == null ? table.currentSnapshot() : table.snapshot(branch);
-    return head == null ? null : head.snapshotId();
+    Map<String, Integer> groupOf = new HashMap<>();
+    for (int i = 0; i < planned.groupCount(); i++) {
+      for (FileScanTask task : planned.group(i)) {
+        groupOf.put(task.file().location(), i);
+      }
+      for (JsonNode path : groupInput(i).path("rewrite_pos")) {
+        groupOf.put(planned.task(path.asText()).file().location(), i);
+      }
+    }
+    Set<Integer> touched = head == null ? null : touchedGroups(head, groupOf);
+    if (touched == null || touched.isEmpty()) {
+      throw conflict;
+    }
+    Set<String> dropped = new HashSet<>(); // the touched groups' data files
+    Set<String> readDeletes = new HashSet<>(); // the delete files they read
+    for (Map.Entry<String, Integer> entry : groupOf.entrySet()) {
+      if (touched.contains(entry.getValue())) {
+        dropped.add(entry.getKey());
+        planned.task(entry.getKey()).deletes().forEach(d -> readDeletes.add(identity(d)));
+      }
+    }
+    for (int index : touched) {
+      yieldedWritten.addAll(writtenByGroup.getOrDefault(index, List.of()));
+      writtenByGroup.remove(index);
+    }
+    List<DeleteFile> yieldedDeletes = new ArrayList<>();
+    for (DeleteFile delete : writtenDeletes) {
+      if (dropped.contains(String.valueOf(ContentFileUtil.referencedDataFileLocation(delete)))) {
+        yieldedDeletes.add(delete);
+      }
+    }
+    rewritten.removeIf(f -> dropped.contains(f.location()));
+    written.removeAll(yieldedWritten);
+    writtenDeletes.removeAll(yieldedDeletes);
+    yieldedWritten.addAll(yieldedDeletes);
+    replaced.removeIf(d -> dropped.contains(String.valueOf(ContentFileUtil.referencedDataFileLocation(d))));
+    removedDeletes.removeIf(d -> readDeletes.contains(identity(d)));
+    positionsRewritten -= (int) planned.positionTasks().stream().filter(t -> dropped.contains(t.file().location())).count();
+    yielded.addAll(touched);
+    if (!changes()) {
+      throw conflict;
+    }
+    commitOnce(properties, branch);
+    Set<String> kept = new HashSet<>(); // a deletion vector's Puffin file may hold vectors that were committed
+    writtenDeletes.forEach(d -> kept.add(d.location()));
+    for (ContentFile<?> file : yieldedWritten) {
+      if (kept.add(file.location())) {
+        table.io().deleteFile(file.location());
+      }
+    }
+    yieldedWritten.clear();
+  }
+
+  /**
+   * The groups (by `groupOf`, a data file's group) whose files the snapshots since the planned one name, or
+   * null when one of them cannot be placed (a position delete file that names no single data file).
+   */
+  private Set<Integer> touchedGroups(Snapshot head, Map<String, Integer> groupOf) {
+    Map<String, Set<Integer>> readers = new HashMap<>();
+    for (Map.Entry<String, Integer> entry : groupOf.entrySet()) {
+      for (DeleteFile delete : planned.task(entry.getKey()).deletes()) {
+        readers.computeIfAbsent(identity(delete), k -> new TreeSet<>()).add(entry.getValue());
+      }
+    }
+    Set<Integer> touched = new TreeSet<>();
+    for (Snapshot s : SnapshotUtil.ancestorsBetween(table, head.snapshotId(), snapshot.snapshotId())) {
+      for (DeleteFile delete : s.addedDeleteFiles(table.io())) {
+        if (delete.content() != FileContent.POSITION_DELETES) {
+          continue; // the rewritten files keep the planned sequence number: newer equality deletes still apply
+        }
+        String named = ContentFileUtil.referencedDataFileLocation(delete);
+        if (named == null) {
+          return null;
+        }
+        Integer group = groupOf.get(named);
+        if (group != null) {
+          touched.add(group);
+        }
+      }
+      for (DataFile file : s.removedDataFiles(table.io())) {
+        Integer group = groupOf.get(file.location());
+        if (group != null) {
+          touched.add(group);
+        }
+      }
+      for (DeleteFile delete : s.removedDeleteFiles(table.io())) {
+        touched.addAll(readers.getOrDefault(identity(delete), Set.of()));
+      }
+    }
+    return touched;
+  }
+
+  /** The file groups left out of the commit (commitUntouched), as a JSON array of their indexes. */
+  public String yieldedGroups() throws IOException {
+    return JSON.writeValueAsString(yielded);
   }
 
   /** Deletes every file the task wrote (a task that does not commit leaves nothing behind). */
   public void deleteWritten() {
     for (ContentFile<?> file : written) {
+      table.io().deleteFile(file.location());
+    }
+    for (ContentFile<?> file : yieldedWritten) {
       table.io().deleteFile(file.location());
     }
     for (ContentFile<?> file : writtenDeletes) {
@@ -322,9 +456,9 @@ public final class PlannedRewrite {
     out.put("files_out", written.size());
     out.put("bytes_out", written.stream().mapToLong(DataFile::fileSizeInBytes).sum());
     out.put("rewrite_pos_files", positionsRewritten);
-    out.put("delete_files_removed", planned.removed().size() + replaced.size());
+    out.put("delete_files_removed", removedDeletes.size() + replaced.size());
     long removedBytes = 0;
-    for (DeleteFile delete : planned.removed().values()) {
+    for (DeleteFile delete : removedDeletes) {
       removedBytes += deleteBytes(delete);
     }
     for (DeleteFile delete : replaced) {
@@ -336,7 +470,7 @@ public final class PlannedRewrite {
     out.set("rewritten_files", paths(rewritten, listed));
     out.set("added_files", paths(written, listed));
     ArrayNode removedPaths = JSON.createArrayNode();
-    new TreeSet<>(planned.removed().keySet()).stream().limit(listed).forEach(removedPaths::add);
+    removedDeletes.stream().map(DeleteFile::location).distinct().sorted().limit(listed).forEach(removedPaths::add);
     out.set("removed_delete_files", removedPaths);
     out.set("added_delete_files", paths(writtenDeletes, listed));
     try {
