@@ -143,7 +143,7 @@ def test_setup_spark_from_a_folder_end_to_end(tmp_path: Path) -> None:
     have = ensure_spark_jars(quiet=True)
     folder = tmp_path / "jars"
     folder.mkdir()
-    everything = [*have.jars, *(j for engine in ("hudi", "paimon") for j in have.engine(engine))]
+    everything = [*have.jars, *(j for engine in have.engines for j in have.engine(engine))]
     for jar in everything:
         if not jar.endswith(JAVA_JAR):
             (folder / Path(jar).name).symlink_to(jar)
