@@ -121,7 +121,7 @@ def test_demo_on_s3_runs_against_its_own_s3_server_with_the_same_checks(tmp_path
                 "--storage",
                 "s3",
                 "--minutes",
-                "1",
+                "0.5",
                 "--tables",
                 "1",
                 "--rows",

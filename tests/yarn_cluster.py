@@ -102,7 +102,9 @@ def yarn_cluster(directory: Path, nodes: int = 1, memory_mb: int = 6144, vcores:
         if process.stdin is not None:
             process.stdin.close()  # the cluster stops when its input ends
         try:
-            process.wait(timeout=60)
+            # an orderly stop of every service takes the better part of a minute; the tests' applications have
+            # ended by now, so what is left of the JVM after a short wait is not worth waiting for
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
