@@ -15,18 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.tools import tool_missing
+from tests.tools import writer_python
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "flink_writer.py"
 
 
 def flink_python() -> Path:
-    venv = Path(os.environ.get("LAKEWARDEN_FLINK_VENV", ROOT / ".venv-flink"))
-    python = venv / "bin" / "python"
-    if not (venv / ".lock-hash").exists() or not python.exists():
-        tool_missing(f"PyFlink in {venv} (bin/test makes it)")
-    return python
+    return writer_python(Path(os.environ.get("LAKEWARDEN_FLINK_VENV", ROOT / ".venv-flink")), "PyFlink")
 
 
 def iceberg_flink_runtime() -> list[str]:

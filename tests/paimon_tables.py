@@ -10,18 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.tools import tool_missing
+from tests.tools import writer_python
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "paimon_writer.py"
 
 
 def paimon_python() -> Path:
-    venv = Path(os.environ.get("LAKEWARDEN_PAIMON_VENV", ROOT / ".venv-paimon"))
-    python = venv / "bin" / "python"
-    if not (venv / ".lock-hash").exists() or not python.exists():
-        tool_missing(f"pypaimon in {venv} (bin/test makes it)")
-    return python
+    return writer_python(Path(os.environ.get("LAKEWARDEN_PAIMON_VENV", ROOT / ".venv-paimon")), "pypaimon")
 
 
 def write_paimon(warehouse: Path, steps: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
