@@ -45,11 +45,9 @@ def one(
     deletes: list[DeleteFile] | None = None,
     cfg: OptimizingConfig | None = None,
     clock: OptimizingClock | None = None,
-    under_writers: bool = False,
 ) -> PartitionEvaluation:
     (part,) = group_by_partition(files, deletes or [])
-    clock = clock or OptimizingClock(NOW, last_minor_ms=NOW)
-    return evaluate_partition(part, cfg or config(), clock, under_writers=under_writers)
+    return evaluate_partition(part, cfg or config(), clock or OptimizingClock(NOW, last_minor_ms=NOW))
 
 
 def test_file_classes() -> None:
@@ -267,21 +265,6 @@ def test_a_large_partition_is_cut_into_groups_of_the_task_size() -> None:
     assert all(g.data_bytes <= 128 * MB for g in r.groups)
 
 
-def test_while_row_level_writers_are_active_a_partition_is_cut_into_smaller_groups() -> None:
-    """A statement that names some of a partition's files then leaves the other groups to commit; whatever pairs
-    up still does, so a partition is pending exactly when it would be."""
-    cfg = config(**{"minor.trigger.file-count": "3"})
-    frags = [data(f"f{i}", 1) for i in range(8)]
-    assert [len(g.rewrite) for g in one(frags, cfg=cfg).groups] == [8]
-    assert [len(g.rewrite) for g in one(frags, cfg=cfg, under_writers=True).groups] == [2, 2, 2, 2]
-    three = one(frags[:3], cfg=cfg, under_writers=True)
-    assert three.type is not None and [len(g.rewrite) for g in three.groups] == [2]
-    uneven = one([data("big", 10), data("f1", 1), data("f2", 1)], cfg=cfg, under_writers=True)
-    assert [sorted(f.path.rsplit("/", 1)[1] for f in g.rewrite) for g in uneven.groups] == [
-        ["big.parquet", "f1.parquet"]
-    ]
-
-
 def test_equality_deletes_of_an_unpartitioned_spec_apply_to_every_partition() -> None:
     unpartitioned = PartitionKey(1, "", ())
     parts = group_by_partition(
@@ -322,7 +305,7 @@ def test_the_pending_check_agrees_with_cutting_the_groups() -> None:
                 "max-task-size-bytes": str(rng.choice([1, 64, 128, 512]) * MB),
             }
         )
-        r = one(files, deletes, cfg=cfg, under_writers=rng.random() < 0.5)
+        r = one(files, deletes, cfg=cfg)
         (part,) = group_by_partition(files, deletes)
         if r.type is not None:
             assert r.groups, case

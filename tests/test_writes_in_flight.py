@@ -160,4 +160,3 @@ def test_a_tables_row_level_writers_cadence_is_learned_from_its_snapshots() -> N
         snap(6000, "overwrite", **{"added-equality-delete-files": "1", "added-position-delete-files": "1"}),
     ]
     assert cadence(mixed) == Cadence(6000, 2_000)
-    assert Cadence(6000, 2_000).active(6000 + 599_999) and not Cadence(6000, 2_000).active(6000 + 600_000)

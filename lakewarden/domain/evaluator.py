@@ -15,14 +15,7 @@ from datetime import timedelta
 
 from lakewarden.domain.clustering import Clustering
 from lakewarden.domain.durations import format_duration
-from lakewarden.domain.file_groups import (
-    OPEN_FILE_COST,
-    FileGroup,
-    capacity_under_writers,
-    make_group,
-    split_files,
-    two_smallest,
-)
+from lakewarden.domain.file_groups import OPEN_FILE_COST, FileGroup, make_group, split_files, two_smallest
 from lakewarden.domain.files import AppliedDeletes, DataFile, DeleteFile, PartitionFiles, PartitionKey
 from lakewarden.domain.optimizing_config import OptimizingConfig
 
@@ -185,15 +178,8 @@ class OptimizingClock:
 class _Rules:
     """Amoro's per-file rules for one partition under one configuration and clock."""
 
-    def __init__(
-        self,
-        config: OptimizingConfig,
-        clock: OptimizingClock,
-        clustering: Clustering | None,
-        under_writers: bool = False,
-    ) -> None:
+    def __init__(self, config: OptimizingConfig, clock: OptimizingClock, clustering: Clustering | None) -> None:
         self.config = config
-        self.under_writers = under_writers
         self.fragment_max = config.fragment_threshold
         self.undersized_max = config.undersized_threshold
         self.full = config.full_trigger_interval_ms >= 0 and (
@@ -238,14 +224,11 @@ def evaluate_partition(
     clock: OptimizingClock,
     unreduced: Collection[str] = (),
     clustering: Clustering | None = None,
-    under_writers: bool = False,
 ) -> PartitionEvaluation:
     """`unreduced`: the files the partition's last rewrite wrote without reducing their number; a plan that
     would take only those is not made (it would do the same again). `clustering`: how the table's full
-    optimizing orders rows (which takes a partition whole, or leaves it alone when it is clustered).
-    `under_writers`: row-level writers are active on the table, and its groups are cut smaller
-    (file_groups.capacity_under_writers)."""
-    rules = _Rules(config, clock, clustering, under_writers)
+    optimizing orders rows (which takes a partition whole, or leaves it alone when it is clustered)."""
+    rules = _Rules(config, clock, clustering)
     r = PartitionEvaluation(files.partition, full_interval_reached=rules.full, files=files, _rules=rules)
     over_ratio: list[str] = []
     fragment_max, undersized_max = rules.fragment_max, rules.undersized_max
@@ -335,9 +318,6 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
         if not r.rewrite:
             return []
         return [make_group(r.partition, r.rewrite, [], deletes_of, rules.clustering, config.open_file_cost)]
-    capacity = max(config.target_size, config.max_task_size)
-    if rules.under_writers:
-        capacity = capacity_under_writers([*r.rewrite, *r.undersized, *r.rewrite_pos], capacity)
     groups, reserved = split_files(
         r.partition,
         r.rewrite,
@@ -345,7 +325,7 @@ def _split(r: PartitionEvaluation, config: OptimizingConfig, files: PartitionFil
         r.rewrite_pos,
         deletes_of,
         lambda data, deletes: rules.should_rewrite_pos(AppliedDeletes.of(data, deletes)),
-        capacity,
+        max(config.target_size, config.max_task_size),
         config.open_file_cost,
     )
     r.reserved.update(reserved)
@@ -493,7 +473,6 @@ def evaluate_table(
     clock: OptimizingClock,
     unreduced: Mapping[str, Collection[str]] | None = None,
     clustering: Clustering | None = None,
-    under_writers: bool = False,
 ) -> TableEvaluation:
     if not config.enabled:
         return TableEvaluation(snapshot_id, None, [], ["self-optimizing.enabled is false"])
@@ -501,8 +480,7 @@ def evaluate_table(
         return TableEvaluation(snapshot_id, None, [], ["the table has no snapshot yet"])
     marks = unreduced or {}
     evaluated = [
-        evaluate_partition(files, config, clock, marks.get(files.partition.key, ()), clustering, under_writers)
-        for files in partitions
+        evaluate_partition(files, config, clock, marks.get(files.partition.key, ()), clustering) for files in partitions
     ]
     pending = [p for p in evaluated if p.type is not None]
     label = clustering.label if clustering is not None else None

@@ -13,8 +13,6 @@ from lakewarden.domain.files import DataFile, DeleteFile, PartitionKey
 # Iceberg's read.split.open-file-cost: opening a file costs about as much as reading this many bytes.
 OPEN_FILE_COST = 4 * 1024 * 1024
 OPEN_FILE_COST_PROPERTY = "read.split.open-file-cost"
-# while row-level writers are active, a partition's files are cut into about this many groups (writer_cadence.py)
-GROUPS_UNDER_WRITERS = 4
 
 
 @dataclass(frozen=True)
@@ -86,17 +84,6 @@ def two_smallest(files: list[DataFile]) -> list[int]:
         elif f.size < b:
             b = f.size
     return [a, b]
-
-
-def capacity_under_writers(files: Iterable[DataFile], capacity: int) -> int:
-    """A group's capacity while row-level writers are active: about a GROUPS_UNDER_WRITERS-th of the files, so that
-    a statement that names some of them leaves the other groups to commit (a rewrite commits the groups no
-    writer touched), but never less than the two largest files: whatever pairs up at `capacity` still does,
-    so the partition is optimized exactly when it would be, in more, smaller groups."""
-    sizes = sorted((f.size for f in files), reverse=True)
-    if len(sizes) < 2:
-        return capacity
-    return min(capacity, max(-(-sum(sizes) // GROUPS_UNDER_WRITERS), sizes[0] + sizes[1]))
 
 
 def split_files(

@@ -20,9 +20,6 @@ APP_ID = "app-id"  # Iceberg's EnvironmentContext key in a snapshot's summary (S
 LOOKED_AT = 50  # the newest snapshots learned from
 MIN_PAUSE_MS = 1_000
 MAX_PAUSE_MS = 30_000
-# a writer whose last row-level commit is this recent may commit again while a rewrite runs: lakewarden cuts its
-# partitions into smaller file groups, so that its next statement touches some of them and the rest commit
-ACTIVE_MS = 600_000
 
 
 @dataclass(frozen=True)
@@ -34,9 +31,6 @@ class Cadence:
 
     def busy(self, now_ms: int) -> bool:
         return now_ms - self.last_write_ms < self.pause_ms
-
-    def active(self, now_ms: int) -> bool:
-        return now_ms - self.last_write_ms < ACTIVE_MS
 
     def document(self) -> dict[str, int]:
         return {"last_write_ms": self.last_write_ms, "pause_ms": self.pause_ms}

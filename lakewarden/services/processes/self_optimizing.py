@@ -21,7 +21,6 @@ from lakewarden.domain.planning import output_sizing, plan_tasks
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus, TaskStatus
 from lakewarden.domain.tables import TableStatus
-from lakewarden.domain.writer_cadence import of_document
 from lakewarden.metadata.clustering import table_clustering
 from lakewarden.metadata.expressions import partition_filter_json
 from lakewarden.metadata.files import SnapshotFiles, optimized_branches, snapshot_files
@@ -71,8 +70,6 @@ class SelfOptimizingFactory(ProcessFactory):
             last_full_ms=_ms(rec.runtime.last_full_optimizing_at or rec.identifier.created_at),
         )
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
-        writers = of_document((rec.runtime.evaluation or {}).get("writers"))  # learned when it was evaluated
-        under_writers = writers is not None and writers.active(clock.now_ms)
         nothing: NothingToDo | None = None
         for branch in optimized_branches(table, config.branches):
             files = snapshot_files(table, self.cache, config.filter, branch)
@@ -87,11 +84,8 @@ class SelfOptimizingFactory(ProcessFactory):
                         rec.runtime.unreduced,
                         rec.runtime.clustered,
                         max_input=max_input,
-                        under_writers=under_writers,
                     )
-                return plan_process(
-                    name, table, files, config, clock, branch=branch, max_input=max_input, under_writers=under_writers
-                )
+                return plan_process(name, table, files, config, clock, branch=branch, max_input=max_input)
             except NothingToDo as exc:
                 nothing = nothing or exc  # main's reasons, when no branch has anything either
         assert nothing is not None  # main is always among the branches planned
@@ -168,19 +162,17 @@ def plan_process(
     clustered: Mapping[str, Any] | None = None,
     branch: str | None = None,
     max_input: int | None = None,
-    under_writers: bool = False,
 ) -> ProcessPlan:
     """A self-optimizing process of table `name` (a loaded pyiceberg table) on the snapshot its files are
     of: one task per bin of file groups, and when there are several, a last task committing what they staged
     and removing the delete files they shared.
     `unreduced` and `clustered` are the table's records of what its earlier rewrites wrote. The process commits
     once to `branch` (None: main), whose head the files are of: a single task itself, else a last task.
-    `max_input` bounds the partitions taken (plan_tasks). `under_writers`: the table's row-level writers are
-    active, and its partitions are cut into smaller groups (domain/file_groups.py).
+    `max_input` bounds the partitions taken (plan_tasks).
     Raises NothingToDo (with the evaluator's reasons) when no partition has a group that changes anything."""
     clustering = table_clustering(table, config, clustered)
     partitions = group_by_partition(files.data, files.deletes)
-    verdict = evaluate_table(files.snapshot_id, partitions, config, clock, unreduced, clustering, under_writers)
+    verdict = evaluate_table(files.snapshot_id, partitions, config, clock, unreduced, clustering)
     plan = plan_tasks(verdict, config, max_input)
     if not plan.tasks or verdict.type is None:
         raise NothingToDo("; ".join(verdict.reasons) or "no partition needs optimizing")

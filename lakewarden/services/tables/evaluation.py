@@ -319,7 +319,6 @@ class TableEvaluator(LoopService):
                     clock,
                     runtime.unreduced if main else None,  # what earlier rewrites wrote: main's records
                     table_clustering(table, config, runtime.clustered if main else None),
-                    under_writers=writers is not None and writers.active(clock.now_ms),
                 )
                 if main:
                     snapshot_id = files.snapshot_id
