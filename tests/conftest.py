@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,34 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _catalog_numbers = itertools.count(1)
+
+
+class _CollectorPauses:
+    """Time the test process spends in full garbage collections: a suite that keeps what its tests built makes
+    every later full collection (and every test that collects) slower, which only a total across the run shows."""
+
+    def __init__(self) -> None:
+        self.full, self.seconds, self._started = 0, 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.full += 1
+            self.seconds += time.perf_counter() - self._started
+
+
+_pauses = _CollectorPauses()
+gc.callbacks.append(_pauses)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.write_line(
+        f"full garbage collections: {_pauses.full} taking {_pauses.seconds:.1f} s; "
+        f"{len(gc.get_objects())} objects tracked at the end"
+    )
 
 
 def make_config(data_dir: Path, **ams: Any) -> Config:
