@@ -23,7 +23,6 @@ import org.apache.iceberg.ContentFile;
 import org.apache.iceberg.ContentFileParser;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
-import org.apache.iceberg.FileContent;
 import org.apache.iceberg.FileFormat;
 import org.apache.iceberg.FileScanTask;
 import org.apache.iceberg.RewriteFiles;
@@ -34,7 +33,6 @@ import org.apache.iceberg.Transaction;
 import org.apache.iceberg.exceptions.ValidationException;
 import org.apache.iceberg.util.ContentFileUtil;
 import org.apache.iceberg.util.JsonUtil;
-import org.apache.iceberg.util.SnapshotUtil;
 
 /**
  * The bookkeeping of one optimizing task around Spark's rewrite jobs: its planned files (PlannedFiles), what
@@ -172,7 +170,7 @@ public final class PlannedRewrite {
   }
 
   /** Deletion vectors share a Puffin file, each at an offset of its own. */
-  private static String identity(DeleteFile delete) {
+  static String identity(DeleteFile delete) {
     return delete.location() + "@" + delete.contentOffset();
   }
 
@@ -335,16 +333,8 @@ public final class PlannedRewrite {
   private void commitUntouched(ValidationException conflict, Map<String, String> properties, String branch) {
     table.refresh();
     Snapshot head = branch == null ? table.currentSnapshot() : table.snapshot(branch);
-    Map<String, Integer> groupOf = new HashMap<>();
-    for (int i = 0; i < planned.groupCount(); i++) {
-      for (FileScanTask task : planned.group(i)) {
-        groupOf.put(task.file().location(), i);
-      }
-      for (JsonNode path : groupInput(i).path("rewrite_pos")) {
-        groupOf.put(planned.task(path.asText()).file().location(), i);
-      }
-    }
-    Set<Integer> touched = head == null ? null : touchedGroups(head, groupOf);
+    Map<String, Integer> groupOf = TouchedGroups.groupOf(planned, work);
+    Set<Integer> touched = head == null ? null : TouchedGroups.find(table, snapshot, head, planned, groupOf);
     if (touched == null || touched.isEmpty()) {
       throw conflict;
     }
@@ -386,45 +376,6 @@ public final class PlannedRewrite {
       }
     }
     yieldedWritten.clear();
-  }
-
-  /**
-   * The groups (by `groupOf`, a data file's group) whose files the snapshots since the planned one name, or
-   * null when one of them cannot be placed (a position delete file that names no single data file).
-   */
-  private Set<Integer> touchedGroups(Snapshot head, Map<String, Integer> groupOf) {
-    Map<String, Set<Integer>> readers = new HashMap<>();
-    for (Map.Entry<String, Integer> entry : groupOf.entrySet()) {
-      for (DeleteFile delete : planned.task(entry.getKey()).deletes()) {
-        readers.computeIfAbsent(identity(delete), k -> new TreeSet<>()).add(entry.getValue());
-      }
-    }
-    Set<Integer> touched = new TreeSet<>();
-    for (Snapshot s : SnapshotUtil.ancestorsBetween(table, head.snapshotId(), snapshot.snapshotId())) {
-      for (DeleteFile delete : s.addedDeleteFiles(table.io())) {
-        if (delete.content() != FileContent.POSITION_DELETES) {
-          continue; // the rewritten files keep the planned sequence number: newer equality deletes still apply
-        }
-        String named = ContentFileUtil.referencedDataFileLocation(delete);
-        if (named == null) {
-          return null;
-        }
-        Integer group = groupOf.get(named);
-        if (group != null) {
-          touched.add(group);
-        }
-      }
-      for (DataFile file : s.removedDataFiles(table.io())) {
-        Integer group = groupOf.get(file.location());
-        if (group != null) {
-          touched.add(group);
-        }
-      }
-      for (DeleteFile delete : s.removedDeleteFiles(table.io())) {
-        touched.addAll(readers.getOrDefault(identity(delete), Set.of()));
-      }
-    }
-    return touched;
   }
 
   /** The file groups left out of the commit (commitUntouched), as a JSON array of their indexes. */
