@@ -13,6 +13,8 @@ import hudi as hudi_rs
 import pytest
 from fastapi.testclient import TestClient
 
+from lakewarden.domain.errors import InvalidField
+from lakewarden.domain.groups import group_engines, validate_group
 from lakewarden.domain.hudi import (
     COMPLETED,
     INFLIGHT,
@@ -22,8 +24,10 @@ from lakewarden.domain.hudi import (
     Instant,
     judge,
     parse_instant,
+    plan_services,
     slices_of,
     timeline_of,
+    write_options,
 )
 from lakewarden.metadata.hudi import change_token, find_tables, read_properties, read_table
 from tests.hudi_tables import HudiTable
@@ -160,6 +164,74 @@ def test_an_active_timeline_past_keep_max_commits_needs_archiving() -> None:
     assert need.service == "archive" and need.procedure == "CALL archive_commits(table => 'db.t')"
 
 
+# ---- what lakewarden runs of it: Hudi's concurrency model
+
+
+def _planned(timeline: list[Instant], properties: dict[str, str] | None = None, mor: bool = True) -> Any:
+    state = _state([], timeline, mor, properties)
+    return plan_services(state, judge(state, "db.t", NOW))
+
+
+def test_a_plan_the_writer_requested_and_wrote_past_is_executed_one_still_fresh_is_not() -> None:
+    requested = Instant("20261101090000000", "compaction", REQUESTED)
+    later = Instant("20261101091000000", "deltacommit", COMPLETED)
+    (run,) = _planned([*_commits(2), requested, later]).runs
+    assert (run.service, run.instant) == ("compaction", requested.timestamp)
+    # requested by the last instant: a writer compacting inline (a Spark writer's default) may be running it now
+    fresh = _planned([*_commits(2), requested])
+    assert fresh.runs == [] and fresh.left == [
+        f"compaction {requested.timestamp} was requested just now: its writer may run it inline"
+    ]
+    # a writer that says it compacts asynchronously leaves it to others at once
+    (run,) = _planned([*_commits(2), requested], {"hoodie.compact.inline": "false"}).runs
+    assert run.instant == requested.timestamp
+    # a plan in flight is another process's: never run twice
+    running = Instant("20261101090000000", "clustering", INFLIGHT)
+    assert _planned([*_commits(2), running, later], mor=False).runs == []
+    assert _planned([*_commits(2), running, later], mor=False).left == [
+        f"clustering {running.timestamp} is inflight: the process running it finishes it"
+    ]
+
+
+def test_lakewarden_schedules_a_service_only_where_the_table_lets_another_process() -> None:
+    commits = _commits(31, "commit")  # archive is needed past hoodie.keep.max.commits 30
+    owned = {"hudi.table-services.owner": "lakewarden"}
+    assert [r.service for r in _planned(commits, mor=False).runs] == []  # the writers own them (Hudi's default)
+    assert _planned(commits, mor=False).left[0].startswith("archive: the writers own the table's services")
+    (run,) = _planned(commits, owned, mor=False).runs
+    assert (run.service, run.instant) == ("archive", None)  # scheduled and run at once
+    # ... unless the table says its writers archive inline anyway
+    inline = _planned(commits, {**owned, "hoodie.archive.automatic": "true"}, mor=False)
+    assert inline.runs == [] and inline.left == ["archive: the writers run it inline (hoodie.archive.automatic)"]
+    # beside writers that hold a lock, a service they do not run inline by Hudi's defaults
+    locked = {"hoodie.write.lock.provider": "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"}
+    assert _planned(commits, locked, mor=False).runs == []  # archive follows each commit by default
+    (run,) = _planned(commits, {**locked, "hoodie.archive.automatic": "false"}, mor=False).runs
+    assert run.service == "archive"
+    assert _planned(commits, {"hudi.table-services.owner": "nobody"}, mor=False).runs == []  # unknown: the writer
+
+
+def test_services_run_in_hudis_order_once_each() -> None:
+    commits = _commits(12, "commit")
+    versions = [FileSlice("eu", "g", c.timestamp, f"g_0-1-0_{c.timestamp}.parquet", 1 << 20) for c in commits]
+    small = [FileSlice("eu", f"s{i}", commits[-1].timestamp, f"s{i}_0-1-0_x.parquet", 1 << 20) for i in range(2)]
+    state = _state(versions + small, commits, False, {"hudi.table-services.owner": "lakewarden"})
+    verdict = judge(state, "db.t", NOW)
+    assert [n.service for n in verdict.needs] == ["clustering", "clean"]
+    plan = plan_services(state, verdict)
+    assert [r.service for r in plan.runs] == ["clustering", "clean"]  # each once, clean after what it replaces
+    assert write_options({"hoodie.cleaner.commits.retained": "3", "hoodie.table.name": "t", "x": "1"}) == {
+        "hoodie.cleaner.commits.retained": "3"
+    }
+
+
+def test_a_groups_engines_are_known_ones() -> None:
+    assert group_engines({"engines": "paimon, hudi"}) == ("hudi", "paimon")
+    assert group_engines({}) == ()
+    with pytest.raises(InvalidField, match=r"properties\.engines.*'delta' is not an engine"):
+        validate_group("g", "local", {"engines": "hudi,delta"}, {"local": "local"})
+
+
 # ---- reading tables as Hudi writes them
 
 
@@ -254,11 +326,14 @@ def test_hudi_tables_are_listed_judged_and_shown(client: TestClient, tmp_path: P
 
     client.app.state.context.evaluator.run_once()  # type: ignore[attr-defined]
     table = client.get("/api/v1/tables/lake/sales/events").json()
-    assert table["format"] == "hudi" and table["status"] == "idle"  # judged, never pending: nothing to run here
+    # judged, not pending: the plan was requested by the last instant, so a writer compacting inline (Hudi's default)
+    # may be running it (tests/test_hudi_services.py runs the services)
+    assert table["format"] == "hudi" and table["status"] == "idle"
     assert table["evaluation"]["reasons"] == [
         f"compaction: file group {events.file_groups['eu'][0]} has 5 log files >= "
         "hoodie.compact.inline.max.delta.commits 5",
         f"compaction: compaction {waiting} is requested, " + table["evaluation"]["reasons"][1].split("requested, ")[1],
+        f"left to the writers: compaction {waiting} was requested just now: its writer may run it inline",
     ]
     assert table["evaluation"]["partitions"][0]["partition"] == "eu"
     orders_judged = client.get("/api/v1/tables/lake/sales/orders").json()["evaluation"]

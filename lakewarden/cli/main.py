@@ -17,6 +17,7 @@ from lakewarden.cli.processes import process_app
 from lakewarden.cli.security import grant_app, principal_app, token_app
 from lakewarden.cli.tables import table_app
 from lakewarden.domain.errors import LakewardenError
+from lakewarden.domain.groups import ENGINES
 
 app = typer.Typer(help="lakewarden: lakehouse table management for Apache Iceberg.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
@@ -78,6 +79,13 @@ def optimizer(
             help="URL of the lakewarden server, or the URLs of its nodes, comma-separated (high availability)",
         ),
     ] = DEFAULT_SERVER,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another table format's engine the optimizer's Spark carries, to run that format's table "
+            "services: hudi or paimon (repeatable); its group's `engines` property names those it needs"
+        ),
+    ] = None,
 ) -> None:
     """Run an optimizer: a PySpark application that pulls self-optimizing tasks of one group from the server."""
     from lakewarden.optimizer.app import DRAIN_TIMEOUT_SECONDS, JAVA_OPTIONS, Optimizer, leave
@@ -87,6 +95,10 @@ def optimizer(
     configure_logging()
     if not any(url.strip() for url in server.split(",")):
         fail("--server: give the server's URL (or its nodes' URLs, comma-separated)")
+    engines = tuple(dict.fromkeys(engine or []))
+    for name in engines:
+        if name not in ENGINES:
+            fail(f"--engine: {name!r} is not an engine (known: {', '.join(ENGINES)})")
     try:
         Optimizer(
             server,
@@ -98,6 +110,7 @@ def optimizer(
             credential=local_token(),
             java_options=JAVA_OPTIONS if java_options is None else java_options,
             drain_timeout=DRAIN_TIMEOUT_SECONDS if drain_timeout is None else drain_timeout,
+            engines=engines,
         ).run()
     except ProtocolError as exc:
         fail(str(exc))

@@ -18,6 +18,16 @@ SCHEDULING_POLICIES = ("quota", "balanced")
 # a self-optimizing process takes at most this many bytes (Amoro's cost estimate) per thread of the group
 MAX_INPUT_PER_THREAD = "max-input-file-size-per-thread"
 MAX_INPUT_PER_THREAD_DEFAULT = 512 * 1024 * 1024  # Amoro's OptimizerProperties default
+# the engines of other table formats a group's optimizers carry besides Iceberg (their Spark bundles and session
+# extensions): a table of such a format has its services run only in a group that carries its engine
+ENGINES_PROPERTY = "engines"
+ENGINES = ("hudi", "paimon")
+
+
+def group_engines(properties: Mapping[str, str]) -> tuple[str, ...]:
+    """The group's `engines` (validated when the group was set), in ENGINES' order."""
+    named = {word.strip() for word in properties.get(ENGINES_PROPERTY, "").split(",") if word.strip()}
+    return tuple(engine for engine in ENGINES if engine in named)
 
 
 def max_input_per_thread(properties: Mapping[str, str]) -> int:
@@ -53,6 +63,11 @@ def validate_group_update(container: str, properties: Mapping[str, str], contain
                 raise InvalidField(f"properties.{key}", f"{value!r} must be an integer >= {minimum}")
     if "java-options" in properties:
         _validate_java_options(properties["java-options"])
+    for word in properties.get(ENGINES_PROPERTY, "").split(","):
+        if word.strip() and word.strip() not in ENGINES:
+            raise InvalidField(
+                f"properties.{ENGINES_PROPERTY}", f"{word.strip()!r} is not an engine (known: {', '.join(ENGINES)})"
+            )
     validate_prices(properties)
     validate_budget(properties)
     validate_shadow(properties)

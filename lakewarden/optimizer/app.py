@@ -62,8 +62,10 @@ class Optimizer:
         credential: str | None = None,
         java_options: str = JAVA_OPTIONS,
         drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
+        engines: tuple[str, ...] = (),
     ) -> None:
         self.client = OptimizerClient(server, credential)
+        self.engines = engines  # other table formats' engines its session carries (spark/session.py)
         self.drain_timeout = drain_timeout
         self.group = group
         self.parallelism = parallelism
@@ -92,7 +94,7 @@ class Optimizer:
     def _register(self) -> str:
         with self._token_lock:
             registered = self.client.register(
-                self.group, self.parallelism, self.resource_id, socket.gethostname(), self.application
+                self.group, self.parallelism, self.resource_id, socket.gethostname(), self.application, self.engines
             )
             self.token = registered.token
             self.heartbeat_seconds = registered.heartbeat_seconds
@@ -295,6 +297,7 @@ class Optimizer:
             driver_memory=self.driver_memory,
             extra_conf={"spark.scheduler.mode": "FAIR"},
             jvm_options=self.java_options,
+            engines=self.engines,
         )
         sc = spark.sparkContext
         self.application = SparkApplication(application_id=sc.applicationId, master=sc.master, ui_url=sc.uiWebUrl)

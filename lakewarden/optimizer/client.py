@@ -92,9 +92,17 @@ class OptimizerClient:
         return None if response.status_code == 204 else response.json()
 
     def register(
-        self, group: str, parallelism: int, resource_id: str | None, host: str, spark: SparkApplication | None = None
+        self,
+        group: str,
+        parallelism: int,
+        resource_id: str | None,
+        host: str,
+        spark: SparkApplication | None = None,
+        engines: tuple[str, ...] = (),
     ) -> Registered:
-        body = Registration(group=group, parallelism=parallelism, resource_id=resource_id, host=host, spark=spark)
+        body = Registration(
+            group=group, parallelism=parallelism, resource_id=resource_id, host=host, spark=spark, engines=list(engines)
+        )
         return Registered.model_validate(self._post("/register", body.model_dump(mode="json"), bearer=self.credential))
 
     def touch(self, token: str, running: list[TaskKey] | None = None) -> Touched:

@@ -1,4 +1,5 @@
-"""Running one task on Spark through the JVM: self-optimizing in rewrite.py, maintenance in maintenance.py."""
+"""Running one task on Spark through the JVM: self-optimizing in rewrite.py, maintenance in maintenance.py,
+Hudi's table services in hudi_services.py."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.security import optimizer_id
+from lakewarden.optimizer.hudi_services import run_hudi_service
 from lakewarden.optimizer.maintenance import run_maintenance
 from lakewarden.optimizer.rewrite import run_optimizing
-from lakewarden.protocol.inputs import OptimizingInput
+from lakewarden.protocol.inputs import HudiServiceInput, OptimizingInput
 from lakewarden.protocol.messages import Assignment
 from lakewarden.protocol.results import TaskResult
 from lakewarden.spark.classes import java_class
@@ -35,6 +37,13 @@ def execute_task(
     before an optimizing task commits and raises if it may not (its process was canceled)."""
     started = time.monotonic()
     work = task.input
+    if isinstance(work, HudiServiceInput):  # a Hudi table, by its location: no Iceberg catalog to open
+        java_class(spark._jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
+        spark.sparkContext.setJobGroup(
+            job_group(task, optimizer), f"hudi {work.service} {work.table}", interruptOnCancel=True
+        )
+        done = run_hudi_service(spark, work)
+        return done.model_copy(update={"duration_ms": int((time.monotonic() - started) * 1000)})
     spec = CatalogSpec(task.catalog.name, task.catalog.type, task.catalog.properties)
     # lakewarden's own catalogs come with a token that reaches only the tables this optimizer holds tasks on:
     # opened under a Spark name of their own, so that token never replaces the credential of a catalog by

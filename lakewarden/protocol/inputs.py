@@ -154,6 +154,19 @@ class RewriteManifestsInput(ProtocolModel):
     table: str
 
 
+class HudiServiceInput(ProtocolModel):
+    """One of Hudi's table services, run on the table with Hudi's own code (its Spark procedures)."""
+
+    action: Literal["hudi-service"] = "hudi-service"
+    table: str  # database.table, as the catalog lists it
+    location: str  # the table's base path
+    service: Literal["compaction", "clustering", "clean", "archive"]
+    # the plan a writer requested, executed as planned; None: the service schedules its plan and runs it
+    instant: str | None = None
+    # Hudi write settings for the service (the table's own `hoodie.*` properties), as Hudi's procedures take them
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 TaskInput = Annotated[
     OptimizingInput
     | ExpireSnapshotsInput
@@ -161,7 +174,8 @@ TaskInput = Annotated[
     | CleanDanglingDeleteFilesInput
     | ExpireDataInput
     | AutoCreateTagsInput
-    | RewriteManifestsInput,
+    | RewriteManifestsInput
+    | HudiServiceInput,
     Field(discriminator="action"),
 ]
 TASK_INPUT: TypeAdapter[TaskInput] = TypeAdapter(TaskInput)

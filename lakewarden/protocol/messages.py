@@ -44,6 +44,8 @@ class Registration(ProtocolModel):
     resource_id: str | None = Field(None, description="Set by a container that started this optimizer")
     host: str | None = None
     spark: SparkApplication | None = None
+    # the engines of other table formats its Spark session carries besides Iceberg (hudi, paimon)
+    engines: list[str] = Field(default_factory=list, max_length=8)
 
 
 class Registered(ProtocolModel):

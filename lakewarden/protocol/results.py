@@ -211,6 +211,18 @@ class RewriteManifestsResult(_Result):
     TOTALS: ClassVar[tuple[str, ...]] = ("manifests_rewritten", "manifests_added")
 
 
+class HudiServiceResult(_Result):
+    """What one of Hudi's table services did: the instants it completed on the timeline."""
+
+    action: Literal["hudi-service"] = "hudi-service"
+    service: str = ""
+    instants: list[str] = Field(default_factory=list)  # completed by this task, oldest first
+    services_run: int = 0  # 1 when the service found work, 0 when Hudi planned nothing
+    files_deleted: int = 0  # clean: the superseded files it deleted
+    instants_archived: int = 0  # archive: instants moved off the active timeline
+    TOTALS: ClassVar[tuple[str, ...]] = ("services_run", "files_deleted", "instants_archived")
+
+
 TaskResult = Annotated[
     OptimizingResult
     | ExpireSnapshotsResult
@@ -218,7 +230,8 @@ TaskResult = Annotated[
     | CleanDanglingDeleteFilesResult
     | ExpireDataResult
     | AutoCreateTagsResult
-    | RewriteManifestsResult,
+    | RewriteManifestsResult
+    | HudiServiceResult,
     Field(discriminator="action"),
 ]
 TASK_RESULT: TypeAdapter[TaskResult] = TypeAdapter(TaskResult)

@@ -25,6 +25,7 @@ from lakewarden.services.maintenance.trigger import MaintenanceTrigger
 from lakewarden.services.processes.dispatcher import TaskDispatcher
 from lakewarden.services.processes.engine import ProcessEngine
 from lakewarden.services.processes.factories import ProcessRegistry
+from lakewarden.services.processes.hudi_services import HudiServicesFactory
 from lakewarden.services.processes.keeper import OptimizerKeeper
 from lakewarden.services.processes.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.processes.yields import YieldRecorder
@@ -215,7 +216,9 @@ class ServerRuntime:
             internal_interval=config.ams.refresh_internal_catalogs.interval.total_seconds(),
             watch_interval=None if refresh.watch_interval is None else refresh.watch_interval.total_seconds(),
         )
-        registry = ProcessRegistry([SelfOptimizingFactory(evaluator.cache), *maintenance_factories(evaluator.cache)])
+        registry = ProcessRegistry(
+            [SelfOptimizingFactory(evaluator.cache), HudiServicesFactory(), *maintenance_factories(evaluator.cache)]
+        )
         timeouts = config.ams.optimizer
         engine = ProcessEngine(
             db,

@@ -24,6 +24,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# what a session carries for another table format's engine (artifacts.toml's `engine` jars): its SQL extensions
+# (its procedures' `CALL`s) and the settings its code requires. Hudi's writers and table services ship records
+# with Kryo and its registrar, as Hudi's Spark guide sets up every session
+ENGINE_EXTENSIONS = {
+    "hudi": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
+    "paimon": "org.apache.paimon.spark.extensions.PaimonSparkSessionExtensions",
+}
+ENGINE_CONF = {
+    "hudi": {
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+    },
+}
 # how a REST catalog client authenticates (Iceberg's RESTSessionCatalog / OAuth2 properties)
 AUTH_PROPERTIES = frozenset({"token", "credential", "scope", "oauth2-server-uri", "token-refresh-enabled"})
 STORAGE_FILE_IO = "io.lakewarden.iceberg.StorageFileIO"  # jars.py compiles it from java/
@@ -161,13 +174,16 @@ def build_spark_session(
     driver_memory: str = "2g",
     extra_conf: Mapping[str, str] | None = None,
     jvm_options: str = "",
+    engines: Iterable[str] = (),
 ) -> SparkSession:
     """A SparkSession (created, or the active one extended) with Iceberg and the given catalogs. `jvm_options`
-    go to the driver's JVM and the executors' (a JVM already running, under spark-submit, keeps its own)."""
+    go to the driver's JVM and the executors' (a JVM already running, under spark-submit, keeps its own).
+    `engines`: other table formats' engines the session carries too (ENGINE_EXTENSIONS), their jars included."""
     from pyspark.sql import SparkSession
 
+    engines = tuple(engines)
     conf: dict[str, str] = {
-        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.extensions": ",".join([ICEBERG_EXTENSIONS, *(ENGINE_EXTENSIONS[e] for e in engines)]),
         "spark.driver.memory": driver_memory,
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
@@ -184,8 +200,11 @@ def build_spark_session(
     else:
         jars = ensure_spark_jars(quiet=True)
         conf["spark.jars"] = jars.spark_jars
-        conf["spark.driver.extraClassPath"] = jars.driver_classpath
-        conf["spark.executor.extraClassPath"] = jars.executor_classpath
+        # an engine's bundle goes on the JVMs' own class path, beside Spark's Avro: loaded by Spark's mutable
+        # loader instead, Hudi's generated Avro classes are not found by Avro's reader of its log blocks
+        bundles = [jar for e in engines for jar in jars.engine(e)]
+        conf["spark.driver.extraClassPath"] = ":".join([jars.driver_classpath, *bundles])
+        conf["spark.executor.extraClassPath"] = ":".join([jars.executor_classpath, *bundles])
     trusted = os.environ.get("LAKEWARDEN_TLS_CA")  # a lakewarden server's certificate (self-signed, often)
     if trusted:
         options = java_options(Path(trusted))
@@ -194,6 +213,8 @@ def build_spark_session(
     if jvm_options.strip():
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             conf[key] = f"{conf.get(key, '')} {jvm_options.strip()}".lstrip()
+    for engine in engines:
+        conf.update(ENGINE_CONF.get(engine, {}))
     for spec in catalogs:
         conf.update(catalog_conf(spec))
     conf.update(extra_conf or {})

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Response
 from lakewarden.api.auth import OPTIMIZER, Caller
 from lakewarden.api.context import ServerContext, server_context
 from lakewarden.domain.errors import Forbidden, InvalidField
+from lakewarden.domain.groups import group_engines
 from lakewarden.domain.security import Principal, Role
 from lakewarden.protocol.messages import (
     Assignment,
@@ -58,6 +59,13 @@ def register(body: Registration, ctx: Ctx, principal: Caller) -> Registered:
         if not group_store.group_exists(session, body.group):
             raise InvalidField("group", f"resource group {body.group!r} does not exist")
         group = group_store.get_group(session, body.group)
+        missing = [e for e in group_engines(group.properties or {}) if e not in body.engines]
+        if missing:
+            raise InvalidField(
+                "engines",
+                f"group {body.group!r} runs the table services of {', '.join(missing)} tables: an optimizer of it "
+                f"carries {' and '.join(missing)} (lakewarden optimizer {' '.join(f'--engine {e}' for e in missing)})",
+            )
         row = store.register_optimizer(
             session, body.group, body.parallelism, body.resource_id, body.host, group.container
         )

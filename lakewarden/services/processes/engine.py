@@ -67,7 +67,10 @@ class ProcessEngine:
     # ---- creating and planning
 
     def load(self, rec: TableRecord, spec: CatalogSpec) -> Any:
-        """The table's current metadata, through its catalog."""
+        """The table's current metadata, through its catalog; None for a table of another format, whose factory
+        reads the table's files itself."""
+        if rec.identifier.format != "iceberg":
+            return None
         with catalog_for(spec, self.internal) as catalog:
             return catalog.load_table((*rec.identifier.db_name.split("."), rec.identifier.table_name))
 

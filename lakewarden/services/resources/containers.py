@@ -27,6 +27,7 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from lakewarden.config import ContainerConfig
+from lakewarden.domain.groups import group_engines
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -169,6 +170,7 @@ class LocalContainer:
             parallelism,
             "--resource-id",
             resource_id,
+            *(f"--engine={engine}" for engine in group_engines(group_properties)),
         ]
 
     def start(self, group: str, group_properties: dict[str, str]) -> Instance:
@@ -269,6 +271,12 @@ class SparkContainer(LocalContainer):
         jars = self.setting(group_properties, "spark-jars", "local")
         if jars not in ("local", "maven"):
             raise ContainerError(f"spark-jars {jars!r} is neither local (the jars lakewarden builds) nor maven")
+        engines = group_engines(group_properties)
+        if engines:  # their bundles must be on each JVM's own class path, which a submit does not set up yet
+            raise ContainerError(
+                f"engines {', '.join(engines)}: a spark container's optimizers carry Iceberg's only; run the "
+                "table services of other formats in a group of a local container"
+            )
         submit_command = self.submit_command(mode, jars == "maven")
         submit = self.setting(group_properties, "spark-submit") or submit_command[0]
         if not Path(submit).is_file():

@@ -28,6 +28,7 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
+from lakewarden.domain.groups import group_engines
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.tables import TableStatus
 from lakewarden.domain.writer_cadence import Cadence
@@ -76,8 +77,8 @@ def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
     }
 
 
-def _format_document(rec: TableRecord) -> dict[str, Any]:
-    document = format_verdict(rec)
+def _format_document(rec: TableRecord, engines: tuple[str, ...]) -> dict[str, Any]:
+    document = format_verdict(rec, engines)
     document["config_hash"] = _config_hash(rec.runtime.config)
     return document
 
@@ -235,7 +236,7 @@ class TableEvaluator(LoopService):
                     rec = records[queue.popleft()]
                     catalog = catalogs.of(rec.identifier.catalog_name)
                     if catalog is FORMAT_ONLY:
-                        done.append((rec, _format_document(rec)))
+                        done.append((rec, _format_document(rec, self._engines(rec))))
                     elif catalog is not None:
                         trigger = triggers.get(rec.runtime.table_id)
                         future = pool.submit(self._charged_verdict, catalog, rec, trigger)
@@ -282,9 +283,16 @@ class TableEvaluator(LoopService):
         self._record([(rec, document)], {rec.runtime.table_id: read_at})
         return document
 
+    def _engines(self, rec: TableRecord) -> tuple[str, ...]:
+        """The engines of other formats the table's group carries (none: its services are not run)."""
+        with self.db.read() as session:
+            if not group_store.group_exists(session, rec.runtime.optimizing_group):
+                return ()
+            return group_engines(group_store.group_properties(session, rec.runtime.optimizing_group))
+
     def _verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None = None) -> dict[str, Any]:
         if rec.identifier.format != "iceberg":
-            return _format_document(rec)
+            return _format_document(rec, self._engines(rec))
         started = time.monotonic()
         runtime = rec.runtime
         snapshot_id = runtime.current_snapshot_id

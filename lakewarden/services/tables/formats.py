@@ -1,18 +1,22 @@
 """The evaluator's verdict on a table of another format than Iceberg: what its own table services would do
-(domain/hudi.py, domain/paimon.py), read from its files now. Such a table is never pending: lakewarden cannot
-run that work, so the verdict's type is always None and its reasons say what is needed and where."""
+(domain/hudi.py, domain/paimon.py), read from its files now, and what of that lakewarden runs. A Hudi table whose
+services lakewarden may run now (domain/hudi.plan_services) turns pending, in a group whose optimizers carry
+Hudi's engine (the group's `engines`); a Paimon table is never pending yet: the verdict's reasons say what is
+needed and where."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from lakewarden.domain import hudi as hudi_rules
 from lakewarden.domain import paimon as paimon_rules
+from lakewarden.domain.groups import ENGINES_PROPERTY
+from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.metadata import hudi, paimon
 from lakewarden.store.database import utcnow
 from lakewarden.store.tables import TableRecord
@@ -21,8 +25,20 @@ log = logging.getLogger(__name__)
 HUDI_SMALL_BASE_FILE = 128 * 1024 * 1024  # Hudi's hoodie.parquet.max.file.size: a base file below it is small
 
 
-def _hudi(location: Path, name: str) -> tuple[list[Any], list[str], dict[str, Any]]:
+@dataclass(frozen=True)
+class FormatVerdict:
+    """What a format's rules found: the needs, the reasons shown, the layout's health, and the optimizing type of
+    the work lakewarden runs now (None: nothing it runs)."""
+
+    needs: list[Any]
+    reasons: list[str]
+    layout: dict[str, Any]
+    type: str | None = None
+
+
+def _hudi(location: Path, name: str, config: dict[str, str], engines: tuple[str, ...]) -> FormatVerdict:
     state = hudi.read_table(location)
+    state = replace(state, properties={**state.properties, **config})
     latest = state.latest_slices()
     layout = {
         # the layout's health (domain/tables.TableHealth): small base files, and as the files a read merges into
@@ -32,10 +48,22 @@ def _hudi(location: Path, name: str) -> tuple[list[Any], list[str], dict[str, An
         "delete_files": sum(len(s.log_files) for s in latest),
     }
     verdict = hudi_rules.judge(state, name, utcnow())
-    return list(verdict.needs), verdict.reasons, layout
+    plan = hudi_rules.plan_services(state, verdict)
+    reasons = verdict.reasons + [f"left to the writers: {left}" for left in plan.left]
+    kind = None
+    if plan.runs and not OptimizingConfig.of(config).enabled:
+        reasons.append("self-optimizing.enabled is false: lakewarden runs none of the table's services")
+    elif plan.runs and "hudi" not in engines:
+        reasons.append(
+            f"the table's group does not carry Hudi's engine: with hudi in its {ENGINES_PROPERTY} property, its "
+            "optimizers run the table's services"
+        )
+    elif plan.runs:
+        kind = "major" if any(run.service == "compaction" for run in plan.runs) else "minor"
+    return FormatVerdict(list(verdict.needs), reasons, layout, kind)
 
 
-def _paimon(location: Path, name: str) -> tuple[list[Any], list[str], dict[str, Any]]:
+def _paimon(location: Path, name: str, config: dict[str, str], engines: tuple[str, ...]) -> FormatVerdict:
     state = paimon.read_table(location)
     target = paimon_rules.MB * (128 if state.primary_keys else 256)
     layout = {
@@ -46,15 +74,15 @@ def _paimon(location: Path, name: str) -> tuple[list[Any], list[str], dict[str, 
         "delete_files": sum(1 for f in state.files if state.primary_keys and f.level == 0),
     }
     verdict = paimon_rules.judge(state, name, utcnow())
-    return list(verdict.needs), verdict.reasons, layout
+    return FormatVerdict(list(verdict.needs), verdict.reasons, layout)
 
 
 JUDGES = {"hudi": _hudi, "paimon": _paimon}
 
 
-def format_verdict(rec: TableRecord) -> dict[str, Any]:
+def format_verdict(rec: TableRecord, engines: tuple[str, ...] = ()) -> dict[str, Any]:
     """The verdict document (the evaluator adds its configuration's hash), never raising: a table that cannot be
-    read gets a failed verdict saying why."""
+    read gets a failed verdict saying why. `engines`: those the table's group carries."""
     started = time.monotonic()
     runtime = rec.runtime
     name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
@@ -62,19 +90,19 @@ def format_verdict(rec: TableRecord) -> dict[str, Any]:
     try:
         if location is None:  # the explorer could not read it: its refresh error says why
             raise LookupError(runtime.refresh_error or "the explorer has not read it yet")
-        needs, reasons, layout = JUDGES[rec.identifier.format](Path(str(location)), name)
+        found = JUDGES[rec.identifier.format](Path(str(location)), name, dict(runtime.config or {}), engines)
         by_partition: dict[str, list[str]] = defaultdict(list)
-        for need in needs:
+        for need in found.needs:
             if need.partition is not None:
                 by_partition[need.partition].append(f"{need.service}: {need.reason}")
         document: dict[str, Any] = {
             "snapshot_id": runtime.current_snapshot_id,
-            "type": None,
-            "reasons": reasons,
-            "needs": [asdict(need) for need in needs],
+            "type": found.type,
+            "reasons": found.reasons,
+            "needs": [asdict(need) for need in found.needs],
             "partitions": [{"partition": p, "type": None, "reasons": r} for p, r in sorted(by_partition.items())],
             "pending_partitions": 0,
-            **layout,
+            **found.layout,
         }
     except Exception as exc:
         if location is not None:

@@ -1,0 +1,106 @@
+"""Running one of Hudi's table services on a Hudi table, with Hudi's own code: its Spark procedures, in a session
+that carries Hudi's engine (`lakewarden optimizer --engine hudi`).
+
+A plan a writer requested is executed as planned (`instants`); otherwise the procedure schedules its plan by the
+table's strategy and runs it (`scheduleAndExecute`). Hudi itself rolls back an attempt of the same plan that died
+midway before running it again. What the task did is read off the table's timeline: the instants completed
+between before and after, and the instants the archive moved off it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.domain.hudi import COMPLETED, Instant, timeline_of
+from lakewarden.protocol.inputs import HudiServiceInput
+from lakewarden.protocol.results import HudiServiceResult
+from lakewarden.spark.classes import java_class
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Hudi's clean procedure takes a table of the session's catalog only: each table is registered under this database,
+# by its location (an external table: dropping it would never touch its files, and it is never dropped)
+REGISTERED_DATABASE = "lakewarden_hudi"
+# the actions each service completes on the timeline (a compaction completes as a commit, clustering as a
+# replacecommit)
+COMPLETES = {"compaction": "commit", "clustering": "replacecommit", "clean": "clean"}
+
+
+def run_hudi_service(spark: SparkSession, work: HudiServiceInput) -> HudiServiceResult:
+    before = timeline(spark, work.location)
+    rows = [row.asDict() for row in spark.sql(_statement(spark, work)).collect()]
+    after = timeline(spark, work.location)
+    done = {i.timestamp for i in before if i.state == COMPLETED}
+    action = COMPLETES.get(work.service)
+    completed = [i.timestamp for i in after if i.state == COMPLETED and i.timestamp not in done and i.action == action]
+    deleted = sum(int(r.get("total_files_deleted") or 0) for r in rows) if work.service == "clean" else 0
+    archived = 0
+    if work.service == "archive":
+        kept = {i.timestamp for i in after}
+        archived = sum(1 for t in done if t not in kept)
+    return HudiServiceResult(
+        service=work.service,
+        instants=completed,
+        services_run=1 if completed or archived else 0,
+        files_deleted=deleted,
+        instants_archived=archived,
+    )
+
+
+def _statement(spark: SparkSession, work: HudiServiceInput) -> str:
+    location = _literal(work.location)
+    options = _literal(",".join(f"{k}={v}" for k, v in sorted(work.options.items())))
+    match work.service:
+        case "compaction" | "clustering":
+            procedure = "run_compaction" if work.service == "compaction" else "run_clustering"
+            if work.instant is None:
+                plan = "op => 'scheduleAndExecute'"
+            else:
+                plan = f"op => 'execute', instants => {_literal(work.instant)}"
+            return f"CALL {procedure}({plan}, path => {location}, options => {options})"
+        case "clean":
+            retained = work.options.get("hoodie.cleaner.commits.retained")
+            retain = f", retain_commits => {int(retained)}" if retained and retained.isdigit() else ""
+            return f"CALL run_clean(table => '{_registered(spark, work.location)}'{retain}, options => {options})"
+        case "archive":
+            counts = _archive_counts(work.options)
+            return f"CALL archive_commits(path => {location}{counts})"
+    raise ValueError(f"not one of Hudi's table services: {work.service}")
+
+
+def _archive_counts(options: Mapping[str, str]) -> str:
+    """The archive procedure takes the table's `hoodie.keep.*` and retained commits as arguments of its own."""
+    names = {
+        "hoodie.keep.min.commits": "min_commits",
+        "hoodie.keep.max.commits": "max_commits",
+        "hoodie.cleaner.commits.retained": "retain_commits",
+    }
+    return "".join(f", {arg} => {int(options[key])}" for key, arg in names.items() if options.get(key, "").isdigit())
+
+
+def _registered(spark: SparkSession, location: str) -> str:
+    name = f"{REGISTERED_DATABASE}.t_{hashlib.sha256(location.encode()).hexdigest()[:16]}"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {REGISTERED_DATABASE}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING hudi LOCATION {_literal(location)}")
+    return name
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (Spark's escaping: backslash and quote)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def timeline(spark: SparkSession, location: str) -> list[Instant]:
+    """The table's active timeline, from its instant files' names (both layouts), through Hadoop's FileSystem:
+    wherever the table lives."""
+    jvm: Any = spark._jvm
+    hadoop = spark._jsc.hadoopConfiguration()
+    names: list[str] = []
+    for folder in (f"{location.rstrip('/')}/.hoodie", f"{location.rstrip('/')}/.hoodie/timeline"):
+        path = java_class(jvm, "org.apache.hadoop.fs.Path")(folder)
+        fs = path.getFileSystem(hadoop)
+        if fs.exists(path):
+            names += [status.getPath().getName() for status in fs.listStatus(path)]
+    return timeline_of(names)

@@ -1,0 +1,86 @@
+"""Hudi's table services as lakewarden's self-optimizing of a Hudi table: a pending Hudi table is planned into one
+process whose tasks are the services lakewarden may run now (domain/hudi.plan_services: the plans its writers
+requested and left, and what the table lets another process schedule), one task per service, each a stage of its
+own in Hudi's order, run by an optimizer whose Spark carries Hudi's engine (optimizer/hudi_services.py).
+
+A process that compacts is a major one (log files merged into base files, as a major optimizing removes delete
+files); one that only clusters, cleans or archives is a minor one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lakewarden.domain import hudi as rules
+from lakewarden.domain.errors import NothingToDo
+from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
+from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
+from lakewarden.domain.tables import TableStatus
+from lakewarden.metadata import hudi
+from lakewarden.protocol.inputs import HudiServiceInput
+from lakewarden.services.processes.factories import ProcessFactory
+from lakewarden.store import runtime as runtime_store
+from lakewarden.store import tables as table_store
+from lakewarden.store.database import utcnow
+from lakewarden.store.models import ProcessRow
+from lakewarden.store.tables import TableRecord
+
+LAST_RUN = {"minor": "last_minor_optimizing_at", "major": "last_major_optimizing_at"}
+
+
+def table_state(location: Path, config: dict[str, str]) -> rules.HudiTableState:
+    """The table as read now, judged by its configuration: its `hoodie.properties` under the catalog's table
+    defaults (TableRuntime.config)."""
+    state = hudi.read_table(location)
+    return replace(state, properties={**state.properties, **config})
+
+
+class HudiServicesFactory(ProcessFactory):
+    action = Action.OPTIMIZING
+    formats = frozenset({"hudi"})
+
+    def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
+        location = (rec.runtime.summary or {}).get("location")
+        if location is None:
+            raise NothingToDo("the table has not been read yet")
+        name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
+        state = table_state(Path(str(location)), dict(rec.runtime.config or {}))
+        plan = rules.plan_services(state, rules.judge(state, name, utcnow()))
+        if not plan.runs:
+            raise NothingToDo("; ".join(plan.left) or "nothing for Hudi's table services to do")
+        settings = rules.write_options(state.properties)
+        tasks = [
+            TaskSpec(
+                run.service,
+                HudiServiceInput(
+                    table=name, location=str(location), service=run.service, instant=run.instant, options=settings
+                ),
+                stage=stage,
+            )
+            for stage, run in enumerate(plan.runs)
+        ]
+        kind = "major" if any(run.service == "compaction" for run in plan.runs) else "minor"
+        summary = {
+            "reasons": [f"{run.service}: {run.reason}" for run in plan.runs],
+            "services": [run.service for run in plan.runs],
+            "left_to_writers": plan.left,
+        }
+        return ProcessPlan(kind, None, tasks, summary)
+
+    def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
+        """The table goes IDLE and is judged again at once; a success records when its services ran."""
+        runtime = table_store.runtime_of(session, process.table_id)
+        if runtime is None:
+            return
+        fields: dict[str, Any] = {"optimizing_process_id": None, "next_evaluation_at": utcnow()}
+        if status is ProcessStatus.SUCCESS and process.type in LAST_RUN:
+            fields[LAST_RUN[process.type]] = utcnow()
+        current = TableStatus(runtime.status_code)
+        if current in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING):
+            runtime_store.transition_table(session, process.table_id, current, TableStatus.IDLE, **fields)
+        else:
+            for key, value in fields.items():
+                setattr(runtime, key, value)
