@@ -94,6 +94,7 @@ def test_the_local_container_gives_its_optimizers_the_group_s_java_options(tmp_p
         ({"spark-master": "mesos://m:5050"}, "is not a Spark master URL"),
         ({}, "spark-master is not set"),
         ({"spark-master": "yarn", "spark-submit": "/nowhere/spark-submit"}, "spark-submit not found"),
+        ({"spark-master": "yarn", "engines": "hudi"}, "carry Iceberg's only"),
     ],
 )
 def test_settings_that_cannot_work_are_refused_with_the_reason(

@@ -22,6 +22,7 @@ from lakewarden.domain.hudi import (
     FileSlice,
     HudiTableState,
     Instant,
+    LastRun,
     judge,
     parse_instant,
     plan_services,
@@ -150,12 +151,12 @@ def test_slices_superseded_before_the_retained_commits_need_cleaning() -> None:
     commits = _commits(12, "commit")
     versions = [FileSlice("eu", "g", c.timestamp, f"g_0-1-0_{c.timestamp}.parquet", 400 << 20) for c in commits]
     needs = judge(_state(versions, commits, mor=False), "db.t", NOW).needs
-    # 12 versions: the newest is read, the 10 retained commits read versions 3..12; versions 1 and 2 are not
+    # 12 versions: the 10 retained commits are 3..12, and Hudi's cleaner keeps version 2 too, the last before the
+    # oldest retained commit (a query as of commit 3 reads it): only version 1 goes
     assert [(n.service, n.partition, n.reason) for n in needs] == [
-        ("clean", "eu", "2 file slice(s) superseded before the 10 commits hoodie.cleaner.commits.retained keeps")
+        ("clean", "eu", "1 file slice(s) superseded before the 10 commits hoodie.cleaner.commits.retained keeps")
     ]
-    assert judge(_state(versions[-11:], commits, mor=False), "db.t", NOW).needs[0].reason.startswith("1 file")
-    assert judge(_state(versions[-10:], commits, mor=False), "db.t", NOW).needs == []
+    assert judge(_state(versions[-11:], commits, mor=False), "db.t", NOW).needs == []
 
 
 def test_an_active_timeline_past_keep_max_commits_needs_archiving() -> None:
@@ -167,9 +168,11 @@ def test_an_active_timeline_past_keep_max_commits_needs_archiving() -> None:
 # ---- what lakewarden runs of it: Hudi's concurrency model
 
 
-def _planned(timeline: list[Instant], properties: dict[str, str] | None = None, mor: bool = True) -> Any:
+def _planned(
+    timeline: list[Instant], properties: dict[str, str] | None = None, mor: bool = True, last: LastRun | None = None
+) -> Any:
     state = _state([], timeline, mor, properties)
-    return plan_services(state, judge(state, "db.t", NOW))
+    return plan_services(state, judge(state, "db.t", NOW), last)
 
 
 def test_a_plan_the_writer_requested_and_wrote_past_is_executed_one_still_fresh_is_not() -> None:
@@ -223,6 +226,28 @@ def test_services_run_in_hudis_order_once_each() -> None:
     assert write_options({"hoodie.cleaner.commits.retained": "3", "hoodie.table.name": "t", "x": "1"}) == {
         "hoodie.cleaner.commits.retained": "3"
     }
+
+
+def test_a_service_hudi_found_idle_waits_for_the_timeline_to_move() -> None:
+    commits = _commits(31, "commit")
+    owned = {"hudi.table-services.owner": "lakewarden"}
+    tail = commits[-1].timestamp
+    # newest first: the last run found archive idle, the one before it clean, on the same timeline
+    last = LastRun.of(
+        [{"idle_services": ["archive"], "timeline_tail": tail}, {"idle_services": ["clean"], "timeline_tail": tail}]
+    )
+    assert last.idle_services == {"archive", "clean"}
+    plan = _planned(commits, owned, mor=False, last=last)
+    assert plan.runs == [] and plan.left == [
+        "archive: Hudi found nothing to do when lakewarden last ran it, and no instant came since"
+    ]
+    # an older run on another timeline does not count; a new instant makes every service worth asking again
+    assert LastRun.of(
+        [{"idle_services": ["archive"], "timeline_tail": tail}, {"idle_services": ["clean"], "timeline_tail": "1"}]
+    ).idle_services == {"archive"}
+    moved = [*commits, Instant("20261102000000000", "commit", COMPLETED)]
+    assert [r.service for r in _planned(moved, owned, mor=False, last=last).runs] == ["archive"]
+    assert LastRun.of([None, {}]) == LastRun()
 
 
 def test_a_groups_engines_are_known_ones() -> None:
@@ -333,7 +358,7 @@ def test_hudi_tables_are_listed_judged_and_shown(client: TestClient, tmp_path: P
         f"compaction: file group {events.file_groups['eu'][0]} has 5 log files >= "
         "hoodie.compact.inline.max.delta.commits 5",
         f"compaction: compaction {waiting} is requested, " + table["evaluation"]["reasons"][1].split("requested, ")[1],
-        f"left to the writers: compaction {waiting} was requested just now: its writer may run it inline",
+        f"not run by lakewarden now: compaction {waiting} was requested just now: its writer may run it inline",
     ]
     assert table["evaluation"]["partitions"][0]["partition"] == "eu"
     orders_judged = client.get("/api/v1/tables/lake/sales/orders").json()["evaluation"]

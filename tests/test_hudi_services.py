@@ -5,6 +5,7 @@ completed, the verdict is healthy again and a query reads the same rows."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,17 @@ ASYNC_WRITER = {
 }
 
 
+# lakewarden runs every service of this one: its writer runs none (and keeps no metadata table, whose own
+# compaction would hold back the archive of the table's timeline)
+OWNED_WRITER = {
+    "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
+    "hoodie.parquet.small.file.limit": "0",
+    "hoodie.clean.automatic": "false",
+    "hoodie.archive.automatic": "false",
+    "hoodie.metadata.enable": "false",
+}
+
+
 @pytest.fixture(scope="module")
 def writer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HudiWriter]:
     with hudi_writer(tmp_path_factory.mktemp("hudi-writer") / "writer.log") as running:
@@ -44,16 +56,32 @@ def _instants(path: Path) -> list[Any]:
     return timeline_of(names)
 
 
+def _processes(api: httpx.Client, table: str) -> list[dict[str, Any]]:
+    """The table's processes, newest first (none while the explorer has not listed the table yet)."""
+    answer = api.get("/processes", params={"table": table})
+    return answer.json() if answer.status_code == 200 else []
+
+
+def _idle(api: httpx.Client, catalog: str, name: str) -> dict[str, Any] | None:
+    """The table once judged on its current timeline, idle, with no process running."""
+    table: dict[str, Any] = api.get(f"/tables/{catalog}/default/{name}").json()
+    evaluation = table.get("evaluation") or {}
+    running = any(p["status"] == "running" for p in _processes(api, f"{catalog}.default.{name}"))
+    fresh = evaluation.get("metadata_location") == table.get("metadata_location")
+    return table if fresh and not running and table["status"] == "idle" else None
+
+
 def _table(api: httpx.Client, name: str) -> dict[str, Any]:
     table: dict[str, Any] = api.get(f"/tables/hl/default/{name}").json()
     return table
 
 
-def test_a_compaction_the_writer_scheduled_is_run_and_the_table_is_healthy_again(
+def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
     tmp_path: Path, writer: HudiWriter
 ) -> None:
     warehouse = tmp_path / "warehouse"
     events = warehouse / "events"
+    orders = tmp_path / "owned" / "orders"
     for n in range(5):  # a compaction is scheduled after the third delta commit; two more follow it
         writer.write(events, "events", [(k, f"v{n}", n, f"p{k % 2}") for k in range(12)], ASYNC_WRITER)
     rows = writer.read(events)
@@ -84,7 +112,7 @@ def test_a_compaction_the_writer_scheduled_is_run_and_the_table_is_healthy_again
         assert api.post("/resource-groups/hudi/scale", json={"instances": 1}).is_success
 
         def ended() -> dict[str, Any] | None:
-            done = api.get("/processes", params={"table": "hl.default.events"}).json()
+            done = _processes(api, "hl.default.events")
             return done[0] if done and done[0]["status"] != "running" else None
 
         process = wait_for("Hudi's compaction run by an optimizer", ended, timeout=240)
@@ -106,3 +134,58 @@ def test_a_compaction_the_writer_scheduled_is_run_and_the_table_is_healthy_again
         # an optimizer that does not carry the engine its group needs is refused at registration, naming it
         refused = api.post("/optimizer/register", json={"group": "hudi", "parallelism": 1})
         assert refused.status_code == 400 and "engines" in refused.text and "--engine hudi" in refused.text
+
+        # lakewarden owning a copy-on-write table's services (its catalog says so): it schedules and runs the
+        # clustering of its small files and the archive; the versions the upsert superseded are the last before
+        # the one commit retained, which Hudi's cleaner keeps
+        for n in range(4):  # a file group per partition per commit: small base files
+            keys = range(n * 10, n * 10 + 10)
+            writer.write(orders, "orders", [(k, "a", n, f"p{k % 2}") for k in keys], OWNED_WRITER)
+        writer.write(orders, "orders", [(k, "b", 9, f"p{k % 2}") for k in range(0, 40, 3)], OWNED_WRITER)
+        owned_rows = writer.read(orders)
+        owned = {
+            "warehouse": str(tmp_path / "owned"),
+            "table.self-optimizing.group": "hudi",
+            "table.self-optimizing.min-plan-interval": "0",
+            "table.hudi.table-services.owner": "lakewarden",
+            "table.hoodie.clustering.inline.max.commits": "2",
+            "table.hoodie.cleaner.commits.retained": "1",
+            "table.hoodie.keep.min.commits": "2",
+            "table.hoodie.keep.max.commits": "3",
+        }
+        assert api.post("/catalogs", json={"name": "ho", "type": "hudi", "properties": owned}).status_code == 201
+
+        def owned_ended() -> list[dict[str, Any]] | None:
+            done = _processes(api, "ho.default.orders")
+            return done if done and all(p["status"] != "running" for p in done) else None
+
+        first = wait_for("the owned table's services run", owned_ended, timeout=240)[-1]
+        assert first["status"] == "success", first
+        tasks = api.get(f"/processes/{first['process_id']}").json()["tasks"]
+        assert [t["type"] for t in tasks] == ["clustering", "archive"]
+        timeline = _instants(orders)
+        assert any(i.action == "replacecommit" and i.state == COMPLETED for i in timeline)
+        assert writer.read(orders) == owned_rows
+
+        # Hudi cleans a clustered file group only once a commit is past the clustering: until the timeline moves,
+        # lakewarden does not ask again
+        idle = wait_for("the owned table idle", lambda: _idle(api, "ho", "orders"), timeout=60)
+        assert any("Hudi found nothing to do" in r for r in idle["evaluation"]["reasons"]), idle["evaluation"]
+        writer.write(orders, "orders", [(k, "c", 10, f"p{k % 2}") for k in range(0, 40, 7)], OWNED_WRITER)
+        owned_rows = writer.read(orders)
+
+        def cleaned() -> list[dict[str, Any]] | None:
+            done = _processes(api, "ho.default.orders")
+            return done if sum(p["summary"].get("files_deleted", 0) for p in done) > 0 else None
+
+        wait_for("the replaced and superseded files cleaned", cleaned, timeout=120)
+        assert any(i.action == "clean" and i.state == COMPLETED for i in _instants(orders))
+        settled = wait_for("the owned table idle again", lambda: _idle(api, "ho", "orders"), timeout=120)
+        # what is still named is what Hudi itself found nothing to do for: no process runs it again meanwhile
+        count = len(_processes(api, "ho.default.orders"))
+        assert {n["service"] for n in settled["evaluation"]["needs"]} <= {"archive"}, settled["evaluation"]
+        time.sleep(3)
+        assert len(_processes(api, "ho.default.orders")) == count
+        assert writer.read(orders) == owned_rows
+        # the table's own configuration is the writers': running its services registered it nowhere
+        assert "hoodie.database.name" not in (orders / ".hoodie" / "hoodie.properties").read_text()

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from lakewarden.domain.durations import format_duration
 
@@ -239,7 +240,7 @@ def judge(state: HudiTableState, table: str, now: datetime) -> HudiVerdict:
     retained = _setting(p, COMMITS_RETAINED)
     writes = state.completed()
     if len(writes) > retained:
-        earliest = writes[-retained].timestamp  # the oldest commit a query of the retained ones reads as of
+        earliest = writes[-retained].timestamp  # the oldest commit retained: queries may read the table as of it
         kept = {(s.partition, s.file_id, s.base_instant) for s in latest}
         per_partition = {}
         for s in state.slices:
@@ -250,7 +251,9 @@ def judge(state: HudiTableState, table: str, now: datetime) -> HudiVerdict:
                 for o in state.slices
                 if (o.partition, o.file_id) == (s.partition, s.file_id) and o.base_instant > s.base_instant
             ]
-            if newer and min(newer) <= earliest:  # superseded before the oldest commit still retained
+            # Hudi's cleaner keeps the last version before the oldest retained commit (a query as of that commit
+            # reads it): a slice goes once a newer one was written before that commit
+            if newer and min(newer) < earliest:
                 per_partition[s.partition] = per_partition.get(s.partition, 0) + 1
         for partition, count in sorted(per_partition.items()):
             need(
@@ -258,10 +261,11 @@ def judge(state: HudiTableState, table: str, now: datetime) -> HudiVerdict:
                 f"{count} file slice(s) superseded before the {retained} commits {COMMITS_RETAINED[0]} keeps",
                 partition,
             )
-    active = len([i for i in state.timeline if i.state == COMPLETED])
+    # Hudi's archiver counts the commits timeline (writes, compactions, clusterings), not cleans and rollbacks
+    active = len(state.completed())
     keep_max = _setting(p, KEEP_MAX_COMMITS)
     if active > keep_max:
-        need("archive", f"{active} completed instants on the active timeline > {KEEP_MAX_COMMITS[0]} {keep_max}")
+        need("archive", f"{active} completed commits on the active timeline > {KEEP_MAX_COMMITS[0]} {keep_max}")
     return HudiVerdict(needs)
 
 
@@ -339,16 +343,49 @@ def owner(properties: Mapping[str, str]) -> str:
     return value if value in OWNERS else OWNER[1]
 
 
-def plan_services(state: HudiTableState, verdict: HudiVerdict) -> ServicePlan:
+# the table's last successful processes whose idle services count: each service can have been run by one of them
+LAST_RUNS = 4
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """What lakewarden's last run of the table's services found: the services Hudi found nothing to do for, and
+    the newest instant of the timeline then."""
+
+    idle_services: frozenset[str] = frozenset()
+    timeline_tail: str = ""
+
+    @staticmethod
+    def of(summaries: Sequence[Mapping[str, Any] | None]) -> LastRun:
+        """From the summaries of the table's last processes, newest first (each its tasks' HudiServiceResults
+        merged): the services found idle by any of them on the timeline the newest one left."""
+        known = [s for s in summaries if s and s.get("timeline_tail")]
+        if not known:
+            return LastRun()
+        tail = str(known[0]["timeline_tail"])
+        idle = {service for s in known if s["timeline_tail"] == tail for service in s.get("idle_services") or ()}
+        return LastRun(frozenset(idle), tail)
+
+    def idle(self, state: HudiTableState) -> frozenset[str]:
+        """The services not to schedule again: Hudi found no work for them and the timeline has not moved since
+        (its rules and lakewarden's can disagree; Hudi's decide)."""
+        newest = max((i.timestamp for i in state.timeline), default="")
+        return self.idle_services if self.timeline_tail and newest == self.timeline_tail else frozenset()
+
+
+def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | None = None) -> ServicePlan:
     """Of the verdict's needs, what lakewarden may run under Hudi's concurrency model:
     - a compaction or clustering plan a writer requested and then went on writing without running (Hudi's async
       pattern: a writer running it inline would have run it before its next commit) is executed;
     - a service is scheduled by lakewarden only where the table allows another process to: lakewarden owns the
       table's services (`hudi.table-services.owner`), or the table names a lock provider and its writers do not
       run that service inline;
-    - a plan in flight is left alone (another process runs it), as is anything a writer runs inline.
+    - a plan in flight is left alone (another process runs it), as is anything a writer runs inline;
+    - a service Hudi found nothing to do for on lakewarden's last run is not scheduled again until the timeline
+      moves (`last`).
     Each service is run once per process, in SERVICE_ORDER."""
     p = state.properties
+    idle = last.idle(state) if last is not None else frozenset()
     owned = owner(p) == "lakewarden"
     locked = bool(p.get(LOCK_PROVIDER))
     writes = state.completed()
@@ -371,6 +408,9 @@ def plan_services(state: HudiTableState, verdict: HudiVerdict) -> ServicePlan:
             continue
         if service in PLANNED_SERVICES and state.pending(PLANNED_SERVICES[service]):
             continue  # the plans above are the work
+        if service in idle:
+            left.append(f"{service}: Hudi found nothing to do when lakewarden last ran it, and no instant came since")
+            continue
         inline = INLINE[service]
         # owning the services, lakewarden runs any the table does not say its writers run inline; beside writers
         # that hold a lock, any they do not run inline by Hudi's defaults

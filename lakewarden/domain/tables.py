@@ -98,6 +98,9 @@ MANAGED_PREFIXES = (
     "rewrite-manifests.",
     "lakewarden.",
     "gc.enabled",
+    # a Hudi table's own settings, which its services' rules read (domain/hudi.py), and who runs them
+    "hoodie.",
+    "hudi.",
 )
 
 

@@ -2,13 +2,13 @@
 that carries Hudi's engine (`lakewarden optimizer --engine hudi`).
 
 A plan a writer requested is executed as planned (`instants`); otherwise the procedure schedules its plan by the
-table's strategy and runs it (`scheduleAndExecute`). Hudi itself rolls back an attempt of the same plan that died
-midway before running it again. What the task did is read off the table's timeline: the instants completed
-between before and after, and the instants the archive moved off it."""
+table's strategy and runs it (`scheduleAndExecute`). Clean goes through Hudi's write client instead (`_clean`).
+Hudi itself rolls back an attempt of the same plan that died midway before running it again. What the task did
+is read off the table's timeline: the instants completed between before and after, and the instants the archive
+moved off it."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,6 @@ from lakewarden.spark.classes import java_class
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Hudi's clean procedure takes a table of the session's catalog only: each table is registered under this database,
-# by its location (an external table: dropping it would never touch its files, and it is never dropped)
-REGISTERED_DATABASE = "lakewarden_hudi"
 # the actions each service completes on the timeline (a compaction completes as a commit, clustering as a
 # replacecommit)
 COMPLETES = {"compaction": "commit", "clustering": "replacecommit", "clean": "clean"}
@@ -30,26 +27,32 @@ COMPLETES = {"compaction": "commit", "clustering": "replacecommit", "clean": "cl
 
 def run_hudi_service(spark: SparkSession, work: HudiServiceInput) -> HudiServiceResult:
     before = timeline(spark, work.location)
-    rows = [row.asDict() for row in spark.sql(_statement(spark, work)).collect()]
+    if work.service == "clean":
+        deleted = _clean(spark, work)
+    else:
+        spark.sql(_statement(work)).collect()
+        deleted = 0
     after = timeline(spark, work.location)
     done = {i.timestamp for i in before if i.state == COMPLETED}
     action = COMPLETES.get(work.service)
     completed = [i.timestamp for i in after if i.state == COMPLETED and i.timestamp not in done and i.action == action]
-    deleted = sum(int(r.get("total_files_deleted") or 0) for r in rows) if work.service == "clean" else 0
     archived = 0
     if work.service == "archive":
         kept = {i.timestamp for i in after}
         archived = sum(1 for t in done if t not in kept)
+    ran = bool(completed or archived)
     return HudiServiceResult(
         service=work.service,
         instants=completed,
-        services_run=1 if completed or archived else 0,
+        services_run=1 if ran else 0,
         files_deleted=deleted,
         instants_archived=archived,
+        idle_services=[] if ran else [work.service],
+        timeline_tail=max((i.timestamp for i in after), default=""),
     )
 
 
-def _statement(spark: SparkSession, work: HudiServiceInput) -> str:
+def _statement(work: HudiServiceInput) -> str:
     location = _literal(work.location)
     options = _literal(",".join(f"{k}={v}" for k, v in sorted(work.options.items())))
     match work.service:
@@ -60,14 +63,29 @@ def _statement(spark: SparkSession, work: HudiServiceInput) -> str:
             else:
                 plan = f"op => 'execute', instants => {_literal(work.instant)}"
             return f"CALL {procedure}({plan}, path => {location}, options => {options})"
-        case "clean":
-            retained = work.options.get("hoodie.cleaner.commits.retained")
-            retain = f", retain_commits => {int(retained)}" if retained and retained.isdigit() else ""
-            return f"CALL run_clean(table => '{_registered(spark, work.location)}'{retain}, options => {options})"
         case "archive":
             counts = _archive_counts(work.options)
             return f"CALL archive_commits(path => {location}{counts})"
-    raise ValueError(f"not one of Hudi's table services: {work.service}")
+    raise ValueError(f"not a service lakewarden runs with a procedure: {work.service}")
+
+
+def _clean(spark: SparkSession, work: HudiServiceInput) -> int:
+    """Hudi's cleaner through its write client, on the table's path: its procedure takes only a table of the
+    session's catalog, and registering one there writes the catalog's database into the table's
+    hoodie.properties. Returns the files it deleted."""
+    jvm: Any = spark._jvm
+    props = java_class(jvm, "java.util.Properties")()
+    for key, value in work.options.items():
+        props.setProperty(key, value)
+    config = java_class(jvm, "org.apache.hudi.config.HoodieWriteConfig").newBuilder()
+    config = config.withPath(work.location).withProps(props).build()
+    context = java_class(jvm, "org.apache.hudi.client.common.HoodieSparkEngineContext")(spark._jsc)
+    client = java_class(jvm, "org.apache.hudi.client.SparkRDDWriteClient")(context, config)
+    try:
+        cleaned = client.clean()
+    finally:
+        client.close()
+    return 0 if cleaned is None else int(cleaned.getTotalFilesDeleted())
 
 
 def _archive_counts(options: Mapping[str, str]) -> str:
@@ -78,13 +96,6 @@ def _archive_counts(options: Mapping[str, str]) -> str:
         "hoodie.cleaner.commits.retained": "retain_commits",
     }
     return "".join(f", {arg} => {int(options[key])}" for key, arg in names.items() if options.get(key, "").isdigit())
-
-
-def _registered(spark: SparkSession, location: str) -> str:
-    name = f"{REGISTERED_DATABASE}.t_{hashlib.sha256(location.encode()).hexdigest()[:16]}"
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {REGISTERED_DATABASE}")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING hudi LOCATION {_literal(location)}")
-    return name
 
 
 def _literal(text: str) -> str:

@@ -217,7 +217,7 @@ class ServerRuntime:
             watch_interval=None if refresh.watch_interval is None else refresh.watch_interval.total_seconds(),
         )
         registry = ProcessRegistry(
-            [SelfOptimizingFactory(evaluator.cache), HudiServicesFactory(), *maintenance_factories(evaluator.cache)]
+            [SelfOptimizingFactory(evaluator.cache), HudiServicesFactory(db), *maintenance_factories(evaluator.cache)]
         )
         timeouts = config.ams.optimizer
         engine = ProcessEngine(

@@ -306,6 +306,12 @@ def list_processes(
     return list(session.scalars(_filtered(query, table_id=table_id, action=action, status=status)))
 
 
+def recent_summaries(session: Session, table_id: int, action: str, limit: int) -> list[dict[str, Any]]:
+    """The summaries of the table's last `limit` successful processes of the action, newest first."""
+    done = list_processes(session, table_id=table_id, limit=limit, action=action, status=ProcessStatus.SUCCESS.value)
+    return [dict(p.summary or {}) for p in done]
+
+
 def last_plan_times(session: Session, table_ids: list[int] | None = None) -> dict[tuple[int, str], datetime]:
     """When each (table, action) last had a process created (of these tables, when given)."""
     query = select(ProcessRow.table_id, ProcessRow.action, func.max(ProcessRow.plan_time)).group_by(

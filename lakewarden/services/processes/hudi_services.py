@@ -22,9 +22,10 @@ from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata import hudi
 from lakewarden.protocol.inputs import HudiServiceInput
 from lakewarden.services.processes.factories import ProcessFactory
+from lakewarden.store import processes as process_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import tables as table_store
-from lakewarden.store.database import utcnow
+from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import ProcessRow
 from lakewarden.store.tables import TableRecord
 
@@ -42,16 +43,28 @@ class HudiServicesFactory(ProcessFactory):
     action = Action.OPTIMIZING
     formats = frozenset({"hudi"})
 
+    def __init__(self, db: Database) -> None:
+        self.db = db  # what the table's last run found (LastRun): a service Hudi found idle is not planned again
+
+    def _last_run(self, rec: TableRecord) -> rules.LastRun:
+        with self.db.read() as session:
+            done = process_store.recent_summaries(
+                session, rec.runtime.table_id, Action.OPTIMIZING.value, rules.LAST_RUNS
+            )
+        return rules.LastRun.of(done)
+
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
         location = (rec.runtime.summary or {}).get("location")
         if location is None:
             raise NothingToDo("the table has not been read yet")
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
         state = table_state(Path(str(location)), dict(rec.runtime.config or {}))
-        plan = rules.plan_services(state, rules.judge(state, name, utcnow()))
+        plan = rules.plan_services(state, rules.judge(state, name, utcnow()), self._last_run(rec))
         if not plan.runs:
             raise NothingToDo("; ".join(plan.left) or "nothing for Hudi's table services to do")
         settings = rules.write_options(state.properties)
+        if state.properties.get("hoodie.table.name"):  # Hudi's write client checks it against the table's
+            settings["hoodie.table.name"] = state.properties["hoodie.table.name"]
         tasks = [
             TaskSpec(
                 run.service,

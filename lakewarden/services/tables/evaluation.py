@@ -29,7 +29,9 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.groups import group_engines
+from lakewarden.domain.hudi import LAST_RUNS, LastRun
 from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.processes import Action
 from lakewarden.domain.tables import TableStatus
 from lakewarden.domain.writer_cadence import Cadence
 from lakewarden.metadata.clustering import table_clustering
@@ -41,6 +43,7 @@ from lakewarden.services.tables.catalog_access import FORMAT_ONLY, InternalTable
 from lakewarden.services.tables.formats import format_verdict
 from lakewarden.store import catalogs as catalog_store
 from lakewarden.store import groups as group_store
+from lakewarden.store import processes as process_store
 from lakewarden.store import reads as reads_store
 from lakewarden.store import runtime as runtime_store
 from lakewarden.store import shapes
@@ -77,8 +80,8 @@ def evaluation_document(verdict: TableEvaluation) -> dict[str, Any]:
     }
 
 
-def _format_document(rec: TableRecord, engines: tuple[str, ...]) -> dict[str, Any]:
-    document = format_verdict(rec, engines)
+def _format_document(rec: TableRecord, context: tuple[tuple[str, ...], LastRun]) -> dict[str, Any]:
+    document = format_verdict(rec, *context)
     document["config_hash"] = _config_hash(rec.runtime.config)
     return document
 
@@ -236,7 +239,7 @@ class TableEvaluator(LoopService):
                     rec = records[queue.popleft()]
                     catalog = catalogs.of(rec.identifier.catalog_name)
                     if catalog is FORMAT_ONLY:
-                        done.append((rec, _format_document(rec, self._engines(rec))))
+                        done.append((rec, _format_document(rec, self._format_context(rec))))
                     elif catalog is not None:
                         trigger = triggers.get(rec.runtime.table_id)
                         future = pool.submit(self._charged_verdict, catalog, rec, trigger)
@@ -283,16 +286,19 @@ class TableEvaluator(LoopService):
         self._record([(rec, document)], {rec.runtime.table_id: read_at})
         return document
 
-    def _engines(self, rec: TableRecord) -> tuple[str, ...]:
-        """The engines of other formats the table's group carries (none: its services are not run)."""
+    def _format_context(self, rec: TableRecord) -> tuple[tuple[str, ...], LastRun]:
+        """For a table of another format: the engines its group carries (none: its services are not run), and
+        what lakewarden's last successful run of its services found."""
         with self.db.read() as session:
-            if not group_store.group_exists(session, rec.runtime.optimizing_group):
-                return ()
-            return group_engines(group_store.group_properties(session, rec.runtime.optimizing_group))
+            engines: tuple[str, ...] = ()
+            if group_store.group_exists(session, rec.runtime.optimizing_group):
+                engines = group_engines(group_store.group_properties(session, rec.runtime.optimizing_group))
+            done = process_store.recent_summaries(session, rec.runtime.table_id, Action.OPTIMIZING.value, LAST_RUNS)
+        return engines, LastRun.of(done)
 
     def _verdict(self, catalog: Any, rec: TableRecord, trigger: ReadTrigger | None = None) -> dict[str, Any]:
         if rec.identifier.format != "iceberg":
-            return _format_document(rec, self._engines(rec))
+            return _format_document(rec, self._format_context(rec))
         started = time.monotonic()
         runtime = rec.runtime
         snapshot_id = runtime.current_snapshot_id

@@ -36,7 +36,9 @@ class FormatVerdict:
     type: str | None = None
 
 
-def _hudi(location: Path, name: str, config: dict[str, str], engines: tuple[str, ...]) -> FormatVerdict:
+def _hudi(
+    location: Path, name: str, config: dict[str, str], engines: tuple[str, ...], last: hudi_rules.LastRun | None = None
+) -> FormatVerdict:
     state = hudi.read_table(location)
     state = replace(state, properties={**state.properties, **config})
     latest = state.latest_slices()
@@ -48,8 +50,8 @@ def _hudi(location: Path, name: str, config: dict[str, str], engines: tuple[str,
         "delete_files": sum(len(s.log_files) for s in latest),
     }
     verdict = hudi_rules.judge(state, name, utcnow())
-    plan = hudi_rules.plan_services(state, verdict)
-    reasons = verdict.reasons + [f"left to the writers: {left}" for left in plan.left]
+    plan = hudi_rules.plan_services(state, verdict, last)
+    reasons = verdict.reasons + [f"not run by lakewarden now: {left}" for left in plan.left]
     kind = None
     if plan.runs and not OptimizingConfig.of(config).enabled:
         reasons.append("self-optimizing.enabled is false: lakewarden runs none of the table's services")
@@ -63,7 +65,9 @@ def _hudi(location: Path, name: str, config: dict[str, str], engines: tuple[str,
     return FormatVerdict(list(verdict.needs), reasons, layout, kind)
 
 
-def _paimon(location: Path, name: str, config: dict[str, str], engines: tuple[str, ...]) -> FormatVerdict:
+def _paimon(
+    location: Path, name: str, config: dict[str, str], engines: tuple[str, ...], last: hudi_rules.LastRun | None = None
+) -> FormatVerdict:
     state = paimon.read_table(location)
     target = paimon_rules.MB * (128 if state.primary_keys else 256)
     layout = {
@@ -80,9 +84,12 @@ def _paimon(location: Path, name: str, config: dict[str, str], engines: tuple[st
 JUDGES = {"hudi": _hudi, "paimon": _paimon}
 
 
-def format_verdict(rec: TableRecord, engines: tuple[str, ...] = ()) -> dict[str, Any]:
+def format_verdict(
+    rec: TableRecord, engines: tuple[str, ...] = (), last: hudi_rules.LastRun | None = None
+) -> dict[str, Any]:
     """The verdict document (the evaluator adds its configuration's hash), never raising: a table that cannot be
-    read gets a failed verdict saying why. `engines`: those the table's group carries."""
+    read gets a failed verdict saying why. `engines`: those the table's group carries; `last`: what lakewarden's
+    last run of the format's services found (a Hudi table's LastRun)."""
     started = time.monotonic()
     runtime = rec.runtime
     name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
@@ -90,7 +97,7 @@ def format_verdict(rec: TableRecord, engines: tuple[str, ...] = ()) -> dict[str,
     try:
         if location is None:  # the explorer could not read it: its refresh error says why
             raise LookupError(runtime.refresh_error or "the explorer has not read it yet")
-        found = JUDGES[rec.identifier.format](Path(str(location)), name, dict(runtime.config or {}), engines)
+        found = JUDGES[rec.identifier.format](Path(str(location)), name, dict(runtime.config or {}), engines, last)
         by_partition: dict[str, list[str]] = defaultdict(list)
         for need in found.needs:
             if need.partition is not None:
