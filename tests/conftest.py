@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from lakewarden.api.app import create_app
 from lakewarden.config import Config, load_config
 from lakewarden.domain.catalogs import CatalogSpec
+from lakewarden.heap import HeapFreezer
 from tests.postgres import fresh_database, postgres_server
 from tests.servers import FAST_EVALUATOR, ServerProcess, free_port, started_server
 from tests.tools import tool_missing
@@ -47,12 +48,15 @@ class _CollectorPauses:
 
 _pauses = _CollectorPauses()
 gc.callbacks.append(_pauses)
+# as the server does (lakewarden/heap.py): what a full collection leaves is frozen, so later full collections walk
+# only what the tests built since, not everything every earlier test kept
+HeapFreezer().install()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(
         f"full garbage collections: {_pauses.full} taking {_pauses.seconds:.1f} s; "
-        f"{len(gc.get_objects())} objects tracked at the end"
+        f"{len(gc.get_objects())} objects tracked and {gc.get_freeze_count()} frozen at the end"
     )
 
 
