@@ -224,8 +224,10 @@ def test_services_run_in_hudis_order_once_each() -> None:
     plan = plan_services(state, verdict)
     assert [r.service for r in plan.runs] == ["clustering", "clean"]  # each once, clean after what it replaces
     assert write_options({"hoodie.cleaner.commits.retained": "3", "hoodie.table.name": "t", "x": "1"}) == {
-        "hoodie.cleaner.commits.retained": "3"
+        "hoodie.cleaner.commits.retained": "3",
+        "hoodie.metadata.enable": "false",  # the table keeps no metadata table: its services build none
     }
+    assert write_options({"hoodie.table.metadata.partitions": "files"})["hoodie.metadata.enable"] == "true"
 
 
 def test_a_service_hudi_found_idle_waits_for_the_timeline_to_move() -> None:

@@ -187,5 +187,7 @@ def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
         time.sleep(3)
         assert len(_processes(api, "ho.default.orders")) == count
         assert writer.read(orders) == owned_rows
-        # the table's own configuration is the writers': running its services registered it nowhere
+        # the table's own configuration is the writers': running its services registered it nowhere, and built no
+        # metadata table its writers keep none of
         assert "hoodie.database.name" not in (orders / ".hoodie" / "hoodie.properties").read_text()
+        assert not (orders / ".hoodie" / "metadata").exists()

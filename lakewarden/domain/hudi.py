@@ -309,10 +309,16 @@ TABLE_SETTINGS = frozenset({"hoodie.compaction.payload.class", "hoodie.compactio
 
 
 def write_options(properties: Mapping[str, str]) -> dict[str, str]:
-    """The settings of the table's services among its properties (WRITE_OPTION_PREFIXES)."""
-    return {
+    """The settings of the table's services among its properties (WRITE_OPTION_PREFIXES). The metadata table stays
+    as the table has it: Hudi's services enable it by default, and would build one on a table whose writers keep
+    none (which those writers then delete again)."""
+    options = {
         k: v for k, v in sorted(properties.items()) if k.startswith(WRITE_OPTION_PREFIXES) and k not in TABLE_SETTINGS
     }
+    if "hoodie.metadata.enable" not in options:
+        has_metadata = bool(properties.get("hoodie.table.metadata.partitions", "").strip())
+        options["hoodie.metadata.enable"] = "true" if has_metadata else "false"
+    return options
 
 
 @dataclass(frozen=True)
