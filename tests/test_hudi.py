@@ -22,14 +22,12 @@ from lakewarden.domain.hudi import (
     FileSlice,
     HudiTableState,
     Instant,
-    LastRun,
     judge,
     parse_instant,
-    plan_services,
     slices_of,
     timeline_of,
-    write_options,
 )
+from lakewarden.domain.hudi_services import LastRun, plan_services, write_options
 from lakewarden.metadata.hudi import change_token, find_tables, read_properties, read_table
 from tests.hudi_tables import HudiTable
 from tests.test_explorer import listed, refresh

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from lakewarden.domain.durations import format_duration
 
@@ -153,6 +152,11 @@ class HudiTableState:
     def pending(self, action: str) -> list[Instant]:
         return [i for i in self.timeline if i.state != COMPLETED and i.action == action]
 
+    def configured(self, config: Mapping[str, str]) -> HudiTableState:
+        """The table judged by its configuration: its `hoodie.properties` under lakewarden's view of them
+        (TableRuntime.config: the catalog's table defaults and the table's own properties)."""
+        return replace(self, properties={**self.properties, **config})
+
     def latest_slices(self) -> list[FileSlice]:
         """Each file group's newest slice whose base instant is completed (or a slice of logs only)."""
         done = {i.timestamp for i in self.completed(WRITES | {"compaction"})}
@@ -267,171 +271,6 @@ def judge(state: HudiTableState, table: str, now: datetime) -> HudiVerdict:
     if active > keep_max:
         need("archive", f"{active} completed commits on the active timeline > {KEEP_MAX_COMMITS[0]} {keep_max}")
     return HudiVerdict(needs)
-
-
-# who runs the table's services (a lakewarden table property): `writer` (Hudi's default: the writers run them
-# inline, and lakewarden runs only the plans they scheduled and left), or `lakewarden` (the writers run none:
-# lakewarden schedules and runs each service as the table's properties say)
-OWNER = ("hudi.table-services.owner", "writer")
-OWNERS = ("writer", "lakewarden")
-LOCK_PROVIDER = "hoodie.write.lock.provider"
-# whether a writer runs a service inline, with the default a Spark writer has (a batch write to a merge-on-read
-# table compacts inline; clean and archive follow every commit)
-INLINE = {
-    "compaction": ("hoodie.compact.inline", True),
-    "clustering": ("hoodie.clustering.inline", False),
-    "clean": ("hoodie.clean.automatic", True),
-    "archive": ("hoodie.archive.automatic", True),
-}
-# the services that leave a plan (a requested instant) on the timeline for any process to execute
-PLANNED_SERVICES = {"compaction": "compaction", "clustering": "clustering"}
-# the order one process runs them in: what compaction and clustering replace, clean deletes; archive goes last
-SERVICE_ORDER = ("compaction", "clustering", "clean", "archive")
-
-
-# the table's Hudi settings a service is run with (Hudi's write configuration of the services, their strategies
-# and the lock): the table's own layout (`hoodie.table.*` and the like) is Hudi's to read from the table itself
-WRITE_OPTION_PREFIXES = (
-    "hoodie.compact.",
-    "hoodie.compaction.",
-    "hoodie.clustering.",
-    "hoodie.clean.",
-    "hoodie.cleaner.",
-    "hoodie.keep.",
-    "hoodie.archive.",
-    "hoodie.write.lock.",
-    "hoodie.write.concurrency.",
-    "hoodie.parquet.",
-    "hoodie.metadata.",
-)
-# the layout's own settings under those prefixes, which hoodie.properties holds
-TABLE_SETTINGS = frozenset({"hoodie.compaction.payload.class", "hoodie.compaction.record.merger.strategy"})
-
-
-def write_options(properties: Mapping[str, str]) -> dict[str, str]:
-    """The settings of the table's services among its properties (WRITE_OPTION_PREFIXES). The metadata table stays
-    as the table has it: Hudi's services enable it by default, and would build one on a table whose writers keep
-    none (which those writers then delete again)."""
-    options = {
-        k: v for k, v in sorted(properties.items()) if k.startswith(WRITE_OPTION_PREFIXES) and k not in TABLE_SETTINGS
-    }
-    if "hoodie.metadata.enable" not in options:
-        has_metadata = bool(properties.get("hoodie.table.metadata.partitions", "").strip())
-        options["hoodie.metadata.enable"] = "true" if has_metadata else "false"
-    return options
-
-
-@dataclass(frozen=True)
-class ServiceRun:
-    """One of Hudi's table services for lakewarden to run: a plan a writer scheduled (`instant`), or the
-    service scheduled and run at once (`instant` None)."""
-
-    service: str
-    instant: str | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class ServicePlan:
-    """What lakewarden runs of the table's needs, and why it leaves the others to the writers."""
-
-    runs: list[ServiceRun] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)
-
-
-def _flag(properties: Mapping[str, str], key: tuple[str, bool]) -> bool:
-    value = properties.get(key[0])
-    return key[1] if value is None else value.strip().lower() == "true"
-
-
-def owner(properties: Mapping[str, str]) -> str:
-    value = properties.get(OWNER[0], OWNER[1]).strip().lower()
-    return value if value in OWNERS else OWNER[1]
-
-
-# the table's last successful processes whose idle services count: each service can have been run by one of them
-LAST_RUNS = 4
-
-
-@dataclass(frozen=True)
-class LastRun:
-    """What lakewarden's last run of the table's services found: the services Hudi found nothing to do for, and
-    the newest instant of the timeline then."""
-
-    idle_services: frozenset[str] = frozenset()
-    timeline_tail: str = ""
-
-    @staticmethod
-    def of(summaries: Sequence[Mapping[str, Any] | None]) -> LastRun:
-        """From the summaries of the table's last processes, newest first (each its tasks' HudiServiceResults
-        merged): the services found idle by any of them on the timeline the newest one left."""
-        known = [s for s in summaries if s and s.get("timeline_tail")]
-        if not known:
-            return LastRun()
-        tail = str(known[0]["timeline_tail"])
-        idle = {service for s in known if s["timeline_tail"] == tail for service in s.get("idle_services") or ()}
-        return LastRun(frozenset(idle), tail)
-
-    def idle(self, state: HudiTableState) -> frozenset[str]:
-        """The services not to schedule again: Hudi found no work for them and the timeline has not moved since
-        (its rules and lakewarden's can disagree; Hudi's decide)."""
-        newest = max((i.timestamp for i in state.timeline), default="")
-        return self.idle_services if self.timeline_tail and newest == self.timeline_tail else frozenset()
-
-
-def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | None = None) -> ServicePlan:
-    """Of the verdict's needs, what lakewarden may run under Hudi's concurrency model:
-    - a compaction or clustering plan a writer requested and then went on writing without running (Hudi's async
-      pattern: a writer running it inline would have run it before its next commit) is executed;
-    - a service is scheduled by lakewarden only where the table allows another process to: lakewarden owns the
-      table's services (`hudi.table-services.owner`), or the table names a lock provider and its writers do not
-      run that service inline;
-    - a plan in flight is left alone (another process runs it), as is anything a writer runs inline;
-    - a service Hudi found nothing to do for on lakewarden's last run is not scheduled again until the timeline
-      moves (`last`).
-    Each service is run once per process, in SERVICE_ORDER."""
-    p = state.properties
-    idle = last.idle(state) if last is not None else frozenset()
-    owned = owner(p) == "lakewarden"
-    locked = bool(p.get(LOCK_PROVIDER))
-    writes = state.completed()
-    last_write = writes[-1].timestamp if writes else ""
-    runs: dict[str, ServiceRun] = {}
-    left: list[str] = []
-    for service, action in PLANNED_SERVICES.items():
-        for waiting in state.pending(action):
-            if service in runs:
-                break
-            if waiting.state == INFLIGHT:
-                left.append(f"{service} {waiting.timestamp} is inflight: the process running it finishes it")
-            elif owned or waiting.timestamp < last_write or not _flag(p, INLINE[service]):
-                runs[service] = ServiceRun(service, waiting.timestamp, f"{service} {waiting.timestamp} was requested")
-            else:
-                left.append(f"{service} {waiting.timestamp} was requested just now: its writer may run it inline")
-    for need in verdict.needs:
-        service = need.service
-        if service in runs or any(r.startswith(f"{service} ") for r in left):
-            continue
-        if service in PLANNED_SERVICES and state.pending(PLANNED_SERVICES[service]):
-            continue  # the plans above are the work
-        if service in idle:
-            left.append(f"{service}: Hudi found nothing to do when lakewarden last ran it, and no instant came since")
-            continue
-        inline = INLINE[service]
-        # owning the services, lakewarden runs any the table does not say its writers run inline; beside writers
-        # that hold a lock, any they do not run inline by Hudi's defaults
-        said_inline = p.get(inline[0], "").strip().lower() == "true"
-        if (owned and not said_inline) or (locked and not _flag(p, inline)):
-            runs[service] = ServiceRun(service, None, need.reason)
-        elif owned or locked:
-            left.append(f"{service}: the writers run it inline ({inline[0]})")
-        else:
-            left.append(
-                f"{service}: the writers own the table's services; lakewarden runs it when {OWNER[0]} is "
-                f"lakewarden or the table names a {LOCK_PROVIDER} and {inline[0]} is false"
-            )
-    ordered = [runs[s] for s in SERVICE_ORDER if s in runs]
-    return ServicePlan(ordered, list(dict.fromkeys(left)))
 
 
 def _mib(n: int) -> str:

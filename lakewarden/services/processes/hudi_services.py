@@ -1,5 +1,5 @@
 """Hudi's table services as lakewarden's self-optimizing of a Hudi table: a pending Hudi table is planned into one
-process whose tasks are the services lakewarden may run now (domain/hudi.plan_services: the plans its writers
+process whose tasks are the services lakewarden may run now (domain/hudi_services.plan_services: the plans its writers
 requested and left, and what the table lets another process schedule), one task per service, each a stage of its
 own in Hudi's order, run by an optimizer whose Spark carries Hudi's engine (optimizer/hudi_services.py).
 
@@ -8,13 +8,13 @@ files); one that only clusters, cleans or archives is a minor one."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from lakewarden.domain import hudi as rules
+from lakewarden.domain import hudi_services as services
 from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
@@ -32,13 +32,6 @@ from lakewarden.store.tables import TableRecord
 LAST_RUN = {"minor": "last_minor_optimizing_at", "major": "last_major_optimizing_at"}
 
 
-def table_state(location: Path, config: dict[str, str]) -> rules.HudiTableState:
-    """The table as read now, judged by its configuration: its `hoodie.properties` under the catalog's table
-    defaults (TableRuntime.config)."""
-    state = hudi.read_table(location)
-    return replace(state, properties={**state.properties, **config})
-
-
 class HudiServicesFactory(ProcessFactory):
     action = Action.OPTIMIZING
     formats = frozenset({"hudi"})
@@ -46,23 +39,23 @@ class HudiServicesFactory(ProcessFactory):
     def __init__(self, db: Database) -> None:
         self.db = db  # what the table's last run found (LastRun): a service Hudi found idle is not planned again
 
-    def _last_run(self, rec: TableRecord) -> rules.LastRun:
+    def _last_run(self, rec: TableRecord) -> services.LastRun:
         with self.db.read() as session:
             done = process_store.recent_summaries(
-                session, rec.runtime.table_id, Action.OPTIMIZING.value, rules.LAST_RUNS
+                session, rec.runtime.table_id, Action.OPTIMIZING.value, services.LAST_RUNS
             )
-        return rules.LastRun.of(done)
+        return services.LastRun.of(done)
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
         location = (rec.runtime.summary or {}).get("location")
         if location is None:
             raise NothingToDo("the table has not been read yet")
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
-        state = table_state(Path(str(location)), dict(rec.runtime.config or {}))
-        plan = rules.plan_services(state, rules.judge(state, name, utcnow()), self._last_run(rec))
+        state = hudi.read_table(Path(str(location))).configured(dict(rec.runtime.config or {}))
+        plan = services.plan_services(state, rules.judge(state, name, utcnow()), self._last_run(rec))
         if not plan.runs:
             raise NothingToDo("; ".join(plan.left) or "nothing for Hudi's table services to do")
-        settings = rules.write_options(state.properties)
+        settings = services.write_options(state.properties)
         if state.properties.get("hoodie.table.name"):  # Hudi's write client checks it against the table's
             settings["hoodie.table.name"] = state.properties["hoodie.table.name"]
         tasks = [

@@ -1,6 +1,6 @@
 """The evaluator's verdict on a table of another format than Iceberg: what its own table services would do
 (domain/hudi.py, domain/paimon.py), read from its files now, and what of that lakewarden runs. A Hudi table whose
-services lakewarden may run now (domain/hudi.plan_services) turns pending, in a group whose optimizers carry
+services lakewarden may run now (domain/hudi_services.plan_services) turns pending, in a group whose optimizers carry
 Hudi's engine (the group's `engines`); a Paimon table is never pending yet: the verdict's reasons say what is
 needed and where."""
 
@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from lakewarden.domain import hudi as hudi_rules
+from lakewarden.domain import hudi_services
 from lakewarden.domain import paimon as paimon_rules
 from lakewarden.domain.groups import ENGINES_PROPERTY
+from lakewarden.domain.hudi_services import LastRun
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.metadata import hudi, paimon
 from lakewarden.store.database import utcnow
@@ -37,10 +39,14 @@ class FormatVerdict:
 
 
 def _hudi(
-    location: Path, name: str, config: dict[str, str], engines: tuple[str, ...], last: hudi_rules.LastRun | None = None
+    location: Path,
+    name: str,
+    config: dict[str, str],
+    engines: tuple[str, ...],
+    last: LastRun | None = None,
 ) -> FormatVerdict:
     state = hudi.read_table(location)
-    state = replace(state, properties={**state.properties, **config})
+    state = state.configured(config)
     latest = state.latest_slices()
     layout = {
         # the layout's health (domain/tables.TableHealth): small base files, and as the files a read merges into
@@ -50,7 +56,7 @@ def _hudi(
         "delete_files": sum(len(s.log_files) for s in latest),
     }
     verdict = hudi_rules.judge(state, name, utcnow())
-    plan = hudi_rules.plan_services(state, verdict, last)
+    plan = hudi_services.plan_services(state, verdict, last)
     reasons = verdict.reasons + [f"not run by lakewarden now: {left}" for left in plan.left]
     kind = None
     if plan.runs and not OptimizingConfig.of(config).enabled:
@@ -66,7 +72,11 @@ def _hudi(
 
 
 def _paimon(
-    location: Path, name: str, config: dict[str, str], engines: tuple[str, ...], last: hudi_rules.LastRun | None = None
+    location: Path,
+    name: str,
+    config: dict[str, str],
+    engines: tuple[str, ...],
+    last: LastRun | None = None,
 ) -> FormatVerdict:
     state = paimon.read_table(location)
     target = paimon_rules.MB * (128 if state.primary_keys else 256)
@@ -84,9 +94,7 @@ def _paimon(
 JUDGES = {"hudi": _hudi, "paimon": _paimon}
 
 
-def format_verdict(
-    rec: TableRecord, engines: tuple[str, ...] = (), last: hudi_rules.LastRun | None = None
-) -> dict[str, Any]:
+def format_verdict(rec: TableRecord, engines: tuple[str, ...] = (), last: LastRun | None = None) -> dict[str, Any]:
     """The verdict document (the evaluator adds its configuration's hash), never raising: a table that cannot be
     read gets a failed verdict saying why. `engines`: those the table's group carries; `last`: what lakewarden's
     last run of the format's services found (a Hudi table's LastRun)."""
