@@ -26,6 +26,7 @@ from lakewarden.domain.hudi import (
     parse_instant,
     slices_of,
     timeline_of,
+    timeline_tail,
 )
 from lakewarden.domain.hudi_services import LastRun, plan_services, write_options
 from lakewarden.metadata.hudi import change_token, find_tables, read_properties, read_table
@@ -212,6 +213,30 @@ def test_lakewarden_schedules_a_service_only_where_the_table_lets_another_proces
     assert _planned(commits, {"hudi.table-services.owner": "nobody"}, mor=False).runs == []  # unknown: the writer
 
 
+def test_archive_waits_for_a_clean_past_the_newest_clustering() -> None:
+    owned = {"hudi.table-services.owner": "lakewarden"}
+    commits = _commits(31, "commit")
+    clustered = Instant("20261102080000000", "replacecommit", COMPLETED)
+    # the clustering's replaced files are found through its instant: archiving it before a clean would orphan them
+    waiting = _planned([*commits, clustered], owned, mor=False)
+    assert "archive" not in [r.service for r in waiting.runs]
+    assert f"archive: waits for a clean after the clustering {clustered.timestamp}, which finds its replaced files" in (
+        waiting.left
+    )
+    # a clean after it lets archive run
+    cleaned = Instant("20261102090000000", "clean", COMPLETED)
+    assert "archive" in [r.service for r in _planned([*commits, clustered, cleaned], owned, mor=False).runs]
+    # a clean still in flight has cleaned nothing yet
+    pending = Instant("20261102090000000", "clean", INFLIGHT)
+    assert "archive" not in [r.service for r in _planned([*commits, clustered, pending], owned, mor=False).runs]
+    # nor does it run in the process that clusters
+    small = [FileSlice("eu", f"s{i}", commits[-1].timestamp, f"s{i}_0-1-0_x.parquet", 1 << 20) for i in range(2)]
+    state = _state(small, commits, False, owned)
+    plan = plan_services(state, judge(state, "db.t", NOW))
+    assert [r.service for r in plan.runs] == ["clustering"]
+    assert "archive: waits for the clustering run now to be cleaned first" in plan.left
+
+
 def test_services_run_in_hudis_order_once_each() -> None:
     commits = _commits(12, "commit")
     versions = [FileSlice("eu", "g", c.timestamp, f"g_0-1-0_{c.timestamp}.parquet", 1 << 20) for c in commits]
@@ -231,7 +256,7 @@ def test_services_run_in_hudis_order_once_each() -> None:
 def test_a_service_hudi_found_idle_waits_for_the_timeline_to_move() -> None:
     commits = _commits(31, "commit")
     owned = {"hudi.table-services.owner": "lakewarden"}
-    tail = commits[-1].timestamp
+    tail = timeline_tail(commits)
     # newest first: the last run found archive idle, the one before it clean, on the same timeline
     last = LastRun.of(
         [{"idle_services": ["archive"], "timeline_tail": tail}, {"idle_services": ["clean"], "timeline_tail": tail}]
@@ -239,7 +264,7 @@ def test_a_service_hudi_found_idle_waits_for_the_timeline_to_move() -> None:
     assert last.idle_services == {"archive", "clean"}
     plan = _planned(commits, owned, mor=False, last=last)
     assert plan.runs == [] and plan.left == [
-        "archive: Hudi found nothing to do when lakewarden last ran it, and no instant came since"
+        "archive: Hudi found nothing to do when lakewarden last ran it, and the timeline is as then"
     ]
     # an older run on another timeline does not count; a new instant makes every service worth asking again
     assert LastRun.of(
@@ -247,6 +272,11 @@ def test_a_service_hudi_found_idle_waits_for_the_timeline_to_move() -> None:
     ).idle_services == {"archive"}
     moved = [*commits, Instant("20261102000000000", "commit", COMPLETED)]
     assert [r.service for r in _planned(moved, owned, mor=False, last=last).runs] == ["archive"]
+    # a commit that was in flight when the service ran has moved the timeline once it completes: its instant time
+    # is the same, what Hudi would find is not
+    inflight = [*commits, Instant("20261102000000000", "commit", INFLIGHT)]
+    during = LastRun.of([{"idle_services": ["archive"], "timeline_tail": timeline_tail(inflight)}])
+    assert [r.service for r in _planned(moved, owned, mor=False, last=during).runs] == ["archive"]
     assert LastRun.of([None, {}]) == LastRun()
 
 

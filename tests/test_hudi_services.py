@@ -136,8 +136,8 @@ def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
         assert refused.status_code == 400 and "engines" in refused.text and "--engine hudi" in refused.text
 
         # lakewarden owning a copy-on-write table's services (its catalog says so): it schedules and runs the
-        # clustering of its small files and the archive; the versions the upsert superseded are the last before
-        # the one commit retained, which Hudi's cleaner keeps
+        # clustering of its small files, and archives only once a clean is past it; the versions the upsert
+        # superseded are the last before the one commit retained, which Hudi's cleaner keeps
         for n in range(4):  # a file group per partition per commit: small base files
             keys = range(n * 10, n * 10 + 10)
             writer.write(orders, "orders", [(k, "a", n, f"p{k % 2}") for k in keys], OWNED_WRITER)
@@ -162,7 +162,7 @@ def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
         first = wait_for("the owned table's services run", owned_ended, timeout=240)[-1]
         assert first["status"] == "success", first
         tasks = api.get(f"/processes/{first['process_id']}").json()["tasks"]
-        assert [t["type"] for t in tasks] == ["clustering", "archive"]
+        assert [t["type"] for t in tasks] == ["clustering"]
         timeline = _instants(orders)
         assert any(i.action == "replacecommit" and i.state == COMPLETED for i in timeline)
         assert writer.read(orders) == owned_rows
@@ -180,6 +180,13 @@ def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
 
         wait_for("the replaced and superseded files cleaned", cleaned, timeout=120)
         assert any(i.action == "clean" and i.state == COMPLETED for i in _instants(orders))
+
+        # with the clustering cleaned, the timeline past hoodie.keep.max.commits is archived
+        def archived() -> list[dict[str, Any]] | None:
+            done = _processes(api, "ho.default.orders")
+            return done if sum(p["summary"].get("instants_archived", 0) for p in done) > 0 else None
+
+        wait_for("the timeline archived", archived, timeout=120)
         settled = wait_for("the owned table idle again", lambda: _idle(api, "ho", "orders"), timeout=120)
         # what is still named is what Hudi itself found nothing to do for: no process runs it again meanwhile
         count = len(_processes(api, "ho.default.orders"))

@@ -96,6 +96,15 @@ def timeline_of(file_names: Sequence[str]) -> list[Instant]:
     return sorted(newest.values())
 
 
+def timeline_tail(timeline: Sequence[Instant]) -> str:
+    """Where the timeline stands: its newest instant and how many instants are not completed. An instant's time
+    is when it began, so a commit in flight and the same commit completed share it; the count tells them apart."""
+    if not timeline:
+        return ""
+    pending = sum(1 for i in timeline if i.state != COMPLETED)
+    return f"{max(i.timestamp for i in timeline)}+{pending}"
+
+
 @dataclass(frozen=True)
 class FileSlice:
     """A file group's slice: the base file written at `base_instant` (None for a slice of log files only) and

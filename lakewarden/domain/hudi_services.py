@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.domain.hudi import INFLIGHT, HudiTableState, HudiVerdict
+from lakewarden.domain.hudi import INFLIGHT, HudiTableState, HudiVerdict, timeline_tail
 
 # who runs the table's services (a lakewarden table property): `writer` (Hudi's default: the writers run them
 # inline, and lakewarden runs only the plans they scheduled and left), or `lakewarden` (the writers run none:
@@ -116,8 +116,23 @@ class LastRun:
     def idle(self, state: HudiTableState) -> frozenset[str]:
         """The services not to schedule again: Hudi found no work for them and the timeline has not moved since
         (its rules and lakewarden's can disagree; Hudi's decide)."""
-        newest = max((i.timestamp for i in state.timeline), default="")
-        return self.idle_services if self.timeline_tail and newest == self.timeline_tail else frozenset()
+        moved = timeline_tail(state.timeline) != self.timeline_tail
+        return self.idle_services if self.timeline_tail and not moved else frozenset()
+
+
+def archive_waits(state: HudiTableState, clusters: bool) -> str | None:
+    """Why archive may not run yet, if it may not: Hudi's cleaner finds the file groups a clustering replaced
+    through the clustering's instant on the active timeline, so a writer's cycle cleans before it archives. Where a
+    clustering completed after the table's last clean (or runs in this same process), archiving it could leave
+    its replaced files to no clean at all."""
+    if clusters:
+        return "archive: waits for the clustering run now to be cleaned first"
+    cleans = state.completed(frozenset({"clean"}))
+    last_clean = cleans[-1].timestamp if cleans else ""
+    replaced = [i.timestamp for i in state.completed(frozenset({"replacecommit"})) if i.timestamp > last_clean]
+    if replaced:
+        return f"archive: waits for a clean after the clustering {replaced[-1]}, which finds its replaced files"
+    return None
 
 
 def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | None = None) -> ServicePlan:
@@ -129,7 +144,8 @@ def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | N
       run that service inline;
     - a plan in flight is left alone (another process runs it), as is anything a writer runs inline;
     - a service Hudi found nothing to do for on lakewarden's last run is not scheduled again until the timeline
-      moves (`last`).
+      moves (`last`);
+    - archive waits for a clean past the newest clustering (`archive_waits`).
     Each service is run once per process, in SERVICE_ORDER."""
     p = state.properties
     idle = last.idle(state) if last is not None else frozenset()
@@ -155,8 +171,11 @@ def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | N
             continue
         if service in PLANNED_SERVICES and state.pending(PLANNED_SERVICES[service]):
             continue  # the plans above are the work
+        if service == "archive" and (waits := archive_waits(state, "clustering" in runs)):
+            left.append(waits)
+            continue
         if service in idle:
-            left.append(f"{service}: Hudi found nothing to do when lakewarden last ran it, and no instant came since")
+            left.append(f"{service}: Hudi found nothing to do when lakewarden last ran it, and the timeline is as then")
             continue
         inline = INLINE[service]
         # owning the services, lakewarden runs any the table does not say its writers run inline; beside writers

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lakewarden.domain.hudi import COMPLETED, Instant, timeline_of
+from lakewarden.domain.hudi import COMPLETED, Instant, timeline_of, timeline_tail
 from lakewarden.protocol.inputs import HudiServiceInput
 from lakewarden.protocol.results import HudiServiceResult
 from lakewarden.spark.classes import java_class
@@ -48,7 +48,7 @@ def run_hudi_service(spark: SparkSession, work: HudiServiceInput) -> HudiService
         files_deleted=deleted,
         instants_archived=archived,
         idle_services=[] if ran else [work.service],
-        timeline_tail=max((i.timestamp for i in after), default=""),
+        timeline_tail=timeline_tail(after),
     )
 
 

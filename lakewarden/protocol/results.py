@@ -220,8 +220,8 @@ class HudiServiceResult(_Result):
     services_run: int = 0  # 1 when the service found work, 0 when Hudi planned nothing
     files_deleted: int = 0  # clean: the superseded files it deleted
     instants_archived: int = 0  # archive: instants moved off the active timeline
-    # the services that found nothing to do, and the newest instant on the timeline after the task: Hudi's own
-    # word that its service has no work on the timeline as it is (domain/hudi_services.plan_services)
+    # the services that found nothing to do, and where the timeline stood after the task (domain/hudi.timeline_tail):
+    # Hudi's own word that its service has no work on the timeline as it is (domain/hudi_services.plan_services)
     idle_services: list[str] = Field(default_factory=list)
     timeline_tail: str = ""
     TOTALS: ClassVar[tuple[str, ...]] = ("services_run", "files_deleted", "instants_archived")
