@@ -28,7 +28,8 @@ from lakewarden.domain.hudi import (
     timeline_of,
     timeline_tail,
 )
-from lakewarden.domain.hudi_services import LastRun, plan_services, write_options
+from lakewarden.domain.hudi_services import plan_services, write_options
+from lakewarden.domain.service_runs import LastRun
 from lakewarden.metadata.hudi import change_token, find_tables, read_properties, read_table
 from tests.hudi_tables import HudiTable
 from tests.test_explorer import listed, refresh

@@ -4,11 +4,11 @@ domain/hudi.py says what the services would do; docs/formats.md has the table of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from lakewarden.domain.hudi import INFLIGHT, HudiTableState, HudiVerdict, timeline_tail
+from lakewarden.domain.service_runs import LastRun
 
 # who runs the table's services (a lakewarden table property): `writer` (Hudi's default: the writers run them
 # inline, and lakewarden runs only the plans they scheduled and left), or `lakewarden` (the writers run none:
@@ -90,36 +90,6 @@ def owner(properties: Mapping[str, str]) -> str:
     return value if value in OWNERS else OWNER[1]
 
 
-# the table's last successful processes whose idle services count: each service can have been run by one of them
-LAST_RUNS = 4
-
-
-@dataclass(frozen=True)
-class LastRun:
-    """What lakewarden's last run of the table's services found: the services Hudi found nothing to do for, and
-    the newest instant of the timeline then."""
-
-    idle_services: frozenset[str] = frozenset()
-    timeline_tail: str = ""
-
-    @staticmethod
-    def of(summaries: Sequence[Mapping[str, Any] | None]) -> LastRun:
-        """From the summaries of the table's last processes, newest first (each its tasks' HudiServiceResults
-        merged): the services found idle by any of them on the timeline the newest one left."""
-        known = [s for s in summaries if s and s.get("timeline_tail")]
-        if not known:
-            return LastRun()
-        tail = str(known[0]["timeline_tail"])
-        idle = {service for s in known if s["timeline_tail"] == tail for service in s.get("idle_services") or ()}
-        return LastRun(frozenset(idle), tail)
-
-    def idle(self, state: HudiTableState) -> frozenset[str]:
-        """The services not to schedule again: Hudi found no work for them and the timeline has not moved since
-        (its rules and lakewarden's can disagree; Hudi's decide)."""
-        moved = timeline_tail(state.timeline) != self.timeline_tail
-        return self.idle_services if self.timeline_tail and not moved else frozenset()
-
-
 def archive_waits(state: HudiTableState, clusters: bool) -> str | None:
     """Why archive may not run yet, if it may not: Hudi's cleaner finds the file groups a clustering replaced
     through the clustering's instant on the active timeline, so a writer's cycle cleans before it archives. Where a
@@ -148,7 +118,7 @@ def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | N
     - archive waits for a clean past the newest clustering (`archive_waits`).
     Each service is run once per process, in SERVICE_ORDER."""
     p = state.properties
-    idle = last.idle(state) if last is not None else frozenset()
+    idle = last.idle(timeline_tail(state.timeline)) if last is not None else frozenset()
     owned = owner(p) == "lakewarden"
     locked = bool(p.get(LOCK_PROVIDER))
     writes = state.completed()

@@ -17,6 +17,7 @@ from lakewarden.domain import hudi as rules
 from lakewarden.domain import hudi_services as services
 from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
+from lakewarden.domain.service_runs import LAST_RUNS, LastRun
 from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
 from lakewarden.domain.tables import TableStatus
 from lakewarden.metadata import hudi
@@ -39,12 +40,10 @@ class HudiServicesFactory(ProcessFactory):
     def __init__(self, db: Database) -> None:
         self.db = db  # what the table's last run found (LastRun): a service Hudi found idle is not planned again
 
-    def _last_run(self, rec: TableRecord) -> services.LastRun:
+    def _last_run(self, rec: TableRecord) -> LastRun:
         with self.db.read() as session:
-            done = process_store.recent_summaries(
-                session, rec.runtime.table_id, Action.OPTIMIZING.value, services.LAST_RUNS
-            )
-        return services.LastRun.of(done)
+            done = process_store.recent_summaries(session, rec.runtime.table_id, Action.OPTIMIZING.value, LAST_RUNS)
+        return LastRun.of(done)
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
         location = (rec.runtime.summary or {}).get("location")

@@ -29,9 +29,9 @@ from lakewarden.domain.errors import InvalidField
 from lakewarden.domain.evaluator import OptimizingClock, TableEvaluation, evaluate_table
 from lakewarden.domain.files import group_by_partition
 from lakewarden.domain.groups import group_engines
-from lakewarden.domain.hudi_services import LAST_RUNS, LastRun
 from lakewarden.domain.optimizing_config import OptimizingConfig
 from lakewarden.domain.processes import Action
+from lakewarden.domain.service_runs import LAST_RUNS, LastRun
 from lakewarden.domain.tables import TableStatus
 from lakewarden.domain.writer_cadence import Cadence
 from lakewarden.metadata.clustering import table_clustering

@@ -17,8 +17,8 @@ from lakewarden.domain import hudi as hudi_rules
 from lakewarden.domain import hudi_services
 from lakewarden.domain import paimon as paimon_rules
 from lakewarden.domain.groups import ENGINES_PROPERTY
-from lakewarden.domain.hudi_services import LastRun
 from lakewarden.domain.optimizing_config import OptimizingConfig
+from lakewarden.domain.service_runs import LastRun
 from lakewarden.metadata import hudi, paimon
 from lakewarden.store.database import utcnow
 from lakewarden.store.tables import TableRecord
