@@ -1,5 +1,5 @@
 """Hudi's table services run by lakewarden, with Hudi's own code: tables written by Hudi's Spark datasource (a
-writer of their own, tests/hudi_writer.py), a `hudi` catalog over their warehouse, and a group whose optimizers
+writer of their own, tests/engine_writer.py), a `hudi` catalog over their warehouse, and a group whose optimizers
 carry Hudi's engine. The verdict turns pending, an optimizer runs the service, the timeline shows its instant
 completed, the verdict is healthy again and a query reads the same rows."""
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from lakewarden.domain.hudi import COMPLETED, timeline_of
+from tests.engine_jobs import EngineWriter, engine_writer
 from tests.helpers import wait_for
-from tests.hudi_jobs import HudiWriter, hudi_writer
 from tests.servers import FAST_EVALUATOR, started_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -44,8 +44,8 @@ OWNED_WRITER = {
 
 
 @pytest.fixture(scope="module")
-def writer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HudiWriter]:
-    with hudi_writer(tmp_path_factory.mktemp("hudi-writer") / "writer.log") as running:
+def writer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineWriter]:
+    with engine_writer(tmp_path_factory.mktemp("hudi-writer") / "writer.log") as running:
         yield running
 
 
@@ -77,7 +77,7 @@ def _table(api: httpx.Client, name: str) -> dict[str, Any]:
 
 
 def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
-    tmp_path: Path, writer: HudiWriter
+    tmp_path: Path, writer: EngineWriter
 ) -> None:
     warehouse = tmp_path / "warehouse"
     events = warehouse / "events"

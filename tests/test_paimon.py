@@ -19,8 +19,12 @@ from lakewarden.domain.paimon import (
     decode_row,
     judge,
     parse_size,
+    partition_time,
+    ready_bins,
     sorted_runs,
 )
+from lakewarden.domain.paimon_services import plan_services
+from lakewarden.domain.service_runs import LastRun
 from lakewarden.metadata.paimon import NotAPaimonTable, change_token, find_tables, read_table
 from tests.paimon_tables import pk_table, rows, write_paimon
 from tests.test_explorer import listed, refresh
@@ -64,18 +68,69 @@ def test_a_primary_key_bucket_compacts_at_the_sorted_run_trigger_and_stalls_writ
     assert judge(_state(_files([0] * 5), options={"num-sorted-run.compaction-trigger": "6"}), "db.t", NOW).needs == []
 
 
-def test_an_append_bucket_compacts_at_min_file_num_small_files() -> None:
+def test_an_append_tables_small_files_compact_as_paimons_planner_bins_them() -> None:
     small = 100 * 1024 * 1024  # under 256 MB x 0.7
     assert judge(_state(_files([0] * 4, small), primary_keys=False), "db.t", NOW).needs == []
+    # without fixed buckets (Paimon's default for an append table): a bin of min-file-num files reaching the target
     (need,) = judge(_state(_files([0] * 5, small), primary_keys=False), "db.t", NOW).needs
     assert need.reason == (
-        "5 files under 179 MiB (target-file-size × compaction.small-file-ratio) >= compaction.min.file-num 5"
+        "5 files under 179 MiB (target-file-size × compaction.small-file-ratio) fill 1 compaction(s): "
+        "compaction.min.file-num 5 files reaching target-file-size 256 MiB, or compaction.max.file-num 50 files"
     )
+    # tiny files short of the target compact only once max-file-num of them are there
+    tiny = _files([0] * 49, 1000)
+    assert judge(_state(tiny, primary_keys=False), "db.t", NOW).needs == []
+    assert len(judge(_state(_files([0] * 50, 1000), primary_keys=False), "db.t", NOW).needs) == 1
+    assert len(judge(_state(tiny, False, options={"compaction.max.file-num": "4"}), "db.t", NOW).needs) == 1
+    assert ready_bins([10] * 9, 1000, 5, 4) == 2 and ready_bins([600, 600], 1000, 2, 50) == 1
     big = 200 * 1024 * 1024
     assert judge(_state(_files([0] * 5, big), primary_keys=False), "db.t", NOW).needs == []
     smaller_target = {"target-file-size": "128 mb"}
     assert judge(_state(_files([0] * 5, small), primary_keys=False, options=smaller_target), "db.t", NOW).needs == []
+    # fixed buckets: each bucket's compaction picks min-file-num small files
+    fixed = {"bucket": "2"}
+    (need,) = judge(_state(_files([0] * 5, 1000), primary_keys=False, options=fixed), "db.t", NOW).needs
+    assert need.reason.endswith(">= compaction.min.file-num 5")
     assert parse_size("256 mb") == 256 * 1024 * 1024 and parse_size("1GB") == 1024**3 and parse_size("42") == 42
+
+
+def test_partitions_expire_by_their_values_time() -> None:
+    files = [DataFile(p, 0, 0, f"f-{i}.parquet", 10, 1) for i, p in enumerate(["dt=2026-11-20", "dt=2026-11-27"])]
+    options = {"partition.expiration-time": "2 d"}
+    state = PaimonTableState("t", [], ["dt"], options, [], [], {}, files)
+    (need,) = judge(state, "db.t", NOW).needs
+    assert (need.service, need.partition) == ("expire-partitions", "dt=2026-11-20")
+    assert need.procedure == "CALL sys.expire_partitions(table => 'db.t', expiration_time => '2 d')"
+    # without the option nothing expires; values read by the table's pattern and formatter
+    assert judge(PaimonTableState("t", [], ["dt"], {}, [], [], {}, files), "db.t", NOW).needs == []
+    assert partition_time("dt=20261120/h=05", {"partition.timestamp-formatter": "yyyyMMdd"}) == datetime(
+        2026, 11, 20, tzinfo=UTC
+    )  # the first value
+    pattern = {"partition.timestamp-pattern": "$dt $h:00:00", "partition.timestamp-formatter": "yyyyMMdd HH:mm:ss"}
+    assert partition_time("dt=20261120/h=05", pattern) == datetime(2026, 11, 20, 5, tzinfo=UTC)
+    assert partition_time("region=eu", {}) is None
+    # the update-time strategy needs each partition's last update: left to Paimon
+    updated = {**options, "partition.expiration-strategy": "update-time"}
+    assert judge(PaimonTableState("t", [], ["dt"], updated, [], [], {}, files), "db.t", NOW).needs == []
+
+
+def test_lakewarden_runs_paimons_services_on_a_write_only_table_in_order() -> None:
+    needs = _files([0] * 5)
+    writers = _state(needs, snapshots=12)
+    plan = plan_services(writers, judge(writers, "db.t", NOW))
+    assert plan.runs == [] and plan.left[0].startswith("compaction: the writers run it with their commits")
+    owned = _state(needs, snapshots=12, options={"write-only": "true"})
+    plan = plan_services(owned, judge(owned, "db.t", NOW))
+    assert [r.service for r in plan.runs] == ["compaction", "expire-snapshots"]  # once each, compaction first
+    # Paimon found nothing to compact at the latest snapshot: not asked again until a snapshot comes
+    last = LastRun.of([{"idle_services": ["compaction"], "timeline_tail": "12"}])
+    plan = plan_services(owned, judge(owned, "db.t", NOW), last)
+    assert [r.service for r in plan.runs] == ["expire-snapshots"]
+    assert plan.left == [
+        "compaction: Paimon found nothing to do when lakewarden last ran it, and no snapshot came since"
+    ]
+    newer = _state(needs, snapshots=13, options={"write-only": "true"})
+    assert plan_services(newer, judge(newer, "db.t", NOW), last).runs[0].service == "compaction"
 
 
 def test_snapshots_expire_past_the_time_retained_beyond_the_minimum_kept() -> None:

@@ -21,11 +21,21 @@ MB = 1024 * 1024
 COMPACTION_TRIGGER = ("num-sorted-run.compaction-trigger", 5)
 STOP_TRIGGER = "num-sorted-run.stop-trigger"
 MIN_FILE_NUM = ("compaction.min.file-num", 5)
+MAX_FILE_NUM = ("compaction.max.file-num", 50)
+BUCKET = ("bucket", -1)
 TARGET_FILE_SIZE = "target-file-size"
 SMALL_FILE_RATIO = ("compaction.small-file-ratio", 0.7)
 RETAINED_MIN = ("snapshot.num-retained.min", 10)
 RETAINED_MAX = "snapshot.num-retained.max"
 TIME_RETAINED = ("snapshot.time-retained", timedelta(hours=1))
+PARTITION_EXPIRATION = "partition.expiration-time"
+PARTITION_STRATEGY = ("partition.expiration-strategy", "values-time")
+TIMESTAMP_FORMATTER = "partition.timestamp-formatter"
+TIMESTAMP_PATTERN = "partition.timestamp-pattern"
+# what a Java DateTimeFormatter pattern's fields are in strptime's (the ones partition values use)
+_JAVA_FIELDS = (("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"))
+# Paimon's PartitionTimeExtractor without a formatter: a date, or a date and a time
+_DEFAULT_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
 
 
@@ -86,7 +96,7 @@ def sorted_runs(levels: Sequence[int]) -> int:
 class Need:
     """Work Paimon would do, and why."""
 
-    service: str  # compaction, expire-snapshots
+    service: str  # compaction, expire-partitions, expire-snapshots
     reason: str
     partition: str | None = None
     bucket: int | None = None
@@ -133,23 +143,96 @@ def judge(state: PaimonTableState, table: str, now: datetime) -> PaimonVerdict:
         ratio = float(o.get(SMALL_FILE_RATIO[0], SMALL_FILE_RATIO[1]))
         small_under = int(target * ratio)
         minimum = _int(o, MIN_FILE_NUM)
+        maximum = _int(o, MAX_FILE_NUM)
+        unaware = o.get(BUCKET[0], str(BUCKET[1])).strip() == str(BUCKET[1])
         for (partition, bucket), files in sorted(buckets.items()):
-            small = sum(1 for f in files if f.size < small_under)
-            if small >= minimum:
-                needs.append(
-                    Need(
-                        "compaction",
-                        f"{small} files under {format_size(small_under)} ({TARGET_FILE_SIZE} × "
-                        f"{SMALL_FILE_RATIO[0]}) >= {MIN_FILE_NUM[0]} {minimum}",
-                        partition,
-                        bucket,
-                        compact,
-                    )
+            small = sorted(f.size for f in files if f.size < small_under)
+            under = f"{len(small)} files under {format_size(small_under)} ({TARGET_FILE_SIZE} × {SMALL_FILE_RATIO[0]})"
+            if unaware:
+                bins = ready_bins(small, target, minimum, maximum)
+                if not bins:
+                    continue
+                reason = (
+                    f"{under} fill {bins} compaction(s): {MIN_FILE_NUM[0]} {minimum} files reaching "
+                    f"{TARGET_FILE_SIZE} {format_size(target)}, or {MAX_FILE_NUM[0]} {maximum} files"
                 )
+            elif len(small) >= minimum:
+                reason = f"{under} >= {MIN_FILE_NUM[0]} {minimum}"
+            else:
+                continue
+            needs.append(Need("compaction", reason, partition, bucket, compact))
+    for partition, reason in expired_partitions(state, now):
+        procedure = f"CALL sys.expire_partitions(table => '{table}', expiration_time => '{o[PARTITION_EXPIRATION]}')"
+        needs.append(Need("expire-partitions", reason, partition, procedure=procedure))
     expired = expirable(state, now)
     if expired:
         needs.append(Need("expire-snapshots", expired, procedure=expire))
     return PaimonVerdict(needs)
+
+
+def partition_time(partition: str, options: Mapping[str, str]) -> datetime | None:
+    """The time a partition's values say (Paimon's PartitionTimeExtractor): `partition.timestamp-pattern` with the
+    values put in (`$dt $hour:00:00`; the first value without one), read by `partition.timestamp-formatter` (a
+    date, or a date and a time, without one). None where the values are not a time."""
+    values = dict(part.split("=", 1) for part in partition.split("/") if "=" in part)
+    if not values:
+        return None
+    pattern = options.get(TIMESTAMP_PATTERN)
+    if pattern:
+        text = pattern
+        for key in sorted(values, key=len, reverse=True):  # $dt before $d
+            text = text.replace(f"${key}", values[key])
+    else:
+        text = next(iter(values.values()))
+    formatter = options.get(TIMESTAMP_FORMATTER)
+    formats = [_strptime_format(formatter)] if formatter else list(_DEFAULT_FORMATS)
+    for fmt in formats:
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def _strptime_format(java: str) -> str:
+    for field_, code in _JAVA_FIELDS:
+        java = java.replace(field_, code)
+    return java
+
+
+def expired_partitions(state: PaimonTableState, now: datetime) -> list[tuple[str, str]]:
+    """The partitions Paimon's partition expiry would drop now, each with why: those whose values' time is older
+    than `partition.expiration-time` (the `values-time` strategy; `update-time` needs a partition's last update,
+    which the files do not say, so it is left to Paimon)."""
+    o = state.options
+    if not o.get(PARTITION_EXPIRATION) or not state.partition_keys:
+        return []
+    if o.get(PARTITION_STRATEGY[0], PARTITION_STRATEGY[1]).strip().lower() != PARTITION_STRATEGY[1]:
+        return []
+    keep = parse_duration(o[PARTITION_EXPIRATION])
+    found = []
+    for partition in sorted({f.partition for f in state.files}):
+        at = partition_time(partition, o)
+        if at is not None and now - at > keep:
+            found.append(
+                (
+                    partition,
+                    f"its time {at:%Y-%m-%d %H:%M} is older than {PARTITION_EXPIRATION} {format_duration(keep)}",
+                )
+            )
+    return found
+
+
+def ready_bins(sizes: Sequence[int], target: int, minimum: int, maximum: int) -> int:
+    """The compactions Paimon's planner of an append table without fixed buckets makes of a partition's small
+    files (its UnawareAppendTableCompactionCoordinator run once, as a batch compaction does): smallest first,
+    a bin is ready when it reaches the target size with at least the minimum of files, or holds the maximum."""
+    ready = total = count = 0
+    for size in sorted(sizes):
+        total, count = total + size, count + 1
+        if (total >= target and count >= minimum) or count >= maximum:
+            ready, total, count = ready + 1, 0, 0
+    return ready
 
 
 def expirable(state: PaimonTableState, now: datetime) -> str | None:

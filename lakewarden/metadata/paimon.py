@@ -35,6 +35,11 @@ def is_table(path: Path) -> bool:
     return bool(_ids(path / "schema", "schema-"))
 
 
+def warehouse_of(table: Path) -> Path:
+    """The warehouse a table's directory is in (`<warehouse>/<database>.db/<table>`)."""
+    return table.parent.parent
+
+
 def find_tables(warehouse: str) -> dict[tuple[str, str], Path]:
     """The tables of the warehouse, by (database, table)."""
     root = local_warehouse(warehouse)

@@ -1,5 +1,5 @@
 """Running one task on Spark through the JVM: self-optimizing in rewrite.py, maintenance in maintenance.py,
-Hudi's table services in hudi_services.py."""
+Hudi's and Paimon's table services in hudi_services.py and paimon_services.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from lakewarden.domain.catalogs import CatalogSpec
 from lakewarden.domain.security import optimizer_id
 from lakewarden.optimizer.hudi_services import run_hudi_service
 from lakewarden.optimizer.maintenance import run_maintenance
+from lakewarden.optimizer.paimon_services import run_paimon_service
 from lakewarden.optimizer.rewrite import run_optimizing
-from lakewarden.protocol.inputs import HudiServiceInput, OptimizingInput
+from lakewarden.protocol.inputs import HudiServiceInput, OptimizingInput, PaimonServiceInput
 from lakewarden.protocol.messages import Assignment
 from lakewarden.protocol.results import TaskResult
 from lakewarden.spark.classes import java_class
@@ -37,12 +38,13 @@ def execute_task(
     before an optimizing task commits and raises if it may not (its process was canceled)."""
     started = time.monotonic()
     work = task.input
-    if isinstance(work, HudiServiceInput):  # a Hudi table, by its location: no Iceberg catalog to open
+    if isinstance(work, HudiServiceInput | PaimonServiceInput):  # by the table's location: no Iceberg catalog
         java_class(spark._jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
+        engine = "hudi" if isinstance(work, HudiServiceInput) else "paimon"
         spark.sparkContext.setJobGroup(
-            job_group(task, optimizer), f"hudi {work.service} {work.table}", interruptOnCancel=True
+            job_group(task, optimizer), f"{engine} {work.service} {work.table}", interruptOnCancel=True
         )
-        done = run_hudi_service(spark, work)
+        done = run_hudi_service(spark, work) if isinstance(work, HudiServiceInput) else run_paimon_service(spark, work)
         return done.model_copy(update={"duration_ms": int((time.monotonic() - started) * 1000)})
     spec = CatalogSpec(task.catalog.name, task.catalog.type, task.catalog.properties)
     # lakewarden's own catalogs come with a token that reaches only the tables this optimizer holds tasks on:

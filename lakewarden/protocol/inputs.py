@@ -167,6 +167,17 @@ class HudiServiceInput(ProtocolModel):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class PaimonServiceInput(ProtocolModel):
+    """One of Paimon's table services, run on the table with Paimon's own code (its Spark procedures)."""
+
+    action: Literal["paimon-service"] = "paimon-service"
+    table: str  # database.table, as the catalog lists it
+    warehouse: str  # the Paimon warehouse holding the table (the procedures open it through a catalog)
+    service: Literal["compaction", "expire-partitions", "expire-snapshots"]
+    # the table's own retention and partition-expiry options, which the expiry procedures take as arguments
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 TaskInput = Annotated[
     OptimizingInput
     | ExpireSnapshotsInput
@@ -175,7 +186,8 @@ TaskInput = Annotated[
     | ExpireDataInput
     | AutoCreateTagsInput
     | RewriteManifestsInput
-    | HudiServiceInput,
+    | HudiServiceInput
+    | PaimonServiceInput,
     Field(discriminator="action"),
 ]
 TASK_INPUT: TypeAdapter[TaskInput] = TypeAdapter(TaskInput)

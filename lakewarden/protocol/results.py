@@ -227,6 +227,21 @@ class HudiServiceResult(_Result):
     TOTALS: ClassVar[tuple[str, ...]] = ("services_run", "files_deleted", "instants_archived")
 
 
+class PaimonServiceResult(_Result):
+    """What one of Paimon's table services did: the snapshots it committed, what it expired."""
+
+    action: Literal["paimon-service"] = "paimon-service"
+    service: str = ""
+    snapshots: list[int] = Field(default_factory=list)  # committed by this task, oldest first
+    services_run: int = 0  # 1 when the service found work, 0 when Paimon did nothing
+    snapshots_expired: int = 0
+    partitions_expired: int = 0
+    # the services that found nothing to do, and the latest snapshot after the task (domain/service_runs.LastRun)
+    idle_services: list[str] = Field(default_factory=list)
+    timeline_tail: str = ""
+    TOTALS: ClassVar[tuple[str, ...]] = ("services_run", "snapshots_expired", "partitions_expired")
+
+
 TaskResult = Annotated[
     OptimizingResult
     | ExpireSnapshotsResult
@@ -235,7 +250,8 @@ TaskResult = Annotated[
     | ExpireDataResult
     | AutoCreateTagsResult
     | RewriteManifestsResult
-    | HudiServiceResult,
+    | HudiServiceResult
+    | PaimonServiceResult,
     Field(discriminator="action"),
 ]
 TASK_RESULT: TypeAdapter[TaskResult] = TypeAdapter(TaskResult)

@@ -27,6 +27,7 @@ from lakewarden.services.processes.engine import ProcessEngine
 from lakewarden.services.processes.factories import ProcessRegistry
 from lakewarden.services.processes.hudi_services import HudiServicesFactory
 from lakewarden.services.processes.keeper import OptimizerKeeper
+from lakewarden.services.processes.paimon_services import PaimonServicesFactory
 from lakewarden.services.processes.self_optimizing import SelfOptimizingFactory
 from lakewarden.services.processes.yields import YieldRecorder
 from lakewarden.services.resources.containers import OPTIMIZER_LOGS
@@ -217,7 +218,12 @@ class ServerRuntime:
             watch_interval=None if refresh.watch_interval is None else refresh.watch_interval.total_seconds(),
         )
         registry = ProcessRegistry(
-            [SelfOptimizingFactory(evaluator.cache), HudiServicesFactory(db), *maintenance_factories(evaluator.cache)]
+            [
+                SelfOptimizingFactory(evaluator.cache),
+                HudiServicesFactory(db),
+                PaimonServicesFactory(db),
+                *maintenance_factories(evaluator.cache),
+            ]
         )
         timeouts = config.ams.optimizer
         engine = ProcessEngine(

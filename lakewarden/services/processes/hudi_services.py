@@ -18,19 +18,15 @@ from lakewarden.domain import hudi_services as services
 from lakewarden.domain.errors import NothingToDo
 from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
 from lakewarden.domain.service_runs import LAST_RUNS, LastRun
-from lakewarden.domain.states import OPTIMIZING_STATUS, ProcessStatus
-from lakewarden.domain.tables import TableStatus
+from lakewarden.domain.states import ProcessStatus
 from lakewarden.metadata import hudi
 from lakewarden.protocol.inputs import HudiServiceInput
 from lakewarden.services.processes.factories import ProcessFactory
+from lakewarden.services.processes.table_services import end_services
 from lakewarden.store import processes as process_store
-from lakewarden.store import runtime as runtime_store
-from lakewarden.store import tables as table_store
 from lakewarden.store.database import Database, utcnow
 from lakewarden.store.models import ProcessRow
 from lakewarden.store.tables import TableRecord
-
-LAST_RUN = {"minor": "last_minor_optimizing_at", "major": "last_major_optimizing_at"}
 
 
 class HudiServicesFactory(ProcessFactory):
@@ -76,16 +72,4 @@ class HudiServicesFactory(ProcessFactory):
         return ProcessPlan(kind, None, tasks, summary)
 
     def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
-        """The table goes IDLE and is judged again at once; a success records when its services ran."""
-        runtime = table_store.runtime_of(session, process.table_id)
-        if runtime is None:
-            return
-        fields: dict[str, Any] = {"optimizing_process_id": None, "next_evaluation_at": utcnow()}
-        if status is ProcessStatus.SUCCESS and process.type in LAST_RUN:
-            fields[LAST_RUN[process.type]] = utcnow()
-        current = TableStatus(runtime.status_code)
-        if current in (*OPTIMIZING_STATUS.values(), TableStatus.COMMITTING):
-            runtime_store.transition_table(session, process.table_id, current, TableStatus.IDLE, **fields)
-        else:
-            for key, value in fields.items():
-                setattr(runtime, key, value)
+        end_services(session, process, status)

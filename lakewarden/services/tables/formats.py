@@ -1,8 +1,8 @@
 """The evaluator's verdict on a table of another format than Iceberg: what its own table services would do
-(domain/hudi.py, domain/paimon.py), read from its files now, and what of that lakewarden runs. A Hudi table whose
-services lakewarden may run now (domain/hudi_services.plan_services) turns pending, in a group whose optimizers carry
-Hudi's engine (the group's `engines`); a Paimon table is never pending yet: the verdict's reasons say what is
-needed and where."""
+(domain/hudi.py, domain/paimon.py), read from its files now, and what of that lakewarden runs. A table whose
+services lakewarden may run now (domain/hudi_services.plan_services, domain/paimon_services.plan_services) turns
+pending, in a group whose optimizers carry the format's engine (the group's `engines`); the verdict's reasons say
+what is needed and where, and why lakewarden leaves the rest."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewarden.domain import hudi as hudi_rules
-from lakewarden.domain import hudi_services
+from lakewarden.domain import hudi_services, paimon_services
 from lakewarden.domain import paimon as paimon_rules
 from lakewarden.domain.groups import ENGINES_PROPERTY
 from lakewarden.domain.optimizing_config import OptimizingConfig
@@ -58,17 +58,26 @@ def _hudi(
     verdict = hudi_rules.judge(state, name, utcnow())
     plan = hudi_services.plan_services(state, verdict, last)
     reasons = verdict.reasons + [f"not run by lakewarden now: {left}" for left in plan.left]
-    kind = None
-    if plan.runs and not OptimizingConfig.of(config).enabled:
-        reasons.append("self-optimizing.enabled is false: lakewarden runs none of the table's services")
-    elif plan.runs and "hudi" not in engines:
-        reasons.append(
-            f"the table's group does not carry Hudi's engine: with hudi in its {ENGINES_PROPERTY} property, its "
-            "optimizers run the table's services"
-        )
-    elif plan.runs:
-        kind = "major" if any(run.service == "compaction" for run in plan.runs) else "minor"
+    major = any(run.service == "compaction" for run in plan.runs)
+    kind = _runnable("hudi", bool(plan.runs), major, config, engines, reasons)
     return FormatVerdict(list(verdict.needs), reasons, layout, kind)
+
+
+def _runnable(
+    engine: str, runs: bool, major: bool, config: dict[str, str], engines: tuple[str, ...], reasons: list[str]
+) -> str | None:
+    """The optimizing type of the services lakewarden runs now (None: none), saying in `reasons` why not where
+    it would but may not."""
+    if runs and not OptimizingConfig.of(config).enabled:
+        reasons.append("self-optimizing.enabled is false: lakewarden runs none of the table's services")
+    elif runs and engine not in engines:
+        reasons.append(
+            f"the table's group does not carry {engine.capitalize()}'s engine: with {engine} in its "
+            f"{ENGINES_PROPERTY} property, its optimizers run the table's services"
+        )
+    elif runs:
+        return "major" if major else "minor"
+    return None
 
 
 def _paimon(
@@ -88,7 +97,11 @@ def _paimon(
         "delete_files": sum(1 for f in state.files if state.primary_keys and f.level == 0),
     }
     verdict = paimon_rules.judge(state, name, utcnow())
-    return FormatVerdict(list(verdict.needs), verdict.reasons, layout)
+    plan = paimon_services.plan_services(state, verdict, last)
+    reasons = verdict.reasons + [f"not run by lakewarden now: {left}" for left in plan.left]
+    major = bool(state.primary_keys) and any(run.service == "compaction" for run in plan.runs)
+    kind = _runnable("paimon", bool(plan.runs), major, config, engines, reasons)
+    return FormatVerdict(list(verdict.needs), reasons, layout, kind)
 
 
 JUDGES = {"hudi": _hudi, "paimon": _paimon}
@@ -97,7 +110,7 @@ JUDGES = {"hudi": _hudi, "paimon": _paimon}
 def format_verdict(rec: TableRecord, engines: tuple[str, ...] = (), last: LastRun | None = None) -> dict[str, Any]:
     """The verdict document (the evaluator adds its configuration's hash), never raising: a table that cannot be
     read gets a failed verdict saying why. `engines`: those the table's group carries; `last`: what lakewarden's
-    last run of the format's services found (a Hudi table's LastRun)."""
+    last run of the format's services found."""
     started = time.monotonic()
     runtime = rec.runtime
     name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"

@@ -1,14 +1,17 @@
-"""A Hudi writer for the tests: a Spark application of its own whose session carries Hudi's engine (the pytest
-process's shared session is Iceberg's alone), writing with Hudi's Spark datasource as a user's job does. It takes
-one JSON command per line on stdin and answers each with one line on stdout, `ANSWER ` and JSON (the JVM prints
-to the same stdout now and then):
+"""The tests' writer of other formats' tables: a Spark application of its own whose session carries Hudi's and
+Paimon's engines (the pytest process's shared session is Iceberg's alone), writing with their Spark writers as a
+user's job does. It takes one JSON command per line on stdin and answers each with one line on stdout, `ANSWER `
+and JSON (the JVM prints to the same stdout now and then):
 
 - `{"op": "write", "path", "name", "rows": [[id, value, ts, part], ...], "options": {...}}`: an upsert of the
-  rows into the table at `path` (created on the first write), with Hudi's write options;
-- `{"op": "read", "path"}`: the table's rows as a query reads them now, sorted;
+  rows into the Hudi table at `path` (created on the first write), with Hudi's write options;
+- `{"op": "read", "path"}`: the Hudi table's rows as a query reads them now, sorted;
+- `{"op": "sql", "catalogs": {name: warehouse}, "statements": [...]}`: Spark SQL statements, with Paimon
+  catalogs of those names over those warehouses; answers the last statement's rows (values as JSON has them,
+  others as text);
 - `{"op": "stop"}`.
 
-Run as `python -m tests.hudi_writer` (tests/hudi_jobs.py starts and talks to it)."""
+Run as `python -m tests.engine_writer` (tests/engine_jobs.py starts and talks to it)."""
 
 from __future__ import annotations
 
@@ -33,8 +36,12 @@ def _options(name: str, extra: dict[str, str]) -> dict[str, str]:
     }
 
 
+def _plain(value: Any) -> Any:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
 def main() -> None:
-    spark = build_spark_session(app_name="tests-hudi-writer", driver_memory="1g", engines=("hudi",))
+    spark = build_spark_session(app_name="tests-engine-writer", driver_memory="1g", engines=("hudi", "paimon"))
     print(ANSWER + json.dumps({"ok": True}), flush=True)
     for line in sys.stdin:
         command: dict[str, Any] = json.loads(line)
@@ -50,6 +57,14 @@ def main() -> None:
             elif command["op"] == "read":
                 found = spark.read.format("hudi").load(command["path"]).select("id", "v", "ts", "part")
                 answer = {"ok": True, "rows": sorted([list(r) for r in found.collect()])}
+            elif command["op"] == "sql":
+                for name, warehouse in command.get("catalogs", {}).items():
+                    spark.conf.set(f"spark.sql.catalog.{name}", "org.apache.paimon.spark.SparkCatalog")
+                    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", warehouse)
+                rows: list[Any] = []
+                for statement in command["statements"]:
+                    rows = spark.sql(statement).collect()
+                answer = {"ok": True, "rows": sorted([[_plain(v) for v in r] for r in rows], key=str)}
             else:
                 answer = {"ok": False, "error": f"unknown op {command['op']!r}"}
         except Exception as exc:  # the test reads the error; the writer goes on
