@@ -61,10 +61,10 @@ def main() -> None:
                 for name, warehouse in command.get("catalogs", {}).items():
                     spark.conf.set(f"spark.sql.catalog.{name}", "org.apache.paimon.spark.SparkCatalog")
                     spark.conf.set(f"spark.sql.catalog.{name}.warehouse", warehouse)
-                rows: list[Any] = []
+                last: list[Any] = []
                 for statement in command["statements"]:
-                    rows = spark.sql(statement).collect()
-                answer = {"ok": True, "rows": sorted([[_plain(v) for v in r] for r in rows], key=str)}
+                    last = spark.sql(statement).collect()
+                answer = {"ok": True, "rows": sorted([[_plain(v) for v in r] for r in last], key=str)}
             else:
                 answer = {"ok": False, "error": f"unknown op {command['op']!r}"}
         except Exception as exc:  # the test reads the error; the writer goes on
