@@ -90,6 +90,23 @@ def test_paimons_services_run_on_write_only_tables_and_theirs_are_left_to_them(
         api.post("/catalogs/pm/refresh")
         assert api.post("/resource-groups/paimon/scale", json={"instances": 1}).is_success
 
+        # a writer keeps writing while the services run: Paimon's appends never conflict with a compaction, and
+        # nothing it wrote is lost
+        live: list[list[Any]] = []
+        overlapped = False
+
+        def written_through_a_run() -> bool:
+            nonlocal overlapped
+            before = {p["process_id"] for p in _processes(api, "pk") if p["status"] == "running"}
+            key = 100 + len(live)
+            writer.sql(f"INSERT INTO w.db.pk VALUES ({key}, 'live', 'd1')", catalogs=spark)
+            live.append([key, "live", "d1"])
+            after = {p["process_id"] for p in _processes(api, "pk") if p["status"] == "running"}
+            overlapped = overlapped or bool(before & after)
+            return overlapped  # each three commits need another compaction: one of them lands during a run
+
+        wait_for("a commit while a service runs", written_through_a_run, timeout=240, interval=0)
+        pk_rows = sorted(pk_rows + live, key=str)
         pk = wait_for("the primary-key table's services run", lambda: _settled(api, "pk"), timeout=240)
         done = _processes(api, "pk")
         assert all(p["status"] == "success" for p in done), done
