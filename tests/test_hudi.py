@@ -214,6 +214,21 @@ def test_lakewarden_schedules_a_service_only_where_the_table_lets_another_proces
     assert _planned(commits, {"hudi.table-services.owner": "nobody"}, mor=False).runs == []  # unknown: the writer
 
 
+def test_nothing_runs_beside_writers_on_a_metadata_table_without_a_lock() -> None:
+    requested = Instant("20261101090000000", "compaction", REQUESTED)
+    later = Instant("20261101091000000", "deltacommit", COMPLETED)
+    metadata = {"hoodie.table.metadata.partitions": "files"}
+    plan = _planned([*_commits(2), requested, later], metadata)
+    assert plan.runs == [] and plan.left == [
+        "the table keeps a metadata table and names no hoodie.write.lock.provider: Hudi's services in a process "
+        "beside its writers need one, or their commits race on the metadata table"
+    ]
+    locked = {**metadata, "hoodie.write.lock.provider": "org.apache.hudi.client.transaction.lock.InProcessLockProvider"}
+    (run,) = _planned([*_commits(2), requested, later], locked).runs
+    assert run.instant == requested.timestamp
+    assert _planned(_commits(2), metadata).left == []  # nothing needed: nothing said
+
+
 def test_archive_waits_for_a_clean_past_the_newest_clustering() -> None:
     owned = {"hudi.table-services.owner": "lakewarden"}
     commits = _commits(31, "commit")

@@ -22,7 +22,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # the writer only writes and schedules its compactions (Hudi's async pattern): it compacts, cleans and archives
 # nothing inline
+# it keeps a metadata table (Hudi's default), so it and lakewarden's services commit under a lock (LOCK, which the
+# catalog tells lakewarden too)
+LOCK = {
+    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
+    "hoodie.write.lock.provider": "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider",
+    "hoodie.cleaner.policy.failed.writes": "LAZY",
+}
 ASYNC_WRITER = {
+    **LOCK,
     "hoodie.datasource.write.table.type": "MERGE_ON_READ",
     "hoodie.compact.inline": "false",
     "hoodie.compact.schedule.inline": "true",
@@ -95,6 +103,7 @@ def test_hudis_services_run_as_its_writers_let_and_the_tables_are_healthy_again(
             "warehouse": str(warehouse),
             "table.self-optimizing.group": "hudi",
             "table.self-optimizing.min-plan-interval": "0",
+            **{f"table.{k}": v for k, v in LOCK.items()},
         }
         # a group without Hudi's engine: judged, not pending, and the reason says what is missing
         group = {"name": "hudi", "container": "local", "properties": {"parallelism": "1"}}

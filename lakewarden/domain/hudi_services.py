@@ -16,6 +16,7 @@ from lakewarden.domain.service_runs import LastRun
 OWNER = ("hudi.table-services.owner", "writer")
 OWNERS = ("writer", "lakewarden")
 LOCK_PROVIDER = "hoodie.write.lock.provider"
+METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
 # whether a writer runs a service inline, with the default a Spark writer has (a batch write to a merge-on-read
 # table compacts inline; clean and archive follow every commit)
 INLINE = {
@@ -57,7 +58,7 @@ def write_options(properties: Mapping[str, str]) -> dict[str, str]:
         k: v for k, v in sorted(properties.items()) if k.startswith(WRITE_OPTION_PREFIXES) and k not in TABLE_SETTINGS
     }
     if "hoodie.metadata.enable" not in options:
-        has_metadata = bool(properties.get("hoodie.table.metadata.partitions", "").strip())
+        has_metadata = bool(properties.get(METADATA_PARTITIONS, "").strip())
         options["hoodie.metadata.enable"] = "true" if has_metadata else "false"
     return options
 
@@ -105,6 +106,10 @@ def archive_waits(state: HudiTableState, clusters: bool) -> str | None:
     return None
 
 
+def _plans(state: HudiTableState) -> bool:
+    return any(state.pending(action) for action in PLANNED_SERVICES.values())
+
+
 def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | None = None) -> ServicePlan:
     """Of the verdict's needs, what lakewarden may run under Hudi's concurrency model:
     - a compaction or clustering plan a writer requested and then went on writing without running (Hudi's async
@@ -115,9 +120,19 @@ def plan_services(state: HudiTableState, verdict: HudiVerdict, last: LastRun | N
     - a plan in flight is left alone (another process runs it), as is anything a writer runs inline;
     - a service Hudi found nothing to do for on lakewarden's last run is not scheduled again until the timeline
       moves (`last`);
-    - archive waits for a clean past the newest clustering (`archive_waits`).
+    - archive waits for a clean past the newest clustering (`archive_waits`);
+    - nothing runs on a table that keeps a metadata table and names no lock provider: every commit, a service's
+      too, writes the metadata table, and two processes doing so unlocked race (Hudi's multi-writer rule).
     Each service is run once per process, in SERVICE_ORDER."""
     p = state.properties
+    if p.get(METADATA_PARTITIONS, "").strip() and not p.get(LOCK_PROVIDER) and (verdict.needs or _plans(state)):
+        return ServicePlan(
+            [],
+            [
+                f"the table keeps a metadata table and names no {LOCK_PROVIDER}: Hudi's services in a process "
+                "beside its writers need one, or their commits race on the metadata table"
+            ],
+        )
     idle = last.idle(timeline_tail(state.timeline)) if last is not None else frozenset()
     owned = owner(p) == "lakewarden"
     locked = bool(p.get(LOCK_PROVIDER))

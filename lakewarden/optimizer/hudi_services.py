@@ -48,7 +48,9 @@ def run_hudi_service(spark: SparkSession, work: HudiServiceInput) -> HudiService
         files_deleted=deleted,
         instants_archived=archived,
         idle_services=[] if ran else [work.service],
-        timeline_tail=timeline_tail(after),
+        # where the timeline stood before: a writer's commit that completes while the service runs may have been
+        # in flight for it, and a tail from after would say it had seen that commit
+        timeline_tail=timeline_tail(before),
     )
 
 

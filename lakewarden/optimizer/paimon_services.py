@@ -55,7 +55,7 @@ def run_paimon_service(spark: SparkSession, work: PaimonServiceInput) -> PaimonS
         snapshots_expired=expired_snapshots,
         partitions_expired=expired_partitions,
         idle_services=[] if ran else [work.service],
-        timeline_tail=str(max(after)) if after else "",
+        timeline_tail=str(max(before)) if before else "",  # what the service saw, as for Hudi
     )
 
 

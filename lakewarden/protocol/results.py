@@ -220,7 +220,7 @@ class HudiServiceResult(_Result):
     services_run: int = 0  # 1 when the service found work, 0 when Hudi planned nothing
     files_deleted: int = 0  # clean: the superseded files it deleted
     instants_archived: int = 0  # archive: instants moved off the active timeline
-    # the services that found nothing to do, and where the timeline stood after the task (domain/hudi.timeline_tail):
+    # the services that found nothing to do, and where the timeline stood before the task (domain/hudi.timeline_tail):
     # Hudi's own word that its service has no work on the timeline as it is (domain/hudi_services.plan_services)
     idle_services: list[str] = Field(default_factory=list)
     timeline_tail: str = ""
@@ -236,7 +236,7 @@ class PaimonServiceResult(_Result):
     services_run: int = 0  # 1 when the service found work, 0 when Paimon did nothing
     snapshots_expired: int = 0
     partitions_expired: int = 0
-    # the services that found nothing to do, and the latest snapshot after the task (domain/service_runs.LastRun)
+    # the services that found nothing to do, and the latest snapshot before the task (domain/service_runs.LastRun)
     idle_services: list[str] = Field(default_factory=list)
     timeline_tail: str = ""
     TOTALS: ClassVar[tuple[str, ...]] = ("services_run", "snapshots_expired", "partitions_expired")
