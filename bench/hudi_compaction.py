@@ -33,7 +33,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import admin_token, bar_chart, descendants, percentile, running_server, server_pid, tree_cpu, write
-from lakewarden.domain.hudi import COMPLETED, timeline_of
+from lakewarden.domain.hudi import COMPLETED
+from lakewarden.metadata.hudi import read_timeline
 from tests.engine_jobs import EngineWriter, engine_writer
 
 PARTITIONS = 4
@@ -72,20 +73,13 @@ def stream(seed: int, commits: int, rows: int, base: int) -> list[list[tuple[int
     return batches
 
 
-def instants(path: Path) -> list[Any]:
-    names = [p.name for p in (path / ".hoodie").iterdir()]
-    if (path / ".hoodie" / "timeline").is_dir():
-        names += [p.name for p in (path / ".hoodie" / "timeline").iterdir()]
-    return timeline_of(names)
-
-
 def pending_compactions(path: Path) -> int:
-    return sum(1 for i in instants(path) if i.action == "compaction" and i.state != COMPLETED)
+    return sum(1 for i in read_timeline(path) if i.action == "compaction" and i.state != COMPLETED)
 
 
 def completed_compactions(path: Path) -> int:
     """A merge-on-read table's compactions complete as commits (its writes as delta commits)."""
-    return sum(1 for i in instants(path) if i.action == "commit" and i.state == COMPLETED)
+    return sum(1 for i in read_timeline(path) if i.action == "commit" and i.state == COMPLETED)
 
 
 def process_cpu(pid: int) -> float:
@@ -154,7 +148,7 @@ def one_setup(setup: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]
                 # at rest: every plan the writer requested executed (the last one stays until a commit is past it,
                 # Hudi's async pattern, so one more plan pending is allowed only if it was requested last)
                 while time.monotonic() < deadline and pending_compactions(path) > 0:
-                    newest = max(instants(path), key=lambda i: i.timestamp)
+                    newest = max(read_timeline(path), key=lambda i: i.timestamp)
                     if pending_compactions(path) == 1 and newest.action == "compaction":
                         break
                     time.sleep(1)

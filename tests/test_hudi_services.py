@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lakewarden.domain.hudi import COMPLETED, timeline_of
+from lakewarden.domain.hudi import COMPLETED
+from lakewarden.metadata.hudi import read_timeline
 from tests.engine_jobs import EngineWriter, engine_writer
 from tests.helpers import wait_for
 from tests.servers import FAST_EVALUATOR, started_server
@@ -58,10 +59,7 @@ def writer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineWriter]:
 
 
 def _instants(path: Path) -> list[Any]:
-    names = [p.name for p in (path / ".hoodie").iterdir()]
-    if (path / ".hoodie" / "timeline").is_dir():
-        names += [p.name for p in (path / ".hoodie" / "timeline").iterdir()]
-    return timeline_of(names)
+    return read_timeline(path)
 
 
 def _processes(api: httpx.Client, table: str) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lakewarden.domain.hudi import FileSlice, HudiTableState, slices_of, timeline_of
+from lakewarden.domain.hudi import FileSlice, HudiTableState, Instant, slices_of, timeline_of
 from lakewarden.domain.tables import TableSnapshot
 from lakewarden.metadata.local import local_warehouse
 
@@ -78,6 +78,11 @@ def _instant_files(table: Path) -> list[str]:
     if timeline.is_dir():
         names += [p.name for p in timeline.iterdir() if p.is_file()]
     return names
+
+
+def read_timeline(table: Path) -> list[Instant]:
+    """The table's active timeline, each instant once in its newest state (domain/hudi.timeline_of)."""
+    return timeline_of(_instant_files(table))
 
 
 def change_token(table: Path) -> str:

@@ -11,35 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from lakewarden.domain import hudi as rules
 from lakewarden.domain import hudi_services as services
 from lakewarden.domain.errors import NothingToDo
-from lakewarden.domain.processes import Action, ProcessPlan, TaskSpec
-from lakewarden.domain.service_runs import LAST_RUNS, LastRun
-from lakewarden.domain.states import ProcessStatus
+from lakewarden.domain.processes import ProcessPlan, TaskSpec
 from lakewarden.metadata import hudi
 from lakewarden.protocol.inputs import HudiServiceInput
-from lakewarden.services.processes.factories import ProcessFactory
-from lakewarden.services.processes.table_services import end_services
-from lakewarden.store import processes as process_store
-from lakewarden.store.database import Database, utcnow
-from lakewarden.store.models import ProcessRow
+from lakewarden.services.processes.table_services import TableServicesFactory
+from lakewarden.store.database import utcnow
 from lakewarden.store.tables import TableRecord
 
 
-class HudiServicesFactory(ProcessFactory):
-    action = Action.OPTIMIZING
+class HudiServicesFactory(TableServicesFactory):
     formats = frozenset({"hudi"})
-
-    def __init__(self, db: Database) -> None:
-        self.db = db  # what the table's last run found (LastRun): a service Hudi found idle is not planned again
-
-    def _last_run(self, rec: TableRecord) -> LastRun:
-        with self.db.read() as session:
-            done = process_store.recent_summaries(session, rec.runtime.table_id, Action.OPTIMIZING.value, LAST_RUNS)
-        return LastRun.of(done)
 
     def create(self, rec: TableRecord, table: Any, trigger: str, options: dict[str, Any]) -> ProcessPlan:
         location = (rec.runtime.summary or {}).get("location")
@@ -47,7 +31,7 @@ class HudiServicesFactory(ProcessFactory):
             raise NothingToDo("the table has not been read yet")
         name = f"{rec.identifier.db_name}.{rec.identifier.table_name}"
         state = hudi.read_table(Path(str(location))).configured(dict(rec.runtime.config or {}))
-        plan = services.plan_services(state, rules.judge(state, name, utcnow()), self._last_run(rec))
+        plan = services.plan_services(state, rules.judge(state, name, utcnow()), self.last_run(rec))
         if not plan.runs:
             raise NothingToDo("; ".join(plan.left) or "nothing for Hudi's table services to do")
         settings = services.write_options(state.properties)
@@ -70,6 +54,3 @@ class HudiServicesFactory(ProcessFactory):
             "left_to_writers": plan.left,
         }
         return ProcessPlan(kind, None, tasks, summary)
-
-    def on_end(self, session: Session, process: ProcessRow, status: ProcessStatus) -> None:
-        end_services(session, process, status)
