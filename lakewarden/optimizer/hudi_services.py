@@ -16,6 +16,7 @@ from lakewarden.domain.hudi import COMPLETED, Instant, timeline_of, timeline_tai
 from lakewarden.protocol.inputs import HudiServiceInput
 from lakewarden.protocol.results import HudiServiceResult
 from lakewarden.spark.classes import java_class
+from lakewarden.spark.sql import string_literal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,15 +56,15 @@ def run_hudi_service(spark: SparkSession, work: HudiServiceInput) -> HudiService
 
 
 def _statement(work: HudiServiceInput) -> str:
-    location = _literal(work.location)
-    options = _literal(",".join(f"{k}={v}" for k, v in sorted(work.options.items())))
+    location = string_literal(work.location)
+    options = string_literal(",".join(f"{k}={v}" for k, v in sorted(work.options.items())))
     match work.service:
         case "compaction" | "clustering":
             procedure = "run_compaction" if work.service == "compaction" else "run_clustering"
             if work.instant is None:
                 plan = "op => 'scheduleAndExecute'"
             else:
-                plan = f"op => 'execute', instants => {_literal(work.instant)}"
+                plan = f"op => 'execute', instants => {string_literal(work.instant)}"
             return f"CALL {procedure}({plan}, path => {location}, options => {options})"
         case "archive":
             counts = _archive_counts(work.options)
@@ -98,11 +99,6 @@ def _archive_counts(options: Mapping[str, str]) -> str:
         "hoodie.cleaner.commits.retained": "retain_commits",
     }
     return "".join(f", {arg} => {int(options[key])}" for key, arg in names.items() if options.get(key, "").isdigit())
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (Spark's escaping: backslash and quote)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def timeline(spark: SparkSession, location: str) -> list[Instant]:

@@ -17,6 +17,7 @@ from lakewarden.domain.durations import parse_duration
 from lakewarden.domain.paimon import RETAINED_MAX, RETAINED_MIN, TIME_RETAINED
 from lakewarden.protocol.inputs import PaimonServiceInput
 from lakewarden.protocol.results import PaimonServiceResult
+from lakewarden.spark.sql import identifier, string_literal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,18 +61,21 @@ def run_paimon_service(spark: SparkSession, work: PaimonServiceInput) -> PaimonS
 
 
 def _statement(catalog: str, work: PaimonServiceInput) -> str:
-    table = _literal(work.table)
+    table = string_literal(work.table)
     match work.service:
         case "compaction":
             return f"CALL {catalog}.sys.compact(table => {table})"
         case "expire-partitions":
-            args = [f"table => {table}", f"expiration_time => {_literal(work.options['partition.expiration-time'])}"]
+            args = [
+                f"table => {table}",
+                f"expiration_time => {string_literal(work.options['partition.expiration-time'])}",
+            ]
             for key, arg in (
                 ("partition.timestamp-formatter", "timestamp_formatter"),
                 ("partition.timestamp-pattern", "timestamp_pattern"),
             ):
                 if work.options.get(key):
-                    args.append(f"{arg} => {_literal(work.options[key])}")
+                    args.append(f"{arg} => {string_literal(work.options[key])}")
             return f"CALL {catalog}.sys.expire_partitions({', '.join(args)})"
         case "expire-snapshots":
             return f"CALL {catalog}.sys.expire_snapshots({_retention(table, work.options)})"
@@ -95,10 +99,6 @@ def _retention(table: str, options: Mapping[str, str]) -> str:
 def snapshots(spark: SparkSession, catalog: str, table: str) -> list[int]:
     """The table's snapshot ids now, from Paimon's `$snapshots` system table."""
     database, name = table.split(".", 1)
-    found = spark.sql(f"SELECT snapshot_id FROM {catalog}.`{database}`.`{name}$snapshots`").collect()
+    system_table = f"{catalog}.{identifier(database)}.{identifier(name + '$snapshots')}"
+    found = spark.sql(f"SELECT snapshot_id FROM {system_table}").collect()
     return sorted(int(r[0]) for r in found)
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (Spark's escaping: backslash and quote)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
